@@ -1,0 +1,3 @@
+"""Benchmark registry: importing this package registers every built-in benchmark."""
+
+from evalkit.benchmarks import acebench  # noqa: F401

@@ -1,0 +1,135 @@
+"""The benchmark contract and its registry.
+
+A benchmark is one package under ``evalkit.benchmarks`` plus one YAML under
+``conf/benchmark/``. It owns its data loading, prompt assembly, scoring and aggregation;
+it never calls a model, litellm or Ray itself (the engine does).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalkit.types import Request, Sample, SampleScore
+
+
+class GenerationParams(BaseModel):
+    """Generation parameters passed through litellm unchanged (``None`` = provider default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float | None = Field(default=None, ge=0.0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stop: list[str] | None = None
+    seed: int | None = None
+
+    def as_params(self) -> dict[str, Any]:
+        """The set parameters only, as litellm keyword arguments."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class BenchmarkSettings(BaseModel):
+    """Settings every benchmark has (``benchmark.*``); each benchmark subclasses this.
+
+    ``subsets``: categories to evaluate (``None`` = the benchmark's default list).
+    ``generation``: the benchmark's own generation defaults; they win over the model's
+    defaults, and a model's ``dataset_args.<benchmark>`` wins over them.
+    ``request_timeout_s``: per-request timeout when the benchmark needs long generations.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    subsets: list[str] | None = None
+    generation: GenerationParams = Field(default_factory=GenerationParams)
+    request_timeout_s: float | None = Field(default=None, gt=0)
+
+
+class Benchmark(ABC):
+    """Base class of every benchmark.
+
+    Subclasses set ``name`` and ``settings_model`` (their pydantic settings class) and
+    implement the abstract methods. Errors in the data are raised as
+    :class:`evalkit.errors.DataError` with a one-line message naming the file and sample.
+    """
+
+    name: ClassVar[str]
+    settings_model: ClassVar[type[BenchmarkSettings]] = BenchmarkSettings
+    #: name of the headline metric in ``summary.json["metrics"]``
+    headline_metric: ClassVar[str] = "accuracy"
+    #: subsets the benchmark knows (used to validate ``benchmark.subsets``)
+    all_subsets: ClassVar[tuple[str, ...]] = ()
+    default_subsets: ClassVar[tuple[str, ...]] = ()
+    #: shot counts the benchmark supports (``None`` = any)
+    supported_shots: ClassVar[tuple[int, ...] | None] = (0,)
+
+    def __init__(self, settings: BenchmarkSettings):
+        self.settings = settings
+
+    # ---- data -------------------------------------------------------------------------
+    @abstractmethod
+    def load(self) -> list[Sample]:
+        """All samples of the selected subsets, in the benchmark's canonical order."""
+
+    def data_fingerprints(self) -> dict[str, str]:
+        """Extra fingerprints of the data files (e.g. the spec's per-language digest)."""
+        return {}
+
+    def prompt_fingerprint(self) -> str | None:
+        """SHA-256 over the prompt templates the benchmark uses (``None`` if it has none)."""
+        return None
+
+    # ---- prompting --------------------------------------------------------------------
+    @abstractmethod
+    def build(self, sample: Sample, shots: int) -> Request:
+        """The request for ``sample`` with ``shots`` demonstrations (params left empty)."""
+
+    # ---- scoring ----------------------------------------------------------------------
+    @abstractmethod
+    def score(self, sample: Sample, output: str) -> SampleScore:
+        """Score one non-empty raw model output. Must never raise for any text."""
+
+    @abstractmethod
+    def aggregate(self, samples: list[Sample], records: list[dict[str, Any]]) -> dict[str, float]:
+        """Metrics from the scored records (rows of ``predictions.jsonl``).
+
+        ``samples`` is the full selection (scored or not), so a benchmark can tell which
+        subsets are complete. Returns flat ``{name: value}`` (e.g. ``accuracy/NORMAL``).
+        """
+
+    # ---- built-in models --------------------------------------------------------------
+    @abstractmethod
+    def reference_output(self, sample: Sample) -> str:
+        """The gold answer rendered as a model would write it (must score 1.0)."""
+
+    def report_tables(self, metrics: dict[str, float]) -> list[tuple[str, list[str], list[list[Any]]]]:
+        """Tables for ``report.md``: ``(title, headers, rows)``. Default: one metric table."""
+        rows = [[k, round(v, 4)] for k, v in sorted(metrics.items())]
+        return [("Metrics", ["metric", "value"], rows)]
+
+
+_REGISTRY: dict[str, type[Benchmark]] = {}
+
+
+def register(cls: type[Benchmark]) -> type[Benchmark]:
+    """Class decorator: make a benchmark available under ``cls.name``."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_benchmark_class(name: str) -> type[Benchmark]:
+    """The registered benchmark class; raises ``KeyError`` with the known names."""
+    import evalkit.benchmarks  # noqa: F401  (imports every benchmark package)
+
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]
+
+
+def known_benchmarks() -> list[str]:
+    import evalkit.benchmarks  # noqa: F401
+
+    return sorted(_REGISTRY)

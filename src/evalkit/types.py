@@ -1,0 +1,129 @@
+"""The data contracts every part of evalkit speaks.
+
+A benchmark turns its data into :class:`Sample` objects, each sample into a :class:`Request`
+(chat messages or a text prompt), and a model's raw text back into a :class:`SampleScore`.
+The engine never looks inside ``Sample.data``; a benchmark never sees how a request was
+executed. Records written to ``predictions.jsonl`` / ``failed.jsonl`` follow the record
+contract of ARCHITECTURE.md ("extend, don't rename").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic JSON text (sorted keys, no whitespace, UTF-8 kept) used for hashing."""
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def sha256_hex(text: str | bytes) -> str:
+    """SHA-256 hex digest of ``text`` (str is UTF-8 encoded)."""
+    if isinstance(text, str):
+        text = text.encode("utf-8")
+    return hashlib.sha256(text).hexdigest()
+
+
+@dataclass
+class Sample:
+    """One graded unit of a benchmark.
+
+    Attributes:
+        id: stable id across runs (the benchmark's own id, e.g. ``en/normal_atom_bool_0``).
+        subset: the category / subset the sample belongs to (e.g. ``normal_atom_bool``).
+        data: benchmark-private payload (prompt record, gold answer, language, ...).
+    """
+
+    id: str
+    subset: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Request:
+    """What is sent to a model for one sample.
+
+    Exactly one of ``messages`` (chat: list of ``{"role", "content"}``) or ``prompt``
+    (text completion) is set. ``params`` are generation parameters (temperature,
+    max_tokens, top_p, stop, seed); the engine fills them from the resolved config.
+    """
+
+    sample_id: str
+    subset: str
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def prompt_hash(self) -> str:
+        """SHA-256 of the exact prompt (messages or text), independent of the model."""
+        return sha256_hex(canonical_json({"messages": self.messages, "prompt": self.prompt}))
+
+    def request_hash(self, model_id: str) -> str:
+        """SHA-256 over model id + generation params + exact prompt; keys cache and resume."""
+        return sha256_hex(
+            canonical_json(
+                {"model": model_id, "params": self.params, "messages": self.messages, "prompt": self.prompt}
+            )
+        )
+
+
+@dataclass
+class Completion:
+    """A model's answer to one request.
+
+    ``text`` is the final content (reasoning returned in a separate provider field goes
+    to ``reasoning``, never into ``text``). ``usage`` holds token counts
+    (``prompt_tokens``, ``completion_tokens``); ``latency_s`` is wall seconds of the
+    successful attempt; ``attempts`` counts tries including the successful one (0 for a
+    cache hit).
+    """
+
+    text: str | None
+    finish_reason: str | None = None
+    reasoning: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    latency_s: float = 0.0
+    attempts: int = 1
+    cached: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Failure:
+    """A request that did not produce a scorable answer (never scored, see failure protocol).
+
+    ``error_kind`` is one of: ``connection``, ``timeout``, ``rate_limit``, ``server_error``,
+    ``client_error``, ``context_window``, ``auth``, ``empty``, ``missing_output``,
+    ``internal``. ``actor`` names who failed (``agent``, ``user``, ``environment``, ``model``).
+    """
+
+    error_kind: str
+    message: str
+    attempts: int = 1
+    actor: str = "model"
+
+
+@dataclass
+class SampleScore:
+    """A benchmark's verdict on one sample.
+
+    Attributes:
+        scores: flat ``{name: number}`` (ACEBench ``accuracy``; SOBHard ``sample_pass``...).
+        parsed: the decoded answer (JSON-serialisable) or ``None`` if it did not decode.
+        checks: ``{check_name: bool}`` where the benchmark has named checks.
+        failed_checks: names of the failed checks (SOBHard: constraint ids).
+        status: ``ok`` | ``truncated`` | ``format_error``.
+        detail: human-readable reason of a failed verdict (first error of the scorer).
+    """
+
+    scores: dict[str, float]
+    parsed: Any = None
+    checks: dict[str, bool] = field(default_factory=dict)
+    failed_checks: list[str] = field(default_factory=list)
+    status: str = "ok"
+    detail: str | None = None
