@@ -1,0 +1,179 @@
+"""The ACEBench benchmark (normal + special categories; agent rollouts come later)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from evalkit.benchmarks.acebench.categories import (
+    ALL_CATEGORIES,
+    DEFAULT_CATEGORIES,
+    GROUPS,
+    LANGUAGES,
+    MULTI_TURN_CATEGORIES,
+    family,
+)
+from evalkit.benchmarks.acebench.checker import check_special, score_normal
+from evalkit.benchmarks.acebench.data import language_fingerprint, load_category, resolve_layout
+from evalkit.benchmarks.acebench.download import ensure_downloaded
+from evalkit.benchmarks.acebench.metrics import aggregate_records
+from evalkit.benchmarks.acebench.prompts import PromptTemplates, render_messages, system_template_key, user_template_key
+from evalkit.benchmarks.acebench.reference import normal_reference, special_reference
+from evalkit.benchmarks.acebench.settings import AceBenchSettings
+from evalkit.benchmarks.base import Benchmark, register
+from evalkit.errors import DataError
+from evalkit.types import Request, Sample, SampleScore
+
+
+def json_safe(value: Any) -> Any:
+    """A JSON-serialisable copy of a decoded value (tuples/sets -> lists, odd keys/values -> str)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else repr(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return [json_safe(v) for v in sorted(value, key=repr)]
+    return repr(value)
+
+
+@register
+class AceBench(Benchmark):
+    """ACEBench (ACEBench/ACEBench @ e6db74b7): prompt-only function calling, scored per spec §3–§4."""
+
+    name = "acebench"
+    settings_model = AceBenchSettings
+    headline_metric = "overall"
+    all_subsets = ALL_CATEGORIES
+    default_subsets = DEFAULT_CATEGORIES
+    supported_shots = (0,)
+
+    def __init__(self, settings: AceBenchSettings):
+        super().__init__(settings)
+        self.settings: AceBenchSettings = settings
+        self._root: tuple[Path, Path] | None = None
+        self._templates: PromptTemplates | None = None
+        #: scored units per (language, category) of the last aggregate() (for report_tables)
+        self._counts: dict[tuple[str, str], int] = {}
+
+    # ---- data -----------------------------------------------------------------------------
+    @property
+    def languages(self) -> list[str]:
+        return list(LANGUAGES) if self.settings.language == "all" else [self.settings.language]
+
+    @property
+    def categories(self) -> list[str]:
+        chosen = self.settings.subsets or list(self.default_subsets)
+        return [c for c in ALL_CATEGORIES if c in chosen]
+
+    def _layout(self) -> tuple[Path, Path]:
+        if self._root is None:
+            data_dir = self.settings.data_dir
+            if data_dir is None:
+                data_dir = ensure_downloaded(self.settings.cache_dir, self.settings.source_url)
+            self._root = resolve_layout(data_dir)
+        return self._root
+
+    @property
+    def templates(self) -> PromptTemplates:
+        if self._templates is None:
+            self._templates = PromptTemplates(self._layout()[1])
+        return self._templates
+
+    def load(self) -> list[Sample]:
+        data_all, _ = self._layout()
+        samples = []
+        for language in self.languages:
+            for category in self.categories:
+                if family(category) == "agent":
+                    raise DataError("ACEBench agent categories need agent rollouts, which are not implemented yet")
+                for prompt, answer in load_category(data_all, language, category):
+                    samples.append(
+                        Sample(
+                            id=f"{language}/{prompt['id']}",
+                            subset=category,
+                            data={"language": language, "prompt": prompt, "answer": answer},
+                        )
+                    )
+        # fail early on a bad template rather than at the first build()
+        for key in self._template_keys():
+            self.templates.get(key)
+        return samples
+
+    def data_fingerprints(self) -> dict[str, str]:
+        data_all, _ = self._layout()
+        return {f"acebench_files/{lang}": language_fingerprint(data_all, lang) for lang in self.languages}
+
+    def _template_keys(self) -> list[str]:
+        keys = []
+        for language in self.languages:
+            keys.append(user_template_key(language))
+            keys.extend(system_template_key(c, language) for c in self.categories if family(c) != "agent")
+        return sorted(set(keys))
+
+    def prompt_fingerprint(self) -> str | None:
+        return self.templates.fingerprint(self._template_keys())
+
+    # ---- prompting ------------------------------------------------------------------------
+    def build(self, sample: Sample, shots: int) -> Request:
+        if shots != 0:
+            raise ValueError(f"ACEBench supports only 0 shots, got {shots}")
+        messages = render_messages(self.templates, sample.subset, sample.data["language"], sample.data["prompt"])
+        return Request(sample_id=sample.id, subset=sample.subset, messages=messages)
+
+    # ---- scoring --------------------------------------------------------------------------
+    def score(self, sample: Sample, output: str) -> SampleScore:
+        try:
+            return self._score(sample, output)
+        except Exception as exc:  # noqa: BLE001 - score must never raise
+            return SampleScore(scores={"accuracy": 0.0}, status="ok", detail=f"internal scoring error: {exc!r}")
+
+    def _score(self, sample: Sample, output: str) -> SampleScore:
+        output = output if isinstance(output, str) else str(output)
+        ground_truth = sample.data["answer"]["ground_truth"]
+        if family(sample.subset) == "special":
+            verdict = check_special(sample.subset, output, ground_truth)
+            return SampleScore(scores={"accuracy": float(verdict.passed)}, parsed=None, detail=verdict.detail)
+        verdict, calls = score_normal(sample.data["prompt"]["function"], output, ground_truth)
+        if calls is None:
+            return SampleScore(scores={"accuracy": 0.0}, parsed=None, status="format_error", detail=verdict.detail)
+        return SampleScore(scores={"accuracy": float(verdict.passed)}, parsed=json_safe(calls), detail=verdict.detail)
+
+    def aggregate(self, samples: list[Sample], records: list[dict[str, Any]]) -> dict[str, float]:
+        self._counts = {}
+        return aggregate_records(samples, records, self.languages, self._counts)
+
+    # ---- built-in models ------------------------------------------------------------------
+    def reference_output(self, sample: Sample) -> str:
+        ground_truth = sample.data["answer"]["ground_truth"]
+        if family(sample.subset) == "special":
+            return special_reference(sample.subset, ground_truth)
+        return normal_reference(sample.data["prompt"]["function"], ground_truth)
+
+    def report_tables(self, metrics: dict[str, float]) -> list[tuple[str, list[str], list[list[Any]]]]:
+        tables = []
+        prefixes = [""] if self.settings.language != "all" else [f"{lang}/" for lang in LANGUAGES]
+        for prefix in prefixes:
+            title_lang = f" ({prefix[:-1]})" if prefix else ""
+            language = prefix[:-1] or self.languages[0]
+            rows = []
+            for category in ALL_CATEGORIES:
+                acc = metrics.get(f"accuracy/{prefix}{category}")
+                if acc is None:
+                    continue
+                process = metrics.get(f"process_acc/{prefix}{category}")
+                n = self._counts.get((language, category))
+                rows.append([category, n if n is not None else "", round(acc, 4), "" if process is None else round(process, 4)])
+            tables.append((f"ACEBench categories{title_lang}", ["category", "n", "accuracy", "process_acc"], rows))
+            group_rows = [[g, round(metrics[f"accuracy/{prefix}{g}"], 4)] for g in GROUPS if f"accuracy/{prefix}{g}" in metrics]
+            overall_key = f"overall/{prefix[:-1]}" if prefix else "overall"
+            if overall_key in metrics:
+                group_rows.append(["overall", round(metrics[overall_key], 4)])
+            tables.append((f"ACEBench groups{title_lang}", ["group", "accuracy"], group_rows))
+        if self.settings.language == "all" and "overall" in metrics:
+            tables.append(("ACEBench overall (mean of languages)", ["metric", "value"], [["overall", round(metrics["overall"], 4)]]))
+        return tables

@@ -1,0 +1,321 @@
+"""The official checkers of ACEBench, re-stated (spec §4.1 normal, §4.3 special).
+
+Every rule here is the observable behaviour of the upstream scorer
+(ACEBench/ACEBench ``model_eval/checker.py`` + ``eval_main.py``). Where the upstream scorer
+would crash on the data (unknown schema type, missing ``required``...), the verdict is a
+fail whose detail says so. The public functions never raise.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from evalkit.benchmarks.acebench.decoder import DecodeError, decode_calls
+
+
+class _NoValueType:
+    """Stands for schema type ``enum``: no decoded value ever has this type."""
+
+
+#: schema ``type`` string -> Python type used for the exact-type test (spec §4.1 type table)
+TYPE_MAP: dict[str, type] = {
+    "string": str,
+    "any": str,
+    "integer": int,
+    "int": int,
+    "number": int,
+    "float": float,
+    "boolean": bool,
+    "array": list,
+    "tuple": list,
+    "list": list,
+    "list(string)": list,
+    "list(enum)": list,
+    "objectArray": list,
+    "object": dict,
+    "dict": dict,
+    "enum": _NoValueType,
+}
+#: schema types whose elements are type-checked against an inner type
+CONTAINER_TYPES = frozenset({"array", "tuple", "list(string)", "list(enum)", "object", "objectArray"})
+
+_SUFFIX = re.compile(r"_\d+$")
+_NORM_DROP = re.compile(r"[ ,./\-_*^]")
+
+INCOMPLETE_MARKER = "Missing necessary parameters"
+ERROR_PARAM_MARKER = "There is incorrect value"
+IRRELEVANT_MARKER = "the limitations of the function"
+
+
+@dataclass
+class Verdict:
+    """Outcome of a check: ``passed`` and the first reason of a failure."""
+
+    passed: bool
+    detail: str | None = None
+
+
+class _UpstreamCrash(Exception):
+    """The upstream scorer raises on this input; evalkit fails the sample instead."""
+
+
+PASS = Verdict(True)
+
+
+def _fail(detail: str) -> Verdict:
+    return Verdict(False, detail)
+
+
+def norm(text: str) -> str:
+    """Upstream string normalisation: drop `` ,./-_*^``, lowercase, ``'`` -> ``"``."""
+    return _NORM_DROP.sub("", text).lower().replace("'", '"')
+
+
+def canonical_name(key: str) -> str:
+    """Ground-truth key without one trailing ``_<digits>`` group (``f_1`` -> ``f``)."""
+    return _SUFFIX.sub("", key)
+
+
+def strip_think(output: str) -> str:
+    """Keep only the text after the first ``</think>`` when present (spec §9.6)."""
+    marker = "</think>"
+    return output.split(marker, 1)[1] if marker in output else output
+
+
+# ---- normal ---------------------------------------------------------------------------------
+
+
+def score_normal(functions: list[dict[str, Any]], output: str, ground_truth: Any) -> tuple[Verdict, Any]:
+    """Decode ``output`` and check it; returns ``(verdict, decoded calls or None)``.
+
+    A decode failure gives a verdict whose detail starts with ``wrong_output_format``.
+    """
+    try:
+        calls = decode_calls(strip_think(output))
+    except DecodeError as exc:
+        return _fail(f"wrong_output_format: {exc}"), None
+    return check_normal(functions, calls, ground_truth), calls
+
+
+def check_normal(functions: list[dict[str, Any]], calls: list[dict[Any, Any]], ground_truth: Any) -> Verdict:
+    """Spec §4.1 A: pass if the decoded calls pass against any candidate of the ground truth."""
+    candidates = ground_truth if isinstance(ground_truth, list) else [ground_truth]
+    first: Verdict | None = None
+    for candidate in candidates:
+        try:
+            verdict = _check_candidate(functions, calls, candidate)
+        except _UpstreamCrash as exc:
+            verdict = _fail(f"upstream scorer would crash here: {exc}")
+        except Exception as exc:  # noqa: BLE001 - data shapes upstream cannot handle either
+            verdict = _fail(f"upstream scorer would crash here: {type(exc).__name__}: {exc}")
+        if verdict.passed:
+            return verdict
+        first = first or verdict
+    return first or _fail("no ground-truth candidate")
+
+
+def _check_candidate(functions: list[dict[str, Any]], calls: list[dict[Any, Any]], candidate: dict[str, Any]) -> Verdict:
+    """Spec §4.1 B."""
+    if len(calls) != len(candidate):
+        return _fail(f"wrong number of calls: expected {len(candidate)}, got {len(calls)}")
+    got = Counter(name for call in calls for name in call)
+    want = Counter(canonical_name(key) for key in candidate)
+    for name in got:
+        if name not in want:
+            return _fail(f"function {name!r} is not in the ground truth")
+    for name in want:
+        if name not in got:
+            return _fail(f"function {name!r} is missing")
+    for name, count in got.items():
+        if count != want[name]:
+            return _fail(f"function {name!r} called {count} times, expected {want[name]}")
+    for key, expected in candidate.items():
+        name = canonical_name(key)
+        schema = next((f for f in functions if f["name"] in key), None)
+        if schema is None:
+            raise _UpstreamCrash(f"no function in the list matches ground-truth key {key!r}")
+        verdict: Verdict | None = None
+        for call in calls:
+            if next(iter(call)) != name:
+                continue
+            verdict = _check_call(schema, call, expected)
+            if verdict.passed:
+                break
+        if verdict is None or not verdict.passed:
+            return verdict or _fail(f"no call of {name!r}")
+    return PASS
+
+
+def _check_call(schema: dict[str, Any], call: dict[Any, Any], expected: Any) -> Verdict:
+    """Spec §4.1 C: one decoded call against one expected argument mapping."""
+    model_args = next(iter(call.values()))
+    params = schema["parameters"]
+    if model_args == {} and params == {}:
+        return PASS
+    if model_args == {} or params == {}:
+        return _fail(f"call of {schema['name']!r} without arguments" if model_args == {} else "schema has no parameters")
+    properties = params["properties"]
+    if expected == properties:
+        return PASS
+    if expected == {}:
+        return _fail("ground truth has no arguments")
+    func_name = schema["name"]
+    if func_name not in call:
+        return _fail(f"wrong function name: expected {func_name!r}, got {next(iter(call))!r}")
+    if "required" not in params:
+        raise _UpstreamCrash(f"schema of {func_name!r} has no 'required' list")
+    for param in params["required"]:
+        if param not in model_args:
+            return _fail(f"{func_name}: missing required parameter {param!r}")
+    for param, value in model_args.items():
+        if param not in properties or param not in expected:
+            return _fail(f"{func_name}: unexpected parameter {param!r}")
+        spec = properties[param]
+        type_name = spec["type"]
+        if not isinstance(type_name, str) or type_name not in TYPE_MAP:
+            raise _UpstreamCrash(f"{func_name}.{param}: unknown schema type {type_name!r}")
+        py_type = TYPE_MAP[type_name]
+        inner: type | None = None
+        if type_name in CONTAINER_TYPES:
+            try:
+                inner_name = spec["items"]["type"]
+            except Exception:  # noqa: BLE001 - no usable items.type
+                inner_name = "string" if "string" in type_name else "enum" if "enum" in type_name else "dict"
+            if not isinstance(inner_name, str) or inner_name not in TYPE_MAP:
+                raise _UpstreamCrash(f"{func_name}.{param}: unknown items type {inner_name!r}")
+            inner = TYPE_MAP[inner_name]
+        if type_name == "tuple" and type(value) is tuple:
+            value = list(value)
+        if type_name == "float" and type(value) is int:
+            value = float(value)
+        gold = expected[param]
+        valid, skip_value = _type_gate(value, gold, py_type, inner)
+        if not valid:
+            return _fail(f"{func_name}: wrong type for parameter {param!r}: expected {type_name}, got {type(value).__name__}")
+        if skip_value:
+            continue
+        verdict = _check_value(func_name, param, type_name, py_type, inner, value, gold)
+        if not verdict.passed:
+            return verdict
+    return PASS
+
+
+def _coerce_bool_text(value: Any) -> Any:
+    if value == "true":
+        return True
+    if value == "false":
+        return False
+    return value
+
+
+def _type_gate(value: Any, gold: Any, py_type: type, inner: type | None) -> tuple[bool, bool]:
+    """Spec §4.1 type gate: ``(valid, skip_value)``."""
+    gold_type = type(gold) if gold != "" else None
+    skip_value = gold_type is not None and gold_type is not py_type
+    value = _coerce_bool_text(value)
+    if type(value) is py_type:
+        if inner is None:
+            return True, skip_value
+        try:
+            gold_items = iter(gold)
+        except TypeError:
+            raise _UpstreamCrash(f"expected value {gold!r} of a container parameter is not iterable") from None
+        for gold_item in gold_items:
+            if type(gold_item) is not list or all(_type_gate(v, gold_item, inner, None)[0] for v in value):
+                return True, skip_value
+        return False, skip_value
+    if gold_type is not None and (type(value) is gold_type or gold == value):
+        return True, True
+    return False, skip_value
+
+
+def _check_value(func_name: str, param: str, type_name: str, py_type: type, inner: type | None, value: Any, gold: Any) -> Verdict:
+    """Spec §4.1 value check (only reached when the type gate did not skip it)."""
+    if py_type is dict:
+        return _check_object(func_name, param, value, gold)
+    if py_type is list and inner is dict:
+        if type_name == "objectArray" and len(value) == len(gold) and len(value) > 0:
+            raise _UpstreamCrash("objectArray value check")
+        if type_name == "objectArray" and len(value) != len(gold):
+            return _fail(f"{func_name}.{param}: wrong number of objects")
+        if len(value) != len(gold):
+            return _fail(f"{func_name}.{param}: expected {len(gold)} objects, got {len(value)}")
+        for got_item, gold_item in zip(value, gold):
+            verdict = _check_object(func_name, param, got_item, gold_item)
+            if not verdict.passed:
+                return verdict
+        return PASS
+    if py_type is str:
+        if norm(gold) not in norm(value):
+            return _fail(f"{func_name}.{param}: wrong value: expected {gold!r}, got {value!r}")
+        return PASS
+    if py_type is list:
+        got = [norm(v) if type(v) is str else v for v in value]
+        want = [norm(g) if type(g) is str else g for g in gold]
+        if got != want:
+            return _fail(f"{func_name}.{param}: wrong list: expected {gold!r}, got {value!r}")
+    return PASS
+
+
+def _check_object(func_name: str, param: str, value: Any, gold: Any) -> Verdict:
+    """Spec §4.1 object rule: same key count, known keys, text-substring leaf comparison."""
+    if not isinstance(value, dict):
+        return _fail(f"{func_name}.{param}: expected an object, got {value!r}")
+    if not isinstance(gold, dict):
+        raise _UpstreamCrash(f"{func_name}.{param}: expected object is {gold!r}")
+    if len(value) != len(gold):
+        return _fail(f"{func_name}.{param}: object has {len(value)} keys, expected {len(gold)}")
+    for key, item in value.items():
+        item = _coerce_bool_text(item)
+        if key not in gold:
+            return _fail(f"{func_name}.{param}: unexpected key {key!r}")
+        gold_item = gold[key]
+        if isinstance(gold_item, dict):
+            verdict = _check_object(func_name, param, item, gold_item)
+            if not verdict.passed:
+                return verdict
+            continue
+        got_text = str(norm(item) if type(item) is str else item)
+        want_text = str(norm(gold_item) if type(gold_item) is str else gold_item)
+        if want_text not in got_text:
+            return _fail(f"{func_name}.{param}.{key}: wrong value: expected {gold_item!r}, got {item!r}")
+    return PASS
+
+
+# ---- special --------------------------------------------------------------------------------
+
+
+def check_special(category: str, output: str, ground_truth: Any) -> Verdict:
+    """Spec §4.3: case-sensitive substring tests on the raw text (English phrases for zh too)."""
+    text = strip_think(output)
+    try:
+        if "incomplete" in category:
+            first = None
+            for api, names in ground_truth.items():
+                if INCOMPLETE_MARKER not in text:
+                    first = first or f"missing the phrase {INCOMPLETE_MARKER!r}"
+                elif api not in text:
+                    first = first or f"does not name the API {api!r}"
+                else:
+                    for name in names:
+                        if name not in text:
+                            first = first or f"does not name the missing parameter {name!r}"
+            return _fail(first) if first else PASS
+        if "error" in category:
+            first = None
+            for _param, values in ground_truth.items():
+                if ERROR_PARAM_MARKER not in text:
+                    first = first or f"missing the phrase {ERROR_PARAM_MARKER!r}"
+                else:
+                    for value in values:
+                        if value not in text:
+                            first = first or f"does not quote the incorrect value {value!r}"
+            return _fail(first) if first else PASS
+        if "irrelevant" in category:
+            return PASS if IRRELEVANT_MARKER in text else _fail(f"missing the phrase {IRRELEVANT_MARKER!r}")
+    except Exception as exc:  # noqa: BLE001
+        return _fail(f"upstream scorer would crash here: {type(exc).__name__}: {exc}")
+    return _fail(f"not a special category: {category}")

@@ -1,0 +1,112 @@
+"""Loading the official ACEBench data layout (spec §1).
+
+Layout: ``data_all/data_<lang>/data_<category>.json`` (JSON Lines despite the suffix) and
+``data_all/data_<lang>/possible_answer/data_<category>.json``; prompt line *i* pairs with
+answer line *i* and both carry the same ``id``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from evalkit.benchmarks.acebench.categories import ALL_CATEGORIES
+from evalkit.errors import DataError
+
+
+def resolve_layout(data_dir: Path) -> tuple[Path, Path]:
+    """``(data_all, prompts_json)`` for a directory holding ``data_all/`` or being it.
+
+    ``prompts.json`` is looked up in ``data_dir`` and then in its parent.
+    Raises DataError when either is missing.
+    """
+    data_dir = Path(data_dir).expanduser()
+    if (data_dir / "data_all").is_dir():
+        data_all = data_dir / "data_all"
+    elif (data_dir / "data_en").is_dir() or (data_dir / "data_zh").is_dir():
+        data_all = data_dir
+    else:
+        raise DataError(f"ACEBench data not found: {data_dir} holds neither data_all/ nor data_en/ / data_zh/")
+    for candidate in (data_dir / "prompts.json", data_dir.parent / "prompts.json", data_all.parent / "prompts.json"):
+        if candidate.is_file():
+            return data_all, candidate
+    raise DataError(f"ACEBench prompts.json not found in {data_dir} or its parent")
+
+
+def category_files(data_all: Path, language: str, category: str) -> tuple[Path, Path]:
+    """Paths of the prompt file and the answer file of one category."""
+    lang_dir = data_all / f"data_{language}"
+    name = f"data_{category}.json"
+    return lang_dir / name, lang_dir / "possible_answer" / name
+
+
+def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(line_number, record)`` for every non-blank line; DataError naming file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"ACEBench data file missing: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"ACEBench data file unreadable: {path}: {exc}") from None
+    records: list[tuple[int, dict[str, Any]]] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"malformed JSON in {path} line {lineno}: {exc.msg}") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{path} line {lineno}: expected a JSON object, got {type(record).__name__}")
+        records.append((lineno, record))
+    return records
+
+
+def load_category(data_all: Path, language: str, category: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(prompt_record, answer_record)`` pairs of one category in file order.
+
+    Pairs by position and checks that ids match (spec §1.1); DataError otherwise.
+    """
+    prompt_path, answer_path = category_files(data_all, language, category)
+    prompts = read_jsonl(prompt_path)
+    answers = read_jsonl(answer_path)
+    if len(prompts) != len(answers):
+        raise DataError(
+            f"{prompt_path} has {len(prompts)} records but {answer_path} has {len(answers)}"
+        )
+    pairs = []
+    for (p_line, prompt), (a_line, answer) in zip(prompts, answers):
+        for key in ("id", "question", "function"):
+            if key not in prompt:
+                raise DataError(f"{prompt_path} line {p_line}: record lacks {key!r}")
+        if not isinstance(prompt["function"], list):
+            raise DataError(f"{prompt_path} line {p_line}: 'function' is not a list")
+        for key in ("id", "ground_truth"):
+            if key not in answer:
+                raise DataError(f"{answer_path} line {a_line}: record lacks {key!r}")
+        if prompt["id"] != answer["id"]:
+            raise DataError(
+                f"{answer_path} line {a_line}: id {answer['id']!r} does not match "
+                f"{prompt['id']!r} at {prompt_path} line {p_line}"
+            )
+        pairs.append((prompt, answer))
+    return pairs
+
+
+def language_fingerprint(data_all: Path, language: str) -> str:
+    """The per-language data fingerprint of spec §1.7 (SHA-256 hex).
+
+    For every category in §1.2 order: the prompt file then the answer file, each as the
+    line ``<path relative to data_all>\\t<sha256 of the bytes>\\n``; the concatenation is hashed.
+    """
+    lines = []
+    for category in ALL_CATEGORIES:
+        for path in category_files(data_all, language, category):
+            try:
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:
+                raise DataError(f"ACEBench data file missing: {path}") from None
+            lines.append(f"{path.relative_to(data_all).as_posix()}\t{digest}\n")
+    return hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()

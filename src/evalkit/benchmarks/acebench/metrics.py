@@ -1,0 +1,156 @@
+"""Aggregation of per-sample verdicts into ACEBench metrics (spec §4.2, §4.5, §4.6).
+
+Names: ``accuracy/<category>``, ``process_acc/<multi-turn category>``, ``accuracy/<GROUP>``
+and ``overall``; with both languages every name gets a language level
+(``accuracy/en/<category>``, ``overall/en``) and ``overall`` is the mean of the two.
+Everything is computed at full precision (upstream rounds each level to 3 decimals).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import fmean
+from typing import Any, Iterable
+
+from evalkit.benchmarks.acebench.categories import ALL_CATEGORIES, GROUPS, MULTI_TURN_CATEGORIES, OVERALL_WEIGHTS
+
+
+def dialogue_id(record_id: str) -> str:
+    """Dialogue of a normal multi-turn record: the id without its last ``_<n>`` (spec §1.5)."""
+    return record_id.rsplit("_", 1)[0]
+
+
+def multi_turn_scores(steps: Iterable[tuple[str, bool]]) -> tuple[float, float]:
+    """``(accuracy, process_acc)`` of a multi-turn category from ``(record_id, passed)`` steps.
+
+    A dialogue scores 1 only if all its steps passed; its process score is passed/steps
+    (spec §4.5). Both are averaged over dialogues.
+    """
+    dialogues: dict[str, list[bool]] = defaultdict(list)
+    for record_id, passed in steps:
+        dialogues[dialogue_id(record_id)].append(bool(passed))
+    if not dialogues:
+        raise ValueError("no dialogue steps")
+    end = [1.0 if all(v) else 0.0 for v in dialogues.values()]
+    process = [sum(v) / len(v) for v in dialogues.values()]
+    return fmean(end), fmean(process)
+
+
+def group_scores(category_accuracy: dict[str, float]) -> dict[str, float]:
+    """Unweighted means of the evaluated categories of every group (spec §4.6)."""
+    out = {}
+    for group, members in GROUPS.items():
+        values = [category_accuracy[c] for c in members if c in category_accuracy]
+        if values:
+            out[group] = fmean(values)
+    return out
+
+
+def overall_score(groups: dict[str, float]) -> float | None:
+    """0.578·NORMAL + 0.2676·SPECIAL + 0.1545·AGENT.
+
+    With all three groups this is the upstream formula as is; when some group was not
+    evaluated the weights are renormalised over the evaluated ones. ``None`` if none was.
+    """
+    present = {g: w for g, w in OVERALL_WEIGHTS.items() if g in groups}
+    if not present:
+        return None
+    total = sum(w * groups[g] for g, w in present.items())
+    if len(present) == len(OVERALL_WEIGHTS):
+        return total
+    return total / sum(present.values())
+
+
+def language_metrics(rows: list[tuple[str, str, float]], counts: dict[str, int] | None = None) -> dict[str, float]:
+    """Metrics of one language from ``(category, record_id, accuracy)`` rows of scored samples.
+
+    ``counts``, when given, receives the number of scored units per category (records;
+    dialogues for the multi-turn categories).
+    """
+    by_category: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for category, record_id, accuracy in rows:
+        by_category[category].append((record_id, accuracy))
+    metrics: dict[str, float] = {}
+    category_accuracy: dict[str, float] = {}
+    for category in ALL_CATEGORIES:
+        items = by_category.get(category)
+        if not items:
+            continue
+        if category in MULTI_TURN_CATEGORIES:
+            acc, process = multi_turn_scores((rid, a >= 1.0) for rid, a in items)
+            metrics[f"process_acc/{category}"] = process
+            n_units = len({dialogue_id(rid) for rid, _ in items})
+        else:
+            acc = fmean(a for _, a in items)
+            n_units = len(items)
+        if counts is not None:
+            counts[category] = n_units
+        category_accuracy[category] = acc
+        metrics[f"accuracy/{category}"] = acc
+    groups = group_scores(category_accuracy)
+    for group, value in groups.items():
+        metrics[f"accuracy/{group}"] = value
+    overall = overall_score(groups)
+    if overall is not None:
+        metrics["overall"] = overall
+    return metrics
+
+
+def aggregate_records(
+    samples: list[Any],
+    records: list[dict[str, Any]],
+    languages: list[str],
+    counts: dict[tuple[str, str], int] | None = None,
+) -> dict[str, float]:
+    """Metrics from scored records (rows of predictions.jsonl) for the selected samples.
+
+    A multi-turn dialogue counts only once all its selected steps are scored. ``counts``,
+    when given, receives the scored units per ``(language, category)``.
+    """
+    by_id = {s.id: s for s in samples}
+    scored: dict[str, float] = {}
+    for record in records:
+        sample = by_id.get(record.get("sample_id"))
+        scores = record.get("scores") or {}
+        if sample is not None and "accuracy" in scores:
+            scored[sample.id] = float(scores["accuracy"])
+    # dialogues with an unscored step are left out
+    incomplete: set[tuple[str, str]] = set()
+    for s in samples:
+        if s.subset in MULTI_TURN_CATEGORIES and s.id not in scored:
+            incomplete.add((s.data["language"], dialogue_id(s.data["prompt"]["id"])))
+    rows: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
+    for s in samples:
+        if s.id not in scored:
+            continue
+        language, record_id = s.data["language"], s.data["prompt"]["id"]
+        if s.subset in MULTI_TURN_CATEGORIES and (language, dialogue_id(record_id)) in incomplete:
+            continue
+        rows[language].append((s.subset, record_id, scored[s.id]))
+    per_language_counts: dict[str, dict[str, int]] = {lang: {} for lang in languages}
+    if len(languages) == 1:
+        metrics = language_metrics(rows.get(languages[0], []), per_language_counts[languages[0]])
+        _merge_counts(counts, per_language_counts)
+        return metrics
+    metrics = {}
+    overalls = []
+    for language in languages:
+        per = language_metrics(rows.get(language, []), per_language_counts[language])
+        for name, value in per.items():
+            if name == "overall":
+                metrics[f"overall/{language}"] = value
+                overalls.append(value)
+            else:
+                kind, rest = name.split("/", 1)
+                metrics[f"{kind}/{language}/{rest}"] = value
+    if overalls and len(overalls) == len(languages):
+        metrics["overall"] = fmean(overalls)
+    _merge_counts(counts, per_language_counts)
+    return metrics
+
+
+def _merge_counts(out: dict[tuple[str, str], int] | None, per_language: dict[str, dict[str, int]]) -> None:
+    if out is not None:
+        for language, per in per_language.items():
+            for category, n in per.items():
+                out[(language, category)] = n

@@ -1,0 +1,60 @@
+"""``benchmark.*`` settings of ACEBench."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from evalkit.benchmarks.acebench.categories import AGENT_CATEGORIES, ALL_CATEGORIES
+from evalkit.benchmarks.base import BenchmarkSettings
+
+#: the pinned upstream commit (spec "Pins")
+UPSTREAM_COMMIT = "e6db74b735ead22c24f27367606a9408573b848f"
+DEFAULT_SOURCE_URL = f"https://github.com/ACEBench/ACEBench/archive/{UPSTREAM_COMMIT}.tar.gz"
+
+
+class AceBenchSettings(BenchmarkSettings):
+    """Settings of the ACEBench benchmark.
+
+    ``data_dir``: a directory holding ``data_all/`` (or being ``data_all/`` itself), with
+    ``prompts.json`` in it or in its parent; ``None`` downloads the pinned archive from
+    ``source_url`` into ``cache_dir``. ``language``: ``en``, ``zh`` or ``all`` (both).
+    ``user_model`` / ``max_dialog_turns`` / ``agent_prompt_language`` are for the agent
+    categories, which are not implemented yet.
+    """
+
+    name: Literal["acebench"] = "acebench"
+    data_dir: Path | None = None
+    cache_dir: Path = Field(default_factory=lambda: Path("~/.cache/evalkit/acebench").expanduser())
+    source_url: str = DEFAULT_SOURCE_URL
+    language: Literal["en", "zh", "all"] = "en"
+    user_model: str | None = None
+    max_dialog_turns: int = Field(default=40, gt=0)
+    agent_prompt_language: Literal["matched", "upstream_api"] = "matched"
+
+    @field_validator("subsets")
+    @classmethod
+    def _check_subsets(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        unknown = [s for s in value if s not in ALL_CATEGORIES]
+        if unknown:
+            raise ValueError(
+                f"unknown ACEBench categories {unknown}; valid names: {', '.join(ALL_CATEGORIES)}"
+            )
+        if len(set(value)) != len(value):
+            raise ValueError(f"duplicate ACEBench categories in {value}")
+        agent = [s for s in value if s in AGENT_CATEGORIES]
+        if agent:
+            raise ValueError(
+                f"ACEBench agent categories {agent} need agent rollouts, which are not implemented yet; "
+                "select normal_* / special_* categories only"
+            )
+        return value
+
+    @field_validator("cache_dir", "data_dir")
+    @classmethod
+    def _expand(cls, value: Path | None) -> Path | None:
+        return None if value is None else Path(value).expanduser()
