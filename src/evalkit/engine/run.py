@@ -1,0 +1,382 @@
+"""One run: validated config → samples → requests → execution → journal → summary.
+
+Data flow (ARCHITECTURE.md): load benchmark data (+ fingerprint) → build requests (prompt
+hash) → execute (Ray / in-process) → journal each finished sample at once → score →
+aggregate → ``summary.json``, ``report.md`` → MLflow. Scoring reads only the journal, so
+a resumed run and an uninterrupted one give the same metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import functools
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evalkit import __version__, secrets
+from evalkit.benchmarks.base import Benchmark, get_benchmark_class
+from evalkit.config import EvalConfig
+from evalkit.engine.executor import LocalExecutor, RayExecutor, Result, ensure_ray, run_requests, shutdown_ray
+from evalkit.engine.journal import JsonlAppender, latest_by_sample, read_jsonl
+from evalkit.errors import ConfigError, RunDirError
+from evalkit.types import Completion, Failure, Request, Sample, canonical_json, sha256_hex
+
+log = logging.getLogger("evalkit")
+
+PREDICTIONS = "predictions.jsonl"
+FAILED = "failed.jsonl"
+SUMMARY = "summary.json"
+
+
+@dataclass
+class RunResult:
+    """What a finished run left: its directory, its summary, and the process exit code
+    (0 complete, 1 incomplete)."""
+
+    run_dir: Path
+    summary: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.summary["status"] == "complete" else 1
+
+
+# ------------------------------------------------------------------------------------------
+# selection and identity
+# ------------------------------------------------------------------------------------------
+def select_samples(samples: list[Sample], cfg: EvalConfig) -> list[Sample]:
+    """Apply ``run.sample_ids`` / ``run.sample_ids_file`` then ``run.limit`` (first N).
+
+    Raises:
+        ConfigError: a requested id that the benchmark does not have.
+    """
+    wanted: list[str] | None = None
+    if cfg.run.sample_ids is not None:
+        wanted = list(cfg.run.sample_ids)
+    if cfg.run.sample_ids_file is not None:
+        lines = Path(cfg.run.sample_ids_file).read_text(encoding="utf-8").splitlines()
+        wanted = (wanted or []) + [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+    if wanted is not None:
+        by_id = {s.id: s for s in samples}
+        unknown = [sid for sid in wanted if sid not in by_id]
+        if unknown:
+            example = samples[0].id if samples else "none"
+            raise ConfigError(f"run.sample_ids: unknown sample id {unknown[0]!r} (ids look like {example!r})")
+        seen: set[str] = set()
+        samples = [by_id[sid] for sid in wanted if not (sid in seen or seen.add(sid))]
+    if cfg.run.limit is not None:
+        samples = samples[: cfg.run.limit]
+    return samples
+
+
+def data_fingerprint(samples: list[Sample]) -> str:
+    """SHA-256 over the evaluated records (id, subset and payload, in selection order)."""
+    h = sha256_hex("".join(canonical_json([s.id, s.subset, s.data]) + "\n" for s in samples))
+    return h
+
+
+def code_version() -> str:
+    """``<version>+<sha256 of evalkit's sources, 12 hex>``: identifies the code that scored."""
+    root = Path(__file__).resolve().parents[1]
+    digest = sha256_hex(
+        "".join(
+            f"{p.relative_to(root)}\0{sha256_hex(p.read_bytes())}\n" for p in sorted(root.rglob("*.py"))
+        )
+    )
+    return f"{__version__}+{digest[:12]}"
+
+
+# ------------------------------------------------------------------------------------------
+# run directory
+# ------------------------------------------------------------------------------------------
+def make_run_dir(cfg: EvalConfig) -> tuple[Path, bool]:
+    """The run directory and whether it is resumed.
+
+    New runs go to ``<output_root>/runs/<benchmark>/<model>/<YYYYmmdd-HHMMSS>-<pid>``
+    (or ``run.dir``, which must not exist).
+    """
+    if cfg.run.resume is not None:
+        run_dir = Path(cfg.run.resume)
+        prev = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+        for key, now in (("benchmark", cfg.benchmark.name), ("model", cfg.model.name)):
+            was = (prev.get(key) or {}).get("name")
+            if was != now:
+                raise RunDirError(f"run.resume: {run_dir} is a run of {key}={was}, not {key}={now}")
+        return run_dir, True
+    if cfg.run.dir is not None:
+        run_dir = Path(cfg.run.dir)
+        if run_dir.exists():
+            raise RunDirError(f"run.dir: {run_dir} already exists; use run.resume={run_dir} to continue it")
+    else:
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        run_dir = cfg.run.output_root / "runs" / cfg.benchmark.name / cfg.model.name / f"{stamp}-{os.getpid()}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    return run_dir, False
+
+
+def write_config(run_dir: Path, raw_cfg: dict[str, Any]) -> None:
+    """``config.yaml``: the resolved config with secrets redacted."""
+    text = yaml.safe_dump(secrets.redact_config(raw_cfg), sort_keys=False, allow_unicode=True)
+    (run_dir / "config.yaml").write_text(text, encoding="utf-8")
+
+
+def _setup_file_logging(run_dir: Path) -> logging.Handler:
+    handler = logging.FileHandler(run_dir / "evalkit.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(secrets.ScrubFilter())
+    logging.getLogger().addHandler(handler)
+    log.setLevel(logging.INFO)
+    return handler
+
+
+# ------------------------------------------------------------------------------------------
+# model construction
+# ------------------------------------------------------------------------------------------
+def _offline_outputs(cfg: EvalConfig, bench: Benchmark, samples: list[Sample]) -> tuple[dict[str, str], str]:
+    if cfg.model.kind == "reference":
+        outputs = {s.id: bench.reference_output(s) for s in samples}
+        return outputs, "gold"
+    from evalkit.models.offline import file_digest, load_replay_file
+
+    assert cfg.model.path is not None
+    return load_replay_file(cfg.model.path), file_digest(cfg.model.path)
+
+
+def _litellm_factory(cfg: EvalConfig, api_base: str | None) -> Any:
+    from evalkit.models.litellm_client import LiteLLMModel
+
+    backend = cfg.backend
+    return functools.partial(
+        LiteLLMModel,
+        provider_model=cfg.model.provider_model,
+        api=cfg.model.api,
+        api_base=api_base,
+        api_key=cfg.api_key(),
+        timeout_s=cfg.request_timeout_s(),
+        max_retries=backend.max_retries,
+        retry_initial_wait_s=backend.retry_initial_wait_s,
+        retry_max_wait_s=backend.retry_max_wait_s,
+        retry_budget_s=backend.retry_budget_s,
+        extra_body=dict(cfg.model.extra_body),
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# records
+# ------------------------------------------------------------------------------------------
+def prediction_record(bench: Benchmark, sample: Sample, request: Request, model_id: str, completion: Completion) -> dict[str, Any]:
+    """One ``predictions.jsonl`` row (record contract of ARCHITECTURE.md)."""
+    scored = bench.score(sample, completion.text or "")
+    status = scored.status
+    if status == "ok" and completion.finish_reason == "length":
+        status = "truncated"
+    return {
+        "sample_id": sample.id,
+        "subset": sample.subset,
+        "status": status,
+        "output": completion.text,
+        "parsed": scored.parsed,
+        "scores": scored.scores,
+        "checks": scored.checks,
+        "failed_checks": scored.failed_checks,
+        "detail": scored.detail,
+        "request_hash": request.request_hash(model_id),
+        "prompt_hash": request.prompt_hash(),
+        "usage": completion.usage,
+        "latency_s": round(completion.latency_s, 4),
+        "attempts": completion.attempts,
+        "cached": completion.cached,
+        "finish_reason": completion.finish_reason,
+        "reasoning": completion.reasoning,
+    }
+
+
+def failure_record(sample: Sample, request: Request, model_id: str, failure: Failure) -> dict[str, Any]:
+    """One ``failed.jsonl`` row: the sample is not scored."""
+    return {
+        "sample_id": sample.id,
+        "subset": sample.subset,
+        "error_kind": failure.error_kind,
+        "message": failure.message,
+        "attempts": failure.attempts,
+        "actor": failure.actor,
+        "request_hash": request.request_hash(model_id),
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# the run
+# ------------------------------------------------------------------------------------------
+def run_evaluation(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> RunResult:
+    """Execute one validated run end to end and return where it left its results.
+
+    Raises:
+        ConfigError / DataError / RunDirError: before any request is sent.
+    """
+    secrets.register(cfg.api_key())
+    bench_cls = get_benchmark_class(cfg.benchmark.name)
+    bench = bench_cls(cfg.benchmark)
+    samples = select_samples(bench.load(), cfg)
+    if not samples:
+        raise ConfigError("run: the selection is empty (check benchmark.subsets, run.sample_ids, run.limit)")
+
+    params = cfg.generation_params()
+    requests: dict[str, Request] = {}
+    for sample in samples:
+        req = bench.build(sample, cfg.shots.n)
+        req.params = dict(params)
+        requests[sample.id] = req
+
+    run_dir, resumed = make_run_dir(cfg)
+    handler = _setup_file_logging(run_dir)
+    try:
+        return _run_in_dir(cfg, raw_cfg, bench, samples, requests, run_dir, resumed)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+
+
+def _run_in_dir(
+    cfg: EvalConfig,
+    raw_cfg: dict[str, Any],
+    bench: Benchmark,
+    samples: list[Sample],
+    requests: dict[str, Request],
+    run_dir: Path,
+    resumed: bool,
+) -> RunResult:
+    started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    if not resumed:
+        write_config(run_dir, raw_cfg)
+    elif (run_dir / FAILED).exists():
+        # failures of earlier attempts are history: this attempt retries them
+        k = 1
+        while (run_dir / f"failed.prev-{k}.jsonl").exists():
+            k += 1
+        shutil.move(str(run_dir / FAILED), str(run_dir / f"failed.prev-{k}.jsonl"))
+    (run_dir / FAILED).touch()
+
+    by_id = {s.id: s for s in samples}
+    cache_dir = (cfg.run.cache_dir or cfg.run.output_root / "cache") if cfg.run.cache else None
+
+    with ExitStack() as stack:
+        api_base: str | None = getattr(cfg.backend, "api_base", None)
+        if cfg.backend.kind == "offline":
+            outputs, source = _offline_outputs(cfg, bench, samples)
+            from evalkit.models.offline import TableModel
+
+            model_id = TableModel(cfg.model.name, {}, source).model_id
+            executor: Any = LocalExecutor(TableModel(cfg.model.name, outputs, source), None)
+        else:
+            if cfg.backend.kind == "llamacpp" and not api_base:
+                from evalkit.backends.llamacpp import LlamaCppServer
+
+                b = cfg.backend
+                server = LlamaCppServer(
+                    gguf=b.gguf, model_alias=b.model_alias, port=b.port, n_ctx=b.n_ctx,
+                    n_threads=b.n_threads, fresh_prompt_eval=b.fresh_prompt_eval,
+                    startup_timeout_s=b.startup_timeout_s, log_file=b.log_file or run_dir / "llama-server.log",
+                )  # fmt: skip
+                api_base = stack.enter_context(server)
+            factory = _litellm_factory(cfg, api_base)
+            model_id = factory().model_id
+            started_ray = ensure_ray(cfg.runner.address, cfg.runner.num_cpus)
+            if started_ray:
+                stack.callback(shutdown_ray)
+            executor = RayExecutor(factory, cache_dir, cfg.runner.num_workers, cfg.backend.concurrency)
+        stack.callback(executor.close)
+
+        hashes = {sid: req.request_hash(model_id) for sid, req in requests.items()}
+        done = latest_by_sample(run_dir / PREDICTIONS, hashes)
+        pending = [requests[s.id] for s in samples if s.id not in done]
+        log.info("run %s: %d samples, %d already journaled, %d to run", run_dir, len(samples), len(done), len(pending))
+
+        predictions = stack.enter_context(JsonlAppender(run_dir / PREDICTIONS))
+        failed = stack.enter_context(JsonlAppender(run_dir / FAILED))
+        progress = _progress(len(pending), f"{cfg.benchmark.name}/{cfg.model.name}", cfg.run.progress)
+        stack.callback(progress.close)
+        n_fail = 0
+
+        def on_result(request: Request, result: Result) -> None:
+            nonlocal n_fail
+            sample = by_id[request.sample_id]
+            if isinstance(result, Completion):
+                predictions.append(prediction_record(bench, sample, request, model_id, result))
+            else:
+                n_fail += 1
+                failed.append(failure_record(sample, request, model_id, result))
+            progress.update(1)
+            if n_fail:
+                progress.set_postfix(failed=n_fail, refresh=False)
+
+        if pending:
+            asyncio.run(run_requests(executor, pending, cfg.backend.concurrency, on_result))
+
+    finished_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    summary = finalize(cfg, bench, samples, requests, model_id, run_dir, started_at, finished_at, time.perf_counter() - t0)
+    return RunResult(run_dir, summary)
+
+
+def _progress(total: int, desc: str, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="sample", file=sys.stderr, disable=not enabled or total == 0, dynamic_ncols=True)
+
+
+def finalize(
+    cfg: EvalConfig,
+    bench: Benchmark,
+    samples: list[Sample],
+    requests: dict[str, Request],
+    model_id: str,
+    run_dir: Path,
+    started_at: str,
+    finished_at: str,
+    wall_s: float,
+) -> dict[str, Any]:
+    """Read the journal back, aggregate, write ``summary.json`` and ``report.md``, log to
+    MLflow. The headline metrics are withheld (``partial_*`` instead) when any selected
+    sample has no scored prediction."""
+    from evalkit.report.summary import build_summary, write_report
+    from evalkit.tracking import log_run
+
+    hashes = {sid: req.request_hash(model_id) for sid, req in requests.items()}
+    done = latest_by_sample(run_dir / PREDICTIONS, hashes)
+    records = [done[s.id] for s in samples if s.id in done]
+    failures = {r["sample_id"]: r for r in read_jsonl(run_dir / FAILED) if r.get("sample_id") in hashes and r["sample_id"] not in done}
+    missing = [s.id for s in samples if s.id not in done]
+    metrics = bench.aggregate(samples, records)
+    prompt_hash = sha256_hex("".join(f"{s.id}\0{requests[s.id].prompt_hash()}\n" for s in samples))
+    summary = build_summary(
+        cfg=cfg,
+        bench=bench,
+        samples=samples,
+        records=records,
+        failures=failures,
+        missing=missing,
+        metrics=metrics,
+        fingerprint=data_fingerprint(samples),
+        prompt_hash=prompt_hash,
+        code_version=code_version(),
+        model_id=model_id,
+        started_at=started_at,
+        finished_at=finished_at,
+        wall_s=wall_s,
+    )
+    (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_report(run_dir, summary, bench)
+    if cfg.tracking.kind == "mlflow":
+        log_run(cfg, run_dir, summary)
+    return summary

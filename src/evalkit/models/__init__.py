@@ -1,0 +1,1 @@
+"""Models: the protocol, the litellm client, and offline models (reference, replay)."""

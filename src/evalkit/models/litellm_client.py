@@ -1,0 +1,232 @@
+"""The only way evalkit talks to a provider: litellm, with bounded retries.
+
+Retry rule (engine policy, one place): retry on HTTP 408/409/429/5xx, timeouts and
+connection errors, with exponential back-off and jitter, honouring ``Retry-After`` (capped
+at ``retry_max_wait_s``); never retry any other 4xx (bad request, auth, not found,
+context window). Retries are bounded by count (``max_retries``) and by time
+(``retry_budget_s``). Empty content is not an answer: it raises a ``ModelCallError`` of
+kind ``empty`` (``truncated_empty`` when the provider stopped at the token limit, e.g. a
+reasoning model that spent the whole budget thinking).
+"""
+
+from __future__ import annotations
+
+import os
+
+# litellm fetches a remote model-cost map at import unless told not to (offline machines
+# would wait on it). Must be set before the first ``import litellm`` in any process.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import email.utils  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any  # noqa: E402
+
+import litellm  # noqa: E402
+from tenacity import (  # noqa: E402
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
+
+from evalkit.models.base import ModelCallError  # noqa: E402
+from evalkit.types import Completion, Failure, Request  # noqa: E402
+
+litellm.suppress_debug_info = True
+litellm.telemetry = False
+
+RETRYABLE_STATUS = {408, 409, 429}
+
+
+@dataclass
+class LiteLLMModel:
+    """A model reached through ``litellm.acompletion`` / ``litellm.atext_completion``.
+
+    Attributes:
+        provider_model: litellm model string (``openai/smollm2``, ``deepseek/deepseek-chat``).
+        api: ``chat`` (messages) or ``completion`` (text prompt).
+        api_base / api_key: endpoint and credential (the key is never logged or pickled
+            into records).
+        timeout_s: per-attempt timeout in seconds.
+        max_retries, retry_initial_wait_s, retry_max_wait_s, retry_budget_s: retry policy.
+        extra_body: extra provider request fields (e.g. ``{"min_tokens": 8}``).
+    """
+
+    provider_model: str
+    api: str = "chat"
+    api_base: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 600.0
+    max_retries: int = 5
+    retry_initial_wait_s: float = 1.0
+    retry_max_wait_s: float = 60.0
+    retry_budget_s: float = 600.0
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model_id(self) -> str:
+        """Cache identity: provider model plus endpoint (never the key)."""
+        return f"{self.provider_model}@{self.api_base or 'default'}"
+
+    # ---- one attempt ------------------------------------------------------------------
+    async def _attempt(self, request: Request) -> Completion:
+        kwargs: dict[str, Any] = dict(request.params)
+        kwargs.update(
+            model=self.provider_model,
+            timeout=self.timeout_s,
+            num_retries=0,  # evalkit owns the retry policy
+            max_retries=0,  # and the OpenAI SDK must not retry underneath it
+        )
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        if self.api_key:
+            kwargs["api_key"] = self.api_key
+        elif self.api_base:
+            kwargs["api_key"] = "sk-no-key-needed"  # local OpenAI-compatible servers ignore it
+        if self.extra_body:
+            kwargs["extra_body"] = dict(self.extra_body)
+        start = time.perf_counter()
+        if self.api == "completion" or request.messages is None:
+            prompt = request.prompt if request.prompt is not None else _messages_as_text(request.messages or [])
+            resp = await litellm.atext_completion(prompt=prompt, **kwargs)
+            choice = resp.choices[0]
+            text, reasoning = choice.text, None
+        else:
+            resp = await litellm.acompletion(messages=request.messages, **kwargs)
+            choice = resp.choices[0]
+            text = choice.message.content
+            reasoning = getattr(choice.message, "reasoning_content", None)
+        latency = time.perf_counter() - start
+        usage = {}
+        if getattr(resp, "usage", None) is not None:
+            usage = {
+                "prompt_tokens": int(getattr(resp.usage, "prompt_tokens", 0) or 0),
+                "completion_tokens": int(getattr(resp.usage, "completion_tokens", 0) or 0),
+            }
+        finish = getattr(choice, "finish_reason", None)
+        if text is None or not str(text).strip():
+            kind = "truncated_empty" if finish == "length" else "empty"
+            detail = "reasoning only, no final answer" if reasoning else "no content"
+            raise ModelCallError(Failure(kind, f"{detail} (finish_reason={finish})"))
+        return Completion(
+            text=str(text), finish_reason=finish, reasoning=reasoning, usage=usage, latency_s=latency
+        )
+
+    # ---- with retries -----------------------------------------------------------------
+    async def generate(self, request: Request) -> Completion:
+        """Answer ``request``; raises :class:`ModelCallError` when no answer was obtained."""
+        attempts = 0
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_retryable),
+            stop=stop_after_attempt(self.max_retries + 1) | stop_after_delay(self.retry_budget_s),
+            wait=_RetryAfterWait(self.retry_initial_wait_s, self.retry_max_wait_s),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    completion = await self._attempt(request)
+        except ModelCallError as exc:
+            exc.failure.attempts = attempts
+            raise
+        except Exception as exc:  # noqa: BLE001 - every provider error becomes a Failure
+            raise ModelCallError(Failure(error_kind(exc), _short(exc), attempts=attempts)) from None
+        completion.attempts = attempts
+        return completion
+
+
+def _messages_as_text(messages: list[dict[str, Any]]) -> str:
+    return "\n".join(str(m.get("content", "")) for m in messages)
+
+
+def status_code(exc: BaseException) -> int | None:
+    """HTTP status of a provider error, if any."""
+    code = getattr(exc, "status_code", None)
+    return int(code) if isinstance(code, int) else None
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Engine retry rule: 408/409/429/5xx, timeouts and connection errors; no other 4xx."""
+    if isinstance(exc, ModelCallError):
+        return False
+    code = status_code(exc)
+    if isinstance(exc, (litellm.Timeout, litellm.APIConnectionError)) and (code is None or code >= 500 or code in RETRYABLE_STATUS):
+        return True
+    if code is None:
+        return isinstance(exc, (TimeoutError, ConnectionError, OSError))
+    return code in RETRYABLE_STATUS or code >= 500
+
+
+def error_kind(exc: BaseException) -> str:
+    """Short failure kind for ``failed.jsonl``."""
+    if isinstance(exc, litellm.ContextWindowExceededError):
+        return "context_window"
+    if isinstance(exc, litellm.Timeout) or isinstance(exc, TimeoutError):
+        return "timeout"
+    code = status_code(exc)
+    if code == 429:
+        return "rate_limit"
+    if code in (401, 403):
+        return "auth"
+    if code is not None and code >= 500:
+        return "server_error"
+    if code is not None and code >= 400:
+        return "client_error"
+    if isinstance(exc, (litellm.APIConnectionError, ConnectionError, OSError)):
+        return "connection"
+    return "internal"
+
+
+def retry_after_seconds(exc: BaseException | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or HTTP date), if present."""
+    if exc is None:
+        return None
+    headers = None
+    response = getattr(exc, "response", None)
+    if response is not None:
+        headers = getattr(response, "headers", None)
+    headers = headers or getattr(exc, "headers", None) or getattr(exc, "litellm_response_headers", None)
+    if not headers:
+        return None
+    value = None
+    for key in ("retry-after", "Retry-After"):
+        try:
+            value = headers.get(key)
+        except AttributeError:
+            value = None
+        if value:
+            break
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+            return max(0.0, when.timestamp() - time.time())
+        except (TypeError, ValueError):
+            return None
+
+
+class _RetryAfterWait:
+    """tenacity wait: the server's ``Retry-After`` if given, else exponential jitter."""
+
+    def __init__(self, initial: float, maximum: float):
+        self.maximum = maximum
+        self.backoff = wait_exponential_jitter(initial=initial, max=maximum, jitter=initial)
+
+    def __call__(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        hinted = retry_after_seconds(exc)
+        if hinted is not None:
+            return min(hinted, self.maximum)
+        return self.backoff(state)
+
+
+def _short(exc: BaseException, limit: int = 500) -> str:
+    text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    return text[:limit]

@@ -1,0 +1,63 @@
+"""Models that need no network: ``reference`` (gold replay) and ``replay`` (recorded outputs).
+
+Both answer from a table keyed by sample id that the driver builds before the run, so
+they go through exactly the same engine path (journal, scoring, resume) as a real model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from evalkit.errors import DataError
+from evalkit.models.base import ModelCallError
+from evalkit.types import Completion, Failure, Request, sha256_hex
+
+
+class TableModel:
+    """Answers each request with ``outputs[request.sample_id]``.
+
+    A sample absent from the table is a failure of kind ``missing_output`` (replay of a
+    file that does not cover the selection), never an empty answer scored as 0.
+    """
+
+    def __init__(self, name: str, outputs: dict[str, str], source: str):
+        self.outputs = outputs
+        self.model_id = f"{name}:{source}"
+
+    async def generate(self, request: Request) -> Completion:
+        text = self.outputs.get(request.sample_id)
+        if text is None:
+            raise ModelCallError(Failure("missing_output", f"no recorded output for {request.sample_id}", attempts=1))
+        if not text.strip():
+            raise ModelCallError(Failure("empty", "recorded output is empty", attempts=1))
+        return Completion(text=text, finish_reason="stop", attempts=1)
+
+
+def load_replay_file(path: Path) -> dict[str, str]:
+    """Read a replay file: JSONL of ``{"sample_id": str, "output": str}``.
+
+    Raises:
+        DataError: a line that is not such an object (names file and line) or a sample id
+            given twice with different outputs.
+    """
+    outputs: dict[str, str] = {}
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("sample_id"), str) or not isinstance(row.get("output"), str):
+                raise DataError(f"{path}:{lineno}: expected an object with string fields sample_id and output")
+            sid = row["sample_id"]
+            if sid in outputs and outputs[sid] != row["output"]:
+                raise DataError(f"{path}:{lineno}: sample {sid} appears twice with different outputs")
+            outputs[sid] = row["output"]
+    return outputs
+
+
+def file_digest(path: Path) -> str:
+    return sha256_hex(Path(path).read_bytes())[:16]

@@ -1,0 +1,5 @@
+"""Experiment tracking (MLflow)."""
+
+from evalkit.tracking.mlflow_tracking import log_run
+
+__all__ = ["log_run"]

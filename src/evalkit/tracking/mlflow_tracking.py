@@ -1,0 +1,105 @@
+"""MLflow logging of a finished (or resumed) run.
+
+Per run: params = the resolved config flattened to dotted keys (secrets redacted);
+tags = benchmark, model, shots, status, data fingerprint, prompt hash, code version;
+metrics = the summary's metrics (``partial_*`` when incomplete); artifacts = every file of
+the run directory. Default store: ``sqlite:///<run.output_root>/mlflow.db`` with
+artifacts under ``<run.output_root>/mlartifacts``. A resumed run logs into the MLflow run
+it started (``tracking.json`` in the run directory keeps its id).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evalkit import secrets
+
+log = logging.getLogger(__name__)
+
+
+def tracking_uri(cfg: Any) -> str:
+    if cfg.tracking.tracking_uri:
+        return cfg.tracking.tracking_uri
+    return f"sqlite:///{Path(cfg.run.output_root).resolve() / 'mlflow.db'}"
+
+
+def artifact_root(cfg: Any) -> str:
+    if cfg.tracking.artifact_root:
+        return cfg.tracking.artifact_root
+    return (Path(cfg.run.output_root).resolve() / "mlartifacts").as_uri()
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dict → ``{"a.b.c": value}`` (lists kept as their JSON text)."""
+    out: dict[str, Any] = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    else:
+        out[prefix[:-1]] = json.dumps(obj, ensure_ascii=False) if isinstance(obj, (list, tuple)) else obj
+    return out
+
+
+def log_run(cfg: Any, run_dir: Path, summary: dict[str, Any]) -> str:
+    """Log ``run_dir`` to MLflow; returns the MLflow run id."""
+    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+    uri = tracking_uri(cfg)
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(cfg.tracking.experiment)
+    exp_id = exp.experiment_id if exp else client.create_experiment(cfg.tracking.experiment, artifact_location=artifact_root(cfg))
+
+    state_file = Path(run_dir) / "tracking.json"
+    run_id = None
+    if state_file.exists():
+        run_id = json.loads(state_file.read_text(encoding="utf-8")).get("mlflow_run_id")
+    tags = {
+        "benchmark": summary["benchmark"],
+        "model": summary["model"],
+        "shots": str(summary["shots"]),
+        "status": summary["status"],
+        "data_fingerprint": summary["data_fingerprint"],
+        "prompt_hash": summary["prompt_hash"],
+        "code_version": summary["code_version"],
+        "run_dir": str(Path(run_dir).resolve()),
+        "mlflow.runName": f"{summary['benchmark']}-{summary['model']}-{Path(run_dir).name}",
+    }
+    if run_id is None:
+        run = client.create_run(exp_id, tags=tags)
+        run_id = run.info.run_id
+        state_file.write_text(json.dumps({"mlflow_run_id": run_id, "tracking_uri": uri}) + "\n", encoding="utf-8")
+        resolved = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
+        params = {k: v for k, v in flatten(secrets.redact_config(resolved)).items() if not k.startswith("hydra.")}
+        items = [mlflow.entities.Param(k[:250], str(v)[:6000]) for k, v in params.items()]
+        for i in range(0, len(items), 100):
+            client.log_batch(run_id, params=items[i : i + 100])
+    else:
+        for k, v in tags.items():
+            client.set_tag(run_id, k, v)
+    metrics = summary["metrics"] if summary["status"] == "complete" else summary.get("partial_metrics", {})
+    counts = {"n_samples": summary["n_samples"], "n_scored": summary["n_scored"], "n_failed": summary["n_failed"]}
+    import time
+
+    now = int(time.time() * 1000)
+    entries = [mlflow.entities.Metric(k, float(v), now, 0) for k, v in {**metrics, **counts}.items() if isinstance(v, (int, float))]
+    for i in range(0, len(entries), 500):
+        client.log_batch(run_id, metrics=entries[i : i + 500])
+    for path in sorted(Path(run_dir).iterdir()):
+        if path.is_file() and path.name != "tracking.json":
+            client.log_artifact(run_id, str(path))
+        elif path.is_dir():
+            client.log_artifacts(run_id, str(path), artifact_path=path.name)
+    client.set_terminated(run_id, status="FINISHED" if summary["status"] == "complete" else "FAILED")
+    return run_id
