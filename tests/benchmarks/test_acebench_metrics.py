@@ -1,0 +1,104 @@
+"""ACEBench aggregation: dialogues (§4.5), groups and OVERALL (§4.6), pitfalls 12-13."""
+
+from __future__ import annotations
+
+import pytest
+
+from evalkit.benchmarks.acebench import AceBench, AceBenchSettings
+from evalkit.benchmarks.acebench.categories import NORMAL_CATEGORIES, SPECIAL_CATEGORIES
+from evalkit.benchmarks.acebench.metrics import group_scores, multi_turn_scores, overall_score
+from evalkit.types import Sample
+
+
+def test_pitfall_12_multi_turn_scored_per_dialogue(acebench_en):
+    assert multi_turn_scores([("c_0_0", True), ("c_0_1", True)]) == (1.0, 1.0)
+    assert multi_turn_scores([("c_0_0", True), ("c_0_1", False)]) == (0.0, 0.5)
+    end, process = multi_turn_scores([("c_0_0", True), ("c_0_1", False), ("c_1_0", True), ("c_1_1", True), ("c_1_2", False)])
+    assert end == 0.0 and process == pytest.approx((0.5 + 2 / 3) / 2)
+
+    bench, samples = acebench_en.bench, acebench_en.samples
+    records = []
+    for s in samples:
+        ok = s.subset != "normal_multi_turn_user_adjust" or not s.id.endswith("_1")  # fail every step 1
+        records.append({"sample_id": s.id, "subset": s.subset, "scores": {"accuracy": 1.0 if ok else 0.0}})
+    metrics = bench.aggregate(samples, records)
+    # every one of the 50 dialogues has a step 1 -> all dialogues fail
+    assert metrics["accuracy/normal_multi_turn_user_adjust"] == 0.0
+    adjust = [s for s in samples if s.subset == "normal_multi_turn_user_adjust"]
+    dialogues: dict[str, list[str]] = {}
+    for s in adjust:
+        dialogues.setdefault(s.data["prompt"]["id"].rsplit("_", 1)[0], []).append(s.id)
+    assert len(dialogues) == 50
+    expected_process = sum((len(v) - 1) / len(v) for v in dialogues.values()) / 50
+    assert metrics["process_acc/normal_multi_turn_user_adjust"] == pytest.approx(expected_process)
+    assert metrics["accuracy/normal_multi_turn_user_switch"] == 1.0
+    assert bench._counts[("en", "normal_multi_turn_user_adjust")] == 50
+
+
+def test_pitfall_13_groups_unweighted_and_overall_weights():
+    acc = {c: 1.0 for c in NORMAL_CATEGORIES}
+    acc["normal_single_turn_single_function"] = 0.0  # 100 records, but one category of 12
+    acc.update({"special_incomplete": 0.5, "special_error_param": 1.0, "special_irrelevant": 0.0})
+    groups = group_scores(acc)
+    assert groups["NORMAL"] == pytest.approx(11 / 12)
+    assert groups["SINGLE_TURN"] == 0.5
+    assert groups["ATOM"] == 1.0 and groups["MULTI_TURN"] == 1.0
+    assert groups["SPECIAL"] == 0.5
+    assert "AGENT" not in groups
+    # renormalised over the evaluated groups
+    assert overall_score(groups) == pytest.approx((0.578 * 11 / 12 + 0.2676 * 0.5) / (0.578 + 0.2676))
+    # with all three groups: the upstream formula as is
+    # (gpt-4o-2024-11-20 row of the upstream leaderboard: 0.896)
+    value = overall_score({"NORMAL": 0.927, "SPECIAL": 0.933, "AGENT": 0.715})
+    assert value == pytest.approx(0.578 * 0.927 + 0.2676 * 0.933 + 0.1545 * 0.715) and round(value, 3) == 0.896
+
+
+def _records(samples: list[Sample], score) -> list[dict]:
+    return [{"sample_id": s.id, "subset": s.subset, "scores": {"accuracy": score(s)}} for s in samples]
+
+
+def test_metric_names_full_precision(acebench_en):
+    samples = acebench_en.samples
+    # fail exactly one record of normal_similar_api -> 49/50, not rounded
+    metrics = acebench_en.bench.aggregate(samples, _records(samples, lambda s: 0.0 if s.id == "en/normal_similar_api_7" else 1.0))
+    assert metrics["accuracy/normal_similar_api"] == 0.98
+    assert metrics["accuracy/NORMAL"] == pytest.approx((11 + 0.98) / 12)
+    assert metrics["overall"] == pytest.approx((0.578 * (11 + 0.98) / 12 + 0.2676) / (0.578 + 0.2676))
+    assert set(metrics) == (
+        {f"accuracy/{c}" for c in NORMAL_CATEGORIES + SPECIAL_CATEGORIES}
+        | {"process_acc/normal_multi_turn_user_adjust", "process_acc/normal_multi_turn_user_switch"}
+        | {f"accuracy/{g}" for g in ("ATOM", "SINGLE_TURN", "MULTI_TURN", "NORMAL", "SPECIAL")}
+        | {"overall"}
+    )
+
+
+def test_language_all_per_language_names_and_mean_overall(acebench_dir):
+    bench = AceBench(AceBenchSettings(data_dir=acebench_dir, language="all", subsets=["normal_atom_bool", "special_irrelevant"]))
+    samples = bench.load()
+    metrics = bench.aggregate(samples, _records(samples, lambda s: 1.0 if s.id.startswith("en/") else 0.0))
+    assert metrics["accuracy/en/normal_atom_bool"] == 1.0 and metrics["accuracy/zh/normal_atom_bool"] == 0.0
+    assert metrics["overall/en"] == pytest.approx(1.0) and metrics["overall/zh"] == 0.0
+    assert metrics["overall"] == pytest.approx(0.5)
+    assert "accuracy/normal_atom_bool" not in metrics
+    tables = bench.report_tables(metrics)
+    titles = [t[0] for t in tables]
+    assert "ACEBench categories (en)" in titles and "ACEBench groups (zh)" in titles
+
+
+def test_partial_records_only_count_scored_samples(acebench_en):
+    samples = [s for s in acebench_en.samples if s.subset in ("normal_atom_enum", "normal_multi_turn_user_switch")]
+    scored = [s for s in samples if s.id not in ("en/normal_atom_enum_0", "en/normal_multi_turn_user_switch_3_1")]
+    metrics = acebench_en.bench.aggregate(samples, _records(scored, lambda s: 1.0))
+    assert metrics["accuracy/normal_atom_enum"] == 1.0
+    assert acebench_en.bench._counts[("en", "normal_atom_enum")] == 49
+    assert acebench_en.bench._counts[("en", "normal_multi_turn_user_switch")] == 49  # dialogue 3 left out
+
+
+def test_report_tables_rows(acebench_en):
+    samples = acebench_en.samples
+    metrics = acebench_en.bench.aggregate(samples, _records(samples, lambda s: 1.0))
+    (title, headers, rows), (gtitle, gheaders, grows) = acebench_en.bench.report_tables(metrics)
+    assert headers == ["category", "n", "accuracy", "process_acc"]
+    assert rows[0] == ["normal_single_turn_single_function", 100, 1.0, ""]
+    assert rows[2] == ["normal_multi_turn_user_adjust", 50, 1.0, 1.0]
+    assert [r[0] for r in grows] == ["ATOM", "SINGLE_TURN", "MULTI_TURN", "NORMAL", "SPECIAL", "overall"]
