@@ -169,5 +169,31 @@ def test_prompt_fingerprint_depends_on_language(acebench_en, acebench_zh):
     assert en == AceBench(AceBenchSettings(data_dir=acebench_en.bench.settings.data_dir)).prompt_fingerprint()
 
 
+# spec §2.2 template table (len / first 16 hex of SHA-256), independent of the code's copy
+SPEC_TEMPLATES = {
+    "SYSTEM_PROMPT_FOR_NORMAL_DATA": ((1476, "c142194cbe23c7f7"), (604, "a90208488db66521")),
+    "SYSTEM_PROMPT_FOR_PREFERENCE_DATA": ((1521, "bc070531e2cb568b"), (629, "3ddd17adc41f39df")),
+    "SYSTEM_PROMPT_FOR_SPECIAL_DATA": ((2569, "7313cee594b6cabf"), (1041, "3a34bb6e77bc7afd")),
+    "USER_PROMPT": ((37, "4a8681d9f87c02cc"), (20, "ea7488fbe4728cd8")),
+}
+
+
+@pytest.mark.parametrize("symbol", sorted(SPEC_TEMPLATES))
+def test_shared_templates_match_spec_digests(acebench_dir, symbol):
+    prompts = json.loads((acebench_dir / "prompts.json").read_text(encoding="utf-8"))["prompts"]
+    for lang, expected in zip(("en", "zh"), SPEC_TEMPLATES[symbol]):
+        text = prompts[f"model_inference/prompt_{lang}.py::{symbol}_{lang.upper()}"]
+        assert (len(text), sha256_hex(text)[:16]) == expected
+
+
+def test_every_shared_template_with_a_digest_verifies(acebench_dir):
+    from evalkit.benchmarks.acebench.prompts import TEMPLATE_DIGESTS, PromptTemplates
+
+    templates = PromptTemplates(acebench_dir / "prompts.json")
+    assert len(TEMPLATE_DIGESTS) == 24
+    for key in TEMPLATE_DIGESTS:
+        assert templates.get(key)
+
+
 def test_category_list_is_complete():
     assert len(ALL_CATEGORIES) == 17 and len(set(ALL_CATEGORIES)) == 17

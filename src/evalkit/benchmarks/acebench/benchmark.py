@@ -11,7 +11,6 @@ from evalkit.benchmarks.acebench.categories import (
     DEFAULT_CATEGORIES,
     GROUPS,
     LANGUAGES,
-    MULTI_TURN_CATEGORIES,
     family,
 )
 from evalkit.benchmarks.acebench.checker import check_special, score_normal

@@ -94,9 +94,9 @@ def normal_reference(functions: list[dict[str, Any]], ground_truth: Any) -> str:
 def special_reference(category: str, ground_truth: Any) -> str:
     """Minimal diagnostic answer holding the marker phrase and the verbatim names/values (§6.2)."""
     if "incomplete" in category and isinstance(ground_truth, dict):
-        parts = [f"{INCOMPLETE_MARKER} ({', '.join(names)}) for the api ({api})" for api, names in ground_truth.items()]
+        parts = [f"{INCOMPLETE_MARKER} ({', '.join(map(str, names))}) for the api ({api})" for api, names in ground_truth.items()]
         return "[" + ", ".join(f'"{p}"' for p in parts) + "]"
     if "error" in category and isinstance(ground_truth, dict):
-        parts = [f"{ERROR_PARAM_MARKER} ({', '.join(values)}) for the parameters ({param})" for param, values in ground_truth.items()]
+        parts = [f"{ERROR_PARAM_MARKER} ({', '.join(map(str, values))}) for the parameters ({param})" for param, values in ground_truth.items()]
         return "[" + ", ".join(f'"{p}."' for p in parts) + "]"
     return f'["{ground_truth}"]' if isinstance(ground_truth, str) else str(ground_truth)
