@@ -24,3 +24,72 @@ def shared_data_dir() -> Path:
 def acebench_dir(shared_data_dir: Path) -> Path:
     """The official ACEBench data (``data_all/``) with ``prompts.json`` beside it."""
     return shared_data_dir / "acebench"
+
+
+# ------------------------------------------------------------------------------------------
+# real services shared by the whole session: one Ray instance, one fake OpenAI server,
+# one embedded llama.cpp server (started only if a test asks for it)
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def ray_address() -> str:
+    """A local Ray instance for the session; evalkit runs in this process reuse it and
+    subprocess runs connect to it with ``runner.address``."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 * 1024, log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def fake_openai():
+    """The scripted OpenAI-compatible server (tests/support/fake_openai.py)."""
+    from tests.support.fake_openai import FakeOpenAI
+
+    server = FakeOpenAI().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def llama_api_base(tmp_path_factory) -> str:
+    """The embedded SmolLM2 server, started once per session through evalkit's backend."""
+    from evalkit.backends.llamacpp import LlamaCppServer
+
+    log_file = tmp_path_factory.mktemp("llama") / "llama-server.log"
+    server = LlamaCppServer(log_file=log_file)
+    yield server.start()
+    server.stop()
+
+
+def base_overrides(output_root: Path, acebench: Path) -> list[str]:
+    return [
+        f"benchmark.data_dir={acebench}",
+        f"run.output_root={output_root}",
+        "tracking=none",
+        "run.progress=false",
+    ]
+
+
+@pytest.fixture
+def run_eval(tmp_path: Path, acebench_dir: Path):
+    """Run evalkit in this process: ``run_eval(["model=reference", ...])`` → RunResult.
+    Compose → validate → run, exactly as ``python -m evalkit`` does."""
+    from evalkit.cli import compose, to_plain
+    from evalkit.config import validate
+    from evalkit.engine.run import run_evaluation
+
+    def _run(overrides: list[str], output_root: Path | None = None):
+        root = output_root or tmp_path / "outputs"
+        raw = to_plain(compose(base_overrides(root, acebench_dir) + list(overrides)))
+        return run_evaluation(validate(raw), raw)
+
+    return _run
+
+
+def evalkit_cmd(*args: str) -> list[str]:
+    """Command line of ``python -m evalkit`` in this interpreter."""
+    import sys
+
+    return [sys.executable, "-m", "evalkit", *args]

@@ -149,13 +149,41 @@ def status_code(exc: BaseException) -> int | None:
     return int(code) if isinstance(code, int) else None
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and len(out) < 10:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """True when the request never reached a server (litellm reports these as HTTP 500,
+    so the exception chain is inspected: httpx/openai connection errors, refused sockets)."""
+    import httpx
+
+    return any(
+        isinstance(e, (litellm.APIConnectionError, httpx.ConnectError, httpx.RemoteProtocolError, ConnectionError))
+        and not isinstance(e, litellm.Timeout)
+        or type(e).__name__ == "APIConnectionError"
+        for e in _chain(exc)
+    ) and not any(isinstance(e, (httpx.TimeoutException, litellm.Timeout)) for e in _chain(exc))
+
+
+def is_timeout(exc: BaseException) -> bool:
+    import httpx
+
+    return any(isinstance(e, (litellm.Timeout, httpx.TimeoutException, TimeoutError)) for e in _chain(exc))
+
+
 def is_retryable(exc: BaseException) -> bool:
     """Engine retry rule: 408/409/429/5xx, timeouts and connection errors; no other 4xx."""
     if isinstance(exc, ModelCallError):
         return False
-    code = status_code(exc)
-    if isinstance(exc, (litellm.Timeout, litellm.APIConnectionError)) and (code is None or code >= 500 or code in RETRYABLE_STATUS):
+    if is_timeout(exc) or is_connection_error(exc):
         return True
+    code = status_code(exc)
     if code is None:
         return isinstance(exc, (TimeoutError, ConnectionError, OSError))
     return code in RETRYABLE_STATUS or code >= 500
@@ -165,8 +193,10 @@ def error_kind(exc: BaseException) -> str:
     """Short failure kind for ``failed.jsonl``."""
     if isinstance(exc, litellm.ContextWindowExceededError):
         return "context_window"
-    if isinstance(exc, litellm.Timeout) or isinstance(exc, TimeoutError):
+    if is_timeout(exc):
         return "timeout"
+    if is_connection_error(exc):
+        return "connection"
     code = status_code(exc)
     if code == 429:
         return "rate_limit"
@@ -176,7 +206,7 @@ def error_kind(exc: BaseException) -> str:
         return "server_error"
     if code is not None and code >= 400:
         return "client_error"
-    if isinstance(exc, (litellm.APIConnectionError, ConnectionError, OSError)):
+    if isinstance(exc, OSError):
         return "connection"
     return "internal"
 
