@@ -47,6 +47,22 @@ def hydra_error_line(exc: BaseException) -> str:
     return first
 
 
+_NUMERIC_GROUP = re.compile(r"^(shots)=(\d+(?:,\d+)*)$")
+
+
+def quote_numeric_groups(args: Sequence[str]) -> list[str]:
+    """``shots=3`` → ``shots='3'`` and ``shots=0,3`` → ``shots='0','3'``.
+
+    The ``shots`` group's options are named by numbers; Hydra's override grammar would read
+    ``3`` as an int and refuse it as a group choice, so the number is quoted for it.
+    """
+    out = []
+    for arg in args:
+        m = _NUMERIC_GROUP.match(arg)
+        out.append(f"{m.group(1)}=" + ",".join(f"'{n}'" for n in m.group(2).split(",")) if m else arg)
+    return out
+
+
 def compose(overrides: Sequence[str] = ()) -> DictConfig:
     """Compose ``conf/config.yaml`` with ``overrides`` (Hydra's compose API).
 
@@ -61,7 +77,7 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
         GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            return hydra_compose("config", overrides=list(overrides))
+            return hydra_compose("config", overrides=quote_numeric_groups(overrides))
     except Exception as exc:  # noqa: BLE001 - hydra raises many types; all become one line
         if type(exc).__name__ == "OverrideParseException":
             raise ConfigError(_bad_override(overrides, exc)) from None

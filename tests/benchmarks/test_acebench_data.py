@@ -127,7 +127,11 @@ def test_malformed_json_raises_data_error_naming_file_and_line(acebench_dir, tmp
 
 
 def test_missing_data_dir_raises_data_error(tmp_path):
-    bench = AceBench(AceBenchSettings(data_dir=tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="does not exist"):
+        AceBenchSettings(data_dir=tmp_path / "nowhere")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bench = AceBench(AceBenchSettings(data_dir=empty))
     with pytest.raises(DataError):
         bench.load()
 

@@ -58,3 +58,10 @@ class AceBenchSettings(BenchmarkSettings):
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return None if value is None else Path(value).expanduser()
+
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir_exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_dir():
+            raise ValueError(f"directory {value} does not exist (it should hold data_all/ and prompts.json)")
+        return value
