@@ -76,14 +76,13 @@ def base_overrides(output_root: Path, acebench: Path) -> list[str]:
 def run_eval(tmp_path: Path, acebench_dir: Path):
     """Run evalkit in this process: ``run_eval(["model=reference", ...])`` → RunResult.
     Compose → validate → run, exactly as ``python -m evalkit`` does."""
-    from evalkit.cli import compose, to_plain
-    from evalkit.config import validate
+    from evalkit.cli import compose, resolve
     from evalkit.engine.run import run_evaluation
 
     def _run(overrides: list[str], output_root: Path | None = None):
         root = output_root or tmp_path / "outputs"
-        raw = to_plain(compose(base_overrides(root, acebench_dir) + list(overrides)))
-        return run_evaluation(validate(raw), raw)
+        raw, cfg = resolve(compose(base_overrides(root, acebench_dir) + list(overrides)))
+        return run_evaluation(cfg, raw)
 
     return _run
 

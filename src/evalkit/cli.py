@@ -116,16 +116,48 @@ def to_plain(cfg: DictConfig) -> dict[str, Any]:
         raise ConfigError(f"{key or 'config'}: {str(exc).splitlines()[0]}") from None
 
 
+def _compose_in_context(overrides: list[str]) -> DictConfig:
+    """Compose another config of the same tree, inside Hydra's running app if there is one."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        from hydra import compose as hydra_compose
+
+        try:
+            return hydra_compose("config", overrides=overrides)
+        except Exception as exc:  # noqa: BLE001
+            raise ConfigError(hydra_error_line(exc)) from None
+    return compose(overrides)
+
+
+def resolve(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
+    """Plain resolved dict + validated :class:`~evalkit.config.EvalConfig` of a composed
+    config. ``benchmark.user_model=<name>`` is resolved here: ``conf/model/<name>.yaml``
+    and its backend become the ``user`` node (logged and pinned like the agent model).
+
+    Raises:
+        ConfigError: one line naming the key.
+    """
+    from evalkit.config import validate
+
+    raw = to_plain(cfg)
+    user_name = (raw.get("benchmark") or {}).get("user_model")
+    if user_name:
+        try:
+            user_raw = to_plain(_compose_in_context([f"model={user_name}"]))
+        except ConfigError as exc:
+            raise ConfigError(f"benchmark.user_model: {exc}") from None
+        raw["user"] = {"model": user_raw["model"], "backend": user_raw["backend"]}
+    return raw, validate(raw)
+
+
 def run_config(cfg: DictConfig) -> int:
     """Validate and run one composed config; returns the process exit code.
 
     0 complete, 1 incomplete (failures recorded in failed.jsonl), 2 configuration or data
     error (nothing was run), 130 interrupted (the journal is kept; resume it).
     """
-    from evalkit.config import validate
-
-    raw = to_plain(cfg)
-    validated = validate(raw)
+    raw, validated = resolve(cfg)
     from evalkit.engine.run import run_evaluation
 
     result = run_evaluation(validated, raw)

@@ -175,6 +175,14 @@ class RunSettings(_Strict):
         return v
 
 
+class UserConfig(_Strict):
+    """The user simulator of multi-turn rollouts, composed from ``conf/model/<name>.yaml``
+    named by ``benchmark.user_model`` (with that model's own backend)."""
+
+    model: ModelConfig
+    backend: BackendConfig
+
+
 class EvalConfig(_Strict):
     """The whole validated config of one run."""
 
@@ -185,6 +193,7 @@ class EvalConfig(_Strict):
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     run: RunSettings = Field(default_factory=RunSettings)
+    user: UserConfig | None = None
 
     # ---- derived values -------------------------------------------------------------
     def generation_params(self) -> dict[str, Any]:
@@ -195,6 +204,26 @@ class EvalConfig(_Strict):
         if override:
             params.update(GenerationParams(**override).as_params())
         return params
+
+    def user_generation_params(self) -> dict[str, Any]:
+        """Generation params of the user simulator: its model defaults < its
+        ``dataset_args.<benchmark>.generation``."""
+        if self.user is None:
+            return {}
+        params = self.user.model.generation.as_params()
+        override = self.user.model.dataset_args.get(self.benchmark.name, {}).get("generation")
+        if override:
+            params.update(GenerationParams(**override).as_params())
+        return params
+
+    def user_api_key(self) -> str | None:
+        if self.user is None:
+            return None
+        if getattr(self.user.backend, "api_key", None):
+            return self.user.backend.api_key  # type: ignore[union-attr]
+        if self.user.model.api_key_env:
+            return os.environ.get(self.user.model.api_key_env)
+        return None
 
     def request_timeout_s(self) -> float:
         return self.benchmark.request_timeout_s or self.backend.timeout_s
@@ -287,6 +316,19 @@ def _check_cross(cfg: EvalConfig, bench_cls: Any) -> None:
             f"model.api_key_env: environment variable {cfg.model.api_key_env} is not set "
             f"(model={cfg.model.name} needs it)"
         )
+    if bench_cls.user_model_required(cfg.benchmark) and cfg.model.kind != "reference" and cfg.user is None:
+        raise ConfigError(
+            f"benchmark.user_model: {bench_cls.name} subsets {bench_cls.user_model_subsets(cfg.benchmark)} need a "
+            "user simulator; pass benchmark.user_model=<model config name> (e.g. smollm2, gpt4o)"
+        )
+    if cfg.user is not None:
+        if cfg.user.model.kind != "litellm":
+            raise ConfigError(f"benchmark.user_model: the user simulator must be a litellm model, not {cfg.user.model.name}")
+        if cfg.user.model.api_key_env and not cfg.user_api_key():
+            raise ConfigError(
+                f"benchmark.user_model: environment variable {cfg.user.model.api_key_env} is not set "
+                f"(user model {cfg.user.model.name} needs it)"
+            )
     if cfg.run.dir is not None and cfg.run.resume is not None:
         raise ConfigError("run.dir: give either run.dir (a new directory) or run.resume (an existing run), not both")
     if cfg.run.dir is not None and Path(cfg.run.dir).exists():

@@ -127,3 +127,31 @@ class SampleScore:
     failed_checks: list[str] = field(default_factory=list)
     status: str = "ok"
     detail: str | None = None
+
+
+@dataclass
+class Trajectory:
+    """The full record of one agent rollout (multi-step or multi-turn).
+
+    Attributes:
+        messages: the transcript, in order: ``{"role": "user"|"agent"|"execution"|...,
+            "content": str}`` plus any per-message fields the benchmark keeps (calls,
+            observation, turn index).
+        turns: one entry per model call: ``{"actor": "agent"|"user", "latency_s",
+            "usage", "attempts", "cached", "finish_reason"}``.
+        final_output: the last message of the conversation (``output`` in the journal).
+        data: benchmark-specific results needed to score offline (ACEBench: the end
+            state and the process trace).
+        failure: set when a model call failed after its retries (actor ``agent`` /
+            ``user``) or the environment crashed (actor ``environment``); such a rollout
+            is recorded in ``failed.jsonl`` and never scored.
+    """
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    final_output: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+    failure: Failure | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

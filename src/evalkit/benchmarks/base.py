@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalkit.types import Request, Sample, SampleScore
+from evalkit.types import Request, Sample, SampleScore, Trajectory
 
 
 class GenerationParams(BaseModel):
@@ -100,6 +100,32 @@ class Benchmark(ABC):
         subsets are complete. Returns flat ``{name: value}`` (e.g. ``accuracy/NORMAL``).
         """
 
+    # ---- agent rollouts ---------------------------------------------------------------
+    def is_rollout(self, sample: Sample) -> bool:
+        """True when ``sample`` is evaluated by a multi-step rollout, not one request."""
+        return False
+
+    @classmethod
+    def user_model_subsets(cls, settings: BenchmarkSettings) -> list[str]:
+        """Selected subsets whose rollouts need a user simulator (``benchmark.user_model``)."""
+        return []
+
+    @classmethod
+    def user_model_required(cls, settings: BenchmarkSettings) -> bool:
+        return bool(cls.user_model_subsets(settings))
+
+    def rollout_runner(self) -> "RolloutRunner | None":
+        """A picklable runner shipped once to every Ray worker (``None``: no rollouts)."""
+        return None
+
+    def score_trajectory(self, sample: Sample, trajectory: dict[str, Any]) -> SampleScore:
+        """Score a finished rollout from its journaled trajectory (``Trajectory.to_dict()``)."""
+        raise NotImplementedError(f"{self.name} has no rollouts")
+
+    def reference_agents(self, sample: Sample) -> tuple[Any, Any]:
+        """``(agent, user)`` scripted models replaying the gold trajectory of ``sample``."""
+        raise NotImplementedError(f"{self.name} has no reference agent")
+
     # ---- built-in models --------------------------------------------------------------
     @abstractmethod
     def reference_output(self, sample: Sample) -> str:
@@ -109,6 +135,18 @@ class Benchmark(ABC):
         """Tables for ``report.md``: ``(title, headers, rows)``. Default: one metric table."""
         rows = [[k, round(v, 4)] for k, v in sorted(metrics.items())]
         return [("Metrics", ["metric", "value"], rows)]
+
+
+class RolloutRunner(ABC):
+    """Runs one rollout. Lives in a Ray worker; must be picklable and hold no live state
+    between rollouts (every rollout builds its own environment)."""
+
+    @abstractmethod
+    async def run(self, sample: Sample, agent: Any, user: Any | None) -> Trajectory:
+        """Run the conversation. ``agent`` / ``user`` expose ``async generate(Request) ->
+        Completion`` and raise :class:`evalkit.models.base.ModelCallError` (with
+        ``failure.actor`` set) when a call fails after its retries; the runner lets that
+        propagate. Per-call statistics are collected by the engine, not the runner."""
 
 
 _REGISTRY: dict[str, type[Benchmark]] = {}

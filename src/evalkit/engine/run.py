@@ -27,10 +27,10 @@ import yaml
 from evalkit import __version__, secrets
 from evalkit.benchmarks.base import Benchmark, get_benchmark_class
 from evalkit.config import EvalConfig
-from evalkit.engine.executor import LocalExecutor, RayExecutor, Result, ensure_ray, run_requests, shutdown_ray
+from evalkit.engine.executor import LocalExecutor, RayExecutor, ensure_ray, run_units, shutdown_ray
 from evalkit.engine.journal import JsonlAppender, latest_by_sample, read_jsonl
 from evalkit.errors import ConfigError, RunDirError
-from evalkit.types import Completion, Failure, Request, Sample, canonical_json, sha256_hex
+from evalkit.types import Completion, Failure, Request, Sample, Trajectory, canonical_json, sha256_hex
 
 log = logging.getLogger("evalkit")
 
@@ -153,23 +153,32 @@ def _offline_outputs(cfg: EvalConfig, bench: Benchmark, samples: list[Sample]) -
     return load_replay_file(cfg.model.path), file_digest(cfg.model.path)
 
 
-def _litellm_factory(cfg: EvalConfig, api_base: str | None) -> Any:
+def _model_factory(model: Any, backend: Any, api_base: str | None, api_key: str | None, timeout_s: float) -> Any:
     from evalkit.models.litellm_client import LiteLLMModel
 
-    backend = cfg.backend
     return functools.partial(
         LiteLLMModel,
-        provider_model=cfg.model.provider_model,
-        api=cfg.model.api,
+        provider_model=model.provider_model,
+        api=model.api,
         api_base=api_base,
-        api_key=cfg.api_key(),
-        timeout_s=cfg.request_timeout_s(),
+        api_key=api_key,
+        timeout_s=timeout_s,
         max_retries=backend.max_retries,
         retry_initial_wait_s=backend.retry_initial_wait_s,
         retry_max_wait_s=backend.retry_max_wait_s,
         retry_budget_s=backend.retry_budget_s,
-        extra_body=dict(cfg.model.extra_body),
+        extra_body=dict(model.extra_body),
     )
+
+
+def _litellm_factory(cfg: EvalConfig, api_base: str | None) -> Any:
+    return _model_factory(cfg.model, cfg.backend, api_base, cfg.api_key(), cfg.request_timeout_s())
+
+
+def _user_factory(cfg: EvalConfig, api_base: str | None) -> Any:
+    assert cfg.user is not None
+    secrets.register(cfg.user_api_key())
+    return _model_factory(cfg.user.model, cfg.user.backend, api_base, cfg.user_api_key(), cfg.request_timeout_s())
 
 
 # ------------------------------------------------------------------------------------------
@@ -202,6 +211,45 @@ def prediction_record(bench: Benchmark, sample: Sample, request: Request, model_
     }
 
 
+def rollout_record(
+    bench: Benchmark, sample: Sample, request: Request, model_id: str, trajectory: Trajectory, run_dir: Path
+) -> dict[str, Any]:
+    """The ``predictions.jsonl`` row of a finished rollout; the full transcript is kept in
+    the row (``trajectory``, so rescoring needs nothing else) and in
+    ``trajectories/<sample id>.json`` for reading."""
+    traj = trajectory.to_dict()
+    scored = bench.score_trajectory(sample, traj)
+    tdir = run_dir / "trajectories"
+    tdir.mkdir(exist_ok=True)
+    (tdir / (sample.id.replace("/", "__") + ".json")).write_text(
+        json.dumps(secrets.scrub_obj({"sample_id": sample.id, **traj}), ensure_ascii=False, indent=1, default=str),
+        encoding="utf-8",
+    )
+    usage: dict[str, int] = {}
+    for turn in trajectory.turns:
+        for k, v in (turn.get("usage") or {}).items():
+            usage[k] = usage.get(k, 0) + int(v)
+    return {
+        "sample_id": sample.id,
+        "subset": sample.subset,
+        "status": scored.status,
+        "output": trajectory.final_output,
+        "parsed": scored.parsed,
+        "scores": scored.scores,
+        "checks": scored.checks,
+        "failed_checks": scored.failed_checks,
+        "detail": scored.detail,
+        "request_hash": request.request_hash(model_id),
+        "prompt_hash": request.prompt_hash(),
+        "usage": usage,
+        "latency_s": round(sum(t.get("latency_s", 0.0) for t in trajectory.turns), 4),
+        "attempts": sum(t.get("attempts", 0) for t in trajectory.turns),
+        "cached": bool(trajectory.turns) and all(t.get("cached") for t in trajectory.turns),
+        "n_turns": len(trajectory.turns),
+        "trajectory": traj,
+    }
+
+
 def failure_record(sample: Sample, request: Request, model_id: str, failure: Failure) -> dict[str, Any]:
     """One ``failed.jsonl`` row: the sample is not scored."""
     return {
@@ -231,6 +279,8 @@ def run_evaluation(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> RunResult:
     if not samples:
         raise ConfigError("run: the selection is empty (check benchmark.subsets, run.sample_ids, run.limit)")
 
+    if cfg.model.kind == "replay" and any(bench.is_rollout(s) for s in samples):
+        raise ConfigError("model=replay: agent rollouts cannot be replayed from single outputs; deselect those subsets")
     params = cfg.generation_params()
     requests: dict[str, Request] = {}
     for sample in samples:
@@ -271,36 +321,58 @@ def _run_in_dir(
     by_id = {s.id: s for s in samples}
     cache_dir = (cfg.run.cache_dir or cfg.run.output_root / "cache") if cfg.run.cache else None
 
+    rollout_ids = {s.id for s in samples if bench.is_rollout(s)}
     with ExitStack() as stack:
-        api_base: str | None = getattr(cfg.backend, "api_base", None)
+        servers: dict[str, str] = {}  # llama.cpp servers started for this run, by backend config
+
+        def endpoint(backend: Any, log_name: str) -> str | None:
+            """api_base of a backend, starting evalkit's own llama.cpp server if needed."""
+            if backend.kind != "llamacpp" or backend.api_base:
+                return getattr(backend, "api_base", None)
+            key = backend.model_dump_json()
+            if key not in servers:
+                from evalkit.backends.llamacpp import LlamaCppServer
+
+                server = LlamaCppServer(
+                    gguf=backend.gguf, model_alias=backend.model_alias, port=backend.port, n_ctx=backend.n_ctx,
+                    n_threads=backend.n_threads, fresh_prompt_eval=backend.fresh_prompt_eval,
+                    startup_timeout_s=backend.startup_timeout_s, log_file=backend.log_file or run_dir / log_name,
+                )  # fmt: skip
+                servers[key] = stack.enter_context(server)
+            return servers[key]
+
+        runner = bench.rollout_runner() if rollout_ids else None
+        agent_params = cfg.generation_params()
+        user_params = cfg.user_generation_params()
         if cfg.backend.kind == "offline":
-            outputs, source = _offline_outputs(cfg, bench, samples)
+            outputs, source = _offline_outputs(cfg, bench, [s for s in samples if s.id not in rollout_ids])
             from evalkit.models.offline import TableModel
 
             model_id = TableModel(cfg.model.name, {}, source).model_id
-            executor: Any = LocalExecutor(TableModel(cfg.model.name, outputs, source), None)
+            executor: Any = LocalExecutor(
+                TableModel(cfg.model.name, outputs, source), None, runner=runner,
+                rollout_models=bench.reference_agents if cfg.model.kind == "reference" else None,
+                agent_params=agent_params, user_params=user_params,
+            )  # fmt: skip
         else:
-            if cfg.backend.kind == "llamacpp" and not api_base:
-                from evalkit.backends.llamacpp import LlamaCppServer
-
-                b = cfg.backend
-                server = LlamaCppServer(
-                    gguf=b.gguf, model_alias=b.model_alias, port=b.port, n_ctx=b.n_ctx,
-                    n_threads=b.n_threads, fresh_prompt_eval=b.fresh_prompt_eval,
-                    startup_timeout_s=b.startup_timeout_s, log_file=b.log_file or run_dir / "llama-server.log",
-                )  # fmt: skip
-                api_base = stack.enter_context(server)
-            factory = _litellm_factory(cfg, api_base)
+            factory = _litellm_factory(cfg, endpoint(cfg.backend, "llama-server.log"))
             model_id = factory().model_id
+            user_factory = None
+            if cfg.user is not None and rollout_ids:
+                user_factory = _user_factory(cfg, endpoint(cfg.user.backend, "llama-server-user.log"))
+                model_id = f"{model_id}|user={user_factory().model_id}"
             started_ray = ensure_ray(cfg.runner.address, cfg.runner.num_cpus)
             if started_ray:
                 stack.callback(shutdown_ray)
-            executor = RayExecutor(factory, cache_dir, cfg.runner.num_workers, cfg.backend.concurrency)
+            executor = RayExecutor(
+                factory, cache_dir, cfg.runner.num_workers, cfg.backend.concurrency,
+                user_factory=user_factory, runner=runner, agent_params=agent_params, user_params=user_params,
+            )  # fmt: skip
         stack.callback(executor.close)
 
         hashes = {sid: req.request_hash(model_id) for sid, req in requests.items()}
         done = latest_by_sample(run_dir / PREDICTIONS, hashes)
-        pending = [requests[s.id] for s in samples if s.id not in done]
+        pending = [(s, requests[s.id], s.id in rollout_ids) for s in samples if s.id not in done]
         log.info("run %s: %d samples, %d already journaled, %d to run", run_dir, len(samples), len(done), len(pending))
 
         predictions = stack.enter_context(JsonlAppender(run_dir / PREDICTIONS))
@@ -309,10 +381,17 @@ def _run_in_dir(
         stack.callback(progress.close)
         n_fail = 0
 
-        def on_result(request: Request, result: Result) -> None:
+        def on_result(sample: Sample, request: Request, result: Any) -> None:
             nonlocal n_fail
-            sample = by_id[request.sample_id]
-            if isinstance(result, Completion):
+            if isinstance(result, Trajectory):
+                if result.failure is None:
+                    predictions.append(rollout_record(bench, sample, request, model_id, result, run_dir))
+                else:
+                    n_fail += 1
+                    failure = result.failure
+                    failure.attempts = max(failure.attempts, 1)
+                    failed.append(failure_record(sample, request, model_id, failure))
+            elif isinstance(result, Completion):
                 predictions.append(prediction_record(bench, sample, request, model_id, result))
             else:
                 n_fail += 1
@@ -322,7 +401,7 @@ def _run_in_dir(
                 progress.set_postfix(failed=n_fail, refresh=False)
 
         if pending:
-            asyncio.run(run_requests(executor, pending, cfg.backend.concurrency, on_result))
+            asyncio.run(run_units(executor, pending, cfg.backend.concurrency, on_result))
 
     finished_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     summary = finalize(cfg, bench, samples, requests, model_id, run_dir, started_at, finished_at, time.perf_counter() - t0)

@@ -51,6 +51,7 @@ def build_summary(
         "benchmark": cfg.benchmark.name,
         "model": cfg.model.name,
         "model_id": model_id,
+        "user_model": cfg.user.model.name if getattr(cfg, "user", None) is not None else None,
         "shots": cfg.shots.n,
         "n_samples": len(samples),
         "n_scored": len(records),

@@ -74,6 +74,7 @@ def log_run(cfg: Any, run_dir: Path, summary: dict[str, Any]) -> str:
         "prompt_hash": summary["prompt_hash"],
         "code_version": summary["code_version"],
         "run_dir": str(Path(run_dir).resolve()),
+        "user_model": str(summary.get("user_model")),
         "mlflow.runName": f"{summary['benchmark']}-{summary['model']}-{Path(run_dir).name}",
     }
     if run_id is None:
