@@ -96,3 +96,31 @@ def test_run_directory_layout(run_eval):
     assert {p.name for p in res.run_dir.iterdir()} >= {"config.yaml", "predictions.jsonl", "failed.jsonl", "summary.json", "report.md"}
     report = (res.run_dir / "report.md").read_text()
     assert "special_incomplete" in report and "Status: complete" in report
+
+
+def test_redaction_keeps_token_counts_and_blanks_keys():
+    from evalkit.secrets import redact_config
+
+    cfg = {"generation": {"max_tokens": 256}, "backend": {"api_key": "abc", "hf_token": "x"}, "model": {"api_key_env": "K"}}
+    assert redact_config(cfg) == {
+        "generation": {"max_tokens": 256},
+        "backend": {"api_key": "***", "hf_token": "***"},
+        "model": {"api_key_env": "K"},
+    }
+
+
+def test_rescore_reproduces_recorded_scores_offline(run_eval):
+    from evalkit.rescore import main, rescore
+
+    res = run_eval(["model=reference", "benchmark.subsets=[normal_multi_turn_user_adjust,special_error_param]", "run.limit=30"])
+    out = rescore(res.run_dir)
+    assert out["changed"] == []
+    assert out["metrics"] == res.summary["metrics"]
+    assert main([str(res.run_dir)]) == 0
+    # a tampered journal is detected
+    preds = res.run_dir / "predictions.jsonl"
+    rows = [json.loads(line) for line in preds.read_text().splitlines()]
+    rows[0]["output"] = "[]"
+    preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert rescore(res.run_dir)["changed"] == [rows[0]["sample_id"]]
+    assert main([str(res.run_dir)]) == 1

@@ -11,7 +11,9 @@ import re
 from typing import Any
 
 REDACTED = "***"
-_SECRET_KEY = re.compile(r"(api_?key|token|secret|password|authorization)", re.IGNORECASE)
+# whole key names (or their last ``_``-part): ``api_key``, ``hf_token``, ``client_secret``;
+# not ``max_tokens`` or ``prompt_tokens``
+_SECRET_KEY = re.compile(r"^(?:.*[_-])?(?:api_?key|token|secret|password|passwd|authorization|access_key|private_key)$", re.IGNORECASE)
 _values: set[str] = set()
 
 

@@ -1,0 +1,98 @@
+"""Re-score a finished run from its journal alone — no model, no network.
+
+    python -m evalkit.rescore RUN_DIR [--data-dir DIR]
+
+Reads ``config.yaml`` (for the benchmark settings) and ``predictions.jsonl``, scores every
+journaled output (or rollout trajectory) again with the current scorer, and prints, per
+metric, the recorded value, the recomputed one, and the samples whose verdict changed.
+Nothing in the run directory is modified. Exit code: 0 identical, 1 differences found,
+2 the directory is not a usable run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from tabulate import tabulate
+
+from evalkit.benchmarks.base import get_benchmark_class
+from evalkit.engine.journal import latest_by_sample
+from evalkit.errors import EvalkitError, RunDirError
+
+
+def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
+    """Recompute scores and metrics of ``run_dir``.
+
+    Returns ``{"metrics": {...}, "recorded": {...}, "changed": [sample ids]}``.
+
+    Raises:
+        RunDirError: no ``config.yaml`` / ``predictions.jsonl``.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file() or not (run_dir / "predictions.jsonl").is_file():
+        raise RunDirError(f"{run_dir}: not an evalkit run directory (config.yaml and predictions.jsonl needed)")
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    bench_raw = dict(cfg["benchmark"])
+    if data_dir is not None:
+        bench_raw["data_dir"] = str(data_dir)
+    bench_cls = get_benchmark_class(bench_raw["name"])
+    try:
+        settings = bench_cls.settings_model(**bench_raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise RunDirError(f"{run_dir}/config.yaml: benchmark.{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    bench = bench_cls(settings)
+    by_id = {s.id: s for s in bench.load()}
+    rows = latest_by_sample(run_dir / "predictions.jsonl")
+    summary_path = run_dir / "summary.json"
+    recorded_summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
+    selected = [by_id[sid] for sid in rows if sid in by_id]
+    records, changed = [], []
+    for sample in selected:
+        row = dict(rows[sample.id])
+        if "trajectory" in row:
+            scored = bench.score_trajectory(sample, row["trajectory"])
+        else:
+            scored = bench.score(sample, row.get("output") or "")
+        if scored.scores != row.get("scores"):
+            changed.append(sample.id)
+        row["scores"] = scored.scores
+        records.append(row)
+    metrics = bench.aggregate(selected, records)
+    recorded = recorded_summary.get("metrics") or {
+        k[len("partial_") :]: v for k, v in (recorded_summary.get("partial_metrics") or {}).items()
+    }
+    return {"metrics": metrics, "recorded": recorded, "changed": changed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evalkit.rescore", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--data-dir", type=Path, default=None, help="benchmark data (if not where the run found it)")
+    args = parser.parse_args(argv)
+    try:
+        result = rescore(args.run_dir, args.data_dir)
+    except EvalkitError as exc:
+        print(f"evalkit: error: {exc}", file=sys.stderr)
+        return 2
+    names = sorted(set(result["metrics"]) | set(result["recorded"]))
+    rows = []
+    for name in names:
+        new, old = result["metrics"].get(name), result["recorded"].get(name)
+        same = old is not None and new is not None and abs(new - old) < 1e-12
+        rows.append([name, old, new, "" if same else "DIFFERS"])
+    print(tabulate(rows, headers=["metric", "recorded", "rescored", ""], tablefmt="github", floatfmt=".4f"))
+    if result["changed"]:
+        print(f"{len(result['changed'])} sample verdicts changed: {', '.join(result['changed'][:20])}")
+    differs = bool(result["changed"]) or any(r[3] for r in rows)
+    return 1 if differs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
