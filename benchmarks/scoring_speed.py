@@ -1,0 +1,44 @@
+"""Scoring speed of each benchmark's scorer: seconds per 1,000 samples (prints figures).
+
+    .venv/bin/python benchmarks/scoring_speed.py [--data ../shared/data]
+
+ACEBench: every normal and special record (en and zh) scored on its reference answer and
+on a wrong-format answer, offline, no model. Not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import tracemalloc
+from pathlib import Path
+
+from evalkit.benchmarks.base import get_benchmark_class
+
+
+def acebench(data: Path) -> None:
+    cls = get_benchmark_class("acebench")
+    bench = cls(cls.settings_model(name="acebench", data_dir=data / "acebench", language="all",
+                                   subsets=[c for c in cls.all_subsets if not c.startswith("agent")]))
+    samples = bench.load()
+    outputs = [(s, bench.reference_output(s)) for s in samples] + [(s, "Sure! " + s.id) for s in samples]
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    for sample, text in outputs:
+        bench.score(sample, text)
+    elapsed = time.perf_counter() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    print(f"acebench normal+special: {len(outputs)} answers in {elapsed:.3f} s -> "
+          f"{1000 * elapsed / len(outputs):.3f} s per 1,000 answers; peak traced memory {peak / 2**20:.1f} MiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
+    args = parser.parse_args()
+    acebench(args.data)
+
+
+if __name__ == "__main__":
+    main()
