@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from evalkit.benchmarks.acebench.categories import (
 from evalkit.benchmarks.acebench.checker import check_special, score_normal
 from evalkit.benchmarks.acebench.data import language_fingerprint, load_category, resolve_layout
 from evalkit.benchmarks.acebench.download import ensure_downloaded
+from evalkit.benchmarks.acebench.jsonsafe import json_safe
 from evalkit.benchmarks.acebench.metrics import aggregate_records
 from evalkit.benchmarks.acebench.prompts import PromptTemplates, render_messages, system_template_key, user_template_key
 from evalkit.benchmarks.acebench.reference import normal_reference, special_reference
@@ -23,21 +23,6 @@ from evalkit.benchmarks.acebench.settings import AceBenchSettings
 from evalkit.benchmarks.base import Benchmark, register
 from evalkit.errors import DataError
 from evalkit.types import Request, Sample, SampleScore
-
-
-def json_safe(value: Any) -> Any:
-    """A JSON-serialisable copy of a decoded value (tuples/sets -> lists, odd keys/values -> str)."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else repr(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return [json_safe(v) for v in sorted(value, key=repr)]
-    return repr(value)
 
 
 @register
