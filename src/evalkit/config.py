@@ -30,14 +30,16 @@ class ModelConfig(_Strict):
 
     ``kind``: ``litellm`` (any provider through litellm), ``reference`` (gold replay),
     ``replay`` (re-score outputs recorded elsewhere; ``path`` = JSONL of
-    ``{sample_id, output}``). ``provider_model`` is litellm's model string
+    ``{sample_id, output}``), ``baseline`` (a benchmark's rule baseline named
+    ``baseline``). ``provider_model`` is litellm's model string
     (``deepseek/deepseek-chat``, ``openai/smollm2``). ``api_key_env`` names the environment
     variable holding the key (never the key itself). ``dataset_args.<benchmark>`` holds
     per-benchmark overrides that win over the benchmark's defaults.
     """
 
     name: str
-    kind: Literal["litellm", "reference", "replay"] = "litellm"
+    kind: Literal["litellm", "reference", "replay", "baseline"] = "litellm"
+    baseline: str | None = None
     provider_model: str | None = None
     api: Literal["chat", "completion"] = "chat"
     api_key_env: str | None = None
@@ -52,6 +54,8 @@ class ModelConfig(_Strict):
             raise ValueError("model.provider_model: required for a litellm model (e.g. openai/gpt-4o)")
         if self.kind == "replay" and self.path is None:
             raise ValueError("model.path: the replay model needs model.path=FILE (JSONL of {sample_id, output})")
+        if self.kind == "baseline" and not self.baseline:
+            raise ValueError("model.baseline: a baseline model needs the baseline's name")
         if self.kind == "replay" and not Path(self.path).is_file():
             raise ValueError(f"model.path: replay file {self.path} does not exist")
         return self
@@ -307,7 +311,12 @@ def _check_cross(cfg: EvalConfig, bench_cls: Any) -> None:
         raise ConfigError(
             f"shots: {bench_cls.name} supports shots in {list(supported)} (got shots={cfg.shots.n})"
         )
-    if cfg.model.kind in {"reference", "replay"} and cfg.backend.kind != "offline":
+    if cfg.model.kind == "baseline" and cfg.model.baseline not in bench_cls.baselines:
+        known = ", ".join(f"baseline_{b}" for b in bench_cls.baselines) or "none"
+        raise ConfigError(f"model.baseline: {bench_cls.name} has no baseline {cfg.model.baseline!r} (its baselines: {known})")
+    if cfg.model.api == "completion" and cfg.model.kind == "litellm" and not bench_cls.supports_completion:
+        raise ConfigError(f"model.api: {bench_cls.name} has no text-completion mode; use model.api=chat")
+    if cfg.model.kind in {"reference", "replay", "baseline"} and cfg.backend.kind != "offline":
         raise ConfigError(f"backend: model={cfg.model.name} runs offline; use backend=offline")
     if cfg.model.kind == "litellm" and cfg.backend.kind == "offline":
         raise ConfigError(f"backend: model={cfg.model.name} needs a network backend (api or llamacpp), not offline")

@@ -56,6 +56,8 @@ class Request:
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    #: benchmark hints for the engine, not sent (e.g. ``answer_prefix`` of completion mode)
+    meta: dict[str, Any] = field(default_factory=dict)
 
     def prompt_hash(self) -> str:
         """SHA-256 of the exact prompt (messages or text), independent of the model."""

@@ -65,6 +65,10 @@ class Benchmark(ABC):
     default_subsets: ClassVar[tuple[str, ...]] = ()
     #: shot counts the benchmark supports (``None`` = any)
     supported_shots: ClassVar[tuple[int, ...] | None] = (0,)
+    #: rule baselines runnable as ``model=baseline_<name>`` (offline, no network)
+    baselines: ClassVar[tuple[str, ...]] = ()
+    #: whether ``build_completion`` exists (base-model text-completion mode, ``model.api=completion``)
+    supports_completion: ClassVar[bool] = False
 
     def __init__(self, settings: BenchmarkSettings):
         self.settings = settings
@@ -86,6 +90,15 @@ class Benchmark(ABC):
     @abstractmethod
     def build(self, sample: Sample, shots: int) -> Request:
         """The request for ``sample`` with ``shots`` demonstrations (params left empty)."""
+
+    def build_completion(self, sample: Sample, shots: int) -> Request:
+        """The text-completion request (``Request.prompt`` set) for base models.
+
+        If the prompt ends with the beginning of the answer (an *answer prefix* the model
+        continues), put it in ``request.meta["answer_prefix"]``: the engine prepends it to
+        the model's continuation, so ``output`` (and scoring, replay and rescoring) always
+        see the whole answer; the bare continuation is kept as ``raw_output``."""
+        raise NotImplementedError(f"{self.name} has no text-completion mode")
 
     # ---- scoring ----------------------------------------------------------------------
     @abstractmethod
@@ -130,6 +143,15 @@ class Benchmark(ABC):
     @abstractmethod
     def reference_output(self, sample: Sample) -> str:
         """The gold answer rendered as a model would write it (must score 1.0)."""
+
+    def baseline_output(self, name: str, sample: Sample) -> str:
+        """The answer of rule baseline ``name`` (one of ``baselines``) for ``sample``."""
+        raise NotImplementedError(f"{self.name} has no baseline {name!r}")
+
+    def write_plots(self, plot_dir: Any, metrics: dict[str, float], records: list[dict[str, Any]]) -> list[Any]:
+        """Write figures (PNG) into ``plot_dir``; returns their paths. They land in the run
+        directory's ``plots/``, in ``report.md`` and in MLflow. Default: none."""
+        return []
 
     def report_tables(self, metrics: dict[str, float]) -> list[tuple[str, list[str], list[list[Any]]]]:
         """Tables for ``report.md``: ``(title, headers, rows)``. Default: one metric table."""

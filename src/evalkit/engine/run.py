@@ -147,6 +147,9 @@ def _offline_outputs(cfg: EvalConfig, bench: Benchmark, samples: list[Sample]) -
     if cfg.model.kind == "reference":
         outputs = {s.id: bench.reference_output(s) for s in samples}
         return outputs, "gold"
+    if cfg.model.kind == "baseline":
+        assert cfg.model.baseline is not None
+        return {s.id: bench.baseline_output(cfg.model.baseline, s) for s in samples}, f"baseline-{cfg.model.baseline}"
     from evalkit.models.offline import file_digest, load_replay_file
 
     assert cfg.model.path is not None
@@ -186,7 +189,9 @@ def _user_factory(cfg: EvalConfig, api_base: str | None) -> Any:
 # ------------------------------------------------------------------------------------------
 def prediction_record(bench: Benchmark, sample: Sample, request: Request, model_id: str, completion: Completion) -> dict[str, Any]:
     """One ``predictions.jsonl`` row (record contract of ARCHITECTURE.md)."""
-    scored = bench.score(sample, completion.text or "")
+    prefix = request.meta.get("answer_prefix") or ""
+    output = prefix + (completion.text or "")
+    scored = bench.score(sample, output)
     status = scored.status
     if status == "ok" and completion.finish_reason == "length":
         status = "truncated"
@@ -194,7 +199,8 @@ def prediction_record(bench: Benchmark, sample: Sample, request: Request, model_
         "sample_id": sample.id,
         "subset": sample.subset,
         "status": status,
-        "output": completion.text,
+        "output": output,
+        **({"raw_output": completion.text} if prefix else {}),
         "parsed": scored.parsed,
         "scores": scored.scores,
         "checks": scored.checks,
@@ -283,8 +289,12 @@ def run_evaluation(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> RunResult:
         raise ConfigError("model=replay: agent rollouts cannot be replayed from single outputs; deselect those subsets")
     params = cfg.generation_params()
     requests: dict[str, Request] = {}
+    completion = cfg.model.api == "completion" and cfg.model.kind == "litellm"
     for sample in samples:
-        req = bench.build(sample, cfg.shots.n)
+        if completion and not bench.is_rollout(sample):
+            req = bench.build_completion(sample, cfg.shots.n)
+        else:
+            req = bench.build(sample, cfg.shots.n)
         req.params = dict(params)
         requests[sample.id] = req
 
@@ -455,6 +465,10 @@ def finalize(
         wall_s=wall_s,
     )
     (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    try:
+        bench.write_plots(run_dir / "plots", metrics, records)
+    except Exception:  # noqa: BLE001 - a figure must never cost the run its summary
+        log.exception("plotting failed")
     write_report(run_dir, summary, bench)
     if cfg.tracking.kind == "mlflow":
         log_run(cfg, run_dir, summary)

@@ -103,6 +103,9 @@ def write_report(run_dir: Path, summary: dict[str, Any], bench: Any) -> Path:
     metrics = summary["metrics"] if complete else {k[len("partial_") :]: v for k, v in summary.get("partial_metrics", {}).items()}
     for title, headers, rows in bench.report_tables(metrics):
         lines += [f"## {title}{'' if complete else ' (partial)'}", "", tabulate(rows, headers=headers, tablefmt="github", floatfmt=".4f"), ""]
+    plots = sorted((Path(run_dir) / "plots").glob("*.png")) if (Path(run_dir) / "plots").is_dir() else []
+    if plots:
+        lines += ["## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
     path = Path(run_dir) / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
