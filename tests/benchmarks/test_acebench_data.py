@@ -39,7 +39,7 @@ def test_registered_with_contract_attributes():
     assert cls.headline_metric == "overall"
     assert cls.supported_shots == (0,)
     assert len(cls.all_subsets) == 17 and cls.all_subsets[-2:] == ("agent_multi_step", "agent_multi_turn")
-    assert cls.default_subsets == DEFAULT_CATEGORIES and len(DEFAULT_CATEGORIES) == 15
+    assert cls.default_subsets == DEFAULT_CATEGORIES == ALL_CATEGORIES and len(DEFAULT_CATEGORIES) == 17
 
 
 def test_settings_reject_unknown_category_listing_valid_names():
@@ -48,9 +48,12 @@ def test_settings_reject_unknown_category_listing_valid_names():
     assert "normal_atom_bool" in str(err.value) and "special_irrelevant" in str(err.value)
 
 
-def test_settings_reject_agent_categories_as_not_implemented():
-    with pytest.raises(ValidationError, match="not implemented"):
-        AceBenchSettings(subsets=["normal_atom_bool", "agent_multi_turn"])
+def test_settings_accept_agent_categories():
+    settings = AceBenchSettings(subsets=["normal_atom_bool", "agent_multi_turn"])
+    assert settings.subsets == ["normal_atom_bool", "agent_multi_turn"]
+    assert AceBench.user_model_subsets(settings) == ["agent_multi_turn"]
+    assert AceBench.user_model_subsets(AceBenchSettings()) == ["agent_multi_turn"]  # default = all 17
+    assert AceBench.user_model_subsets(AceBenchSettings(subsets=["agent_multi_step"])) == []
 
 
 def test_settings_forbid_extra_keys_and_default_language():
@@ -68,7 +71,7 @@ def test_load_counts_order_and_ids(acebench_en, acebench_zh):
     assert first.id == "en/normal_single_turn_single_function_0" and first.subset == "normal_single_turn_single_function"
     assert last.id == "en/special_irrelevant_49"
     order = [s.subset for s in acebench_en.samples]
-    assert sorted(set(order), key=order.index) == list(DEFAULT_CATEGORIES)
+    assert sorted(set(order), key=order.index) == list(DEFAULT_CATEGORIES)[:15]
     adjust = [s for s in acebench_zh.samples if s.subset == "normal_multi_turn_user_adjust"]
     assert len(adjust) == 116
     sample = acebench_en.by_id["en/normal_atom_bool_3"]
@@ -170,7 +173,10 @@ def test_pitfall_05_no_tool_schemas_and_whole_history_in_one_user_message(aceben
 def test_prompt_fingerprint_depends_on_language(acebench_en, acebench_zh):
     en, zh = acebench_en.bench.prompt_fingerprint(), acebench_zh.bench.prompt_fingerprint()
     assert len(en) == 64 and en != zh
-    assert en == AceBench(AceBenchSettings(data_dir=acebench_en.bench.settings.data_dir)).prompt_fingerprint()
+    data_dir = acebench_en.bench.settings.data_dir
+    assert en == AceBench(AceBenchSettings(data_dir=data_dir, subsets=acebench_en.bench.settings.subsets)).prompt_fingerprint()
+    # the default selection (all 17) also covers the agent templates
+    assert en != AceBench(AceBenchSettings(data_dir=data_dir)).prompt_fingerprint()
 
 
 # spec §2.2 template table (len / first 16 hex of SHA-256), independent of the code's copy

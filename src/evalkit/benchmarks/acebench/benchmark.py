@@ -1,11 +1,17 @@
-"""The ACEBench benchmark (normal + special categories; agent rollouts come later)."""
+"""The ACEBench benchmark: normal and special categories (one request each) and the agent
+categories (rollouts against simulated APIs, spec §5)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from evalkit.benchmarks.acebench.agent.envs import SeedTexts, load_seed
+from evalkit.benchmarks.acebench.agent.loops import AceBenchRolloutRunner, first_agent_messages
+from evalkit.benchmarks.acebench.agent.reference import ScriptedAgent, ScriptedUser, reference_script
+from evalkit.benchmarks.acebench.agent.scoring import check_end_state, process_accuracy
 from evalkit.benchmarks.acebench.categories import (
+    AGENT_CATEGORIES,
     ALL_CATEGORIES,
     DEFAULT_CATEGORIES,
     GROUPS,
@@ -13,15 +19,20 @@ from evalkit.benchmarks.acebench.categories import (
     family,
 )
 from evalkit.benchmarks.acebench.checker import check_special, score_normal
-from evalkit.benchmarks.acebench.data import language_fingerprint, load_category, resolve_layout
+from evalkit.benchmarks.acebench.data import category_files, language_fingerprint, load_category, resolve_layout
 from evalkit.benchmarks.acebench.download import ensure_downloaded
 from evalkit.benchmarks.acebench.jsonsafe import json_safe
 from evalkit.benchmarks.acebench.metrics import aggregate_records
-from evalkit.benchmarks.acebench.prompts import PromptTemplates, render_messages, system_template_key, user_template_key
+from evalkit.benchmarks.acebench.prompts import (
+    PromptTemplates,
+    agent_template_keys,
+    render_messages,
+    system_template_key,
+    user_template_key,
+)
 from evalkit.benchmarks.acebench.reference import normal_reference, special_reference
 from evalkit.benchmarks.acebench.settings import AceBenchSettings
 from evalkit.benchmarks.base import Benchmark, register
-from evalkit.errors import DataError
 from evalkit.types import Request, Sample, SampleScore
 
 
@@ -43,6 +54,7 @@ class AceBench(Benchmark):
         self._templates: PromptTemplates | None = None
         #: scored units per (language, category) of the last aggregate() (for report_tables)
         self._counts: dict[tuple[str, str], int] = {}
+        self._seeds: dict[str, SeedTexts] = {}
 
     # ---- data -----------------------------------------------------------------------------
     @property
@@ -73,8 +85,6 @@ class AceBench(Benchmark):
         samples = []
         for language in self.languages:
             for category in self.categories:
-                if family(category) == "agent":
-                    raise DataError("ACEBench agent categories need agent rollouts, which are not implemented yet")
                 for prompt, answer in load_category(data_all, language, category):
                     samples.append(
                         Sample(
@@ -95,9 +105,20 @@ class AceBench(Benchmark):
     def _template_keys(self) -> list[str]:
         keys = []
         for language in self.languages:
-            keys.append(user_template_key(language))
-            keys.extend(system_template_key(c, language) for c in self.categories if family(c) != "agent")
+            categories = self.categories
+            if any(family(c) != "agent" for c in categories):
+                keys.append(user_template_key(language))
+            keys.extend(system_template_key(c, language) for c in categories if family(c) != "agent")
+            for category in categories:
+                if family(category) == "agent":
+                    keys.extend(self._agent_keys(category, language).values())
         return sorted(set(keys))
+
+    def _agent_keys(self, category: str, language: str) -> dict[str, str]:
+        return agent_template_keys(category, language, self.settings.agent_prompt_language)
+
+    def _agent_templates(self, category: str, language: str) -> dict[str, str]:
+        return {role: self.templates.get(key) for role, key in self._agent_keys(category, language).items()}
 
     def prompt_fingerprint(self) -> str | None:
         return self.templates.fingerprint(self._template_keys())
@@ -106,7 +127,12 @@ class AceBench(Benchmark):
     def build(self, sample: Sample, shots: int) -> Request:
         if shots != 0:
             raise ValueError(f"ACEBench supports only 0 shots, got {shots}")
-        messages = render_messages(self.templates, sample.subset, sample.data["language"], sample.data["prompt"])
+        if family(sample.subset) == "agent":
+            # identity only: the rollout builds its prompts turn by turn
+            templates = self._agent_templates(sample.subset, sample.data["language"])
+            messages = first_agent_messages(templates, sample.subset, sample.data["prompt"])
+        else:
+            messages = render_messages(self.templates, sample.subset, sample.data["language"], sample.data["prompt"])
         return Request(sample_id=sample.id, subset=sample.subset, messages=messages)
 
     # ---- scoring --------------------------------------------------------------------------
@@ -118,6 +144,8 @@ class AceBench(Benchmark):
 
     def _score(self, sample: Sample, output: str) -> SampleScore:
         output = output if isinstance(output, str) else str(output)
+        if family(sample.subset) == "agent":
+            return SampleScore(scores={"accuracy": 0.0, "process_acc": 0.0}, detail="agent samples are scored from their trajectory")
         ground_truth = sample.data["answer"]["ground_truth"]
         if family(sample.subset) == "special":
             verdict = check_special(sample.subset, output, ground_truth)
@@ -131,8 +159,57 @@ class AceBench(Benchmark):
         self._counts = {}
         return aggregate_records(samples, records, self.languages, self._counts)
 
+    # ---- agent rollouts ---------------------------------------------------------------------
+    def is_rollout(self, sample: Sample) -> bool:
+        return family(sample.subset) == "agent"
+
+    @classmethod
+    def user_model_subsets(cls, settings: AceBenchSettings) -> list[str]:  # type: ignore[override]
+        chosen = settings.subsets or list(cls.default_subsets)
+        return [c for c in chosen if c == "agent_multi_turn"]
+
+    def needs_user_model(self, samples: list[Sample]) -> bool:
+        return any(s.subset == "agent_multi_turn" for s in samples)
+
+    def _seed(self, language: str) -> SeedTexts:
+        if language not in self._seeds:
+            data_all, _ = self._layout()
+            files = [category_files(data_all, language, c)[1] for c in AGENT_CATEGORIES]
+            self._seeds[language] = load_seed(files)
+        return self._seeds[language]
+
+    def rollout_runner(self) -> AceBenchRolloutRunner | None:
+        agent = [c for c in self.categories if c in AGENT_CATEGORIES]
+        if not agent:
+            return None
+        templates = {(c, lang): self._agent_templates(c, lang) for c in agent for lang in self.languages}
+        seeds = {lang: self._seed(lang) for lang in self.languages}
+        return AceBenchRolloutRunner(templates, seeds, max_dialog_turns=self.settings.max_dialog_turns)
+
+    def score_trajectory(self, sample: Sample, trajectory: dict[str, Any]) -> SampleScore:
+        try:
+            data = (trajectory or {}).get("data") or {}
+            end_state = data.get("end_state") or []
+            answer = sample.data["answer"]
+            verdict = check_end_state(end_state, answer.get("ground_truth"))
+            process = process_accuracy(data.get("process_trace") or [], answer.get("mile_stone") or [], verdict.passed)
+            return SampleScore(
+                scores={"accuracy": float(verdict.passed), "process_acc": float(process)},
+                parsed=json_safe(end_state),
+                detail=verdict.detail,
+            )
+        except Exception as exc:  # noqa: BLE001 - scoring must never raise
+            return SampleScore(scores={"accuracy": 0.0, "process_acc": 0.0}, detail=f"internal scoring error: {exc!r}")
+
+    def reference_agents(self, sample: Sample) -> tuple[ScriptedAgent, ScriptedUser]:
+        record, answer = sample.data["prompt"], sample.data["answer"]
+        script = reference_script(sample.data["language"], record["id"], answer.get("mile_stone"))
+        return ScriptedAgent(script), ScriptedUser(record["question"])
+
     # ---- built-in models ------------------------------------------------------------------
     def reference_output(self, sample: Sample) -> str:
+        if family(sample.subset) == "agent":
+            return ""  # agent samples replay a script through reference_agents()
         ground_truth = sample.data["answer"]["ground_truth"]
         if family(sample.subset) == "special":
             return special_reference(sample.subset, ground_truth)

@@ -25,8 +25,8 @@ AGENT_CATEGORIES: tuple[str, ...] = ("agent_multi_step", "agent_multi_turn")
 
 #: every category, in the canonical order of spec §1.2 (also the sample order of ``load``)
 ALL_CATEGORIES: tuple[str, ...] = NORMAL_CATEGORIES + SPECIAL_CATEGORIES + AGENT_CATEGORIES
-#: what runs when ``benchmark.subsets`` is not set (agent rollouts are not implemented yet)
-DEFAULT_CATEGORIES: tuple[str, ...] = NORMAL_CATEGORIES + SPECIAL_CATEGORIES
+#: what runs when ``benchmark.subsets`` is not set: all 17 categories
+DEFAULT_CATEGORIES: tuple[str, ...] = ALL_CATEGORIES
 
 MULTI_TURN_CATEGORIES: tuple[str, ...] = ("normal_multi_turn_user_adjust", "normal_multi_turn_user_switch")
 

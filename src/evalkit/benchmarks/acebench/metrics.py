@@ -1,6 +1,6 @@
 """Aggregation of per-sample verdicts into ACEBench metrics (spec §4.2, §4.5, §4.6).
 
-Names: ``accuracy/<category>``, ``process_acc/<multi-turn category>``, ``accuracy/<GROUP>``
+Names: ``accuracy/<category>``, ``process_acc/<multi-turn or agent category>``, ``accuracy/<GROUP>``
 and ``overall``; with both languages every name gets a language level
 (``accuracy/en/<category>``, ``overall/en``) and ``overall`` is the mean of the two.
 Everything is computed at full precision (upstream rounds each level to 3 decimals).
@@ -12,7 +12,7 @@ from collections import defaultdict
 from statistics import fmean
 from typing import Any, Iterable
 
-from evalkit.benchmarks.acebench.categories import ALL_CATEGORIES, GROUPS, MULTI_TURN_CATEGORIES, OVERALL_WEIGHTS
+from evalkit.benchmarks.acebench.categories import AGENT_CATEGORIES, ALL_CATEGORIES, GROUPS, MULTI_TURN_CATEGORIES, OVERALL_WEIGHTS
 
 
 def dialogue_id(record_id: str) -> str:
@@ -61,11 +61,16 @@ def overall_score(groups: dict[str, float]) -> float | None:
     return total / sum(present.values())
 
 
-def language_metrics(rows: list[tuple[str, str, float]], counts: dict[str, int] | None = None) -> dict[str, float]:
+def language_metrics(
+    rows: list[tuple[str, str, float]],
+    counts: dict[str, int] | None = None,
+    agent_process: dict[str, float] | None = None,
+) -> dict[str, float]:
     """Metrics of one language from ``(category, record_id, accuracy)`` rows of scored samples.
 
     ``counts``, when given, receives the number of scored units per category (records;
-    dialogues for the multi-turn categories).
+    dialogues for the multi-turn categories). ``agent_process`` maps the record ids of agent
+    samples to their ``process_acc`` (spec §4.4; the category value is the mean).
     """
     by_category: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for category, record_id, accuracy in rows:
@@ -83,6 +88,9 @@ def language_metrics(rows: list[tuple[str, str, float]], counts: dict[str, int] 
         else:
             acc = fmean(a for _, a in items)
             n_units = len(items)
+            if category in AGENT_CATEGORIES:
+                values = [(agent_process or {}).get(rid, 0.0) for rid, _ in items]
+                metrics[f"process_acc/{category}"] = fmean(values)
         if counts is not None:
             counts[category] = n_units
         category_accuracy[category] = acc
@@ -109,11 +117,14 @@ def aggregate_records(
     """
     by_id = {s.id: s for s in samples}
     scored: dict[str, float] = {}
+    process: dict[str, dict[str, float]] = defaultdict(dict)
     for record in records:
         sample = by_id.get(record.get("sample_id"))
         scores = record.get("scores") or {}
         if sample is not None and "accuracy" in scores:
             scored[sample.id] = float(scores["accuracy"])
+            if sample.subset in AGENT_CATEGORIES:
+                process[sample.data["language"]][sample.data["prompt"]["id"]] = float(scores.get("process_acc", 0.0))
     # dialogues with an unscored step are left out
     incomplete: set[tuple[str, str]] = set()
     for s in samples:
@@ -129,13 +140,13 @@ def aggregate_records(
         rows[language].append((s.subset, record_id, scored[s.id]))
     per_language_counts: dict[str, dict[str, int]] = {lang: {} for lang in languages}
     if len(languages) == 1:
-        metrics = language_metrics(rows.get(languages[0], []), per_language_counts[languages[0]])
+        metrics = language_metrics(rows.get(languages[0], []), per_language_counts[languages[0]], process[languages[0]])
         _merge_counts(counts, per_language_counts)
         return metrics
     metrics = {}
     overalls = []
     for language in languages:
-        per = language_metrics(rows.get(language, []), per_language_counts[language])
+        per = language_metrics(rows.get(language, []), per_language_counts[language], process[language])
         for name, value in per.items():
             if name == "overall":
                 metrics[f"overall/{language}"] = value

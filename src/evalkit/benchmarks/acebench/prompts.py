@@ -129,3 +129,35 @@ def render_messages(
     )
     user = templates.get(user_template_key(language)).format(question=record["question"])
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+# ---- agent categories (spec §2.1) -----------------------------------------------------------
+#: prompts.json keys of the user simulator's fixed opening line (APIUSER.get_init_prompt)
+FIRST_USER_TURN_KEY = _US + "APIUSER.get_init_prompt.first_user_turn.{lang}"
+
+
+def agent_template_keys(category: str, language: str, prompt_language: str = "matched") -> dict[str, str]:
+    """The ``prompts.json`` keys an agent rollout of ``category`` uses, by role.
+
+    ``prompt_language="upstream_api"`` reproduces the upstream API runner, which prompted
+    the multi-step agent with the zh templates whatever the language (§2.3).
+    """
+    lang = language.upper()
+    if category == "agent_multi_step":
+        ms_lang = "ZH" if prompt_language == "upstream_api" else lang
+        return {
+            "agent_system": _MS + f"MULTI_TURN_AGENT_PROMPT_SYSTEM_{ms_lang}",
+            "agent_user": _MS + f"MULTI_TURN_AGENT_PROMPT_USER_{ms_lang}",
+        }
+    if category == "agent_multi_turn":
+        prefix = _EN if language == "en" else _ZH
+        return {
+            "agent_system": _MT + f"MULTI_TURN_AGENT_PROMPT_SYSTEM_{lang}",
+            "agent_user": _MT + f"MULTI_TURN_AGENT_PROMPT_USER_{lang}",
+            "travel_policy": prefix + f"TRAVEL_PROMPT_{lang}",
+            "base_policy": prefix + f"BASE_PROMPT_{lang}",
+            "sim_base": _US + f"SYSTEM_PROMPT_BASE_{lang}",
+            "sim_travel": _US + f"SYSTEM_PROMPT_TRAVEL_{lang}",
+            "sim_opening": FIRST_USER_TURN_KEY.format(lang=language),
+        }
+    raise ValueError(f"{category!r} is not an agent category")

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from evalkit.benchmarks.acebench.categories import AGENT_CATEGORIES, ALL_CATEGORIES
+from evalkit.benchmarks.acebench.categories import ALL_CATEGORIES
 from evalkit.benchmarks.base import BenchmarkSettings
 
 #: the pinned upstream commit (spec "Pins")
@@ -21,8 +21,11 @@ class AceBenchSettings(BenchmarkSettings):
     ``data_dir``: a directory holding ``data_all/`` (or being ``data_all/`` itself), with
     ``prompts.json`` in it or in its parent; ``None`` downloads the pinned archive from
     ``source_url`` into ``cache_dir``. ``language``: ``en``, ``zh`` or ``all`` (both).
-    ``user_model`` / ``max_dialog_turns`` / ``agent_prompt_language`` are for the agent
-    categories, which are not implemented yet.
+    Agent categories: ``user_model`` names the user-simulator model config (required when
+    agent_multi_turn is selected); ``max_dialog_turns`` bounds both rollout loops (spec
+    §5.4/§5.5, upstream 40); ``agent_prompt_language``: ``matched`` prompts the multi-step
+    agent in the sample's language, ``upstream_api`` uses the zh multi-step templates for
+    en too, as upstream's API runner did (spec §2.3).
     """
 
     name: Literal["acebench"] = "acebench"
@@ -46,12 +49,6 @@ class AceBenchSettings(BenchmarkSettings):
             )
         if len(set(value)) != len(value):
             raise ValueError(f"duplicate ACEBench categories in {value}")
-        agent = [s for s in value if s in AGENT_CATEGORIES]
-        if agent:
-            raise ValueError(
-                f"ACEBench agent categories {agent} need agent rollouts, which are not implemented yet; "
-                "select normal_* / special_* categories only"
-            )
         return value
 
     @field_validator("cache_dir", "data_dir")
