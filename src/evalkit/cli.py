@@ -141,7 +141,9 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
     from evalkit.config import validate
 
     raw = to_plain(cfg)
-    user_name = (raw.get("benchmark") or {}).get("user_model")
+    bench_name = (raw.get("benchmark") or {}).get("name")
+    per_bench = ((raw.get("model") or {}).get("dataset_args") or {}).get(bench_name) or {}
+    user_name = (raw.get("benchmark") or {}).get("user_model") or per_bench.get("user_model")
     if user_name:
         try:
             user_raw = to_plain(_compose_in_context([f"model={user_name}"]))

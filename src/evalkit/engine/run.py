@@ -365,11 +365,14 @@ def _run_in_dir(
                 agent_params=agent_params, user_params=user_params,
             )  # fmt: skip
         else:
-            factory = _litellm_factory(cfg, endpoint(cfg.backend, "llama-server.log"))
+            agent_base = endpoint(cfg.backend, "llama-server.log")
+            factory = _litellm_factory(cfg, agent_base)
             model_id = factory().model_id
             user_factory = None
             if cfg.user is not None and rollout_ids:
-                user_factory = _user_factory(cfg, endpoint(cfg.user.backend, "llama-server-user.log"))
+                same = cfg.user.model.name == cfg.model.name and cfg.user.backend.kind == cfg.backend.kind
+                user_base = agent_base if same else endpoint(cfg.user.backend, "llama-server-user.log")
+                user_factory = _user_factory(cfg, user_base)
                 model_id = f"{model_id}|user={user_factory().model_id}"
             started_ray = ensure_ray(cfg.runner.address, cfg.runner.num_cpus)
             if started_ray:
