@@ -1,0 +1,113 @@
+"""Per-question scores and their aggregation (spec §10).
+
+Per question: ``sample_pass``, ``constraint_pass_rate``, ``format_pass``,
+``content_pass``, ``task_pass`` (§10.1). Over questions: the five arithmetic means plus
+``balance_score``, the geometric mean of the family × difficulty cell pass rates with a
+floor of 0.01 (§10.2), and breakdowns by family, difficulty, cell, source and target
+notation, length tier and prompt register, per-constraint pass rates over the questions
+where each applied, and format/content/task rates per family.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from statistics import fmean
+from typing import Any, Iterable
+
+from evalkit.benchmarks.sobhard.constraints import CONSTRAINT_IDS, Result
+
+BALANCE_FLOOR = 0.01
+RATES = {
+    "sample_pass": "sample_pass_rate",
+    "constraint_pass_rate": "constraint_pass_rate",
+    "format_pass": "format_pass_rate",
+    "content_pass": "content_pass_rate",
+    "task_pass": "task_pass_rate",
+}
+HEADLINE = ("sample_pass_rate", "balance_score", "constraint_pass_rate", "format_pass_rate", "content_pass_rate", "task_pass_rate")
+#: breakdown name → categories key (§10.2 "breakdowns")
+BREAKDOWNS = {
+    "family": "family",
+    "difficulty": "difficulty",
+    "source": "source_format",
+    "target": "target_format",
+    "length": "length_tier",
+    "register": "prompt_style",
+}
+
+
+def question_scores(results: list[Result], empty: bool, parsed: bool) -> dict[str, float]:
+    """The per-question metrics of §10.1 from the applicable constraints' results.
+
+    An empty normalised answer, or a question with no applicable constraint, scores 0 on
+    everything.
+    """
+    if empty or not results:
+        return {k: 0.0 for k in RATES}
+    passed = {r.id: r.passed for r in results}
+    fmt = [p for cid, p in passed.items() if cid.startswith("pack.") or cid == "syn.parses_target"]
+    val = [p for cid, p in passed.items() if cid.startswith("val.")]
+    fam = [r.passed for r in results if r.layer == "family"]
+    content = parsed and all(val)
+    task = parsed and (all(fam) if fam else content)
+    return {
+        "sample_pass": float(all(passed.values())),
+        "constraint_pass_rate": sum(passed.values()) / len(passed),
+        "format_pass": float(all(fmt)),
+        "content_pass": float(content),
+        "task_pass": float(task),
+    }
+
+
+def balance_score(pairs: Iterable[tuple[str, float]]) -> float:
+    """``exp(mean over cells of ln(max(rate, 0.01)))`` of ``(cell, sample_pass)`` pairs;
+    cells without items are skipped; no items at all → 0 (§10.2)."""
+    cells: dict[str, list[float]] = defaultdict(list)
+    for cell, value in pairs:
+        cells[cell].append(float(value))
+    if not cells:
+        return 0.0
+    logs = [math.log(max(fmean(v), BALANCE_FLOOR)) for v in cells.values()]
+    return math.exp(fmean(logs))
+
+
+def aggregate(records: list[dict[str, Any]], categories: dict[str, dict[str, str]]) -> dict[str, float]:
+    """Flat metrics from ``predictions.jsonl`` rows (``sample_id``, ``scores``, ``checks``).
+
+    ``categories`` maps sample id → the row's ``meta.categories``. Names: the six headline
+    metrics; ``sample_pass_rate/<breakdown>/<value>`` for every breakdown;
+    ``sample_pass_rate/cell/<family>/<difficulty>``; ``<rate>/family/<family>`` for format,
+    content and task; ``constraint/<id>`` over the questions where it applied.
+    """
+    metrics: dict[str, float] = {}
+    if not records:
+        return metrics
+    for key, name in RATES.items():
+        metrics[name] = fmean(float(r["scores"].get(key, 0.0)) for r in records)
+    pairs = []
+    groups: dict[str, list[float]] = defaultdict(list)
+    family_rates: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in records:
+        cats = categories.get(r["sample_id"], {})
+        sp = float(r["scores"].get("sample_pass", 0.0))
+        cell = f"{cats.get('family', '?')}/{cats.get('difficulty', '?')}"
+        pairs.append((cell, sp))
+        groups[f"sample_pass_rate/cell/{cell}"].append(sp)
+        for name, key in BREAKDOWNS.items():
+            groups[f"sample_pass_rate/{name}/{cats.get(key) or '?'}"].append(sp)
+        for key in ("format_pass", "content_pass", "task_pass"):
+            family_rates[(key, cats.get("family", "?"))].append(float(r["scores"].get(key, 0.0)))
+    metrics["balance_score"] = balance_score(pairs)
+    for name, values in groups.items():
+        metrics[name] = fmean(values)
+    for (key, family), values in family_rates.items():
+        metrics[f"{RATES[key]}/family/{family}"] = fmean(values)
+    per_constraint: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        for cid, ok in (r.get("checks") or {}).items():
+            per_constraint[cid].append(float(bool(ok)))
+    for cid in CONSTRAINT_IDS:
+        if per_constraint.get(cid):
+            metrics[f"constraint/{cid}"] = fmean(per_constraint[cid])
+    return metrics
