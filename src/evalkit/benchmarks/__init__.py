@@ -2,3 +2,4 @@
 
 from evalkit.benchmarks import acebench  # noqa: F401
 from evalkit.benchmarks import ke  # noqa: F401
+from evalkit.benchmarks import sobhard  # noqa: F401
