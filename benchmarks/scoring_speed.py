@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/scoring_speed.py [--data ../shared/data]
 
 ACEBench: every normal and special record (en and zh) scored on its reference answer and
-on a wrong-format answer, offline, no model. Not a test: nothing is asserted.
+on a wrong-format answer, offline, no model. KE: the fixture answers, reference and rule
+baselines. Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -33,11 +34,42 @@ def acebench(data: Path) -> None:
           f"{1000 * elapsed / len(outputs):.3f} s per 1,000 answers; peak traced memory {peak / 2**20:.1f} MiB")
 
 
+def ke(data: Path) -> None:
+    """KE: the fixture answers (answers.jsonl, completion outputs with the engine's prefix),
+    the reference and every rule baseline, scored 50 times over, offline."""
+    import json
+
+    from evalkit.benchmarks.ke.prompts import ANSWER_PREFIX
+
+    cls = get_benchmark_class("ke")
+    bench = cls(cls.settings_model(name="ke", pilot_path=data / "ke" / "pilot.jsonl",
+                                   icl_path=data / "ke" / "icl_examples.jsonl"))
+    by_id = {s.id: s for s in bench.load()}
+    outputs = [(s, bench.reference_output(s)) for s in by_id.values()]
+    outputs += [(s, bench.baseline_output(b, s)) for b in cls.baselines for s in by_id.values()]
+    for line in (data / "ke" / "answers.jsonl").read_text(encoding="utf-8").splitlines():
+        case = json.loads(line)
+        if case["raw"].strip():
+            prefix = ANSWER_PREFIX if case["mode"] == "completion" else ""
+            outputs.append((by_id[case["sample_id"]], prefix + case["raw"]))
+    outputs *= 50
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    for sample, text in outputs:
+        bench.score(sample, text)
+    elapsed = time.perf_counter() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    print(f"ke fixtures: {len(outputs)} answers in {elapsed:.3f} s -> "
+          f"{1000 * elapsed / len(outputs):.3f} s per 1,000 answers; peak traced memory {peak / 2**20:.1f} MiB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
     args = parser.parse_args()
     acebench(args.data)
+    ke(args.data)
 
 
 if __name__ == "__main__":
