@@ -170,3 +170,30 @@ def test_not_json_line(ke_dir: Path, tmp_path: Path) -> None:
     bad.write_text((ke_dir / "pilot.jsonl").read_text(encoding="utf-8") + "{oops\n", encoding="utf-8")
     with pytest.raises(DataError, match="pilot.jsonl:16: not JSON"):
         load_ke(bad, ke_dir / "icl_examples.jsonl")
+
+
+def test_gold_ratio_at_the_tolerance_edge_is_accepted(ke_dir: Path, tmp_path: Path) -> None:
+    """3/8 = 0.375 stored as 0.38 or 0.37 is 0.005 away (0.0050000000000000044 in floats): accepted."""
+    for stored in (0.38, 0.37):
+
+        def eight_steps(r: dict) -> None:
+            steps = r["trajectory_steps"]
+            assert len(steps) == 7 and len(r["gold_step_ids"]) == 2
+            steps.append({"step_id": "step_007", "thought": "", "obs_type": "file_read", "observation": "x", "label": "gold"})
+            r["gold_step_ids"] = [s["step_id"] for s in steps if s["label"] == "gold"]
+            r["label_stats"] = {"n_gold": 3, "n_noise": 5, "n_uncertain": 0, "gold_ratio": stored}
+
+        pilot = _mutated_pilot(ke_dir, tmp_path, "code_ke_2b7e4f10", eight_steps)
+        data = load_ke(pilot, ke_dir / "icl_examples.jsonl")
+        assert next(s for s in data.graded if s["sample_id"] == "code_ke_2b7e4f10")["label_stats"]["gold_ratio"] == stored
+
+
+def test_icl_copy_that_differs_from_the_pilot_warns_and_renders_from_icl(ke_dir: Path, tmp_path: Path, caplog) -> None:
+    icl = _rows(ke_dir / "icl_examples.jsonl")
+    icl[0]["user_task"] = "ICL-ONLY TASK TEXT"
+    bench = KE(KESettings(pilot_path=ke_dir / "pilot.jsonl", icl_path=_write(tmp_path / "icl.jsonl", icl)))
+    with caplog.at_level("WARNING", logger="evalkit"):
+        samples = bench.load()
+    assert "code_ke_1f0c77a2 differs from its pilot copy" in caplog.text
+    assert len(samples) == 12
+    assert "Task: ICL-ONLY TASK TEXT\n\nTrajectory Steps:" in bench.build(samples[0], 3).messages[0]["content"]
