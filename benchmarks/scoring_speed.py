@@ -4,7 +4,8 @@
 
 ACEBench: every normal and special record (en and zh) scored on its reference answer and
 on a wrong-format answer, offline, no model. KE: the fixture answers, reference and rule
-baselines. Not a test: nothing is asserted.
+baselines. SOBHard: the 22 fixture rows x their 118 answers plus reference and echo
+answers. Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -64,12 +65,43 @@ def ke(data: Path) -> None:
           f"{1000 * elapsed / len(outputs):.3f} s per 1,000 answers; peak traced memory {peak / 2**20:.1f} MiB")
 
 
+def sobhard(data: Path, repeat: int = 20) -> None:
+    """SOBHard: the fixture answers (answers.jsonl, 118 over 22 rows) plus the reference and
+    the echo baseline of every row, scored ``repeat`` times over, offline. Timed without
+    tracemalloc; a second pass measures peak memory."""
+    import json
+
+    cls = get_benchmark_class("sobhard")
+    bench = cls(cls.settings_model(name="sobhard", data_dir=data / "sobhard"))
+    by_id = {s.id: s for s in bench.load()}
+    outputs = [(s, bench.reference_output(s)) for s in by_id.values()]
+    outputs += [(s, bench.baseline_output("echo", s)) for s in by_id.values()]
+    for line in (data / "sobhard" / "answers.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            case = json.loads(line)
+            outputs.append((by_id[str(case["id"])], case["answer"]))
+    n_unique = len(outputs)
+    outputs *= repeat
+    t0 = time.perf_counter()
+    for sample, text in outputs:
+        bench.score(sample, text)
+    elapsed = time.perf_counter() - t0
+    tracemalloc.start()
+    for sample, text in outputs[:n_unique]:
+        bench.score(sample, text)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    print(f"sobhard fixtures: {len(outputs)} answers ({n_unique} distinct x {repeat}) in {elapsed:.3f} s -> "
+          f"{1000 * elapsed / len(outputs):.3f} s per 1,000 answers; peak traced memory {peak / 2**20:.1f} MiB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
     args = parser.parse_args()
     acebench(args.data)
     ke(args.data)
+    sobhard(args.data)
 
 
 if __name__ == "__main__":
