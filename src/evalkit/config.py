@@ -325,11 +325,6 @@ def _check_cross(cfg: EvalConfig, bench_cls: Any) -> None:
             f"model.api_key_env: environment variable {cfg.model.api_key_env} is not set "
             f"(model={cfg.model.name} needs it)"
         )
-    if bench_cls.user_model_required(cfg.benchmark) and cfg.model.kind != "reference" and cfg.user is None:
-        raise ConfigError(
-            f"benchmark.user_model: {bench_cls.name} subsets {bench_cls.user_model_subsets(cfg.benchmark)} need a "
-            "user simulator; pass benchmark.user_model=<model config name> (e.g. smollm2, gpt4o)"
-        )
     if cfg.user is not None:
         if cfg.user.model.kind != "litellm":
             raise ConfigError(f"benchmark.user_model: the user simulator must be a litellm model, not {cfg.user.model.name}")

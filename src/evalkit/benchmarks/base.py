@@ -118,14 +118,10 @@ class Benchmark(ABC):
         """True when ``sample`` is evaluated by a multi-step rollout, not one request."""
         return False
 
-    @classmethod
-    def user_model_subsets(cls, settings: BenchmarkSettings) -> list[str]:
-        """Selected subsets whose rollouts need a user simulator (``benchmark.user_model``)."""
-        return []
-
-    @classmethod
-    def user_model_required(cls, settings: BenchmarkSettings) -> bool:
-        return bool(cls.user_model_subsets(settings))
+    def needs_user_model(self, samples: list[Sample]) -> bool:
+        """True when some of ``samples`` is a rollout that needs a user simulator
+        (``benchmark.user_model``)."""
+        return False
 
     def rollout_runner(self) -> "RolloutRunner | None":
         """A picklable runner shipped once to every Ray worker (``None``: no rollouts)."""

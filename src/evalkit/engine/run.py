@@ -285,6 +285,12 @@ def run_evaluation(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> RunResult:
     if not samples:
         raise ConfigError("run: the selection is empty (check benchmark.subsets, run.sample_ids, run.limit)")
 
+    if bench.needs_user_model(samples) and cfg.user is None and cfg.model.kind != "reference":
+        subsets = sorted({s.subset for s in samples if bench.is_rollout(s)})
+        raise ConfigError(
+            f"benchmark.user_model: the selected {bench.name} subsets {subsets} need a user simulator; "
+            "pass benchmark.user_model=<model config name> (e.g. smollm2, gpt4o)"
+        )
     if cfg.model.kind == "replay" and any(bench.is_rollout(s) for s in samples):
         raise ConfigError("model=replay: agent rollouts cannot be replayed from single outputs; deselect those subsets")
     params = cfg.generation_params()

@@ -163,11 +163,6 @@ class AceBench(Benchmark):
     def is_rollout(self, sample: Sample) -> bool:
         return family(sample.subset) == "agent"
 
-    @classmethod
-    def user_model_subsets(cls, settings: AceBenchSettings) -> list[str]:  # type: ignore[override]
-        chosen = settings.subsets or list(cls.default_subsets)
-        return [c for c in chosen if c == "agent_multi_turn"]
-
     def needs_user_model(self, samples: list[Sample]) -> bool:
         return any(s.subset == "agent_multi_turn" for s in samples)
 
