@@ -228,3 +228,18 @@ def test_schema_inference_kinds():
     }  # fmt: skip
     assert infer_schema(["b", "a", "b"], "full") == {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}, "minItems": 3, "maxItems": 3}
     assert infer_schema([1, "a"], "oneOf")["items"] == {"oneOf": [{"type": "integer"}, {"type": "string"}]}
+
+
+def test_hardened_variants_give_the_same_fixture_verdicts(shared_data_dir: Path):
+    """Spec §16.1: no fixture verdict depends on fence pairing, number grammar, strict JSON
+    or tolerant leaves (checked both ways)."""
+    settings = SOBHardSettings(data_dir=shared_data_dir / "sobhard", fence_pairing="commonmark", strict_json=True,
+                               numeric_strings="strict", leaf_compare="tolerant")  # fmt: skip
+    bench = SOBHard(settings)
+    samples = {s.id: s for s in bench.load()}
+    wrong = []
+    for case in ANSWERS:
+        scored = bench.score(samples[str(case["id"])], case["answer"])
+        if scored.failed_checks != case["expect"]["failed_constraints"]:
+            wrong.append((case["id"], case["case"], scored.failed_checks))
+    assert wrong == []

@@ -101,7 +101,7 @@ class SOBHard(Benchmark):
         return Question(
             id=str(row.meta.id), family=cats.family, work_family=work, difficulty=cats.difficulty,
             target=cats.target_format, fence_tag=row.meta.fence_tag or FENCE_TAGS[cats.target_format],
-            task_meta=tm, checks=row.meta.checks, gold=gold,
+            task_meta=tm, checks=row.meta.checks, gold=gold, meta_turn_index=row.meta.turn_index,
         )  # fmt: skip
 
     def _selected(self, row: Row) -> bool:

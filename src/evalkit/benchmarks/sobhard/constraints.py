@@ -55,6 +55,7 @@ class Question:
     task_meta: dict[str, Any]
     checks: dict[str, Any]
     gold: Any
+    meta_turn_index: int | None = None
 
     @property
     def coerce(self) -> bool:
@@ -85,8 +86,9 @@ class Question:
 
     @property
     def turn_index(self) -> int:
+        """``task_meta.session.turn_index`` [O], else ``meta.turn_index``; 0 outside sessions."""
         session = self.task_meta.get("session") or {}
-        return int(session.get("turn_index") or 0)
+        return int(session.get("turn_index") or self.meta_turn_index or 0)
 
 
 @dataclass
