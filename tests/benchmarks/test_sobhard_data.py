@@ -4,7 +4,6 @@ the shot budget, demonstrations and the offline Hub path."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
