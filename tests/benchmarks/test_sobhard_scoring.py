@@ -243,3 +243,18 @@ def test_hardened_variants_give_the_same_fixture_verdicts(shared_data_dir: Path)
         if scored.failed_checks != case["expect"]["failed_constraints"]:
             wrong.append((case["id"], case["case"], scored.failed_checks))
     assert wrong == []
+
+
+def test_missing_parser_is_fatal_at_load(shared_data_dir: Path, monkeypatch):
+    import sys
+
+    from evalkit.benchmarks.sobhard.readers import MissingParserError, probe
+
+    monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml now raises ModuleNotFoundError
+    with pytest.raises(MissingParserError, match="yaml reader needs 'yaml'"):
+        SOBHard(SOBHardSettings(data_dir=shared_data_dir / "sobhard")).load()
+    monkeypatch.setitem(sys.modules, "jsonschema", None)
+    with pytest.raises(MissingParserError, match="jsonschema"):
+        probe({"json"}, need_jsonschema=True)
+    with pytest.raises(MissingParserError, match="no reader for target notation 'csv'"):
+        probe({"csv"})
