@@ -145,8 +145,9 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
     per_bench = ((raw.get("model") or {}).get("dataset_args") or {}).get(bench_name) or {}
     user_name = (raw.get("benchmark") or {}).get("user_model") or per_bench.get("user_model")
     if user_name:
+        user_overrides = list((raw.get("benchmark") or {}).get("user_overrides") or per_bench.get("user_overrides") or [])
         try:
-            user_raw = to_plain(_compose_in_context([f"model={user_name}"]))
+            user_raw = to_plain(_compose_in_context([f"model={user_name}", *user_overrides]))
         except ConfigError as exc:
             raise ConfigError(f"benchmark.user_model: {exc}") from None
         raw["user"] = {"model": user_raw["model"], "backend": user_raw["backend"]}

@@ -34,6 +34,9 @@ class AceBenchSettings(BenchmarkSettings):
     source_url: str = DEFAULT_SOURCE_URL
     language: Literal["en", "zh", "all"] = "en"
     user_model: str | None = None
+    #: Hydra overrides applied when composing the user model's config
+    #: (e.g. ``[backend.api_base=http://127.0.0.1:8000/v1]``)
+    user_overrides: list[str] = Field(default_factory=list)
     max_dialog_turns: int = Field(default=40, gt=0)
     agent_prompt_language: Literal["matched", "upstream_api"] = "matched"
 
