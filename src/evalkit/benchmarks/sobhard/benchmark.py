@@ -11,7 +11,6 @@ from typing import Any
 
 from evalkit.benchmarks.base import Benchmark, register
 from evalkit.benchmarks.sobhard import data as data_mod
-from evalkit.benchmarks.sobhard.compare import canonical
 from evalkit.benchmarks.sobhard.constraints import CONSTRAINT_IDS, CONSTRAINTS, Context, Question, evaluate
 from evalkit.benchmarks.sobhard.data import Row
 from evalkit.benchmarks.sobhard.metrics import BREAKDOWNS, HEADLINE, aggregate, question_scores
@@ -35,11 +34,17 @@ def fenced(tag: str, body: str) -> str:
 
 
 def _json_safe(value: Any) -> Any:
-    """The parsed answer as JSON (YAML/TOML dates become text, keys become strings)."""
-    try:
-        return json.loads(canonical(value)) if not isinstance(value, (str, int, float, bool, type(None))) else value
-    except (TypeError, ValueError):
-        return None
+    """The parsed answer as JSON for the journal, key order kept (YAML/TOML dates become
+    text; non-text keys become text)."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+    return str(value)
 
 
 @register
