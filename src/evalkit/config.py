@@ -56,6 +56,8 @@ class ModelConfig(_Strict):
             raise ValueError("model.path: the replay model needs model.path=FILE (JSONL of {sample_id, output})")
         if self.kind == "baseline" and not self.baseline:
             raise ValueError("model.baseline: a baseline model needs the baseline's name")
+        if self.kind == "replay" and Path(self.path).is_dir():
+            raise ValueError(f"model.path: {self.path} is a directory; give the JSONL file of outputs")
         if self.kind == "replay" and not Path(self.path).is_file():
             raise ValueError(f"model.path: replay file {self.path} does not exist")
         return self
@@ -154,7 +156,7 @@ class RunSettings(_Strict):
     (refused if it exists). ``resume``: a previous run directory to continue.
     """
 
-    limit: int | None = Field(default=None, ge=1)
+    limit: int | None = Field(default=None, ge=1, strict=True)
     sample_ids: list[str] | None = None
     sample_ids_file: Path | None = None
     output_root: Path = Path("outputs")
@@ -167,8 +169,17 @@ class RunSettings(_Strict):
     @field_validator("sample_ids_file")
     @classmethod
     def _file_exists(cls, v: Path | None) -> Path | None:
+        if v is not None and Path(v).is_dir():
+            raise ValueError(f"{v} is a directory, not a file of ids")
         if v is not None and not Path(v).is_file():
             raise ValueError(f"file {v} does not exist")
+        return v
+
+    @field_validator("cache_dir", "output_root")
+    @classmethod
+    def _dir_usable(cls, v: Path | None) -> Path | None:
+        if v is not None and Path(v).exists() and not Path(v).is_dir():
+            raise ValueError(f"{v} is a file, not a directory")
         return v
 
     @field_validator("resume")

@@ -19,3 +19,7 @@ class DataError(EvalkitError):
 
 class RunDirError(EvalkitError):
     """The run directory cannot be used (exists without resume, resume target missing)."""
+
+
+class TrackingError(EvalkitError):
+    """Experiment tracking (MLflow) failed; the run directory holds the results."""

@@ -37,26 +37,40 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file() or not (run_dir / "predictions.jsonl").is_file():
         raise RunDirError(f"{run_dir}: not an evalkit run directory (config.yaml and predictions.jsonl needed)")
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    try:
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise RunDirError(f"{run_dir}/config.yaml cannot be read ({type(exc).__name__})") from None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("benchmark"), dict) or "name" not in cfg["benchmark"]:
+        raise RunDirError(f"{run_dir}/config.yaml is not an evalkit run config (no benchmark.name)")
     bench_raw = dict(cfg["benchmark"])
     if data_dir is not None:
         bench_raw["data_dir"] = str(data_dir)
-    bench_cls = get_benchmark_class(bench_raw["name"])
+    try:
+        bench_cls = get_benchmark_class(str(bench_raw["name"]))
+    except KeyError as exc:
+        raise RunDirError(f"{run_dir}/config.yaml: {exc.args[0]}") from None
     try:
         settings = bench_cls.settings_model(**bench_raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise RunDirError(f"{run_dir}/config.yaml: benchmark.{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise RunDirError(f"{run_dir}/config.yaml: benchmark.{'.'.join(map(str, err['loc']))}: {msg}") from None
     bench = bench_cls(settings)
     by_id = {s.id: s for s in bench.load()}
     rows = latest_by_sample(run_dir / "predictions.jsonl")
     summary_path = run_dir / "summary.json"
-    recorded_summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
+    try:
+        recorded_summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        recorded_summary = {}
+    if not isinstance(recorded_summary, dict):
+        recorded_summary = {}
     selected = [by_id[sid] for sid in rows if sid in by_id]
     records, changed = [], []
     for sample in selected:
         row = dict(rows[sample.id])
-        if "trajectory" in row:
+        if isinstance(row.get("trajectory"), dict) and bench.is_rollout(sample):
             scored = bench.score_trajectory(sample, row["trajectory"])
         else:
             scored = bench.score(sample, row.get("output") or "")

@@ -24,7 +24,9 @@ class JsonlAppender:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._repair_torn_tail()
-        self._fh = open(self.path, "a", encoding="utf-8")
+        # backslashreplace: a lone surrogate in model text is written as the JSON escape
+        # \udXXX (valid JSON that reads back to the same string) instead of crashing
+        self._fh = open(self.path, "a", encoding="utf-8", errors="backslashreplace")
         self._fsync_interval_s = fsync_interval_s
         self._last_fsync = time.monotonic()
 

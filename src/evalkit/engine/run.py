@@ -29,7 +29,7 @@ from evalkit.benchmarks.base import Benchmark, get_benchmark_class
 from evalkit.config import EvalConfig
 from evalkit.engine.executor import LocalExecutor, RayExecutor, ensure_ray, run_units, shutdown_ray
 from evalkit.engine.journal import JsonlAppender, latest_by_sample, read_jsonl
-from evalkit.errors import ConfigError, RunDirError
+from evalkit.errors import ConfigError, DataError, RunDirError, TrackingError
 from evalkit.types import Completion, Failure, Request, Sample, Trajectory, canonical_json, sha256_hex
 
 log = logging.getLogger("evalkit")
@@ -65,8 +65,12 @@ def select_samples(samples: list[Sample], cfg: EvalConfig) -> list[Sample]:
     if cfg.run.sample_ids is not None:
         wanted = list(cfg.run.sample_ids)
     if cfg.run.sample_ids_file is not None:
-        lines = Path(cfg.run.sample_ids_file).read_text(encoding="utf-8").splitlines()
-        wanted = (wanted or []) + [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+        try:
+            lines = Path(cfg.run.sample_ids_file).read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise ConfigError(f"run.sample_ids_file: {cfg.run.sample_ids_file} is not UTF-8 text (one id per line)") from None
+        stripped = (ln.strip() for ln in lines)
+        wanted = (wanted or []) + [ln for ln in stripped if ln and not ln.startswith("#")]
     if wanted is not None:
         by_id = {s.id: s for s in samples}
         unknown = [sid for sid in wanted if sid not in by_id]
@@ -100,19 +104,53 @@ def code_version() -> str:
 # ------------------------------------------------------------------------------------------
 # run directory
 # ------------------------------------------------------------------------------------------
-def make_run_dir(cfg: EvalConfig) -> tuple[Path, bool]:
+#: config parts a resumed run may change: the selection and where things go
+RESUMABLE_KEYS = {"run", "tracking", "runner", "hydra"}
+
+
+def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in list(a) + [k for k in b if k not in a]:
+            if not prefix and key in RESUMABLE_KEYS:
+                continue
+            diff = _first_difference(a.get(key), b.get(key), f"{prefix}{key}.")
+            if diff:
+                return diff
+        return None
+    return None if a == b else prefix.rstrip(".")
+
+
+def make_run_dir(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> tuple[Path, bool]:
     """The run directory and whether it is resumed.
 
     New runs go to ``<output_root>/runs/<benchmark>/<model>/<YYYYmmdd-HHMMSS>-<pid>``
-    (or ``run.dir``, which must not exist).
+    (``-2``, ``-3``… appended if a run of the same process started in the same second),
+    or to ``run.dir``, which must not exist. A resumed run must have the same benchmark,
+    model, backend and generation settings as the run it continues (only ``run.*``,
+    ``runner.*`` and ``tracking.*`` may change, e.g. a larger ``run.limit``).
+
+    Raises:
+        RunDirError: the directory exists, cannot be created, or the resume target is not
+            a run of this configuration.
     """
     if cfg.run.resume is not None:
         run_dir = Path(cfg.run.resume)
-        prev = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+        try:
+            prev = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise RunDirError(f"run.resume: {run_dir}/config.yaml cannot be read ({type(exc).__name__})") from None
+        if not isinstance(prev, dict) or not isinstance(prev.get("benchmark"), dict) or not isinstance(prev.get("model"), dict):
+            raise RunDirError(f"run.resume: {run_dir}/config.yaml is not an evalkit run config")
         for key, now in (("benchmark", cfg.benchmark.name), ("model", cfg.model.name)):
-            was = (prev.get(key) or {}).get("name")
+            was = prev[key].get("name")
             if was != now:
                 raise RunDirError(f"run.resume: {run_dir} is a run of {key}={was}, not {key}={now}")
+        diff = _first_difference(prev, secrets.redact_config(raw_cfg))
+        if diff:
+            raise RunDirError(
+                f"run.resume: {diff} differs from the run being resumed ({run_dir}); "
+                "only run.*, runner.* and tracking.* may change on resume"
+            )
         return run_dir, True
     if cfg.run.dir is not None:
         run_dir = Path(cfg.run.dir)
@@ -120,8 +158,17 @@ def make_run_dir(cfg: EvalConfig) -> tuple[Path, bool]:
             raise RunDirError(f"run.dir: {run_dir} already exists; use run.resume={run_dir} to continue it")
     else:
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        run_dir = cfg.run.output_root / "runs" / cfg.benchmark.name / cfg.model.name / f"{stamp}-{os.getpid()}"
-    run_dir.mkdir(parents=True, exist_ok=False)
+        parent = cfg.run.output_root / "runs" / cfg.benchmark.name / cfg.model.name
+        run_dir = parent / f"{stamp}-{os.getpid()}"
+        k = 2
+        while run_dir.exists():
+            run_dir = parent / f"{stamp}-{os.getpid()}-{k}"
+            k += 1
+    try:
+        run_dir.mkdir(parents=True, exist_ok=False)
+    except OSError as exc:
+        key = "run.dir" if cfg.run.dir is not None else "run.output_root"
+        raise RunDirError(f"{key}: cannot create {run_dir} ({exc.strerror or type(exc).__name__})") from None
     return run_dir, False
 
 
@@ -281,7 +328,13 @@ def run_evaluation(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> RunResult:
     secrets.register(cfg.api_key())
     bench_cls = get_benchmark_class(cfg.benchmark.name)
     bench = bench_cls(cfg.benchmark)
-    samples = select_samples(bench.load(), cfg)
+    loaded = bench.load()
+    seen_ids: set[str] = set()
+    for sample in loaded:
+        if sample.id in seen_ids:
+            raise DataError(f"{bench.name}: sample id {sample.id!r} occurs twice in the data; ids must be unique")
+        seen_ids.add(sample.id)
+    samples = select_samples(loaded, cfg)
     if not samples:
         raise ConfigError("run: the selection is empty (check benchmark.subsets, run.sample_ids, run.limit)")
 
@@ -304,10 +357,13 @@ def run_evaluation(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> RunResult:
         req.params = dict(params)
         requests[sample.id] = req
 
-    run_dir, resumed = make_run_dir(cfg)
+    offline = None
+    if cfg.backend.kind == "offline":  # read replay files etc. before anything is written
+        offline = _offline_outputs(cfg, bench, [s for s in samples if not bench.is_rollout(s)])
+    run_dir, resumed = make_run_dir(cfg, raw_cfg)
     handler = _setup_file_logging(run_dir)
     try:
-        return _run_in_dir(cfg, raw_cfg, bench, samples, requests, run_dir, resumed)
+        return _run_in_dir(cfg, raw_cfg, bench, samples, requests, run_dir, resumed, offline)
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
@@ -321,6 +377,7 @@ def _run_in_dir(
     requests: dict[str, Request],
     run_dir: Path,
     resumed: bool,
+    offline: tuple[dict[str, str], str] | None = None,
 ) -> RunResult:
     started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
@@ -361,7 +418,8 @@ def _run_in_dir(
         agent_params = cfg.generation_params()
         user_params = cfg.user_generation_params()
         if cfg.backend.kind == "offline":
-            outputs, source = _offline_outputs(cfg, bench, [s for s in samples if s.id not in rollout_ids])
+            assert offline is not None
+            outputs, source = offline
             from evalkit.models.offline import TableModel
 
             model_id = TableModel(cfg.model.name, {}, source).model_id
@@ -480,5 +538,13 @@ def finalize(
         log.exception("plotting failed")
     write_report(run_dir, summary, bench)
     if cfg.tracking.kind == "mlflow":
-        log_run(cfg, run_dir, summary)
+        try:
+            log_run(cfg, run_dir, summary)
+        except Exception as exc:  # noqa: BLE001 - any tracking failure becomes one line
+            log.exception("MLflow logging failed")
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise TrackingError(
+                f"tracking: MLflow logging failed ({type(exc).__name__}: {first}); the run's results are in {run_dir} "
+                f"— fix tracking.tracking_uri and log them again with run.resume={run_dir}"
+            ) from None
     return summary

@@ -42,20 +42,25 @@ def load_replay_file(path: Path) -> dict[str, str]:
             given twice with different outputs.
     """
     outputs: dict[str, str] = {}
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("sample_id"), str) or not isinstance(row.get("output"), str):
-                raise DataError(f"{path}:{lineno}: expected an object with string fields sample_id and output")
-            sid = row["sample_id"]
-            if sid in outputs and outputs[sid] != row["output"]:
-                raise DataError(f"{path}:{lineno}: sample {sid} appears twice with different outputs")
-            outputs[sid] = row["output"]
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise DataError(f"{path}:{lineno}: JSON nested too deeply") from None
+        if not isinstance(row, dict) or not isinstance(row.get("sample_id"), str) or not isinstance(row.get("output"), str):
+            raise DataError(f"{path}:{lineno}: expected an object with string fields sample_id and output")
+        sid = row["sample_id"]
+        if sid in outputs and outputs[sid] != row["output"]:
+            raise DataError(f"{path}:{lineno}: sample {sid} appears twice with different outputs")
+        outputs[sid] = row["output"]
     return outputs
 
 

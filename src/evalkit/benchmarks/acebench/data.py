@@ -58,6 +58,8 @@ def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"malformed JSON in {path} line {lineno}: {exc.msg}") from None
+        except RecursionError:
+            raise DataError(f"malformed JSON in {path} line {lineno}: nested too deeply") from None
         if not isinstance(record, dict):
             raise DataError(f"{path} line {lineno}: expected a JSON object, got {type(record).__name__}")
         records.append((lineno, record))
@@ -72,6 +74,8 @@ def load_category(data_all: Path, language: str, category: str) -> list[tuple[di
     prompt_path, answer_path = category_files(data_all, language, category)
     prompts = read_jsonl(prompt_path)
     answers = read_jsonl(answer_path)
+    if not prompts:
+        raise DataError(f"{prompt_path} holds no records (category {category} is empty)")
     if len(prompts) != len(answers):
         raise DataError(
             f"{prompt_path} has {len(prompts)} records but {answer_path} has {len(answers)}"
@@ -81,11 +85,17 @@ def load_category(data_all: Path, language: str, category: str) -> list[tuple[di
         for key in ("id", "question", "function"):
             if key not in prompt:
                 raise DataError(f"{prompt_path} line {p_line}: record lacks {key!r}")
-        if not isinstance(prompt["function"], list):
-            raise DataError(f"{prompt_path} line {p_line}: 'function' is not a list")
+        if not isinstance(prompt["id"], str) or not isinstance(prompt["question"], str):
+            raise DataError(f"{prompt_path} line {p_line}: 'id' and 'question' must be strings")
+        if not isinstance(prompt["function"], list) or not all(
+            isinstance(f, dict) and isinstance(f.get("name"), str) for f in prompt["function"]
+        ):
+            raise DataError(f"{prompt_path} line {p_line}: 'function' must be a list of specs with a string 'name'")
         for key in ("id", "ground_truth"):
             if key not in answer:
                 raise DataError(f"{answer_path} line {a_line}: record lacks {key!r}")
+        if not _ground_truth_ok(category, answer["ground_truth"]):
+            raise DataError(f"{answer_path} line {a_line}: 'ground_truth' has the wrong shape for {category}")
         if prompt["id"] != answer["id"]:
             raise DataError(
                 f"{answer_path} line {a_line}: id {answer['id']!r} does not match "
@@ -93,6 +103,19 @@ def load_category(data_all: Path, language: str, category: str) -> list[tuple[di
             )
         pairs.append((prompt, answer))
     return pairs
+
+
+def _ground_truth_ok(category: str, gt: Any) -> bool:
+    """Shape of ``ground_truth`` per category family (spec §1.4)."""
+    if category == "special_irrelevant":
+        return isinstance(gt, str)
+    if category.startswith("special_"):
+        return isinstance(gt, dict) and bool(gt)
+    if category.startswith("agent_"):
+        return isinstance(gt, list) and all(isinstance(x, dict) for x in gt)
+    if isinstance(gt, list):
+        return bool(gt) and all(isinstance(x, dict) and x for x in gt)
+    return isinstance(gt, dict) and bool(gt)
 
 
 def language_fingerprint(data_all: Path, language: str) -> str:

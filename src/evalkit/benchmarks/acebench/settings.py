@@ -45,6 +45,8 @@ class AceBenchSettings(BenchmarkSettings):
     def _check_subsets(cls, value: list[str] | None) -> list[str] | None:
         if value is None:
             return None
+        if not value:
+            raise ValueError("empty list; leave subsets unset (null) for all categories or name some")
         unknown = [s for s in value if s not in ALL_CATEGORIES]
         if unknown:
             raise ValueError(
@@ -59,9 +61,18 @@ class AceBenchSettings(BenchmarkSettings):
     def _expand(cls, value: Path | None) -> Path | None:
         return None if value is None else Path(value).expanduser()
 
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _data_dir_given(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("empty path; give the directory holding data_all/ and prompts.json (or null to download)")
+        return value
+
     @field_validator("data_dir")
     @classmethod
     def _data_dir_exists(cls, value: Path | None) -> Path | None:
+        if value is not None and value.exists() and not value.is_dir():
+            raise ValueError(f"{value} is a file, not a directory (it should hold data_all/ and prompts.json)")
         if value is not None and not value.is_dir():
             raise ValueError(f"directory {value} does not exist (it should hold data_all/ and prompts.json)")
         return value

@@ -1,0 +1,104 @@
+"""Bad input ends in one clear error before anything is written as a result (found by an
+adversarial pass over the CLI; each case once crashed or misbehaved)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from evalkit.engine.journal import read_jsonl
+from evalkit.errors import ConfigError, DataError, RunDirError, TrackingError
+from tests.conftest import REPO_ROOT, evalkit_cmd
+
+
+def _copy_category(acebench_dir: Path, dst: Path, category: str = "normal_atom_bool") -> Path:
+    """A writable one-category copy of the ACEBench layout (outside the project)."""
+    for rel in (f"data_all/data_en/data_{category}.json", f"data_all/data_en/possible_answer/data_{category}.json", "prompts.json"):
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(acebench_dir / rel, dst / rel)
+        (dst / rel).chmod(0o644)
+    return dst
+
+
+def test_resume_with_other_benchmark_settings_is_refused(run_eval):
+    first = run_eval(["model=reference", "benchmark.subsets=[normal_atom_bool]", "run.limit=3"])
+    before = (first.run_dir / "summary.json").read_text()
+    with pytest.raises(RunDirError, match="benchmark.language differs"):
+        run_eval(["model=reference", "benchmark.subsets=[normal_atom_bool]", "benchmark.language=zh", f"run.resume={first.run_dir}"])
+    assert (first.run_dir / "summary.json").read_text() == before
+
+
+def test_resume_of_a_broken_run_config_is_one_error(run_eval, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.yaml").write_text("[1, 2]\n")
+    with pytest.raises(RunDirError, match="not an evalkit run config"):
+        run_eval(["model=reference", f"run.resume={broken}"])
+
+
+def test_duplicate_sample_ids_in_data_are_refused(acebench_dir, tmp_path, run_eval):
+    root = _copy_category(acebench_dir, tmp_path / "ace")
+    for rel in ("data_all/data_en/data_normal_atom_bool.json", "data_all/data_en/possible_answer/data_normal_atom_bool.json"):
+        lines = (root / rel).read_text().splitlines()
+        (root / rel).write_text("\n".join(lines + [lines[0]]) + "\n")
+    with pytest.raises(DataError, match="en/normal_atom_bool_0.*twice"):
+        run_eval(["model=reference", f"benchmark.data_dir={root}", "benchmark.subsets=[normal_atom_bool]"])
+
+
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda p, a: p.write_text(""), "holds no records"),
+        (lambda p, a: p.write_text(p.read_text().replace('"function": [', '"function": [1, ', 1)), "list of specs"),
+        (lambda p, a: a.write_text(a.read_text().replace('"ground_truth": {', '"ground_truth": "x", "was": {', 1)), "ground_truth"),
+        (lambda p, a: p.write_text("[" * 100000 + "\n"), "nested too deeply"),
+    ],
+)
+def test_malformed_records_are_data_errors(acebench_dir, tmp_path, run_eval, mutate, match):
+    root = _copy_category(acebench_dir, tmp_path / "ace")
+    mutate(root / "data_all/data_en/data_normal_atom_bool.json", root / "data_all/data_en/possible_answer/data_normal_atom_bool.json")
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match=match):
+        run_eval(["model=reference", f"benchmark.data_dir={root}", "benchmark.subsets=[normal_atom_bool]"], output_root=out)
+    assert not (out / "runs").exists()
+
+
+def test_bad_replay_file_writes_no_run_directory(tmp_path, run_eval):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"\xff\xfe not utf-8\n")
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match="not UTF-8"):
+        run_eval(["model=replay", f"model.path={bad}", "benchmark.subsets=[normal_atom_bool]"], output_root=out)
+    assert not (out / "runs").exists()
+
+
+def test_lone_surrogate_in_an_answer_is_journaled_not_a_crash(tmp_path, run_eval):
+    replay = tmp_path / "r.jsonl"
+    replay.write_text(json.dumps({"sample_id": "en/normal_atom_bool_0", "output": "[f(a='\ud800')]"}) + "\n")
+    res = run_eval(["model=replay", f"model.path={replay}", "run.sample_ids=[en/normal_atom_bool_0]"])
+    rows = list(read_jsonl(res.run_dir / "predictions.jsonl"))
+    assert rows[0]["output"] == "[f(a='\ud800')]" and rows[0]["scores"]["accuracy"] == 0.0
+
+
+def test_empty_subsets_and_empty_data_dir_are_config_errors(run_eval):
+    with pytest.raises(ConfigError, match="benchmark.subsets: empty list"):
+        run_eval(["model=reference", "benchmark.subsets=[]"])
+    with pytest.raises(ConfigError, match="benchmark.data_dir: empty path"):
+        run_eval(["model=reference", "benchmark.data_dir=''"])
+
+
+def test_bad_tracking_uri_is_one_line_after_results_are_safe(run_eval):
+    with pytest.raises(TrackingError, match="tracking: MLflow logging failed") as info:
+        run_eval(["model=reference", "tracking=mlflow", "tracking.tracking_uri=bogus://x", "run.sample_ids=[en/normal_atom_bool_0]"])
+    assert "\n" not in str(info.value)
+
+
+def test_rescore_of_a_non_run_is_exit_2(tmp_path):
+    (tmp_path / "config.yaml").write_text(": : :\n")
+    (tmp_path / "predictions.jsonl").write_text("")
+    proc = subprocess.run([*evalkit_cmd()[:2], "evalkit.rescore", str(tmp_path)], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert proc.returncode == 2 and proc.stderr.startswith("evalkit: error:") and "Traceback" not in proc.stderr
