@@ -110,3 +110,12 @@ def test_agent_multi_turn_without_user_model_fails_fast(run_eval, ray_address, t
         )
     assert "benchmark.user_model" in str(info.value) and "agent_multi_turn" in str(info.value)
     assert not root.exists()
+
+
+def test_secret_override_is_replaced_by_an_env_interpolation():
+    from evalkit.cli import hide_secret_overrides
+
+    env: dict[str, str] = {}
+    out = hide_secret_overrides(["backend.api_key=sk-abcdef123456", "run.limit=3", "model.api_key_env=X"], env)
+    assert out == ["backend.api_key=${oc.env:EVALKIT_SECRET_0}", "run.limit=3", "model.api_key_env=X"]
+    assert env == {"EVALKIT_SECRET_0": "sk-abcdef123456"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from evalkit.cli import CONF_DIR, compose, quote_numeric_groups, report_error, run_config
+from evalkit.cli import CONF_DIR, compose, hide_secret_overrides, quote_numeric_groups, report_error, run_config
 from evalkit.errors import EvalkitError
 
 
@@ -21,7 +21,7 @@ def main() -> None:
     import hydra
     from omegaconf import DictConfig
 
-    sys.argv[1:] = quote_numeric_groups(sys.argv[1:])
+    sys.argv[1:] = hide_secret_overrides(quote_numeric_groups(sys.argv[1:]))
     try:
         _precheck(sys.argv[1:])
     except EvalkitError as exc:

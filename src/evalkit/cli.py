@@ -63,6 +63,30 @@ def quote_numeric_groups(args: Sequence[str]) -> list[str]:
     return out
 
 
+def hide_secret_overrides(args: Sequence[str], environ: Any = None) -> list[str]:
+    """Move secret values given on the command line (``backend.api_key=sk-...``) into
+    environment variables and leave an ``${oc.env:...}`` interpolation in their place, so
+    that Hydra's own records of the overrides (``multirun.yaml``, sweep configs) never
+    hold the value. The value is registered for scrubbing as well."""
+    import os
+
+    from evalkit import secrets
+
+    environ = os.environ if environ is None else environ
+    out = []
+    for i, arg in enumerate(args):
+        key, sep, value = arg.partition("=")
+        leaf = key.lstrip("+~").rsplit(".", 1)[-1]
+        if sep and value and not value.startswith("${") and secrets.is_secret_key(leaf):
+            var = f"EVALKIT_SECRET_{i}"
+            environ[var] = value
+            secrets.register(value)
+            out.append(f"{key}=${{oc.env:{var}}}")
+        else:
+            out.append(arg)
+    return out
+
+
 def compose(overrides: Sequence[str] = ()) -> DictConfig:
     """Compose ``conf/config.yaml`` with ``overrides`` (Hydra's compose API).
 

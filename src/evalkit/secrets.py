@@ -17,6 +17,12 @@ _SECRET_KEY = re.compile(r"^(?:.*[_-])?(?:api_?key|token|secret|password|passwd|
 _values: set[str] = set()
 
 
+def is_secret_key(name: str) -> bool:
+    """True for config keys holding credentials (``api_key``, ``hf_token``...); ``*_env``
+    keys name a variable and are not secret."""
+    return bool(_SECRET_KEY.search(name)) and not name.endswith("_env")
+
+
 def register(value: str | None) -> None:
     """Remember a secret value (ignored if empty or too short to be a real key)."""
     if value and len(value) >= 6:
@@ -50,7 +56,7 @@ def redact_config(obj: Any) -> Any:
     if isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
-            if _SECRET_KEY.search(str(k)) and not str(k).endswith("_env") and v not in (None, ""):
+            if is_secret_key(str(k)) and v not in (None, ""):
                 out[k] = REDACTED
             else:
                 out[k] = redact_config(v)
