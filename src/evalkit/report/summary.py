@@ -10,6 +10,7 @@ kind, timings and token usage.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -53,10 +54,13 @@ def build_summary(
         "model_id": model_id,
         "user_model": cfg.user.model.name if getattr(cfg, "user", None) is not None else None,
         "shots": cfg.shots.n,
+        "mode": cfg.model.api,
+        "pid": os.getpid(),
         "n_samples": len(samples),
         "n_scored": len(records),
         "n_failed": len(missing),
         "failed_by_kind": dict(Counter(f.get("error_kind", "unknown") for f in failures.values())),
+        "failed_ids": missing,
         "status_counts": dict(statuses),
         "headline": bench.headline_metric,
         "metrics": metrics if complete else {},
