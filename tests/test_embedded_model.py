@@ -54,6 +54,20 @@ def test_smollm2_run_from_the_cli_starts_and_stops_its_own_server(ray_address, a
     port = next(ln for ln in log.splitlines() if "Uvicorn running on" in ln).rsplit(":", 1)[1].split()[0]
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2)
+    # resuming the finished run asks the (new, other-port) server nothing: the model's
+    # identity is the served weights, not the address
+    again = subprocess.run(
+        evalkit_cmd(
+            *[o for o in base_overrides(root, acebench_dir) if o != "tracking=none"],
+            "model=smollm2", f"runner.address={ray_address}", f"run.sample_ids=[{','.join(SHORT)}]",
+            "model.dataset_args.acebench.generation.max_tokens=16", f"run.resume={run_dir}",
+        ),
+        cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(list(read_jsonl(run_dir / "predictions.jsonl"))) == 2
+    log = (run_dir / "llama-server.log").read_text(errors="replace")
+    assert log.count("POST /v1/chat/completions") == 2
     # and the MLflow run carries the identity tags
     from mlflow.tracking import MlflowClient
 

@@ -18,8 +18,15 @@ def _precheck(argv: list[str]) -> None:
 
 
 def main() -> None:
+    import logging
+
     import hydra
     from omegaconf import DictConfig
+
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(logging.WARNING)
+    console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[console])
 
     sys.argv[1:] = hide_secret_overrides(quote_numeric_groups(sys.argv[1:]))
     try:

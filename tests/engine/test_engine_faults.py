@@ -163,3 +163,17 @@ def test_concurrency_one_and_eight_give_identical_results(fake_openai, ray_addre
         results.append([(r["sample_id"], r["output"], r["scores"]) for r in rows])
     assert results[0] == results[1]
     assert len(results[0]) == 3
+
+
+def test_embedded_server_identity_does_not_depend_on_its_port():
+    """Resume and cache key on the served weights, not on the random port."""
+    from evalkit.config import LlamaCppBackend
+    from evalkit.engine.run import served_weights_identity
+    from evalkit.models.litellm_client import LiteLLMModel
+
+    ident = served_weights_identity(LlamaCppBackend())
+    assert ident == "llamacpp:smollm2:SmolLM2-135M-Instruct.Q4_1.gguf:98362432:fresh"
+    a = LiteLLMModel("openai/smollm2", api_base="http://127.0.0.1:1111/v1", identity=ident)
+    b = LiteLLMModel("openai/smollm2", api_base="http://127.0.0.1:2222/v1", identity=ident)
+    assert a.model_id == b.model_id
+    assert LiteLLMModel("openai/x", api_base="http://h:1/v1").model_id != LiteLLMModel("openai/x", api_base="http://h:2/v1").model_id

@@ -203,11 +203,24 @@ def _offline_outputs(cfg: EvalConfig, bench: Benchmark, samples: list[Sample]) -
     return load_replay_file(cfg.model.path), file_digest(cfg.model.path)
 
 
+def served_weights_identity(backend: Any) -> str | None:
+    """For ``backend=llamacpp``: ``llamacpp:<alias>:<gguf file name>:<bytes>[:fresh]`` — what
+    answers, independent of the port the server got."""
+    if backend.kind != "llamacpp":
+        return None
+    from evalkit.backends.llamacpp import smollm2_gguf
+
+    gguf = Path(backend.gguf) if backend.gguf else smollm2_gguf()
+    size = gguf.stat().st_size if gguf.exists() else 0
+    return f"llamacpp:{backend.model_alias}:{gguf.name}:{size}{':fresh' if backend.fresh_prompt_eval else ''}"
+
+
 def _model_factory(model: Any, backend: Any, api_base: str | None, api_key: str | None, timeout_s: float) -> Any:
     from evalkit.models.litellm_client import LiteLLMModel
 
     return functools.partial(
         LiteLLMModel,
+        identity=served_weights_identity(backend),
         provider_model=model.provider_model,
         api=model.api,
         api_base=api_base,

@@ -65,11 +65,14 @@ class LiteLLMModel:
     retry_max_wait_s: float = 60.0
     retry_budget_s: float = 600.0
     extra_body: dict[str, Any] = field(default_factory=dict)
+    #: identity of the served weights when the endpoint address is not stable (evalkit's
+    #: own llama.cpp server gets a new port every run)
+    identity: str | None = None
 
     @property
     def model_id(self) -> str:
-        """Cache identity: provider model plus endpoint (never the key)."""
-        return f"{self.provider_model}@{self.api_base or 'default'}"
+        """Cache and resume identity: provider model plus endpoint or served weights (never the key)."""
+        return f"{self.provider_model}@{self.identity or self.api_base or 'default'}"
 
     # ---- one attempt ------------------------------------------------------------------
     async def _attempt(self, request: Request) -> Completion:
