@@ -123,7 +123,7 @@ def test_malformed_json_raises_data_error_naming_file_and_line(acebench_dir, tmp
     lines[4] = lines[4][:-5]
     prompts.write_text("\n".join(lines) + "\n", encoding="utf-8")
     bench = AceBench(AceBenchSettings(data_dir=root, subsets=["normal_atom_enum"]))
-    with pytest.raises(DataError, match=r"data_normal_atom_enum\.json line 5"):
+    with pytest.raises(DataError, match=r"data_normal_atom_enum\.json:5"):
         bench.load()
 
 

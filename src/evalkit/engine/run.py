@@ -247,6 +247,25 @@ def _user_factory(cfg: EvalConfig, api_base: str | None) -> Any:
 # ------------------------------------------------------------------------------------------
 # records
 # ------------------------------------------------------------------------------------------
+def _verdict_fields(
+    sample: Sample, request: Request, model_id: str, scored: Any, status: str, output: str | None
+) -> dict[str, Any]:
+    """The fields every ``predictions.jsonl`` row has, in contract order."""
+    return {
+        "sample_id": sample.id,
+        "subset": sample.subset,
+        "status": status,
+        "output": output,
+        "parsed": scored.parsed,
+        "scores": scored.scores,
+        "checks": scored.checks,
+        "failed_checks": scored.failed_checks,
+        "detail": scored.detail,
+        "request_hash": request.request_hash(model_id),
+        "prompt_hash": request.prompt_hash(),
+    }
+
+
 def prediction_record(bench: Benchmark, sample: Sample, request: Request, model_id: str, completion: Completion) -> dict[str, Any]:
     """One ``predictions.jsonl`` row (record contract of ARCHITECTURE.md)."""
     prefix = request.meta.get("answer_prefix") or ""
@@ -256,18 +275,8 @@ def prediction_record(bench: Benchmark, sample: Sample, request: Request, model_
     if status == "ok" and completion.finish_reason == "length":
         status = "truncated"
     return {
-        "sample_id": sample.id,
-        "subset": sample.subset,
-        "status": status,
-        "output": output,
+        **_verdict_fields(sample, request, model_id, scored, status, output),
         **({"raw_output": completion.text} if prefix else {}),
-        "parsed": scored.parsed,
-        "scores": scored.scores,
-        "checks": scored.checks,
-        "failed_checks": scored.failed_checks,
-        "detail": scored.detail,
-        "request_hash": request.request_hash(model_id),
-        "prompt_hash": request.prompt_hash(),
         "usage": completion.usage,
         "latency_s": round(completion.latency_s, 4),
         "attempts": completion.attempts,
@@ -290,23 +299,14 @@ def rollout_record(
     (tdir / (sample.id.replace("/", "__") + ".json")).write_text(
         json.dumps(secrets.scrub_obj({"sample_id": sample.id, **traj}), ensure_ascii=False, indent=1, default=str),
         encoding="utf-8",
+        errors="backslashreplace",
     )
     usage: dict[str, int] = {}
     for turn in trajectory.turns:
         for k, v in (turn.get("usage") or {}).items():
             usage[k] = usage.get(k, 0) + int(v)
     return {
-        "sample_id": sample.id,
-        "subset": sample.subset,
-        "status": scored.status,
-        "output": trajectory.final_output,
-        "parsed": scored.parsed,
-        "scores": scored.scores,
-        "checks": scored.checks,
-        "failed_checks": scored.failed_checks,
-        "detail": scored.detail,
-        "request_hash": request.request_hash(model_id),
-        "prompt_hash": request.prompt_hash(),
+        **_verdict_fields(sample, request, model_id, scored, scored.status, trajectory.final_output),
         "usage": usage,
         "latency_s": round(sum(t.get("latency_s", 0.0) for t in trajectory.turns), 4),
         "attempts": sum(t.get("attempts", 0) for t in trajectory.turns),

@@ -6,10 +6,10 @@ they go through exactly the same engine path (journal, scoring, resume) as a rea
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from evalkit.errors import DataError
+from evalkit.jsonl import read_objects
 from evalkit.models.base import ModelCallError
 from evalkit.types import Completion, Failure, Request, sha256_hex
 
@@ -42,20 +42,8 @@ def load_replay_file(path: Path) -> dict[str, str]:
             given twice with different outputs.
     """
     outputs: dict[str, str] = {}
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
-        except RecursionError:
-            raise DataError(f"{path}:{lineno}: JSON nested too deeply") from None
-        if not isinstance(row, dict) or not isinstance(row.get("sample_id"), str) or not isinstance(row.get("output"), str):
+    for lineno, row in read_objects(path):
+        if not isinstance(row.get("sample_id"), str) or not isinstance(row.get("output"), str):
             raise DataError(f"{path}:{lineno}: expected an object with string fields sample_id and output")
         sid = row["sample_id"]
         if sid in outputs and outputs[sid] != row["output"]:

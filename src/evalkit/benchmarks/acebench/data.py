@@ -8,12 +8,12 @@ answer line *i* and both carry the same ``id``.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 from evalkit.benchmarks.acebench.categories import ALL_CATEGORIES
 from evalkit.errors import DataError
+from evalkit.jsonl import read_objects
 
 
 def resolve_layout(data_dir: Path) -> tuple[Path, Path]:
@@ -44,26 +44,9 @@ def category_files(data_all: Path, language: str, category: str) -> tuple[Path, 
 
 def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """``(line_number, record)`` for every non-blank line; DataError naming file and line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"ACEBench data file missing: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"ACEBench data file unreadable: {path}: {exc}") from None
-    records: list[tuple[int, dict[str, Any]]] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"malformed JSON in {path} line {lineno}: {exc.msg}") from None
-        except RecursionError:
-            raise DataError(f"malformed JSON in {path} line {lineno}: nested too deeply") from None
-        if not isinstance(record, dict):
-            raise DataError(f"{path} line {lineno}: expected a JSON object, got {type(record).__name__}")
-        records.append((lineno, record))
-    return records
+    if not Path(path).is_file():
+        raise DataError(f"ACEBench data file missing: {path}")
+    return read_objects(path)
 
 
 def load_category(data_all: Path, language: str, category: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:

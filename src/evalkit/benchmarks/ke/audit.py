@@ -31,6 +31,7 @@ from evalkit.benchmarks.ke.metrics import SCORE_NAMES, item_scores, macro_means,
 from evalkit.benchmarks.ke.parser import MODES, PARSER_VERSION, parse_answer, step_index
 from evalkit.benchmarks.ke.prompts import ANSWER_PREFIX
 from evalkit.errors import RunDirError
+from evalkit.jsonl import read_objects
 
 TOL = 1e-6  # §10 A4/A5
 
@@ -60,21 +61,9 @@ class _Run:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
     if not path.is_file():
-        return rows
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RunDirError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise RunDirError(f"{path}:{lineno}: expected a JSON object")
-            rows.append(row)
-    return rows
+        return []
+    return [row for _, row in read_objects(path, RunDirError)]
 
 
 def is_run_dir(path: Path) -> bool:

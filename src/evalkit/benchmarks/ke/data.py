@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from evalkit.errors import DataError
+from evalkit.jsonl import read_objects
 from evalkit.types import sha256_hex
 
 log = logging.getLogger("evalkit")
@@ -164,15 +165,7 @@ def read_ke_file(path: Path, role: str) -> KEFile:
     samples: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     extras: set[str] = set()
-    for lineno, line in enumerate(raw.decode("utf-8", errors="strict").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise DataError(f"{path}:{lineno}: expected a JSON object")
+    for lineno, obj in read_objects(path):
         sid = obj.get("sample_id")
         name = f"sample {sid}" if isinstance(sid, str) else "sample without a string sample_id"
         try:
