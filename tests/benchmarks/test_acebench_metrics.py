@@ -6,7 +6,7 @@ import pytest
 
 from evalkit.benchmarks.acebench import AceBench, AceBenchSettings
 from evalkit.benchmarks.acebench.categories import NORMAL_CATEGORIES, SPECIAL_CATEGORIES
-from evalkit.benchmarks.acebench.metrics import group_scores, multi_turn_scores, overall_score
+from evalkit.benchmarks.acebench.metrics import group_scores, multi_turn_scores, overall_score, upstream_overall
 from evalkit.types import Sample
 
 
@@ -47,10 +47,15 @@ def test_pitfall_13_groups_unweighted_and_overall_weights():
     assert "AGENT" not in groups
     # renormalised over the evaluated groups
     assert overall_score(groups) == pytest.approx((0.578 * 11 / 12 + 0.2676 * 0.5) / (0.578 + 0.2676))
-    # with all three groups: the upstream formula as is
+    # with all three groups: weights divided by their sum (1.0001), so a perfect model is 1.0;
+    # the leaderboard's rounded figure is kept beside it
     # (gpt-4o-2024-11-20 row of the upstream leaderboard: 0.896)
-    value = overall_score({"NORMAL": 0.927, "SPECIAL": 0.933, "AGENT": 0.715})
-    assert value == pytest.approx(0.578 * 0.927 + 0.2676 * 0.933 + 0.1545 * 0.715) and round(value, 3) == 0.896
+    full = {"NORMAL": 0.927, "SPECIAL": 0.933, "AGENT": 0.715}
+    value = overall_score(full)
+    assert value == pytest.approx((0.578 * 0.927 + 0.2676 * 0.933 + 0.1545 * 0.715) / 1.0001) and round(value, 3) == 0.896
+    assert upstream_overall(full) == 0.896
+    assert overall_score({"NORMAL": 1.0, "SPECIAL": 1.0, "AGENT": 1.0}) == pytest.approx(1.0, abs=1e-12)
+    assert upstream_overall({"NORMAL": 1.0, "SPECIAL": 1.0}) is None
 
 
 def _records(samples: list[Sample], score) -> list[dict]:

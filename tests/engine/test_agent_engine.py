@@ -111,3 +111,25 @@ def test_smollm2_agent_rollouts_leave_transcripts(llama_api_base, ray_address, r
         assert len(traj["messages"]) >= 2
     actors = {t["actor"] for t in rows["en/agent_multi_turn_0"]["trajectory"]["turns"]}
     assert actors == {"agent", "user"}
+
+
+def test_reference_full_benchmark_en_is_one_everywhere(run_eval):
+    """`python -m evalkit benchmark=acebench model=reference benchmark.language=en`: all 17."""
+    res = run_eval(["model=reference", "benchmark.language=en"])
+    m = res.summary["metrics"]
+    assert res.summary["n_samples"] == 1023 and res.summary["status"] == "complete"
+    accuracies = {k: v for k, v in m.items() if k.startswith(("accuracy/", "process_acc/"))}
+    assert len(accuracies) == 17 + 6 + 4  # categories, groups, process_acc of 2 multi-turn + 2 agent
+    assert set(accuracies.values()) == {1.0}
+    assert m["overall"] == pytest.approx(1.0, abs=1e-12) and m["overall_upstream_rounded"] == 1.0
+
+
+def test_reference_full_benchmark_zh_fails_exactly_the_three_unsatisfiable(run_eval):
+    res = run_eval(["model=reference", "benchmark.language=zh"])
+    rows = list(read_jsonl(res.run_dir / "predictions.jsonl"))
+    failed = sorted(r["sample_id"] for r in rows if r["scores"]["accuracy"] != 1.0)
+    assert failed == ["zh/normal_atom_object_short_1", "zh/normal_similar_api_2", "zh/normal_similar_api_22"]
+    m = res.summary["metrics"]
+    assert m["accuracy/normal_similar_api"] == pytest.approx(0.96)
+    assert m["accuracy/normal_atom_object_short"] == pytest.approx(0.98)
+    assert m["accuracy/AGENT"] == 1.0 and m["accuracy/SPECIAL"] == 1.0

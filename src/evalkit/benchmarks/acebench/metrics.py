@@ -47,18 +47,24 @@ def group_scores(category_accuracy: dict[str, float]) -> dict[str, float]:
 
 
 def overall_score(groups: dict[str, float]) -> float | None:
-    """0.578·NORMAL + 0.2676·SPECIAL + 0.1545·AGENT.
-
-    With all three groups this is the upstream formula as is; when some group was not
-    evaluated the weights are renormalised over the evaluated ones. ``None`` if none was.
+    """0.578·NORMAL + 0.2676·SPECIAL + 0.1545·AGENT, the weights renormalised over the
+    groups evaluated (spec §4.6). The upstream weights sum to 1.0001, so even with all three
+    groups they are divided by their sum: a perfect model scores 1.0, not 1.0001; the value
+    differs from the raw upstream formula by less than 0.0001 (see :func:`upstream_overall`).
+    ``None`` if no group was evaluated.
     """
     present = {g: w for g, w in OVERALL_WEIGHTS.items() if g in groups}
     if not present:
         return None
-    total = sum(w * groups[g] for g, w in present.items())
-    if len(present) == len(OVERALL_WEIGHTS):
-        return total
-    return total / sum(present.values())
+    return sum(w * groups[g] for g, w in present.items()) / sum(present.values())
+
+
+def upstream_overall(groups: dict[str, float]) -> float | None:
+    """The leaderboard's OVERALL as upstream prints it: the raw weighted sum (weights as
+    published) rounded to 3 decimals; only when all three groups were evaluated."""
+    if not all(g in groups for g in OVERALL_WEIGHTS):
+        return None
+    return round(sum(w * groups[g] for g, w in OVERALL_WEIGHTS.items()), 3)
 
 
 def language_metrics(
@@ -101,6 +107,9 @@ def language_metrics(
     overall = overall_score(groups)
     if overall is not None:
         metrics["overall"] = overall
+    leaderboard = upstream_overall(groups)
+    if leaderboard is not None:
+        metrics["overall_upstream_rounded"] = leaderboard
     return metrics
 
 
