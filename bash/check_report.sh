@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Validates every summary.json below a run or sweep directory against the schema
+# src/evalkit/report/summary.schema.json (JSON Schema 2020-12, checked with jsonschema),
+# plus two rules a schema cannot state for every benchmark: a complete run's metrics hold
+# its `headline` metric, and n_scored + n_failed == n_samples.
+#
+#   bash bash/check_report.sh outputs/runs/acebench        # or one run, or a sweep dir
+#
+# One line per run:  OK <dir> | FAIL <dir>: <field>: <reason> | INCOMPLETE <dir>: n_failed=N
+# Exit: 0 all OK; 1 any FAIL or INCOMPLETE; 2 usage error (no directory, no summary.json).
+# Python: ${VENV:-.venv}/bin/python (relative paths are taken from the repository root).
+set -euo pipefail
+
+if [[ $# -ne 1 || $1 == -h || $1 == --help ]]; then
+  echo "usage: bash bash/check_report.sh RUN_OR_SWEEP_DIR" >&2
+  exit 2
+fi
+target=$1
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv=${VENV:-.venv}
+[[ $venv == /* ]] || venv="$root/$venv"
+py="$venv/bin/python"
+if [[ ! -x $py ]]; then
+  echo "evalkit: error: $py not found (run bash/setup.sh or set VENV)" >&2
+  exit 2
+fi
+
+exec "$py" - "$root/src/evalkit/report/summary.schema.json" "$target" <<'PY'
+import json
+import sys
+from pathlib import Path
+
+import jsonschema
+
+schema_path, target = Path(sys.argv[1]), Path(sys.argv[2])
+if not target.is_dir():
+    print(f"evalkit: error: {target}: no such directory", file=sys.stderr)
+    sys.exit(2)
+schema = json.loads(schema_path.read_text(encoding="utf-8"))
+validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+files = sorted(target.rglob("summary.json"))
+if not files:
+    print(f"evalkit: error: {target}: no summary.json below it", file=sys.stderr)
+    sys.exit(2)
+
+
+def field_of(err):
+    """Dotted path of the offending field; for a missing property, the property itself."""
+    parts = [str(p) for p in err.absolute_path]
+    if err.validator == "required" and isinstance(err.instance, dict):
+        missing = [k for k in err.validator_value if k not in err.instance]
+        if missing:
+            parts.append(missing[0])
+    return ".".join(parts) or "(root)"
+
+
+def problems(summary):
+    if not isinstance(summary, dict):
+        return [("(root)", "not a JSON object")]
+    found = [(field_of(e), e.message) for e in sorted(validator.iter_errors(summary), key=lambda e: list(map(str, e.absolute_path)))]
+    if found:
+        return found
+    head = summary["headline"]
+    if summary["status"] == "complete" and head not in summary["metrics"]:
+        found.append((f"metrics.{head}", f"headline metric {head!r} missing from a complete run's metrics"))
+    if summary["n_scored"] + summary["n_failed"] != summary["n_samples"]:
+        found.append(("n_scored", f"n_scored + n_failed = {summary['n_scored'] + summary['n_failed']} != n_samples = {summary['n_samples']}"))
+    return found
+
+
+bad = False
+for path in files:
+    run_dir = path.parent
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        print(f"FAIL {run_dir}: summary.json: cannot be read as JSON ({type(exc).__name__}: {exc})")
+        bad = True
+        continue
+    found = problems(summary)
+    if found:
+        field, reason = found[0]
+        more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+        print(f"FAIL {run_dir}: {field}: {reason}{more}")
+        bad = True
+    elif summary["status"] != "complete":
+        ids = summary.get("failed_ids") or []
+        shown = f" ({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''})" if ids else ""
+        print(f"INCOMPLETE {run_dir}: n_failed={summary['n_failed']}{shown}")
+        bad = True
+    else:
+        print(f"OK {run_dir}")
+sys.exit(1 if bad else 0)
+PY

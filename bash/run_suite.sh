@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Runs a named suite of evaluations: one `python -m evalkit` run per entry of
+# conf/suite/SUITE.yaml (a list of {name, benchmark, subsets, overrides}; see smoke.yaml).
+#
+#   bash bash/run_suite.sh SUITE [--model M] [--dry-run] [hydra overrides...]
+#   bash bash/run_suite.sh smoke --model reference tracking=none
+#
+# Each entry runs as
+#   ${VENV:-.venv}/bin/python -m evalkit benchmark=B [model=M] [benchmark.subsets=[...]] <entry overrides> <extra overrides>
+# from the repository root (relative paths are relative to it). SUITE is a name in
+# conf/suite/ or a path to a suite YAML. --dry-run prints the commands and runs nothing.
+# A failing entry does not stop the suite; at the end the failed entries are named.
+# Exit: 0 all entries complete; 1 some entry failed or was incomplete; 2 usage or suite
+# file error; 130 interrupted.
+set -euo pipefail
+
+usage() {
+  echo "usage: bash bash/run_suite.sh SUITE [--model M] [--dry-run] [hydra overrides...]" >&2
+  exit 2
+}
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+py="${VENV:-.venv}/bin/python"
+
+suite=""
+model=""
+dry_run=0
+extra=()
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --model) [[ $# -ge 2 ]] || usage; model=$2; shift 2 ;;
+    --model=*) model=${1#--model=}; shift ;;
+    --dry-run) dry_run=1; shift ;;
+    -h|--help) usage ;;
+    -*) echo "evalkit: error: unknown option $1" >&2; usage ;;
+    *)
+      if [[ -z $suite ]]; then suite=$1; else extra+=("$1"); fi
+      shift ;;
+  esac
+done
+[[ -n $suite ]] || usage
+if [[ ! -x $py ]]; then
+  echo "evalkit: error: $py not found (run bash/setup.sh or set VENV)" >&2
+  exit 2
+fi
+if [[ $suite == *.yaml || $suite == */* ]]; then suite_file=$suite; else suite_file="conf/suite/$suite.yaml"; fi
+
+# The suite file is parsed by Python (yaml): it prints, per entry, NUL-separated
+# name, display command, argument count and the arguments.
+plan=$(mktemp)
+trap 'rm -f "$plan"' EXIT
+"$py" - "$suite_file" "$model" "$py" "${extra[@]}" >"$plan" <<'PY' || exit 2
+import shlex
+import sys
+from pathlib import Path
+
+import yaml
+
+suite_file, model, py, extra = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+
+
+def fail(msg):
+    print(f"evalkit: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+if not suite_file.is_file():
+    names = sorted(p.stem for p in Path("conf/suite").glob("*.yaml"))
+    fail(f"{suite_file}: no such suite (available: {', '.join(names) or 'none'})")
+try:
+    entries = yaml.safe_load(suite_file.read_text(encoding="utf-8"))
+except (UnicodeDecodeError, yaml.YAMLError) as exc:
+    fail(f"{suite_file}: not YAML ({type(exc).__name__})")
+if not isinstance(entries, list) or not entries:
+    fail(f"{suite_file}: expected a non-empty list of entries {{benchmark, subsets, overrides}}")
+out = []
+seen = set()
+for i, entry in enumerate(entries, 1):
+    where = f"{suite_file}: entry {i}"
+    if not isinstance(entry, dict):
+        fail(f"{where}: expected a mapping {{benchmark, subsets, overrides}}")
+    unknown = sorted(set(entry) - {"name", "benchmark", "subsets", "overrides"})
+    if unknown:
+        fail(f"{where}: unknown key {unknown[0]!r} (allowed: name, benchmark, subsets, overrides)")
+    bench = entry.get("benchmark")
+    if not isinstance(bench, str) or not Path(f"conf/benchmark/{bench}.yaml").is_file():
+        fail(f"{where}: benchmark {bench!r} is not one of conf/benchmark/*.yaml")
+    subsets = entry.get("subsets")
+    if subsets is not None and (not isinstance(subsets, list) or not subsets or not all(isinstance(s, str) and s for s in subsets)):
+        fail(f"{where}: subsets must be null or a non-empty list of names")
+    overrides = entry.get("overrides") or []
+    if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
+        fail(f"{where}: overrides must be a list of Hydra overrides key=value")
+    name = str(entry.get("name") or bench)
+    if name in seen:
+        name = f"{name}#{i}"
+    seen.add(name)
+    args = ["-m", "evalkit", f"benchmark={bench}"]
+    args += [f"model={model}"] if model else []
+    args += [f"benchmark.subsets=[{','.join(subsets)}]"] if subsets else []
+    args += overrides + extra
+    out += [name, shlex.join([py, *args]), str(len(args)), *args]
+sys.stdout.write("".join(tok + "\0" for tok in out))
+PY
+
+tokens=()
+mapfile -d '' -t tokens <"$plan"
+
+failed=()
+n_entries=0
+i=0
+while [[ $i -lt ${#tokens[@]} ]]; do
+  name=${tokens[i]}
+  display=${tokens[i + 1]}
+  count=${tokens[i + 2]}
+  args=("${tokens[@]:i+3:count}")
+  i=$((i + 3 + count))
+  n_entries=$((n_entries + 1))
+  if [[ $dry_run -eq 1 ]]; then
+    echo "$display"
+    continue
+  fi
+  echo "==> [$n_entries] $name: $display"
+  rc=0
+  "$py" "${args[@]}" || rc=$?
+  if [[ $rc -eq 130 ]]; then
+    echo "run_suite: interrupted during $name" >&2
+    exit 130
+  fi
+  if [[ $rc -ne 0 ]]; then
+    failed+=("$name (exit $rc)")
+  fi
+done
+
+[[ $dry_run -eq 1 ]] && exit 0
+if [[ ${#failed[@]} -gt 0 ]]; then
+  list=""
+  for f in "${failed[@]}"; do list+="${list:+, }$f"; done
+  echo "run_suite: $suite: ${#failed[@]} of $n_entries entries failed: $list" >&2
+  exit 1
+fi
+echo "run_suite: $suite: all $n_entries entries complete"

@@ -1,0 +1,314 @@
+"""Compare finished runs: a side-by-side metric table and the per-sample flips between them.
+
+    python -m evalkit.compare RUN_A RUN_B [RUN_C ...] [--json] [--metrics-only]
+
+Everything is read from the run directories alone (``summary.json`` and
+``predictions.jsonl``); no model, benchmark data or network is needed.
+
+- **Metric table**: one column per run, one row per metric of any run (the headline first).
+  An incomplete run has no ``metrics`` (they are withheld); its ``partial_*`` figures are
+  shown instead, in the same row as the complete runs' metric and marked ``(partial)``.
+- **Flips** (runs of the same benchmark only): for every pair of runs, the sample ids
+  scored in both where one run is right and the other wrong — by the benchmark's primary
+  per-sample score (:data:`PRIMARY_SCORE`): ``1`` vs ``< 1`` for 0/1 scores (ACEBench
+  ``accuracy``, SOBHard ``sample_pass``), or simply the higher one for graded scores
+  (KE per-item ``f1``). Samples scored in only one of the two runs (failed, or outside the
+  other's selection) are counted, not flipped.
+
+Errors (a path that is not a run directory, runs of different benchmarks when flips are
+asked for) raise :class:`CompareError`; on the command line they are one line
+``evalkit: error: ...`` and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Sequence
+
+from tabulate import tabulate
+
+from evalkit.engine.journal import read_jsonl
+from evalkit.errors import EvalkitError
+
+#: per-sample score (a key of a ``predictions.jsonl`` row's ``scores``) that decides flips,
+#: by benchmark; other benchmarks use their headline if it is a per-sample key, else
+#: ``accuracy``, else the only score key of the rows
+PRIMARY_SCORE: dict[str, str] = {"acebench": "accuracy", "sobhard": "sample_pass", "ke": "f1"}
+
+PARTIAL_PREFIX = "partial_"
+
+
+class CompareError(EvalkitError):
+    """A run directory cannot be compared (not a run, unreadable summary, benchmarks differ)."""
+
+
+@dataclass
+class Run:
+    """One run directory as read by :func:`load_run`.
+
+    Attributes:
+        path: the run directory.
+        summary: ``summary.json`` as written by the engine.
+        rows: ``{sample_id: predictions.jsonl row}`` (the first row per sample id wins,
+            as in the engine's journal readers).
+    """
+
+    path: Path
+    summary: dict[str, Any]
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def benchmark(self) -> str:
+        return str(self.summary.get("benchmark"))
+
+    @property
+    def model(self) -> str:
+        return str(self.summary.get("model"))
+
+    @property
+    def complete(self) -> bool:
+        return self.summary.get("status") == "complete"
+
+    def metric_values(self) -> tuple[dict[str, float], bool]:
+        """``({metric name: value}, partial)``: ``metrics`` of a complete run, or the
+        ``partial_metrics`` of an incomplete one with the ``partial_`` prefix removed
+        (``partial`` is then True)."""
+        if self.complete:
+            return dict(self.summary.get("metrics") or {}), False
+        partial = self.summary.get("partial_metrics") or {}
+        return {(k[len(PARTIAL_PREFIX) :] if k.startswith(PARTIAL_PREFIX) else k): v for k, v in partial.items()}, True
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a run directory.
+
+    Raises:
+        CompareError: ``path`` is not a directory, has no ``summary.json`` or
+            ``predictions.jsonl``, or its ``summary.json`` is not a JSON object with
+            ``benchmark`` and ``status``.
+    """
+    run_dir = Path(path)
+    if not run_dir.is_dir():
+        raise CompareError(f"{run_dir}: not a run directory (no such directory)")
+    summary_path = run_dir / "summary.json"
+    if not summary_path.is_file():
+        raise CompareError(f"{run_dir}: not a run directory (no summary.json)")
+    if not (run_dir / "predictions.jsonl").is_file():
+        raise CompareError(f"{run_dir}: not a run directory (no predictions.jsonl)")
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CompareError(f"{summary_path}: cannot be read as JSON ({type(exc).__name__})") from None
+    if not isinstance(summary, dict) or not isinstance(summary.get("benchmark"), str) or "status" not in summary:
+        raise CompareError(f"{summary_path}: not an evalkit summary (needs benchmark and status)")
+    rows: dict[str, dict[str, Any]] = {}
+    for row in read_jsonl(run_dir / "predictions.jsonl"):
+        sid = row.get("sample_id")
+        if isinstance(sid, str) and sid not in rows:
+            rows[sid] = row
+    return Run(run_dir, summary, rows)
+
+
+def primary_score_key(runs: Sequence[Run]) -> str:
+    """The per-sample score that decides flips for these runs (same benchmark).
+
+    Raises:
+        CompareError: no score key can be chosen (rows without ``scores``).
+    """
+    bench = runs[0].benchmark
+    if bench in PRIMARY_SCORE:
+        return PRIMARY_SCORE[bench]
+    keys: set[str] = set()
+    for run in runs:
+        for row in run.rows.values():
+            if isinstance(row.get("scores"), dict):
+                keys.update(row["scores"])
+    headline = runs[0].summary.get("headline")
+    for candidate in (headline, "accuracy"):
+        if candidate in keys:
+            return str(candidate)
+    if len(keys) == 1:
+        return next(iter(keys))
+    raise CompareError(f"benchmark {bench}: cannot tell which per-sample score decides flips (score keys: {sorted(keys)})")
+
+
+def _score(row: dict[str, Any] | None, key: str) -> float | None:
+    scores = (row or {}).get("scores")
+    value = scores.get(key) if isinstance(scores, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _better(x: float, y: float) -> bool:
+    """Whether score ``x`` beats ``y``: right (1) vs wrong for 0/1 scores, higher otherwise."""
+    if x in (0.0, 1.0) and y in (0.0, 1.0):
+        return x == 1.0 and y != 1.0
+    return x > y
+
+
+def flips(a: Run, b: Run, key: str | None = None) -> dict[str, Any]:
+    """Per-sample flips between two runs of the same benchmark.
+
+    Returns ``{"a": str(a.path), "b": str(b.path), "score": key, "n_common": int,
+    "only_in_a": [ids], "only_in_b": [ids], "unscored": [ids],
+    "a_better": [{"sample_id", "subset", "a", "b"}], "b_better": [...]}`` — ``a_better``
+    are samples ``a`` got right and ``b`` wrong (or ``a`` scored higher), ids in ``a``'s
+    journal order. ``unscored`` are common ids without a numeric ``key`` score in one run.
+
+    Raises:
+        CompareError: the runs are of different benchmarks.
+    """
+    if a.benchmark != b.benchmark:
+        raise CompareError(f"flips need runs of one benchmark: {a.path} is {a.benchmark}, {b.path} is {b.benchmark}")
+    key = key or primary_score_key([a, b])
+    common = [sid for sid in a.rows if sid in b.rows]
+    a_better: list[dict[str, Any]] = []
+    b_better: list[dict[str, Any]] = []
+    unscored: list[str] = []
+    for sid in common:
+        sa, sb = _score(a.rows[sid], key), _score(b.rows[sid], key)
+        if sa is None or sb is None:
+            unscored.append(sid)
+            continue
+        entry = {"sample_id": sid, "subset": a.rows[sid].get("subset"), "a": sa, "b": sb}
+        if _better(sa, sb):
+            a_better.append(entry)
+        elif _better(sb, sa):
+            b_better.append(entry)
+    return {
+        "a": str(a.path),
+        "b": str(b.path),
+        "score": key,
+        "n_common": len(common),
+        "only_in_a": [sid for sid in a.rows if sid not in b.rows],
+        "only_in_b": [sid for sid in b.rows if sid not in a.rows],
+        "unscored": unscored,
+        "a_better": a_better,
+        "b_better": b_better,
+    }
+
+
+def metric_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """One row per metric name of any run: ``{"metric": name, "values": [value or None
+    per run], "partial": [bool per run]}``. Headline metrics come first, then names in
+    first-seen order."""
+    per_run = [r.metric_values() for r in runs]
+    names: list[str] = []
+    for run in runs:
+        head = run.summary.get("headline")
+        if isinstance(head, str) and head not in names and any(head in vals for vals, _ in per_run):
+            names.append(head)
+    for vals, _ in per_run:
+        names += [n for n in vals if n not in names]
+    return [
+        {
+            "metric": name,
+            "values": [vals.get(name) for vals, _ in per_run],
+            "partial": [partial and name in vals for vals, partial in per_run],
+        }
+        for name in names
+    ]
+
+
+def compare(paths: Sequence[str | Path], with_flips: bool = True) -> dict[str, Any]:
+    """The machine-readable comparison (what ``--json`` prints).
+
+    Returns ``{"runs": [{"dir", "benchmark", "model", "status", "n_samples", "n_scored",
+    "n_failed", "headline", "data_fingerprint"}], "metrics": metric_rows(...),
+    "flips": [flips(a, b) for every pair, in argument order] (``[]`` without flips)}``.
+
+    Raises:
+        CompareError: fewer than two runs, a path is not a run directory, or (with flips)
+            the runs are of different benchmarks.
+    """
+    if len(paths) < 2:
+        raise CompareError("compare needs at least two run directories")
+    runs = [load_run(p) for p in paths]
+    pairs: list[dict[str, Any]] = []
+    if with_flips:
+        benches = sorted({r.benchmark for r in runs})
+        if len(benches) > 1:
+            raise CompareError(
+                f"flips need runs of one benchmark, got {', '.join(benches)} (use --metrics-only to compare metrics only)"
+            )
+        key = primary_score_key(runs)
+        pairs = [flips(a, b, key) for a, b in combinations(runs, 2)]
+    info = [
+        {
+            "dir": str(r.path),
+            **{k: r.summary.get(k) for k in ("benchmark", "model", "status", "n_samples", "n_scored", "n_failed", "headline", "data_fingerprint")},
+        }
+        for r in runs
+    ]
+    return {"runs": info, "metrics": metric_rows(runs), "flips": pairs}
+
+
+def _fmt(value: Any, partial: bool) -> str:
+    if value is None:
+        return "-"
+    text = f"{value:.4f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+    return f"{text} (partial)" if partial else text
+
+
+def render(result: dict[str, Any]) -> str:
+    """The human-readable form of :func:`compare`'s result."""
+    runs = result["runs"]
+    out = ["Runs:"]
+    for i, r in enumerate(runs, 1):
+        state = "complete" if r["status"] == "complete" else f"INCOMPLETE, n_failed={r['n_failed']}"
+        out.append(f"  [{i}] {r['dir']}  ({r['benchmark']} × {r['model']}, {state}, {r['n_scored']}/{r['n_samples']} scored)")
+    fps = {r["data_fingerprint"] for r in runs}
+    if len({r["benchmark"] for r in runs}) == 1 and len(fps) > 1:
+        out.append("  note: the runs' data fingerprints differ (different sample selections or data)")
+    out.append("")
+    headers = ["metric"] + [f"[{i}] {r['model']}" for i, r in enumerate(runs, 1)]
+    heads = {r["headline"] for r in runs}
+    table = [
+        [row["metric"] + (" *" if row["metric"] in heads else "")] + [_fmt(v, p) for v, p in zip(row["values"], row["partial"])]
+        for row in result["metrics"]
+    ]
+    out.append(tabulate(table, headers=headers, tablefmt="simple", disable_numparse=True))
+    out.append("* headline metric")
+    if any(any(row["partial"]) for row in result["metrics"]):
+        out.append("(partial) = partial_ figure of an incomplete run: its failed samples are left out")
+    index = {r["dir"]: i for i, r in enumerate(runs, 1)}
+    for pair in result["flips"]:
+        ia, ib = index[pair["a"]], index[pair["b"]]
+        out += [
+            "",
+            f"Flips [{ia}] vs [{ib}] (score: {pair['score']}; {pair['n_common']} samples in both"
+            + (f", {len(pair['only_in_a'])} only in [{ia}]" if pair["only_in_a"] else "")
+            + (f", {len(pair['only_in_b'])} only in [{ib}]" if pair["only_in_b"] else "")
+            + "):",
+        ]
+        for label, entries in ((f"better in [{ia}], worse in [{ib}]", pair["a_better"]), (f"better in [{ib}], worse in [{ia}]", pair["b_better"])):
+            out.append(f"  {label}: {len(entries)}")
+            if entries:
+                rows = [[e["sample_id"], e["subset"], _fmt(e["a"], False), _fmt(e["b"], False)] for e in entries]
+                table_text = tabulate(rows, headers=["sample_id", "subset", f"[{ia}]", f"[{ib}]"], tablefmt="simple", disable_numparse=True)
+                out += ["    " + line for line in table_text.splitlines()]
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line; returns the exit code (0, or 2 on an error)."""
+    parser = argparse.ArgumentParser(prog="python -m evalkit.compare", description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (outputs/runs/<benchmark>/<model>/<stamp>)")
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.add_argument("--metrics-only", action="store_true", help="metric table only (runs may be of different benchmarks)")
+    args = parser.parse_args(argv)
+    try:
+        result = compare(args.runs, with_flips=not args.metrics_only)
+    except EvalkitError as exc:
+        print(f"evalkit: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else render(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,277 @@
+"""Run comparison (evalkit.compare), the summary.json schema, suites (bash/run_suite.sh)
+and the report checker (bash/check_report.sh), all on real offline runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT, SHARED_DIR
+
+SCHEMA_PATH = REPO_ROOT / "src" / "evalkit" / "report" / "summary.schema.json"
+SUBSETS = "benchmark.subsets=[normal_atom_bool,special_irrelevant]"
+ALTERED = ("en/normal_atom_bool_1", "en/normal_atom_bool_4")
+
+
+def _compare(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "evalkit.compare", *map(str, args)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60
+    )
+
+
+def _bash(script: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "VENV": str(Path(sys.executable).parents[1]), "EVALKIT_SHARED_DIR": str(SHARED_DIR), **(env or {})}
+    return subprocess.run(
+        ["bash", str(REPO_ROOT / "bash" / script), *map(str, args)],
+        capture_output=True, text=True, cwd=REPO_ROOT, env=full_env, timeout=120,
+    )  # fmt: skip
+
+
+def _validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+
+
+@pytest.fixture
+def two_runs(run_eval, tmp_path: Path):
+    """A reference run and a replay of it with ALTERED outputs made wrong (same 6 samples)."""
+    ref = run_eval(["model=reference", SUBSETS, "run.limit=6"])
+    replay = tmp_path / "replay.jsonl"
+    with replay.open("w", encoding="utf-8") as fh:
+        for line in (ref.run_dir / "predictions.jsonl").read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            out = "[NoSuchFunction(x=1)]" if row["sample_id"] in ALTERED else row["output"]
+            fh.write(json.dumps({"sample_id": row["sample_id"], "output": out}) + "\n")
+    alt = run_eval(["model=replay", f"model.path={replay}", SUBSETS, "run.limit=6"])
+    return ref, alt, replay
+
+
+# ------------------------------------------------------------------------------------------
+# compare
+# ------------------------------------------------------------------------------------------
+def test_compare_table_and_flips(two_runs):
+    ref, alt, _ = two_runs
+    assert ref.summary["metrics"]["overall"] == 1.0
+    assert alt.summary["metrics"]["overall"] == pytest.approx(4 / 6)
+
+    res = _compare(ref.run_dir, alt.run_dir, "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert [r["model"] for r in data["runs"]] == ["reference", "replay"]
+    rows = {row["metric"]: row for row in data["metrics"]}
+    assert data["metrics"][0]["metric"] == "overall"  # headline first
+    assert rows["overall"]["values"] == [1.0, pytest.approx(4 / 6)]
+    assert rows["overall"]["partial"] == [False, False]
+    (pair,) = data["flips"]
+    assert pair["score"] == "accuracy" and pair["n_common"] == 6
+    assert [e["sample_id"] for e in pair["a_better"]] == list(ALTERED)
+    assert all(e["a"] == 1.0 and e["b"] == 0.0 for e in pair["a_better"])
+    assert pair["b_better"] == [] and pair["only_in_a"] == [] and pair["only_in_b"] == []
+
+    # reversed order: the same ids, now on the other side
+    rev = json.loads(_compare(alt.run_dir, ref.run_dir, "--json").stdout)
+    assert [e["sample_id"] for e in rev["flips"][0]["b_better"]] == list(ALTERED)
+    assert rev["flips"][0]["a_better"] == []
+
+    text = _compare(ref.run_dir, alt.run_dir)
+    assert text.returncode == 0
+    table_line = next(ln for ln in text.stdout.splitlines() if ln.startswith("overall"))
+    assert "1.0000" in table_line and "0.6667" in table_line
+    assert "[1] reference" in text.stdout and "[2] replay" in text.stdout
+    flipped = [ln.split()[0] for ln in text.stdout.splitlines() if ln.strip().startswith("en/")]
+    assert flipped == list(ALTERED)
+
+
+def test_compare_incomplete_run_shows_partial(run_eval, two_runs, tmp_path: Path):
+    ref, _, replay = two_runs
+    short = tmp_path / "short.jsonl"
+    lines = replay.read_text(encoding="utf-8").splitlines()
+    short.write_text("\n".join(lines[:4]) + "\n", encoding="utf-8")  # samples 4 and 5 have no output
+    inc = run_eval(["model=replay", f"model.path={short}", SUBSETS, "run.limit=6"], output_root=tmp_path / "inc")
+    assert inc.summary["status"] == "incomplete" and inc.summary["n_failed"] == 2
+
+    data = json.loads(_compare(ref.run_dir, inc.run_dir, "--json").stdout)
+    overall = next(r for r in data["metrics"] if r["metric"] == "overall")
+    assert overall["partial"] == [False, True]
+    assert overall["values"][1] == pytest.approx(inc.summary["partial_metrics"]["partial_overall"])
+    pair = data["flips"][0]
+    # en/normal_atom_bool_4 failed in the incomplete run: not a flip, but "only in a"
+    assert [e["sample_id"] for e in pair["a_better"]] == ["en/normal_atom_bool_1"]
+    assert pair["only_in_a"] == ["en/normal_atom_bool_4", "en/normal_atom_bool_5"]
+    text = _compare(ref.run_dir, inc.run_dir).stdout
+    assert "(partial)" in next(ln for ln in text.splitlines() if ln.startswith("overall"))
+    assert "INCOMPLETE, n_failed=2" in text
+
+
+def test_compare_errors(run_eval, two_runs, shared_data_dir: Path, tmp_path: Path):
+    ref, _, _ = two_runs
+    ke = run_eval(
+        ["benchmark=ke", "model=baseline_file_read", f"benchmark.pilot_path={shared_data_dir}/ke/pilot.jsonl",
+         f"benchmark.icl_path={shared_data_dir}/ke/icl_examples.jsonl", "run.limit=4"]
+    )  # fmt: skip
+    res = _compare(ref.run_dir, ke.run_dir)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.strip().splitlines() == [res.stderr.strip()]
+    assert res.stderr.startswith("evalkit: error: flips need runs of one benchmark")
+    # metrics only: different benchmarks are fine
+    both = json.loads(_compare(ref.run_dir, ke.run_dir, "--json", "--metrics-only").stdout)
+    assert both["flips"] == []
+    f1 = next(r for r in both["metrics"] if r["metric"] == "f1_macro")
+    assert f1["values"] == [None, pytest.approx(ke.summary["metrics"]["f1_macro"])]
+
+    res = _compare(ref.run_dir, tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.strip() == f"evalkit: error: {tmp_path}: not a run directory (no summary.json)"
+
+
+def test_compare_ke_graded_flips(run_eval, shared_data_dir: Path):
+    ke_args = [f"benchmark.pilot_path={shared_data_dir}/ke/pilot.jsonl", f"benchmark.icl_path={shared_data_dir}/ke/icl_examples.jsonl"]
+    gold = run_eval(["benchmark=ke", "model=reference", *ke_args])
+    base = run_eval(["benchmark=ke", "model=baseline_file_read", *ke_args])
+    data = json.loads(_compare(gold.run_dir, base.run_dir, "--json").stdout)
+    pair = data["flips"][0]
+    assert pair["score"] == "f1"
+    rows = {}
+    for line in (base.run_dir / "predictions.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        rows[row["sample_id"]] = row["scores"]["f1"]
+    assert sorted(e["sample_id"] for e in pair["a_better"]) == sorted(sid for sid, f1 in rows.items() if f1 < 1.0)
+    assert pair["b_better"] == []
+
+
+# ------------------------------------------------------------------------------------------
+# schema
+# ------------------------------------------------------------------------------------------
+def test_schema_accepts_real_summaries_and_rejects_violations(two_runs, run_eval, tmp_path: Path):
+    ref, alt, replay = two_runs
+    short = tmp_path / "short.jsonl"
+    short.write_text("\n".join(replay.read_text(encoding="utf-8").splitlines()[:3]) + "\n", encoding="utf-8")
+    inc = run_eval(["model=replay", f"model.path={short}", SUBSETS, "run.limit=6"], output_root=tmp_path / "inc")
+    v = _validator()
+    for run in (ref, alt, inc):
+        assert list(v.iter_errors(run.summary)) == []
+
+    def errors(mutate, base=ref.summary):
+        doc = json.loads(json.dumps(base))
+        mutate(doc)
+        return [(".".join(map(str, e.absolute_path)), e.validator) for e in v.iter_errors(doc)]
+
+    assert ("data_fingerprint", "pattern") in errors(lambda d: d.update(data_fingerprint="abc"))
+    assert ("status", "enum") in errors(lambda d: d.update(status="done"))
+    assert ("", "required") in errors(lambda d: d.pop("prompt_hash"))
+    assert ("metrics", "required") in errors(lambda d: d["metrics"].pop("overall"))
+    assert ("metrics.overall", "type") in errors(lambda d: d["metrics"].update(overall="1.0"))
+    # incomplete: metrics must be empty and partial_metrics present
+    assert ("metrics", "maxProperties") in errors(lambda d: d.update(metrics={"overall": 0.5}), inc.summary)
+    assert ("", "required") in errors(lambda d: d.pop("partial_metrics"), inc.summary)
+
+
+# ------------------------------------------------------------------------------------------
+# suites and the report checker
+# ------------------------------------------------------------------------------------------
+def test_suite_files_are_well_formed():
+    for name in ("smoke", "acebench_full", "all"):
+        entries = yaml.safe_load((REPO_ROOT / "conf" / "suite" / f"{name}.yaml").read_text(encoding="utf-8"))
+        assert isinstance(entries, list) and entries
+        for e in entries:
+            assert set(e) <= {"name", "benchmark", "subsets", "overrides"}
+            assert (REPO_ROOT / "conf" / "benchmark" / f"{e['benchmark']}.yaml").is_file()
+    smoke = yaml.safe_load((REPO_ROOT / "conf" / "suite" / "smoke.yaml").read_text(encoding="utf-8"))
+    assert {e["benchmark"] for e in smoke} == {"acebench", "ke"}
+    assert all(any(o.startswith("run.limit=") for o in e["overrides"]) for e in smoke)
+
+
+def test_run_suite_dry_run_prints_commands(tmp_path: Path):
+    out_root = tmp_path / "never"
+    res = _bash("run_suite.sh", "smoke", "--model", "reference", "--dry-run", f"run.output_root={out_root}", "tracking=none")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    py = f"{Path(sys.executable).parents[1]}/bin/python"
+    data = "'benchmark.data_dir=${oc.env:EVALKIT_SHARED_DIR,../shared}/data/acebench'"
+    assert lines[0] == (
+        f"{py} -m evalkit benchmark=acebench model=reference 'benchmark.subsets=[normal_atom_bool]' {data} "
+        f"benchmark.language=en run.limit=3 run.output_root={out_root} tracking=none"
+    )
+    assert len(lines) == 4
+    assert lines[-1].startswith(f"{py} -m evalkit benchmark=ke model=reference ")
+    assert lines[-1].endswith(f"run.limit=5 run.output_root={out_root} tracking=none")
+    assert not out_root.exists()  # nothing ran
+
+
+def test_run_suite_smoke_then_check_report(tmp_path: Path):
+    out_root = tmp_path / "suite"
+    res = _bash("run_suite.sh", "smoke", "--model", "reference", f"run.output_root={out_root}", "tracking=none", "run.progress=false")
+    assert res.returncode == 0, res.stdout + res.stderr
+    summaries = sorted(out_root.rglob("summary.json"))
+    assert len(summaries) == 4
+    benches = sorted(json.loads(p.read_text(encoding="utf-8"))["benchmark"] for p in summaries)
+    assert benches == ["acebench", "acebench", "acebench", "ke"]
+    assert "all 4 entries complete" in res.stdout
+
+    check = _bash("check_report.sh", out_root)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert sorted(check.stdout.splitlines()) == sorted(f"OK {p.parent}" for p in summaries)
+
+    # corrupt one field of one summary: that run fails, naming its directory and the field
+    victim = summaries[1]
+    doc = json.loads(victim.read_text(encoding="utf-8"))
+    doc["data_fingerprint"] = "not-a-hash"
+    victim.write_text(json.dumps(doc), encoding="utf-8")
+    check = _bash("check_report.sh", out_root)
+    assert check.returncode == 1
+    fails = [ln for ln in check.stdout.splitlines() if ln.startswith("FAIL")]
+    assert len(fails) == 1 and fails[0].startswith(f"FAIL {victim.parent}: data_fingerprint: ")
+    assert sum(ln.startswith("OK ") for ln in check.stdout.splitlines()) == 3
+
+    # a missing required field is named too
+    doc.pop("prompt_hash")
+    doc["data_fingerprint"] = "0" * 64
+    victim.write_text(json.dumps(doc), encoding="utf-8")
+    check = _bash("check_report.sh", victim.parent)
+    assert check.returncode == 1
+    assert check.stdout.strip() == f"FAIL {victim.parent}: prompt_hash: 'prompt_hash' is a required property"
+
+
+def test_run_suite_continues_past_failures(tmp_path: Path):
+    # baseline_file_read exists for KE only: the three ACEBench entries fail, KE still runs
+    out_root = tmp_path / "suite"
+    res = _bash("run_suite.sh", "smoke", "--model", "baseline_file_read", f"run.output_root={out_root}", "tracking=none", "run.progress=false")
+    assert res.returncode == 1
+    last = res.stderr.strip().splitlines()[-1]
+    assert last == (
+        "run_suite: smoke: 3 of 4 entries failed: acebench_atom_bool (exit 2), acebench_multi_turn (exit 2), "
+        "acebench_special (exit 2)"
+    )
+    assert [json.loads(p.read_text())["benchmark"] for p in out_root.rglob("summary.json")] == ["ke"]
+
+    bad = _bash("run_suite.sh", "no_such_suite")
+    assert bad.returncode == 2 and "no such suite" in bad.stderr
+
+
+def test_check_report_incomplete_run(run_eval, two_runs, tmp_path: Path):
+    _, _, replay = two_runs
+    short = tmp_path / "short.jsonl"
+    short.write_text("\n".join(replay.read_text(encoding="utf-8").splitlines()[:5]) + "\n", encoding="utf-8")
+    inc = run_eval(["model=replay", f"model.path={short}", SUBSETS, "run.limit=6"], output_root=tmp_path / "inc")
+    check = _bash("check_report.sh", inc.run_dir)
+    assert check.returncode == 1
+    assert check.stdout.strip() == f"INCOMPLETE {inc.run_dir}: n_failed=1 (en/normal_atom_bool_5)"
+    assert _bash("check_report.sh", tmp_path / "nothing-here").returncode == 2
+
+
+def test_scripts_are_shellcheck_clean():
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed")
+    scripts = [REPO_ROOT / "bash" / "run_suite.sh", REPO_ROOT / "bash" / "check_report.sh"]
+    res = subprocess.run([shellcheck, *map(str, scripts)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout
