@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start or stop a small multi-process Ray cluster on 127.0.0.1 (a head node and one worker
 # node), for trying runner=cluster on one machine. Usage: ray_local_cluster.sh start|stop
+# Note: `stop` is `ray stop --force`, which stops every Ray process of this user on the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RAY=${RAY:-.venv/bin/ray}
