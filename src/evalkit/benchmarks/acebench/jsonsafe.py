@@ -8,7 +8,13 @@ from typing import Any
 
 def json_safe(value: Any) -> Any:
     """A JSON-serialisable copy of a decoded value (tuples/sets -> lists, odd keys/values -> str)."""
-    if value is None or isinstance(value, (bool, int, str)):
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        try:
+            repr(value)  # json.dumps fails beyond sys.get_int_max_str_digits()
+        except ValueError:
+            return hex(value)
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)

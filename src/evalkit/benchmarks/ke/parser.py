@@ -91,10 +91,13 @@ def parse_answer(raw: str | None, mode: str, step_ids: Iterable[str] | dict[int,
     unknown: list[str] = []
     seen: set[str] = set()
     for m in _STEP_ID.finditer(text):  # R5
-        n = int(m.group(1))
-        sid = index.get(n)  # R6
+        digits = m.group(1).lstrip("0") or "0"
+        try:
+            sid = index.get(int(digits))  # R6
+        except ValueError:  # more digits than int() converts: no step has that number
+            sid = None
         if sid is None:
-            sid = "step_%03d" % n
+            sid = "step_" + digits.zfill(3)  # == "step_%03d" % n, without int <-> str limits
             if sid not in seen:
                 unknown.append(sid)
         if sid not in seen:  # R7

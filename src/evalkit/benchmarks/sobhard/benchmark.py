@@ -40,7 +40,13 @@ def _json_safe(value: Any) -> Any:
         return {str(k): _json_safe(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_json_safe(v) for v in value]
-    if value is None or isinstance(value, (str, int, bool)):
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, int):  # YAML 0b…/TOML 0x… ints can exceed json.dumps' digit limit
+        try:
+            repr(value)
+        except ValueError:
+            return hex(value)
         return value
     if isinstance(value, float):
         return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
@@ -222,9 +228,13 @@ class SOBHard(Benchmark):
         detail = "; ".join(f"{r.id}: {r.detail}" for r in failed)[:4000] or None
         if not ctx.text:
             detail = "empty answer" + (f"; {detail}" if detail else "")
+        try:
+            parsed = _json_safe(ctx.parsed) if ctx.parse_ok else None
+        except RecursionError:  # a document nested too deep to copy (or journal)
+            parsed = None
         return SampleScore(
             scores=scores,
-            parsed=_json_safe(ctx.parsed) if ctx.parse_ok else None,
+            parsed=parsed,
             checks={r.id: r.passed for r in results},
             failed_checks=[r.id for r in failed],
             status="ok" if ctx.parse_ok else "format_error",

@@ -46,7 +46,7 @@ def read_json(body: str, strict: bool = False) -> Any:
         if strict:
             return json.loads(body, parse_constant=_reject_constant)
         return json.loads(body)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: deep nesting
         raise ParseError(f"JSON: {exc}") from None
 
 
@@ -60,7 +60,7 @@ def read_jsonl(body: str, strict: bool = False) -> list[Any]:
             continue
         try:
             out.append(json.loads(line, parse_constant=_reject_constant) if strict else json.loads(line))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: deep nesting
             raise ParseError(f"JSON Lines line {n}: {exc}") from None
     return out
 
@@ -87,7 +87,7 @@ def read_toml(body: str, strict: bool = False) -> dict[str, Any]:
         import tomli as tomllib  # type: ignore[no-redef]
     try:
         return tomllib.loads(body)
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, ValueError, RecursionError) as exc:  # ValueError: int over the digit limit
         raise ParseError(f"TOML: {exc}") from None
 
 
