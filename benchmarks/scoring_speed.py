@@ -18,21 +18,30 @@ from pathlib import Path
 from evalkit.benchmarks.base import get_benchmark_class
 
 
+def measure(label: str, bench, outputs: list, repeat: int = 1) -> None:
+    """Print seconds per 1,000 answers for ``bench.score`` over ``outputs`` (``repeat`` times),
+    timed without tracemalloc; a second pass over the distinct answers measures peak memory."""
+    timed = outputs * repeat
+    t0 = time.perf_counter()
+    for sample, text in timed:
+        bench.score(sample, text)
+    elapsed = time.perf_counter() - t0
+    tracemalloc.start()
+    for sample, text in outputs:
+        bench.score(sample, text)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    print(f"{label}: {len(timed)} answers ({len(outputs)} distinct x {repeat}) in {elapsed:.3f} s -> "
+          f"{1000 * elapsed / len(timed):.3f} s per 1,000 answers; peak traced memory {peak / 2**20:.1f} MiB")
+
+
 def acebench(data: Path) -> None:
     cls = get_benchmark_class("acebench")
     bench = cls(cls.settings_model(name="acebench", data_dir=data / "acebench", language="all",
                                    subsets=[c for c in cls.all_subsets if not c.startswith("agent")]))
     samples = bench.load()
     outputs = [(s, bench.reference_output(s)) for s in samples] + [(s, "Sure! " + s.id) for s in samples]
-    tracemalloc.start()
-    t0 = time.perf_counter()
-    for sample, text in outputs:
-        bench.score(sample, text)
-    elapsed = time.perf_counter() - t0
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    print(f"acebench normal+special: {len(outputs)} answers in {elapsed:.3f} s -> "
-          f"{1000 * elapsed / len(outputs):.3f} s per 1,000 answers; peak traced memory {peak / 2**20:.1f} MiB")
+    measure("acebench normal+special", bench, outputs)
 
 
 def ke(data: Path) -> None:
@@ -53,22 +62,12 @@ def ke(data: Path) -> None:
         if case["raw"].strip():
             prefix = ANSWER_PREFIX if case["mode"] == "completion" else ""
             outputs.append((by_id[case["sample_id"]], prefix + case["raw"]))
-    outputs *= 50
-    tracemalloc.start()
-    t0 = time.perf_counter()
-    for sample, text in outputs:
-        bench.score(sample, text)
-    elapsed = time.perf_counter() - t0
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    print(f"ke fixtures: {len(outputs)} answers in {elapsed:.3f} s -> "
-          f"{1000 * elapsed / len(outputs):.3f} s per 1,000 answers; peak traced memory {peak / 2**20:.1f} MiB")
+    measure("ke fixtures", bench, outputs, repeat=50)
 
 
 def sobhard(data: Path, repeat: int = 20) -> None:
     """SOBHard: the fixture answers (answers.jsonl, 118 over 22 rows) plus the reference and
-    the echo baseline of every row, scored ``repeat`` times over, offline. Timed without
-    tracemalloc; a second pass measures peak memory."""
+    the echo baseline of every row, scored ``repeat`` times over, offline."""
     import json
 
     cls = get_benchmark_class("sobhard")
@@ -80,19 +79,7 @@ def sobhard(data: Path, repeat: int = 20) -> None:
         if line.strip():
             case = json.loads(line)
             outputs.append((by_id[str(case["id"])], case["answer"]))
-    n_unique = len(outputs)
-    outputs *= repeat
-    t0 = time.perf_counter()
-    for sample, text in outputs:
-        bench.score(sample, text)
-    elapsed = time.perf_counter() - t0
-    tracemalloc.start()
-    for sample, text in outputs[:n_unique]:
-        bench.score(sample, text)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    print(f"sobhard fixtures: {len(outputs)} answers ({n_unique} distinct x {repeat}) in {elapsed:.3f} s -> "
-          f"{1000 * elapsed / len(outputs):.3f} s per 1,000 answers; peak traced memory {peak / 2**20:.1f} MiB")
+    measure("sobhard fixtures", bench, outputs, repeat=repeat)
 
 
 def main() -> None:
