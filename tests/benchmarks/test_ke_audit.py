@@ -165,3 +165,13 @@ def test_audit_of_evalkit_runs_reads_paths_from_config(run_eval, ke_dir: Path, t
     (base.run_dir / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     tampered = run_audit([base.run_dir])["runs"]
     assert list(tampered.values())[0]["score_mismatches"] == [rows[0]["sample_id"]]
+
+
+def test_a_folder_of_model_folders_is_searched_for_runs(ke_dir: Path, tmp_path: Path) -> None:
+    """``python -m evalkit.audit outputs/runs/ke`` finds ``<model>/<run>/`` below it."""
+    from evalkit.benchmarks.ke.audit import expand_dirs
+
+    for name in ("model-a_0shot_20261012-101530_p41877", "model-b_0shot_20261013-093012_p52210"):
+        shutil.copytree(ke_dir / "history" / name, tmp_path / "runs" / name.split("_")[0] / name)
+    found = expand_dirs([tmp_path / "runs"])
+    assert [p.name for p in found] == ["model-a_0shot_20261012-101530_p41877", "model-b_0shot_20261013-093012_p52210"]

@@ -328,7 +328,8 @@ def audit_run(run_dir: Path, data: KEData) -> dict[str, Any]:
 
 def expand_dirs(paths: list[Path]) -> list[Path]:
     """Run directories named by ``paths``: a path holding ``predictions.jsonl`` is a run;
-    otherwise its immediate subdirectories that are runs (sorted by name).
+    otherwise every run directory below it (e.g. ``outputs/runs/ke`` holds
+    ``<model>/<stamp>-<pid>/``), sorted by path.
 
     Raises:
         RunDirError: a path that does not exist or holds no run.
@@ -341,9 +342,9 @@ def expand_dirs(paths: list[Path]) -> list[Path]:
         if is_run_dir(p):
             out.append(p)
             continue
-        subs = sorted(d for d in p.iterdir() if d.is_dir() and is_run_dir(d))
+        subs = sorted(f.parent for f in p.rglob("predictions.jsonl") if f.is_file())
         if not subs:
-            raise RunDirError(f"{p}: neither a run directory nor a folder of run directories")
+            raise RunDirError(f"{p}: neither a run directory nor a folder holding run directories")
         out.extend(subs)
     return out
 
