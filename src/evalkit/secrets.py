@@ -29,6 +29,18 @@ def register(value: str | None) -> None:
         _values.add(value)
 
 
+def register_url_password(url: str | None) -> None:
+    """Register the password of a ``scheme://user:password@host`` URL (e.g. an api_base)."""
+    if url:
+        from urllib.parse import urlsplit
+
+        try:
+            password = urlsplit(url).password
+        except ValueError:
+            password = None
+        register(password)
+
+
 def scrub(text: str) -> str:
     """``text`` with every registered secret replaced by ``***``."""
     for value in _values:

@@ -339,6 +339,8 @@ def run_evaluation(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> RunResult:
         ConfigError / DataError / RunDirError: before any request is sent.
     """
     secrets.register(cfg.api_key())
+    for backend in (cfg.backend, cfg.user.backend if cfg.user is not None else None):
+        secrets.register_url_password(getattr(backend, "api_base", None))
     bench_cls = get_benchmark_class(cfg.benchmark.name)
     bench = bench_cls(cfg.benchmark)
     loaded = bench.load()
@@ -544,6 +546,7 @@ def finalize(
         finished_at=finished_at,
         wall_s=wall_s,
     )
+    summary = secrets.scrub_obj(summary)
     (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     try:
         bench.write_plots(run_dir / "plots", metrics, records)

@@ -72,7 +72,11 @@ class LiteLLMModel:
     @property
     def model_id(self) -> str:
         """Cache and resume identity: provider model plus endpoint or served weights (never the key)."""
-        return f"{self.provider_model}@{self.identity or self.api_base or 'default'}"
+        endpoint = self.api_base
+        if endpoint and "@" in endpoint:  # never put credentials of a URL into ids and records
+            scheme, _, rest = endpoint.partition("://")
+            endpoint = f"{scheme}://{rest.rsplit('@', 1)[1]}"
+        return f"{self.provider_model}@{self.identity or endpoint or 'default'}"
 
     # ---- one attempt ------------------------------------------------------------------
     async def _attempt(self, request: Request) -> Completion:
