@@ -46,6 +46,8 @@ class FakeOpenAI:
         self._lock = threading.Lock()
         self.app = self._make_app()
         self._server: uvicorn.Server | None = None
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._thread: threading.Thread | None = None
 
     @property
@@ -58,6 +60,7 @@ class FakeOpenAI:
             self.plan = {"default": {"content": "[]"}, "rules": [], **plan}
             self.log = []
             self.attempts = {}
+            self.max_in_flight = 0
 
     def requests_for(self, needle: str) -> list[dict[str, Any]]:
         return [r for r in self.log if needle in r["last"]]
@@ -94,8 +97,14 @@ class FakeOpenAI:
         }  # fmt: skip
         with self._lock:
             self.log.append(entry)
-        if rule.get("latency_s"):
-            await asyncio.sleep(float(rule["latency_s"]))
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if rule.get("latency_s"):
+                await asyncio.sleep(float(rule["latency_s"]))
+        finally:
+            with self._lock:
+                self.in_flight -= 1
         if status != 200:
             headers = {}
             if rule.get("retry_after") is not None:
@@ -152,6 +161,10 @@ class FakeOpenAI:
         async def get_log() -> list[dict[str, Any]]:
             return self.log
 
+        @app.get("/_stats")
+        async def stats() -> dict[str, Any]:
+            return {"requests": len(self.log), "max_in_flight": self.max_in_flight}
+
         return app
 
     # ---- lifecycle --------------------------------------------------------------------
@@ -182,7 +195,7 @@ def main() -> None:  # pragma: no cover - used by subprocess tests
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as fh:
             fh.write(str(server.port))
-    config = uvicorn.Config(server.app, host="127.0.0.1", port=server.port, log_level="error", lifespan="off")
+    config = uvicorn.Config(server.app, host="127.0.0.1", port=server.port, log_level="error", lifespan="off", backlog=4096)
     uvicorn.Server(config).run()
 
 
