@@ -11,7 +11,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 REL_TOL = 1e-6
 _STRICT_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][+-]?\d+)?")
@@ -178,3 +178,17 @@ def summarize(mismatches: list[Mismatch], n: int = 3) -> str:
     head = "; ".join(str(m) for m in mismatches[:n])
     more = f" (+{len(mismatches) - n} more)" if len(mismatches) > n else ""
     return head + more
+
+
+def scalars(value: Any) -> Iterator[Any]:
+    """Every scalar leaf of a parsed document (dict values and list items, depth first,
+    iteratively so deep documents cannot overflow the stack); keys are not leaves."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        else:
+            yield v

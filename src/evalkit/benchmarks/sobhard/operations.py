@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from typing import Any, Iterator
 
-from evalkit.benchmarks.sobhard.compare import canonical, is_number, value_text
+from evalkit.benchmarks.sobhard.compare import canonical, is_number, scalars, value_text
 
 _INDEX_RE = re.compile(r"\[(\d+)\]")
 _NAME_RE = re.compile(r"[^.\[\]]+")
@@ -451,14 +451,8 @@ def scalar_leaves(value: Any, tolerant: bool = False) -> list[str]:
     """Canonical JSON text of every scalar leaf (keys are not leaves), sorted.
     ``tolerant`` writes finite numbers as floats (5 == 5.0)."""
     out: list[str] = []
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-        elif tolerant and is_number(v):
+    for v in scalars(value):
+        if tolerant and is_number(v):
             try:
                 out.append(canonical(float(v)))
             except OverflowError:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from evalkit.benchmarks.sobhard.compare import canonical, is_number, value_text
+from evalkit.benchmarks.sobhard.compare import canonical, is_number, scalars, value_text
 
 RESHAPERS = ("count_by", "melt")
 _FLAT_KEY = re.compile(r"(?:[^.\[\]]+|\[\d+\])(?:\.[^.\[\]]+|\[\d+\])*")
@@ -29,18 +29,6 @@ def _objects(value: Any):
             stack.extend(reversed(list(v.values())))
         elif isinstance(v, list):
             stack.extend(reversed(v))
-
-
-def _scalars(value: Any):
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-        else:
-            yield v
 
 
 def _sorted_keys(obj: dict[Any, Any]) -> bool:
@@ -172,7 +160,7 @@ def _project_fields(answer: Any, params: dict[str, Any]) -> str | None:
 
 
 def _numbers_from_strings(answer: Any, params: dict[str, Any]) -> str | None:
-    for v in _scalars(answer):
+    for v in scalars(answer):
         if isinstance(v, str) and _INT_STRING.fullmatch(v):
             return f"string {v!r} should be a number"
     return None
