@@ -75,7 +75,30 @@ def test_retries_5xx_and_429_with_retry_after_then_succeeds(fake_openai, ray_add
     assert preds[IDS[2]]["attempts"] == 1
     tries = fake_openai.requests_for(gold[sid1][0])
     assert [t["status"] for t in tries] == [429, 200]
-    assert tries[1]["t"] - tries[0]["t"] >= 0.9  # Retry-After: 1 honoured
+
+
+@pytest.mark.parametrize("header, expected", [("1", 1.0), ("120", 60.0), (None, None)])
+def test_retry_wait_honours_retry_after_capped(header, expected):
+    """The wait before a retry is the server's Retry-After (capped at retry_max_wait_s);
+    without the header, exponential back-off with jitter (bounded by the cap)."""
+    import httpx
+    import litellm
+    from tenacity import RetryCallState
+    from tenacity import Future as TFuture
+
+    from evalkit.models.litellm_client import _RetryAfterWait
+
+    headers = {"Retry-After": header} if header else {}
+    response = httpx.Response(429, headers=headers, request=httpx.Request("POST", "http://127.0.0.1/v1/chat/completions"))
+    exc = litellm.RateLimitError("scripted 429", llm_provider="openai", model="fake", response=response)
+    state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})
+    state.attempt_number = 1
+    state.outcome = TFuture.construct(1, exc, True)
+    wait = _RetryAfterWait(initial=0.5, maximum=60.0)(state)
+    if expected is None:
+        assert 0.5 <= wait <= 1.0  # first back-off: initial wait plus at most `initial` of jitter
+    else:
+        assert wait == expected
 
 
 def test_4xx_is_not_retried_and_goes_to_failed(fake_openai, ray_address, gold, run_eval):

@@ -254,7 +254,7 @@ class _RetryAfterWait:
 
     def __init__(self, initial: float, maximum: float):
         self.maximum = maximum
-        self.backoff = wait_exponential_jitter(initial=initial, max=maximum, jitter=initial)
+        self.backoff = wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial)
 
     def __call__(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
