@@ -6,14 +6,36 @@ Python (:meth:`FakeOpenAI.set_plan`):
 
     {"default": {"content": "[]", "latency_s": 0.0},
      "rules": [{"match": "substring of the last message",
-                "statuses": [500, 429],          # returned on the 1st, 2nd ... attempt of
-                "retry_after": 1,                #   that prompt, then success
-                "always_status": 400,            # every attempt fails with this status
+                "statuses": [500, "reset", 429], # the 1st, 2nd ... attempt of that prompt
+                "retry_after": 1,                #   behaves so, later attempts succeed
+                "always_status": 400,            # every attempt behaves so (status or fault)
                 "content": "...", "empty": false, "null_with_reasoning": false,
-                "finish_reason": "stop", "latency_s": 0.0}]}
+                "finish_reason": "stop", "latency_s": 0.0,
+                "hang_s": 300,                   # longest a "hang" holds the request
+                "malformed_body": "<html>",      # body of a "malformed" answer
+                "trickle_bytes": 16,             # chunk size of a "trickle" body
+                "trickle_delay_s": 0.05}]}       #   and the pause before each chunk
+
+An entry of ``statuses`` / ``always_status`` is an HTTP status (an error status carries
+a ``Retry-After`` header when ``retry_after`` is set) or a fault:
+
+* ``"reset"`` — the connection is aborted (TCP RST) without any HTTP response;
+* ``"hang"`` — no response at all until the client gives up (disconnects) or ``hang_s``
+  passes, then the connection is dropped: longer than any client ``timeout``;
+* ``"malformed"`` — status 200 and a body that is not a completion: ``malformed_body``
+  if set (sent as ``text/html`` unless it starts with ``{``), else a completion object
+  cut off mid-way sent as ``application/json``;
+* ``"trickle"`` — the normal successful answer, its body sent ``trickle_bytes`` at a time
+  with ``trickle_delay_s`` before each chunk (a slow but healthy server).
+
+``latency_s`` is waited before any of these. The first rule whose ``match`` occurs in the
+last message (the prompt, for ``/v1/completions``) applies; ``default`` otherwise.
+evalkit never sends ``stream=true``; a streamed request is answered 400 so that a change
+there shows up as failures instead of passing unnoticed.
 
 Every request is logged (``GET /_log`` or :attr:`FakeOpenAI.log`) with the hash of its
-messages, its parameters and the status returned.
+messages, its attempt number for that hash, its parameters and the status (or fault name)
+it got.
 """
 
 from __future__ import annotations
@@ -22,13 +44,18 @@ import asyncio
 import hashlib
 import json
 import socket
+import struct
 import threading
 import time
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+#: scripted behaviours other than an HTTP status
+FAULTS = ("reset", "hang", "malformed", "trickle")
+_TRANSPORT = "fake_openai.transport"
 
 
 def _free_port() -> int:
@@ -44,7 +71,8 @@ class FakeOpenAI:
         self.log: list[dict[str, Any]] = []
         self.attempts: dict[str, int] = {}
         self._lock = threading.Lock()
-        self.app = self._make_app()
+        self.api = self._make_app()
+        self.app = self._asgi(self.api)
         self._server: uvicorn.Server | None = None
         self.in_flight = 0
         self.max_in_flight = 0
@@ -72,7 +100,7 @@ class FakeOpenAI:
                 return {**self.plan.get("default", {}), **rule}
         return dict(self.plan.get("default", {}))
 
-    async def _answer(self, body: dict[str, Any], chat: bool) -> JSONResponse:
+    async def _answer(self, request: Request, body: dict[str, Any], chat: bool) -> Response:
         if chat:
             messages = body.get("messages") or []
             last = str(messages[-1].get("content", "")) if messages else ""
@@ -85,12 +113,15 @@ class FakeOpenAI:
             rule = self._rule_for(last if chat else key_src)
             n = self.attempts.get(key, 0)
             self.attempts[key] = n + 1
-        status = 200
+        status: int | str = 200
         statuses = rule.get("statuses") or []
         if rule.get("always_status"):
-            status = int(rule["always_status"])
+            status = rule["always_status"]
         elif n < len(statuses):
-            status = int(statuses[n])
+            status = statuses[n]
+        if body.get("stream"):
+            status = 400
+        status = status if status in FAULTS else int(status)
         entry = {
             "key": key, "attempt": n + 1, "status": status, "last": last, "t": time.time(),
             "params": {k: body.get(k) for k in ("temperature", "max_tokens", "top_p", "stop", "seed")},
@@ -102,15 +133,26 @@ class FakeOpenAI:
         try:
             if rule.get("latency_s"):
                 await asyncio.sleep(float(rule["latency_s"]))
+            if status == "hang":
+                deadline = time.monotonic() + float(rule.get("hang_s", 300))
+                while time.monotonic() < deadline and not await _disconnected(request):
+                    await asyncio.sleep(0.05)
+                status = "reset"
         finally:
             with self._lock:
                 self.in_flight -= 1
-        if status != 200:
+        if status == "reset":
+            return await _reset(request)
+        if status == "malformed":
+            garbage = rule.get("malformed_body") or f'{{"id": "fake-{key}-{n}", "object": "chat.completion", "choices": [{{"ind'
+            return Response(garbage, media_type="application/json" if garbage.startswith("{") else "text/html")
+        if status != 200 and status != "trickle":
             headers = {}
             if rule.get("retry_after") is not None:
                 headers["Retry-After"] = str(rule["retry_after"])
+            message = "stream=true is not scripted" if body.get("stream") else f"scripted {status}"
             return JSONResponse(
-                {"error": {"message": f"scripted {status}", "type": "scripted", "code": status}},
+                {"error": {"message": message, "type": "scripted", "code": status}},
                 status_code=status,
                 headers=headers,
             )
@@ -132,10 +174,24 @@ class FakeOpenAI:
         else:
             choice = {"index": 0, "text": content, "finish_reason": finish, "logprobs": None}
             obj = "text_completion"
-        return JSONResponse(
-            {"id": f"fake-{key}-{n}", "object": obj, "created": int(time.time()), "model": body.get("model", "fake"),
-             "choices": [choice], "usage": usage}  # fmt: skip
-        )
+        answer = {"id": f"fake-{key}-{n}", "object": obj, "created": int(time.time()), "model": body.get("model", "fake"),
+                  "choices": [choice], "usage": usage}  # fmt: skip
+        if status == "trickle":
+            return _trickle(json.dumps(answer).encode(), int(rule.get("trickle_bytes", 16)), float(rule.get("trickle_delay_s", 0.05)))
+        return JSONResponse(answer)
+
+    @staticmethod
+    def _asgi(api: FastAPI) -> Any:
+        """The ASGI app uvicorn serves: ``api`` with the connection's transport in the scope
+        (uvicorn's ``receive`` is a method of its request cycle, which holds the transport),
+        so that a ``reset`` can abort the connection."""
+
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            cycle = getattr(receive, "__self__", None)
+            scope[_TRANSPORT] = getattr(cycle, "transport", None)
+            await api(scope, receive, send)
+
+        return app
 
     def _make_app(self) -> FastAPI:
         app = FastAPI()
@@ -145,12 +201,12 @@ class FakeOpenAI:
             return {"object": "list", "data": [{"id": "fake", "object": "model"}]}
 
         @app.post("/v1/chat/completions")
-        async def chat(request: Request) -> JSONResponse:
-            return await self._answer(await request.json(), chat=True)
+        async def chat(request: Request) -> Response:
+            return await self._answer(request, await request.json(), chat=True)
 
         @app.post("/v1/completions")
-        async def completions(request: Request) -> JSONResponse:
-            return await self._answer(await request.json(), chat=False)
+        async def completions(request: Request) -> Response:
+            return await self._answer(request, await request.json(), chat=False)
 
         @app.post("/_plan")
         async def plan(request: Request) -> dict[str, str]:
@@ -185,6 +241,36 @@ class FakeOpenAI:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+
+async def _disconnected(request: Request) -> bool:
+    transport = request.scope.get(_TRANSPORT)
+    if transport is not None and transport.is_closing():
+        return True
+    return await request.is_disconnected()
+
+
+async def _reset(request: Request) -> Response:
+    """Abort the connection with a TCP RST and no HTTP response at all."""
+    transport = request.scope.get(_TRANSPORT)
+    if transport is None:  # pragma: no cover - only under a server other than uvicorn
+        raise RuntimeError("fake OpenAI server: 'reset' needs uvicorn's transport")
+    sock = transport.get_extra_info("socket")
+    if sock is not None and not transport.is_closing():
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+    for _ in range(3):  # let uvicorn see the connection lost; what follows is never sent
+        await asyncio.sleep(0)
+    return Response(status_code=204)
+
+
+def _trickle(data: bytes, size: int, delay_s: float) -> StreamingResponse:
+    async def chunks():
+        for i in range(0, len(data), max(1, size)):
+            await asyncio.sleep(delay_s)
+            yield data[i : i + size]
+
+    return StreamingResponse(chunks(), media_type="application/json")
 
 
 def main() -> None:  # pragma: no cover - used by subprocess tests

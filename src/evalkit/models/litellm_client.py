@@ -1,12 +1,15 @@
 """The only way evalkit talks to a provider: litellm, with bounded retries.
 
-Retry rule (engine policy, one place): retry on HTTP 408/409/429/5xx, timeouts and
-connection errors, with exponential back-off and jitter, honouring ``Retry-After`` (capped
-at ``retry_max_wait_s``); never retry any other 4xx (bad request, auth, not found,
-context window). Retries are bounded by count (``max_retries``) and by time
-(``retry_budget_s``). Empty content is not an answer: it raises a ``ModelCallError`` of
-kind ``empty`` (``truncated_empty`` when the provider stopped at the token limit, e.g. a
-reasoning model that spent the whole budget thinking).
+Retry rule (engine policy, one place): retry on HTTP 408/409/429/5xx, timeouts,
+connection errors (refused, reset, closed without a response) and malformed responses
+(HTTP 200 whose body is not JSON), with exponential back-off and jitter, honouring
+``Retry-After`` (capped at ``retry_max_wait_s``); never retry any other 4xx (bad request,
+auth, not found, context window). One attempt lasts at most ``timeout_s`` in total — a
+server that trickles its answer slower than that times out like one that never answers.
+Retries are bounded by count (``max_retries``) and by time (``retry_budget_s``: no new
+attempt starts after it is spent). Empty content is not an answer: it raises a
+``ModelCallError`` of kind ``empty`` (``truncated_empty`` when the provider stopped at the
+token limit, e.g. a reasoning model that spent the whole budget thinking).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import os
 # would wait on it). Must be set before the first ``import litellm`` in any process.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import asyncio  # noqa: E402
 import email.utils  # noqa: E402
+import json  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
@@ -50,7 +55,8 @@ class LiteLLMModel:
         api: ``chat`` (messages) or ``completion`` (text prompt).
         api_base / api_key: endpoint and credential (the key is never logged or pickled
             into records).
-        timeout_s: per-attempt timeout in seconds.
+        timeout_s: per-attempt timeout in seconds: a deadline for the whole answer, not only
+            for the wait between two bytes of it.
         max_retries, retry_initial_wait_s, retry_max_wait_s, retry_budget_s: retry policy.
         extra_body: extra provider request fields (e.g. ``{"min_tokens": 8}``).
     """
@@ -122,6 +128,14 @@ class LiteLLMModel:
             text=str(text), finish_reason=finish, reasoning=reasoning, usage=usage, latency_s=latency
         )
 
+    async def _attempt_within_timeout(self, request: Request) -> Completion:
+        """One attempt under a hard deadline: litellm's ``timeout`` bounds each read, so a
+        server sending a byte now and then would otherwise hold the attempt for ever."""
+        try:
+            return await asyncio.wait_for(self._attempt(request), self.timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no complete answer within timeout_s={self.timeout_s:g}") from None
+
     # ---- with retries -----------------------------------------------------------------
     async def generate(self, request: Request) -> Completion:
         """Answer ``request``; raises :class:`ModelCallError` when no answer was obtained."""
@@ -136,7 +150,7 @@ class LiteLLMModel:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    completion = await self._attempt(request)
+                    completion = await self._attempt_within_timeout(request)
         except ModelCallError as exc:
             exc.failure.attempts = attempts
             raise
@@ -166,8 +180,9 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def is_connection_error(exc: BaseException) -> bool:
-    """True when the request never reached a server (litellm reports these as HTTP 500,
-    so the exception chain is inspected: httpx/openai connection errors, refused sockets)."""
+    """True when the connection failed: refused, reset or closed without a response
+    (litellm reports these as HTTP 500, so the exception chain is inspected: httpx/openai
+    connection errors, refused or reset sockets)."""
     import httpx
 
     return any(
@@ -184,11 +199,23 @@ def is_timeout(exc: BaseException) -> bool:
     return any(isinstance(e, (litellm.Timeout, httpx.TimeoutException, TimeoutError)) for e in _chain(exc))
 
 
+#: litellm's words for a 200 whose body is not a completion object (e.g. a proxy's HTML page)
+_INVALID_RESPONSE = "Empty or invalid response from LLM endpoint"
+
+
+def is_malformed_response(exc: BaseException) -> bool:
+    """True when the server answered 200 but its body is not a completion (litellm reports
+    these as HTTP 500: the chain holds the JSONDecodeError of a cut-off JSON body, or
+    litellm's own "invalid response" error for a body of another type)."""
+    return any(isinstance(e, json.JSONDecodeError) or _INVALID_RESPONSE in str(e) for e in _chain(exc))
+
+
 def is_retryable(exc: BaseException) -> bool:
-    """Engine retry rule: 408/409/429/5xx, timeouts and connection errors; no other 4xx."""
+    """Engine retry rule: 408/409/429/5xx, timeouts, connection errors and malformed
+    responses; no other 4xx."""
     if isinstance(exc, ModelCallError):
         return False
-    if is_timeout(exc) or is_connection_error(exc):
+    if is_timeout(exc) or is_connection_error(exc) or is_malformed_response(exc):
         return True
     code = status_code(exc)
     if code is None:
@@ -204,6 +231,8 @@ def error_kind(exc: BaseException) -> str:
         return "timeout"
     if is_connection_error(exc):
         return "connection"
+    if is_malformed_response(exc):
+        return "malformed_response"
     code = status_code(exc)
     if code == 429:
         return "rate_limit"
