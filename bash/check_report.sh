@@ -2,11 +2,15 @@
 # Validates every summary.json below a run or sweep directory against the schema
 # src/evalkit/report/summary.schema.json (JSON Schema 2020-12, checked with jsonschema),
 # plus two rules a schema cannot state for every benchmark: a complete run's metrics hold
-# its `headline` metric, and n_scored + n_failed == n_samples.
+# its `headline` metric, and n_scored + n_failed == n_samples. Every sweep_summary.json
+# (a sweep's, see README: Sweeps) is checked against sweep_summary.schema.json, and its
+# jobs that left no run (status error / lost / interrupted) are FAILs of the sweep.
 #
 #   bash bash/check_report.sh outputs/runs/acebench        # or one run, or a sweep dir
 #
 # One line per run:  OK <dir> | FAIL <dir>: <field>: <reason> | INCOMPLETE <dir>: n_failed=N
+# One line per sweep: OK <sweep dir>: sweep of N jobs, all complete
+#                   | FAIL <sweep dir>: job K (<swept overrides>): <status>: <error> (per job)
 # Exit: 0 all OK; 1 any FAIL or INCOMPLETE; 2 usage error (no directory, no summary.json).
 # Python: ${VENV:-.venv}/bin/python (relative paths are taken from the repository root).
 set -euo pipefail
@@ -33,13 +37,15 @@ from pathlib import Path
 import jsonschema
 
 schema_path, target = Path(sys.argv[1]), Path(sys.argv[2])
+sweep_schema_path = schema_path.with_name("sweep_summary.schema.json")
 if not target.is_dir():
     print(f"evalkit: error: {target}: no such directory", file=sys.stderr)
     sys.exit(2)
 schema = json.loads(schema_path.read_text(encoding="utf-8"))
 validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
 files = sorted(target.rglob("summary.json"))
-if not files:
+sweeps = sorted(target.rglob("sweep_summary.json"))
+if not files and not sweeps:
     print(f"evalkit: error: {target}: no summary.json below it", file=sys.stderr)
     sys.exit(2)
 
@@ -52,6 +58,20 @@ def field_of(err):
         if missing:
             parts.append(missing[0])
     return ".".join(parts) or "(root)"
+
+
+def sweep_problems(sweep):
+    """(sweep-level problem) or [(job, reason) of every job that left no run]."""
+    checker = jsonschema.Draft202012Validator(json.loads(sweep_schema_path.read_text(encoding="utf-8")))
+    errors = sorted(checker.iter_errors(sweep), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        return f"{field_of(errors[0])}: {errors[0].message}", []
+    jobs = sweep["jobs"]
+    n_complete = sum(j["status"] == "complete" for j in jobs)
+    if (sweep["n_jobs"], sweep["n_complete_jobs"], sweep["n_failed_jobs"]) != (len(jobs), n_complete, len(jobs) - n_complete):
+        return f"n_jobs: the counts do not match the {len(jobs)} jobs listed", []
+    lost = [j for j in jobs if j["status"] not in ("complete", "incomplete")]
+    return None, lost
 
 
 def problems(summary):
@@ -90,5 +110,23 @@ for path in files:
         bad = True
     else:
         print(f"OK {run_dir}")
+for path in sweeps:
+    sweep_dir = path.parent
+    try:
+        sweep = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        print(f"FAIL {sweep_dir}: sweep_summary.json: cannot be read as JSON ({type(exc).__name__}: {exc})")
+        bad = True
+        continue
+    problem, lost = sweep_problems(sweep) if isinstance(sweep, dict) else ("(root): not a JSON object", [])
+    if problem:
+        print(f"FAIL {sweep_dir}: sweep_summary.json: {problem}")
+        bad = True
+    for job in lost:
+        label = " ".join(job["point"] or job["overrides"])
+        print(f"FAIL {sweep_dir}: job {job['num']} ({label}): {job['status']}: {job['error'] or 'no reason recorded'}")
+        bad = True
+    if not problem and sweep["status"] == "complete":
+        print(f"OK {sweep_dir}: sweep of {sweep['n_jobs']} jobs, all complete")
 sys.exit(1 if bad else 0)
 PY

@@ -9,6 +9,8 @@
 #   ${VENV:-.venv}/bin/python -m evalkit benchmark=B [model=M] [benchmark.subsets=[...]] <entry overrides> <extra overrides>
 # from the repository root (relative paths are relative to it). SUITE is a name in
 # conf/suite/ or a path to a suite YAML. --dry-run prints the commands and runs nothing.
+# Every run gets EVALKIT_SUITE=<suite name> in its environment (config key run.suite: the
+# MLflow tag `suite`; a run.suite=... override wins).
 # A failing entry does not stop the suite; at the end the failed entries are named.
 # Exit: 0 all entries complete; 1 some entry failed or was incomplete; 2 usage or suite
 # file error; 130 interrupted.
@@ -45,6 +47,8 @@ if [[ ! -x $py ]]; then
   exit 2
 fi
 if [[ $suite == *.yaml || $suite == */* ]]; then suite_file=$suite; else suite_file="conf/suite/$suite.yaml"; fi
+suite_name=$(basename "$suite_file" .yaml)
+export EVALKIT_SUITE=$suite_name
 
 # The suite file is parsed by Python (yaml): it prints, per entry, NUL-separated
 # name, display command, argument count and the arguments.

@@ -1,20 +1,31 @@
-"""``python -m evalkit benchmark=... model=... [key=value ...]`` — the Hydra entry point."""
+"""``python -m evalkit benchmark=... model=... [key=value ...]`` — the Hydra entry point.
+
+``python -m evalkit -m model=a,b shots=0,3 ...`` is a sweep (Hydra multirun): see
+:mod:`evalkit.sweep`.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from evalkit.cli import CONF_DIR, compose, hide_secret_overrides, quote_numeric_groups, report_error, run_config
+from evalkit.cli import CONF_DIR, compose, hide_secret_overrides, precheck_sweep, quote_numeric_groups, report_error, run_config
 from evalkit.errors import EvalkitError
+
+_MULTIRUN_FLAGS = {"-m", "--multirun"}
 
 
 def _precheck(argv: list[str]) -> None:
     """Compose once with the compose API so that a bad override is one line and exit 2
-    (Hydra itself would print a multi-line message and exit 1)."""
-    if any(a.startswith("-") for a in argv):
-        return  # --help, --cfg, -m ...: Hydra's own handling
-    overrides = [a for a in argv if not a.lstrip("+~").startswith("hydra.")]
-    compose(overrides)
+    (Hydra itself would print a multi-line message and exit 1). A sweep (``-m``) has
+    every point composed and validated (see :func:`evalkit.cli.precheck_sweep`)."""
+    flags = [a for a in argv if a.startswith("-")]
+    if any(a not in _MULTIRUN_FLAGS for a in flags):
+        return  # --help, --cfg, --info, -c ...: Hydra's own handling
+    overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra.")]
+    if flags:
+        precheck_sweep(overrides)
+    else:
+        compose(overrides)
 
 
 def main() -> None:
@@ -36,6 +47,18 @@ def main() -> None:
 
     @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
     def _app(cfg: DictConfig) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            from evalkit.sweep import run_job
+
+            try:
+                run_job(cfg)  # records its outcome; never stops the sweep's other jobs
+            except KeyboardInterrupt:
+                print("evalkit: interrupted; finished samples are journaled — resume with run.resume=<run dir>", file=sys.stderr)
+                sys.exit(130)
+            return
         try:
             code = run_config(cfg)
         except EvalkitError as exc:
@@ -47,6 +70,11 @@ def main() -> None:
             sys.exit(code)
 
     _app()
+    if any(a in _MULTIRUN_FLAGS for a in sys.argv[1:]):
+        from evalkit.sweep import exit_code
+
+        if exit_code():
+            sys.exit(exit_code())
 
 
 if __name__ == "__main__":

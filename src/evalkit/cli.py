@@ -25,7 +25,7 @@ log = logging.getLogger("evalkit")
 def hydra_error_line(exc: BaseException) -> str:
     """A one-line version of a Hydra/OmegaConf composition error."""
     text = str(exc).strip()
-    m = re.search(r"Could not find '([^'/]+)/([^']+)'", text)
+    m = re.search(r"Could not find '([^']+)/([^'/]+)'", text)
     if m:
         group, option = m.groups()
         opts = re.findall(r"^\t(\S+)$", text, flags=re.M)
@@ -178,11 +178,12 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
     return raw, validate(raw)
 
 
-def run_config(cfg: DictConfig) -> int:
-    """Validate and run one composed config; returns the process exit code.
+def run_config_result(cfg: DictConfig) -> Any:
+    """Validate and run one composed config; prints the one-line outcome and returns the
+    :class:`~evalkit.engine.run.RunResult`.
 
-    0 complete, 1 incomplete (failures recorded in failed.jsonl), 2 configuration or data
-    error (nothing was run), 130 interrupted (the journal is kept; resume it).
+    Raises:
+        EvalkitError: a configuration, data, run directory or tracking error.
     """
     raw, validated = resolve(cfg)
     from evalkit.engine.run import run_evaluation
@@ -200,7 +201,47 @@ def run_config(cfg: DictConfig) -> int:
             f"({', '.join(f'{k}: {v}' for k, v in s['failed_by_kind'].items()) or 'never ran'}); "
             f"no headline score. Resume: run.resume={result.run_dir}",
         )
-    return result.exit_code
+    return result
+
+
+def run_config(cfg: DictConfig) -> int:
+    """Validate and run one composed config; returns the process exit code.
+
+    0 complete, 1 incomplete (failures recorded in failed.jsonl), 2 configuration or data
+    error (nothing was run), 130 interrupted (the journal is kept; resume it).
+    """
+    return run_config_result(cfg).exit_code
+
+
+def precheck_sweep(overrides: Sequence[str]) -> int:
+    """Compose and validate the points of a sweep (all of a small one; of a large one the
+    first point and each distinct value) so that a bad override is one line before any job
+    runs. Returns the number of points checked.
+
+    Raises:
+        ConfigError: naming the point and the problem.
+    """
+    from evalkit.sweep import expand_sweep, points_to_check
+
+    try:
+        points = expand_sweep(quote_numeric_groups(overrides))
+    except Exception as exc:  # noqa: BLE001 - parse errors and unsupported sweep types
+        if type(exc).__name__ == "OverrideParseException":
+            raise ConfigError(_bad_override(overrides, exc)) from None
+        raise ConfigError(hydra_error_line(exc)) from None
+    checked = points_to_check(points)
+    from evalkit.sweep import swept_keys
+
+    swept = swept_keys(points)
+    for point in checked:
+        try:
+            resolve(compose(point))
+        except ConfigError as exc:
+            from evalkit.sweep import point_label
+
+            label = point_label(point, swept)
+            raise ConfigError(f"{exc}{f' (sweep point {label})' if label else ''}") from None
+    return len(checked)
 
 
 def report_error(exc: EvalkitError) -> int:

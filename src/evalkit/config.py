@@ -153,7 +153,9 @@ class RunSettings(_Strict):
 
     ``limit``: the first N samples of the selection. ``sample_ids`` / ``sample_ids_file``:
     select samples by id (an unknown id is an error). ``dir``: an explicit run directory
-    (refused if it exists). ``resume``: a previous run directory to continue.
+    (refused if it exists). ``resume``: a previous run directory to continue. ``suite``: the
+    suite the run belongs to (``bash/run_suite.sh`` sets ``EVALKIT_SUITE``), an MLflow tag.
+    ``sweep_dir``: set by evalkit for the jobs of a sweep (``-m``): the sweep the run joins.
     """
 
     limit: int | None = Field(default=None, ge=1, strict=True)
@@ -165,6 +167,8 @@ class RunSettings(_Strict):
     cache: bool = True
     cache_dir: Path | None = None
     progress: bool = True
+    suite: str | None = None
+    sweep_dir: Path | None = None
 
     @field_validator("sample_ids_file")
     @classmethod

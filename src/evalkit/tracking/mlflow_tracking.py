@@ -1,7 +1,10 @@
 """MLflow logging of a finished (or resumed) run.
 
 Per run: params = the resolved config flattened to dotted keys (secrets redacted);
-tags = benchmark, model, shots, status, data fingerprint, prompt hash, code version;
+tags = benchmark, model, shots, status, data fingerprint, prompt hash, code version,
+``evalkit.kind=run``, ``suite`` (``run.suite``, when set) and, for a job of a sweep,
+``sweep=<sweep id>`` + ``sweep_dir`` + ``mlflow.parentRunId`` = the sweep's parent run
+(read from ``<run.sweep_dir>/sweep.json``; see :mod:`evalkit.sweep`);
 metrics = the summary's metrics (``partial_*`` when incomplete); artifacts = every file of
 the run directory. Default store: ``sqlite:///<run.output_root>/mlflow.db`` with
 artifacts under ``<run.output_root>/mlartifacts``. A resumed run logs into the MLflow run
@@ -46,6 +49,22 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def sweep_tags(cfg: Any, uri: str) -> dict[str, str]:
+    """Tags that put a sweep's job under the sweep's parent run (none outside a sweep).
+    The parent is named only if it lives in the same tracking store and experiment."""
+    run = getattr(cfg, "run", None)
+    sweep_dir = getattr(run, "sweep_dir", None)
+    if not sweep_dir:
+        return {}
+    from evalkit.sweep import read_sweep_file
+
+    info = read_sweep_file(Path(sweep_dir)) or {}
+    tags = {"sweep": str(info.get("sweep_id") or Path(sweep_dir).name), "sweep_dir": str(Path(sweep_dir).resolve())}
+    if info.get("parent_run_id") and info.get("tracking_uri") == uri and info.get("experiment") == cfg.tracking.experiment:
+        tags["mlflow.parentRunId"] = str(info["parent_run_id"])
+    return tags
+
+
 def log_run(cfg: Any, run_dir: Path, summary: dict[str, Any]) -> str:
     """Log ``run_dir`` to MLflow; returns the MLflow run id."""
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
@@ -76,7 +95,12 @@ def log_run(cfg: Any, run_dir: Path, summary: dict[str, Any]) -> str:
         "run_dir": str(Path(run_dir).resolve()),
         "user_model": str(summary.get("user_model")),
         "mlflow.runName": f"{summary['benchmark']}-{summary['model']}-{Path(run_dir).name}",
+        "evalkit.kind": "run",
+        **({"suite": str(cfg.run.suite)} if getattr(cfg.run, "suite", None) else {}),
+        **sweep_tags(cfg, uri),
     }
+    if "sweep" in tags:  # the job's directory name already says <num>-<benchmark>-<model>-shots<k>
+        tags["mlflow.runName"] = f"{tags['sweep']}/{Path(run_dir).name}"
     if run_id is None:
         run = client.create_run(exp_id, tags=tags)
         run_id = run.info.run_id

@@ -1,0 +1,395 @@
+"""Sweeps: ``python -m evalkit -m benchmark=ke model=reference,baseline_file_read shots=0,3``.
+
+Hydra's multirun runs one job per point of the sweep; evalkit adds, for any launcher:
+
+* each job's run directory is Hydra's job directory ``<sweep dir>/<num>-<benchmark>-<model>-shots<k>``
+  (``hydra.sweep.subdir``); the response cache stays the shared ``<output_root>/cache``;
+* :class:`SweepCallback` (``hydra.callbacks.sweep``) runs in the sweep's driver process: at the
+  start it writes ``<sweep dir>/sweep.json`` and opens one MLflow *parent run* for the sweep
+  (tags ``sweep=<sweep id>``, ``evalkit.kind=sweep``); every job's MLflow run is its child
+  (``mlflow.parentRunId``; the jobs read the parent's id from ``sweep.json``, so this works
+  when they run in other processes or on other machines sharing the file system);
+* a job never stops the sweep: :func:`run_job` records its outcome in
+  ``<sweep dir>/jobs/<num>.json`` (overrides with secrets redacted, run dir, status, exit code,
+  error line, headline metric) and returns;
+* at the end the callback writes ``sweep_summary.json`` and ``sweep_report.md``, logs them and
+  ``n_jobs`` / ``n_complete_jobs`` / ``n_failed_jobs`` / ``job<num>.<headline>`` to the parent
+  run and ends it — FINISHED if every job completed, FAILED otherwise — and the process exits
+  1 naming each failed job on stderr (:func:`exit_code`).
+
+The sweep id is the sweep directory's name (``<YYYYmmdd-HHMMSS>`` by default).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Sequence
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from evalkit import secrets
+
+log = logging.getLogger("evalkit")
+
+SWEEP_FILE = "sweep.json"
+JOBS_DIR = "jobs"
+SWEEP_SUMMARY = "sweep_summary.json"
+SWEEP_REPORT = "sweep_report.md"
+#: above this many points the pre-check composes the first point and each distinct value only
+PRECHECK_ALL_UP_TO = 64
+
+_exit_code = 0
+
+
+def exit_code() -> int:
+    """Exit code of the last sweep that ended in this process: 0 every job complete, 1 not."""
+    return _exit_code
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(secrets.scrub_obj(obj), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------
+# overrides
+# ------------------------------------------------------------------------------------------
+def redact_overrides(overrides: Sequence[str]) -> list[str]:
+    """Overrides as they may be written down: secret-looking keys get ``***`` (also when
+    their value is the ``${oc.env:EVALKIT_SECRET_n}`` left by ``hide_secret_overrides``)."""
+    out = []
+    for ov in overrides:
+        key, sep, value = ov.partition("=")
+        leaf = key.lstrip("+~").rsplit(".", 1)[-1]
+        out.append(f"{key}={secrets.REDACTED}" if sep and value and secrets.is_secret_key(leaf) else secrets.scrub(ov))
+    return out
+
+
+def expand_sweep(overrides: Sequence[str]) -> list[list[str]]:
+    """Every point of a sweep, in Hydra's job order (``BasicSweeper.split_arguments``):
+    ``["model=a,b", "shots=0,3"]`` → ``[["model=a", "shots=0"], ["model=a", "shots=3"], ...]``.
+
+    Raises:
+        hydra.errors.HydraException / OverrideParseException: as Hydra's parser does.
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    (points,) = BasicSweeper.split_arguments(parsed, None)
+    return points
+
+
+def swept_keys(points: Sequence[Sequence[str]]) -> set[str]:
+    """The override keys whose value differs between the points of a sweep."""
+    values: dict[str, set[str]] = {}
+    for point in points:
+        for ov in point:
+            values.setdefault(ov.partition("=")[0], set()).add(ov)
+    return {k for k, v in values.items() if len(v) > 1}
+
+
+def point_label(point: Sequence[str], swept: set[str]) -> str:
+    """``model=a shots=3``: a point's values of the swept keys (secrets redacted)."""
+    return " ".join(_shown(ov) for ov in redact_overrides(point) if ov.partition("=")[0] in swept)
+
+
+def points_to_check(points: list[list[str]]) -> list[list[str]]:
+    """All points of a small sweep; of a large one the first point plus, for each value of
+    each swept key, the first point with that value."""
+    if len(points) <= PRECHECK_ALL_UP_TO:
+        return points
+    chosen: dict[tuple[str, ...], None] = {tuple(points[0]): None}
+    for i in range(len(points[0])):
+        seen = {points[0][i]}
+        for p in points:
+            if p[i] not in seen:
+                seen.add(p[i])
+                chosen.setdefault(tuple(points[0][:i] + [p[i]] + points[0][i + 1 :]), None)
+    return [list(p) for p in chosen]
+
+
+# ------------------------------------------------------------------------------------------
+# the job (runs wherever the launcher runs it)
+# ------------------------------------------------------------------------------------------
+def read_sweep_file(sweep_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((Path(sweep_dir) / SWEEP_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def run_job(cfg: DictConfig) -> None:
+    """The task function of a multirun job: run ``cfg`` into the job's directory and record
+    the outcome in ``<sweep dir>/jobs/<num>.json``. Never raises for an evalkit error, an
+    incomplete run or a bug (the other jobs must run); only an interrupt propagates."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from evalkit.cli import report_error, run_config_result
+    from evalkit.errors import EvalkitError
+
+    hc = HydraConfig.get()
+    sweep_dir = Path(hc.sweep.dir)
+    num = int(hc.job.num)
+    job_dir = Path(hc.runtime.output_dir)
+    record: dict[str, Any] = {
+        "num": num,
+        "overrides": redact_overrides(list(hc.overrides.task)),
+        "run_dir": None,
+        "status": "error",
+        "exit_code": 2,
+        "error": None,
+        "headline": None,
+        "headline_value": None,
+        "started_at": _now(),
+    }
+    jobs = sweep_dir / JOBS_DIR
+    jobs.mkdir(parents=True, exist_ok=True)
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        cfg.run.sweep_dir = str(sweep_dir)
+        if cfg.run.dir is None and cfg.run.resume is None:
+            # Hydra made the job's directory (empty); evalkit's run directory must be new
+            if job_dir.is_dir() and not any(job_dir.iterdir()):
+                job_dir.rmdir()
+            cfg.run.dir = str(job_dir)
+    try:
+        result = run_config_result(cfg)
+    except EvalkitError as exc:
+        record.update(exit_code=report_error(exc), error=secrets.scrub(str(exc)))
+    except KeyboardInterrupt:
+        record.update(status="interrupted", exit_code=130, error="interrupted")
+        _write_json(jobs / f"{num}.json", record)
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug in one job must not stop the others
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        record.update(exit_code=1, error=secrets.scrub(f"{type(exc).__name__}: {first}"))
+        record["traceback"] = secrets.scrub(traceback.format_exc())
+        print(f"evalkit: error: job {num}: {record['error']}", file=sys.stderr)
+    else:
+        s = result.summary
+        record.update(
+            run_dir=str(result.run_dir),
+            status=s["status"],
+            exit_code=result.exit_code,
+            headline=s["headline"],
+            headline_value=s["metrics"].get(s["headline"]) if s["status"] == "complete" else None,
+            n_samples=s["n_samples"],
+            n_failed=s["n_failed"],
+        )
+        if s["status"] != "complete":
+            record["error"] = f"{s['n_failed']} of {s['n_samples']} samples failed; resume with run.resume={result.run_dir}"
+    if record["run_dir"] is None and (Path(str(cfg.run.dir or "")) / "summary.json").is_file():
+        record["run_dir"] = str(cfg.run.dir)  # e.g. the run finished but MLflow logging failed
+    for key in ("benchmark", "model"):
+        record[key] = str(cfg[key].get("name")) if key in cfg else None
+    record["shots"] = cfg.shots.get("n") if "shots" in cfg else None
+    record["finished_at"] = _now()
+    _write_json(jobs / f"{num}.json", record)
+
+
+# ------------------------------------------------------------------------------------------
+# the driver's callback
+# ------------------------------------------------------------------------------------------
+def _mlflow_client(uri: str) -> Any:
+    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+    from mlflow.tracking import MlflowClient
+
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    return MlflowClient(uri)
+
+
+def _expected_points(config: DictConfig) -> list[list[str]] | None:
+    """The points the basic sweeper will launch (None for another sweeper)."""
+    sweeper = str(config.hydra.sweeper.get("_target_", ""))
+    if not sweeper.endswith("BasicSweeper"):
+        return None
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    try:
+        return expand_sweep(params + list(config.hydra.overrides.task))
+    except Exception:  # noqa: BLE001 - Hydra itself reports a bad sweep
+        return None
+
+
+class SweepCallback(Callback):
+    """``hydra.callbacks.sweep``: the sweep's MLflow parent run and its summary."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global _exit_code
+        _exit_code = 0
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        if (sweep_dir / SWEEP_FILE).exists():
+            print(
+                f"evalkit: error: hydra.sweep.dir: {sweep_dir} already holds a sweep; pick another directory",
+                file=sys.stderr,
+            )
+            sys.exit(2)
+        points = _expected_points(config)
+        info: dict[str, Any] = {
+            "sweep_id": sweep_dir.name,
+            "sweep_dir": str(sweep_dir.resolve()),
+            "started_at": _now(),
+            "overrides": redact_overrides(list(config.hydra.overrides.task)),
+            "points": [redact_overrides(p) for p in points] if points is not None else None,
+            "suite": None,
+            "tracking_uri": None,
+            "experiment": None,
+            "parent_run_id": None,
+        }
+        try:
+            info["suite"] = config.run.get("suite")
+        except Exception:  # noqa: BLE001 - a broken interpolation is the jobs' error to report
+            pass
+        if config.tracking.get("kind") == "mlflow":
+            from evalkit.tracking.mlflow_tracking import artifact_root, tracking_uri
+
+            uri = tracking_uri(config)
+            client = _mlflow_client(uri)
+            exp_name = str(config.tracking.experiment)
+            exp = client.get_experiment_by_name(exp_name)
+            exp_id = exp.experiment_id if exp else client.create_experiment(exp_name, artifact_location=artifact_root(config))
+            tags = {
+                "sweep": info["sweep_id"],
+                "evalkit.kind": "sweep",
+                "sweep_dir": info["sweep_dir"],
+                "mlflow.runName": f"sweep-{info['sweep_id']}",
+                "overrides": " ".join(info["overrides"])[:5000],
+                **({"suite": str(info["suite"])} if info["suite"] else {}),
+            }
+            run = client.create_run(exp_id, tags=tags)
+            info.update(tracking_uri=uri, experiment=exp_name, parent_run_id=run.info.run_id)
+        _write_json(sweep_dir / SWEEP_FILE, info)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        global _exit_code
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        info = read_sweep_file(sweep_dir) or {"sweep_id": sweep_dir.name, "sweep_dir": str(sweep_dir.resolve())}
+        summary = summarize(sweep_dir, info)
+        _write_json(sweep_dir / SWEEP_SUMMARY, summary)
+        (sweep_dir / SWEEP_REPORT).write_text(secrets.scrub(report_markdown(summary)), encoding="utf-8")
+        if info.get("parent_run_id"):
+            try:
+                _log_parent(info, sweep_dir, summary)
+            except Exception as exc:  # noqa: BLE001 - the sweep's results are on disk regardless
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                print(f"evalkit: warning: MLflow logging of the sweep failed ({type(exc).__name__}: {first})", file=sys.stderr)
+        failed = [j for j in summary["jobs"] if j["status"] != "complete"]
+        for job in failed:
+            print(
+                f"evalkit: sweep {summary['sweep_id']}: job {job['num']} ({' '.join(job['point'] or job['overrides'])}) "
+                f"{job['status']}: {job.get('error') or 'no reason recorded'}",
+                file=sys.stderr,
+            )
+        if failed:
+            print(
+                f"evalkit: sweep {summary['sweep_id']}: {len(failed)} of {summary['n_jobs']} jobs failed → {sweep_dir / SWEEP_SUMMARY}",
+                file=sys.stderr,
+            )
+            _exit_code = 1
+        else:
+            print(f"evalkit: sweep {summary['sweep_id']}: all {summary['n_jobs']} jobs complete → {sweep_dir / SWEEP_SUMMARY}")
+
+
+def summarize(sweep_dir: Path, info: dict[str, Any]) -> dict[str, Any]:
+    """``sweep_summary.json``: one entry per job, including the ones that left no record
+    (status ``lost``: the job's process died)."""
+    jobs: dict[int, dict[str, Any]] = {}
+    for path in (sweep_dir / JOBS_DIR).glob("*.json"):
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+            jobs[int(rec["num"])] = rec
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    for num, point in enumerate(info.get("points") or []):
+        if num not in jobs:
+            jobs[num] = {"num": num, "overrides": point, "run_dir": None, "status": "lost", "exit_code": None,
+                         "error": "the job left no record (its process died or never started)",
+                         "headline": None, "headline_value": None}  # fmt: skip
+    ordered = [jobs[k] for k in sorted(jobs)]
+    swept = swept_keys([j.get("overrides") or [] for j in ordered])
+    for j in ordered:  # what sets this job apart: its values of the swept keys
+        j["point"] = point_label(j.get("overrides") or [], swept).split()
+    count = {st: sum(j["status"] == st for j in ordered) for st in ("complete", "incomplete", "error", "lost", "interrupted")}
+    return {
+        "sweep_id": info.get("sweep_id"),
+        "sweep_dir": info.get("sweep_dir"),
+        "suite": info.get("suite"),
+        "started_at": info.get("started_at"),
+        "finished_at": _now(),
+        "overrides": info.get("overrides") or [],
+        "tracking_uri": info.get("tracking_uri"),
+        "parent_run_id": info.get("parent_run_id"),
+        "status": "complete" if ordered and count["complete"] == len(ordered) else "failed",
+        "n_jobs": len(ordered),
+        "n_complete_jobs": count["complete"],
+        "n_failed_jobs": len(ordered) - count["complete"],
+        "jobs": [{k: v for k, v in j.items() if k != "traceback"} for j in ordered],
+    }
+
+
+def _shown(override: str) -> str:
+    """``shots='3'`` → ``shots=3`` (the quotes are only for Hydra's grammar)."""
+    key, _, value = override.partition("=")
+    if len(value) >= 2 and value[0] == value[-1] == "'" and value[1:-1].isdigit():
+        return f"{key}={value[1:-1]}"
+    return override
+
+
+def report_markdown(summary: dict[str, Any]) -> str:
+    def cell(v: Any) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = [
+        f"# Sweep {summary['sweep_id']}",
+        "",
+        f"{summary['n_complete_jobs']} of {summary['n_jobs']} jobs complete. Overrides: `{' '.join(summary['overrides'])}`",
+        "",
+        "| job | swept overrides | status | headline | value | run dir |",
+        "|---|---|---|---|---|---|",
+    ]
+    for j in summary["jobs"]:
+        value = j.get("headline_value")
+        shown = f"{value:.4f}" if isinstance(value, (int, float)) else (j.get("error") or "")
+        run = Path(j["run_dir"]).name if j.get("run_dir") else ""
+        lines.append(f"| {j['num']} | `{cell(' '.join(j['point']) or ' '.join(j['overrides']))}` | {j['status']} | {cell(j.get('headline') or '')} | {cell(shown)} | {cell(run)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _log_parent(info: dict[str, Any], sweep_dir: Path, summary: dict[str, Any]) -> None:
+    import time
+
+    from mlflow.entities import Metric
+
+    client = _mlflow_client(info["tracking_uri"])
+    run_id = info["parent_run_id"]
+    now = int(time.time() * 1000)
+    values: dict[str, float] = {
+        "n_jobs": summary["n_jobs"],
+        "n_complete_jobs": summary["n_complete_jobs"],
+        "n_failed_jobs": summary["n_failed_jobs"],
+    }
+    for j in summary["jobs"]:
+        if isinstance(j.get("headline_value"), (int, float)):
+            values[f"job{j['num']}.{j['headline']}"] = j["headline_value"]
+    metrics = [Metric(k, float(v), now, 0) for k, v in values.items()]
+    for i in range(0, len(metrics), 500):
+        client.log_batch(run_id, metrics=metrics[i : i + 500])
+    for name in (SWEEP_SUMMARY, SWEEP_REPORT):
+        client.log_artifact(run_id, str(sweep_dir / name))
+    client.set_terminated(run_id, status="FINISHED" if summary["status"] == "complete" else "FAILED")
+
