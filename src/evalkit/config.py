@@ -68,6 +68,9 @@ class ModelConfig(_Strict):
 # ---------------------------------------------------------------------------------------
 class _BackendBase(_Strict):
     concurrency: int = Field(default=8, ge=1, description="max requests in flight")
+    adaptive_concurrency: bool = Field(
+        default=True, description="halve the in-flight window on HTTP 429, grow it back on success (AIMD)"
+    )
     timeout_s: float = Field(default=600.0, gt=0, description="per-request timeout")
     max_retries: int = Field(default=5, ge=0, description="retries after the first attempt")
     retry_initial_wait_s: float = Field(default=1.0, ge=0)

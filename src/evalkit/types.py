@@ -80,7 +80,8 @@ class Completion:
     to ``reasoning``, never into ``text``). ``usage`` holds token counts
     (``prompt_tokens``, ``completion_tokens``); ``latency_s`` is wall seconds of the
     successful attempt; ``attempts`` counts tries including the successful one (0 for a
-    cache hit).
+    cache hit); ``throttled`` counts the attempts the provider answered with HTTP 429 (the
+    engine's concurrency control backs off on them).
     """
 
     text: str | None
@@ -90,6 +91,7 @@ class Completion:
     latency_s: float = 0.0
     attempts: int = 1
     cached: bool = False
+    throttled: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,14 +102,17 @@ class Failure:
     """A request that did not produce a scorable answer (never scored, see failure protocol).
 
     ``error_kind`` is one of: ``connection``, ``timeout``, ``rate_limit``, ``server_error``,
-    ``client_error``, ``context_window``, ``auth``, ``empty``, ``missing_output``,
-    ``internal``. ``actor`` names who failed (``agent``, ``user``, ``environment``, ``model``).
+    ``malformed_response``, ``client_error``, ``context_window``, ``auth``, ``empty``,
+    ``truncated_empty``, ``missing_output``, ``internal`` (and ``environment`` for a
+    crashing rollout environment). ``actor`` names who failed (``agent``, ``user``,
+    ``environment``, ``model``). ``throttled`` counts HTTP 429 answers among the attempts.
     """
 
     error_kind: str
     message: str
     attempts: int = 1
     actor: str = "model"
+    throttled: int = 0
 
 
 @dataclass

@@ -155,12 +155,6 @@ def test_killed_ray_worker_then_resume_loses_nothing(
     assert again.summary["metrics"] == uninterrupted
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="executor.py: ModelWorker actors are not restartable and RayExecutor.submit does not "
-    "catch RayActorError, so ActorDiedError escapes run_units and the run dies without a summary "
-    "(remove this marker once actors get max_restarts/max_task_retries)",
-)
 def test_killed_ray_worker_run_still_completes(fake_openai, ray_address, gold, tmp_path, run_eval):
     """The run survives the loss of a worker by itself: the actor comes back, the calls it
     had in flight are made again, every sample is journaled exactly once and nothing
@@ -230,12 +224,6 @@ def test_resume_with_more_workers_finishes_the_failed_samples(fake_openai, ray_a
     assert again.summary["metrics"] == uninterrupted
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RunDirError,
-    reason="run.py: RESUMABLE_KEYS is {run, tracking, runner, hydra}, so a resume with another "
-    "backend.concurrency is refused (RunDirError) although concurrency does not change any answer",
-)
 def test_resume_with_another_concurrency(fake_openai, ray_address, gold, uninterrupted, run_eval, tmp_path):
     """``backend.concurrency`` decides how many requests are in flight, not what they
     answer: a run started with 1 may be resumed with 3."""

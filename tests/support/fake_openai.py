@@ -28,6 +28,10 @@ a ``Retry-After`` header when ``retry_after`` is set) or a fault:
 * ``"trickle"`` — the normal successful answer, its body sent ``trickle_bytes`` at a time
   with ``trickle_delay_s`` before each chunk (a slow but healthy server).
 
+A plan may also set ``"capacity": K`` (with an optional ``"capacity_retry_after"``):
+a request arriving while K are being served is answered 429 at once — a provider's
+rate limit, for testing how the client backs off.
+
 ``latency_s`` is waited before any of these. The first rule whose ``match`` occurs in the
 last message (the prompt, for ``/v1/completions``) applies; ``default`` otherwise.
 evalkit never sends ``stream=true``; a streamed request is answered 400 so that a change
@@ -127,9 +131,21 @@ class FakeOpenAI:
             "params": {k: body.get(k) for k in ("temperature", "max_tokens", "top_p", "stop", "seed")},
         }  # fmt: skip
         with self._lock:
+            capacity = self.plan.get("capacity")
+            over = bool(capacity) and status == 200 and self.in_flight >= int(capacity)
+            if over:
+                entry["status"] = 429
             self.log.append(entry)
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            if not over:
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        if over:  # rejected at once, never counted as in flight
+            retry_after = self.plan.get("capacity_retry_after")
+            return JSONResponse(
+                {"error": {"message": "rate limit: over capacity", "type": "scripted", "code": 429}},
+                status_code=429,
+                headers={"Retry-After": str(retry_after)} if retry_after is not None else {},
+            )
         try:
             if rule.get("latency_s"):
                 await asyncio.sleep(float(rule["latency_s"]))

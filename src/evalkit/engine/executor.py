@@ -2,18 +2,24 @@
 
 Scheduling rules (all here, none in benchmarks):
 
-* at most ``concurrency`` requests are in flight for a backend (driver-side semaphore);
+* at most ``concurrency`` requests are in flight for a backend, and fewer while the
+  provider throttles: an AIMD window (:class:`AdaptiveWindow`) halves on a unit that met
+  HTTP 429 and grows back by one per window of unthrottled results;
 * network models run inside Ray actors (``runner.num_workers`` of them, each an async
   actor taking its share of the in-flight requests); offline models (reference, replay)
   run in the driver's event loop — they do no I/O, so Ray would add nothing but latency;
 * every call goes through :func:`execute`: response cache lookup, the model's own retry
-  policy, and conversion of any error into a :class:`~evalkit.types.Failure`.
+  policy, and conversion of any error into a :class:`~evalkit.types.Failure`;
+* a Ray actor that dies (its process killed, out of memory) is restarted and the calls it
+  had in flight are sent again (``max_restarts`` / ``max_task_retries``); nothing it had
+  answered is lost, because results are journaled by the driver as they arrive.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -47,7 +53,7 @@ async def execute(model: Any, request: Request, cache: Any = None) -> Result:
         if hit is not None:
             completion = Completion(**hit)
             completion.cached = True
-            completion.attempts = 0
+            completion.attempts = completion.throttled = 0
             completion.latency_s = 0.0
             return completion
     try:
@@ -92,6 +98,7 @@ class ActorModel:
                 "latency_s": round(result.latency_s, 4),
                 "usage": result.usage,
                 "attempts": result.attempts,
+                "throttled": result.throttled,
                 "cached": result.cached,
                 "finish_reason": result.finish_reason,
             }
@@ -198,6 +205,12 @@ def _worker_class() -> Any:
     return ModelWorker
 
 
+#: a dead actor is restarted this many times per run; the calls it had in flight are
+#: re-sent this many times (a call that kills its actor every time ends as a Failure)
+ACTOR_MAX_RESTARTS = 3
+ACTOR_MAX_TASK_RETRIES = 2
+
+
 class RayExecutor:
     """Spreads requests over ``num_workers`` async Ray actors, round robin.
 
@@ -221,9 +234,12 @@ class RayExecutor:
         per_actor = -(-concurrency // n)
         cache = str(cache_dir) if cache_dir else None
         self.workers = [
-            worker_cls.options(max_concurrency=per_actor).remote(
-                model_factory, cache, user_factory, runner, agent_params, user_params
-            )
+            worker_cls.options(
+                max_concurrency=per_actor,
+                max_restarts=ACTOR_MAX_RESTARTS,
+                max_task_retries=ACTOR_MAX_TASK_RETRIES,
+                scheduling_strategy="SPREAD",  # one actor per node first on a cluster
+            ).remote(model_factory, cache, user_factory, runner, agent_params, user_params)
             for _ in range(n)
         ]
         import ray
@@ -237,10 +253,16 @@ class RayExecutor:
         return worker
 
     async def submit(self, request: Request) -> Result:
-        return await self._pick().run.remote(request)
+        try:
+            return await self._pick().run.remote(request)
+        except _actor_errors() as exc:
+            return Failure("worker_died", f"{type(exc).__name__}: {exc}"[:500])
 
     async def submit_rollout(self, sample: Sample) -> Trajectory:
-        return await self._pick().rollout.remote(sample)
+        try:
+            return await self._pick().rollout.remote(sample)
+        except _actor_errors() as exc:
+            return Trajectory(failure=Failure("worker_died", f"{type(exc).__name__}: {exc}"[:500], actor="environment"))
 
     def close(self) -> None:
         import ray
@@ -252,28 +274,132 @@ class RayExecutor:
                 pass
 
 
+def _actor_errors() -> tuple[type[BaseException], ...]:
+    """Errors of a Ray call whose actor died and could not be restarted in time."""
+    from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+    return (RayActorError, ActorDiedError, ActorUnavailableError)
+
+
+class AdaptiveWindow:
+    """How many units may be in flight: additive increase, multiplicative decrease (AIMD,
+    the congestion rule of TCP, RFC 5681) on the provider's HTTP 429 answers.
+
+    Starts at ``limit`` (``backend.concurrency``), never exceeds it, never drops below 1.
+    A unit that met a 429 (``throttled > 0``) halves the window — once per congestion
+    event: only units dispatched after the last decrease can decrease it again, so one
+    burst of 429s answering the same wave of requests counts once. Each ``window``
+    consecutive unthrottled results add one. Deterministic: no clocks.
+    """
+
+    def __init__(self, limit: int, adaptive: bool = True):
+        self.limit = limit
+        self.adaptive = adaptive
+        self.window = limit
+        self.min_window = limit
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.decreases = 0
+        self._dispatched = 0
+        self._last_decrease_at = -1
+        self._good = 0
+        self._cond = asyncio.Condition()
+
+    async def acquire(self) -> int:
+        """Wait for a slot; returns the dispatch sequence number of the unit."""
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.in_flight < self.window)
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            self._dispatched += 1
+            return self._dispatched
+
+    async def release(self, seq: int, throttled: int) -> None:
+        async with self._cond:
+            self.in_flight -= 1
+            if self.adaptive and throttled and seq > self._last_decrease_at:
+                self.window = max(1, self.window // 2)
+                self.min_window = min(self.min_window, self.window)
+                self.decreases += 1
+                self._last_decrease_at = self._dispatched
+                self._good = 0
+            elif not throttled and self.window < self.limit:
+                self._good += 1
+                if self._good >= self.window:
+                    self.window += 1
+                    self._good = 0
+            self._cond.notify_all()
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "concurrency": self.limit,
+            "peak_in_flight": self.peak_in_flight,
+            "min_window": self.min_window,
+            "window_decreases": self.decreases,
+        }
+
+
+def throttled_count(result: Result | Trajectory) -> int:
+    """HTTP 429 answers met while producing ``result`` (all model calls of a rollout)."""
+    if isinstance(result, Trajectory):
+        own = result.failure.throttled if result.failure is not None else 0
+        return own + sum(int(t.get("throttled", 0)) for t in result.turns)
+    return result.throttled
+
+
 async def run_units(
     executor: Any,
     units: list[tuple[Sample, Request, bool]],
     concurrency: int,
     on_result: Callable[[Sample, Request, Result | Trajectory], None],
-) -> None:
+    adaptive: bool = True,
+) -> dict[str, Any]:
     """Execute units ``(sample, request, is_rollout)`` with at most ``concurrency`` in
-    flight (a rollout counts as one); ``on_result`` is called in the driver as soon as
-    each one finishes (it journals the sample)."""
-    sem = asyncio.Semaphore(concurrency)
+    flight (a rollout counts as one; fewer while throttled, see :class:`AdaptiveWindow`);
+    ``on_result`` is called in the driver as soon as each one finishes (it journals the
+    sample).
 
-    async def one(sample: Sample, request: Request, rollout: bool) -> None:
-        async with sem:
+    Returns the engine figures of the run: ``requests_wall_s`` (first dispatch to last
+    result, seconds), ``throttled`` (HTTP 429 answers), and the window's statistics.
+    """
+    window = AdaptiveWindow(concurrency, adaptive)
+    throttled = 0
+
+    async def one(seq: int, sample: Sample, request: Request, rollout: bool) -> None:
+        nonlocal throttled
+        result: Any = Failure("internal", "not run")
+        try:
             result = await (executor.submit_rollout(sample) if rollout else executor.submit(request))
+        finally:
+            n = throttled_count(result)
+            throttled += n
+            await window.release(seq, n)
         on_result(sample, request, result)
 
-    tasks = [asyncio.ensure_future(one(*u)) for u in units]
+    start = time.perf_counter()
+    running: set[asyncio.Future[None]] = set()
+    crashed: list[BaseException] = []
+
+    def finished(task: asyncio.Future[None]) -> None:
+        running.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            crashed.append(task.exception())  # type: ignore[arg-type]
+
     try:
-        await asyncio.gather(*tasks)
+        for unit in units:  # units are dispatched in order, one waiter at a time
+            if crashed:  # journaling failed (a full disk): stop dispatching
+                break
+            seq = await window.acquire()
+            task = asyncio.ensure_future(one(seq, *unit))
+            running.add(task)
+            task.add_done_callback(finished)
+        await asyncio.gather(*list(running))
+        if crashed:
+            raise crashed[0]
     finally:
-        for t in tasks:
-            t.cancel()
+        for task in list(running):
+            task.cancel()
+    return {"requests_wall_s": round(time.perf_counter() - start, 3), "throttled": throttled, **window.stats()}
 
 
 def ensure_ray(address: str | None, num_cpus: int | None) -> bool:

@@ -104,14 +104,19 @@ def code_version() -> str:
 # ------------------------------------------------------------------------------------------
 # run directory
 # ------------------------------------------------------------------------------------------
-#: config parts a resumed run may change: the selection and where things go
-RESUMABLE_KEYS = {"run", "tracking", "runner", "hydra"}
+#: config parts a resumed run may change: the selection, where things go, and how requests
+#: are scheduled and retried (none of these changes what a request asks)
+RESUMABLE_KEYS = {"run", "tracking", "runner", "hydra"} | {
+    f"backend.{k}"
+    for k in ("concurrency", "adaptive_concurrency", "timeout_s", "max_retries", "retry_initial_wait_s",
+              "retry_max_wait_s", "retry_budget_s")
+}  # fmt: skip
 
 
 def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in list(a) + [k for k in b if k not in a]:
-            if not prefix and key in RESUMABLE_KEYS:
+            if f"{prefix}{key}" in RESUMABLE_KEYS:
                 continue
             diff = _first_difference(a.get(key), b.get(key), f"{prefix}{key}.")
             if diff:
@@ -280,6 +285,7 @@ def prediction_record(bench: Benchmark, sample: Sample, request: Request, model_
         "usage": completion.usage,
         "latency_s": round(completion.latency_s, 4),
         "attempts": completion.attempts,
+        "throttled": completion.throttled,
         "cached": completion.cached,
         "finish_reason": completion.finish_reason,
         "reasoning": completion.reasoning,
@@ -492,11 +498,17 @@ def _run_in_dir(
             if n_fail:
                 progress.set_postfix(failed=n_fail, refresh=False)
 
+        engine: dict[str, Any] | None = None
         if pending:
-            asyncio.run(run_units(executor, pending, cfg.backend.concurrency, on_result))
+            engine = asyncio.run(
+                run_units(executor, pending, cfg.backend.concurrency, on_result, cfg.backend.adaptive_concurrency)
+            )
+            engine["units"] = len(pending)
 
     finished_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    summary = finalize(cfg, bench, samples, requests, model_id, run_dir, started_at, finished_at, time.perf_counter() - t0)
+    summary = finalize(
+        cfg, bench, samples, requests, model_id, run_dir, started_at, finished_at, time.perf_counter() - t0, engine
+    )
     return RunResult(run_dir, summary)
 
 
@@ -516,10 +528,12 @@ def finalize(
     started_at: str,
     finished_at: str,
     wall_s: float,
+    engine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Read the journal back, aggregate, write ``summary.json`` and ``report.md``, log to
     MLflow. The headline metrics are withheld (``partial_*`` instead) when any selected
-    sample has no scored prediction."""
+    sample has no scored prediction. ``engine`` (the figures of :func:`run_units` for the
+    units this attempt ran) goes to ``summary["engine"]``."""
     from evalkit.report.summary import build_summary, write_report
     from evalkit.tracking import log_run
 
@@ -546,6 +560,8 @@ def finalize(
         finished_at=finished_at,
         wall_s=wall_s,
     )
+    if engine is not None:
+        summary["engine"] = engine
     summary = secrets.scrub_obj(summary)
     (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     try:

@@ -75,6 +75,9 @@ class LiteLLMModel:
     #: own llama.cpp server gets a new port every run)
     identity: str | None = None
 
+    def __post_init__(self) -> None:
+        _price_unknown_model(self.provider_model)
+
     @property
     def model_id(self) -> str:
         """Cache and resume identity: provider model plus endpoint or served weights (never the key)."""
@@ -139,7 +142,7 @@ class LiteLLMModel:
     # ---- with retries -----------------------------------------------------------------
     async def generate(self, request: Request) -> Completion:
         """Answer ``request``; raises :class:`ModelCallError` when no answer was obtained."""
-        attempts = 0
+        attempts = throttled = 0
         retrying = AsyncRetrying(
             retry=retry_if_exception(is_retryable),
             stop=stop_after_attempt(self.max_retries + 1) | stop_after_delay(self.retry_budget_s),
@@ -150,14 +153,50 @@ class LiteLLMModel:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    completion = await self._attempt_within_timeout(request)
+                    try:
+                        completion = await self._attempt_within_timeout(request)
+                    except Exception as exc:
+                        throttled += status_code(exc) == 429
+                        raise
         except ModelCallError as exc:
-            exc.failure.attempts = attempts
+            exc.failure.attempts, exc.failure.throttled = attempts, throttled
             raise
         except Exception as exc:  # noqa: BLE001 - every provider error becomes a Failure
-            raise ModelCallError(Failure(error_kind(exc), _short(exc), attempts=attempts)) from None
-        completion.attempts = attempts
+            raise ModelCallError(Failure(error_kind(exc), _short(exc), attempts=attempts, throttled=throttled)) from None
+        completion.attempts, completion.throttled = attempts, throttled
         return completion
+
+
+_PRICED: set[str] = set()
+
+
+def _price_unknown_model(provider_model: str) -> None:
+    """Register a model litellm's cost map does not know (a self-hosted or local
+    OpenAI-compatible server) at zero cost, once per process.
+
+    litellm prices every response; for an unknown model that lookup misses and falls back
+    to a fuzzy search of the whole cost map on every call, about a tenth of a call's CPU
+    time (measured with ``benchmarks/throughput.py``). evalkit records token counts, never
+    cost, so nothing it reports changes.
+    """
+    if provider_model in _PRICED:
+        return
+    _PRICED.add(provider_model)
+    try:
+        litellm.get_model_info(provider_model)
+    except Exception:  # noqa: BLE001 - litellm raises a bare Exception for an unknown model
+        provider = provider_model.split("/", 1)[0] if "/" in provider_model else "openai"
+        litellm.register_model(
+            {provider_model: dict(_ZERO_COST, litellm_provider=provider, mode="chat")}
+        )
+
+
+_ZERO_COST = {
+    "input_cost_per_token": 0.0,
+    "output_cost_per_token": 0.0,
+    "cache_creation_input_token_cost": 0.0,
+    "cache_read_input_token_cost": 0.0,
+}
 
 
 def _messages_as_text(messages: list[dict[str, Any]]) -> str:

@@ -1,0 +1,117 @@
+"""A 429 storm: the provider serves at most a few requests at a time and rejects the rest
+with HTTP 429 (the fake server's ``capacity``). The engine's AIMD window
+(``evalkit.engine.executor.AdaptiveWindow``) must back off, every sample must finish, and
+the 429s evalkit counts must be exactly the ones the server sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from evalkit.engine.executor import AdaptiveWindow
+from evalkit.engine.journal import read_jsonl
+
+N = 40
+CONCURRENCY = 24
+CAPACITY = 3
+
+
+def _storm_args(fake, *extra: str) -> list[str]:
+    return [
+        "model=openai_compatible",
+        "model.provider_model=openai/fake",
+        f"backend.api_base={fake.api_base}",
+        f"backend.concurrency={CONCURRENCY}",
+        "runner.num_workers=2",
+        "backend.max_retries=60",
+        "backend.retry_initial_wait_s=0.05",
+        "backend.retry_max_wait_s=0.4",
+        "run.cache=false",
+        "benchmark.subsets=[normal_atom_bool,normal_atom_enum]",
+        f"run.limit={N}",
+        *extra,
+    ]
+
+
+def _storm(fake, run_eval, *extra: str):
+    fake.set_plan({"default": {"content": "[]", "latency_s": 0.15}, "capacity": CAPACITY})
+    res = run_eval(_storm_args(fake, *extra))
+    rejected = sum(1 for r in fake.log if r["status"] == 429)
+    return res, rejected
+
+
+def test_429_storm_backs_off_and_every_sample_finishes(fake_openai, ray_address, run_eval):
+    res, rejected = _storm(fake_openai, run_eval)
+    assert res.summary["status"] == "complete" and res.exit_code == 0
+    assert res.summary["n_scored"] == N and res.summary["n_failed"] == 0
+    assert list(read_jsonl(res.run_dir / "failed.jsonl")) == []
+    engine = res.summary["engine"]
+    assert engine["units"] == N and engine["concurrency"] == CONCURRENCY
+    assert engine["window_decreases"] >= 1
+    assert engine["min_window"] <= CONCURRENCY // 2
+    # what evalkit counted is exactly what the server sent, in total and per sample
+    assert engine["throttled"] == rejected > 0
+    preds = list(read_jsonl(res.run_dir / "predictions.jsonl"))
+    assert sum(p["throttled"] for p in preds) == rejected
+    assert sum(p["attempts"] for p in preds) == len(fake_openai.log)
+    assert fake_openai.max_in_flight <= CAPACITY
+    adaptive_rejected = rejected
+
+    # the same storm with a fixed window: the window never moves and the server has to
+    # turn away more requests
+    res, rejected = _storm(fake_openai, run_eval, "backend.adaptive_concurrency=false")
+    assert res.summary["status"] == "complete" and res.summary["n_scored"] == N
+    engine = res.summary["engine"]
+    assert engine["window_decreases"] == 0 and engine["min_window"] == CONCURRENCY
+    assert engine["throttled"] == rejected
+    assert adaptive_rejected < rejected
+
+
+def test_window_halves_once_per_congestion_event_and_grows_back():
+    """AIMD by itself: a wave of throttled results dispatched before the first decrease
+    counts once; a later throttled unit halves again; unthrottled results add one per
+    window."""
+
+    async def scenario() -> list[int]:
+        w = AdaptiveWindow(16)
+        seqs = [await w.acquire() for _ in range(16)]
+        seen = [w.window]
+        for seq in seqs[:8]:  # eight 429s of the same wave
+            await w.release(seq, 1)
+        seen.append(w.window)  # 8: halved once
+        for seq in seqs[8:]:
+            await w.release(seq, 0)
+        later = await w.acquire()  # dispatched after the decrease
+        await w.release(later, 2)
+        seen.append(w.window)  # 4: a new congestion event
+        for _ in range(4 + 5):  # a window of 4 successes -> 5, then 5 more -> 6
+            await w.release(await w.acquire(), 0)
+        seen.append(w.window)
+        seen.append(w.min_window)
+        seen.append(w.decreases)
+        return seen
+
+    assert asyncio.run(scenario()) == [16, 8, 4, 6, 4, 2]
+
+
+def test_fixed_window_ignores_429():
+    async def scenario() -> tuple[int, int]:
+        w = AdaptiveWindow(4, adaptive=False)
+        for _ in range(3):
+            await w.release(await w.acquire(), 1)
+        return w.window, w.decreases
+
+    assert asyncio.run(scenario()) == (4, 0)
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_window_never_drops_below_one(limit):
+    async def scenario() -> int:
+        w = AdaptiveWindow(limit)
+        for _ in range(5):
+            await w.release(await w.acquire(), 1)
+        return w.window
+
+    assert asyncio.run(scenario()) == 1
