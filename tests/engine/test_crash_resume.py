@@ -20,7 +20,6 @@ import pytest
 
 from evalkit.benchmarks.base import get_benchmark_class
 from evalkit.engine.journal import read_jsonl
-from evalkit.errors import RunDirError
 from tests.conftest import REPO_ROOT, base_overrides, evalkit_cmd
 
 IDS = [f"en/normal_atom_enum_{i}" for i in range(12)]
