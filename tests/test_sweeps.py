@@ -275,3 +275,77 @@ def test_secret_overrides_are_redacted_in_sweep_records():
     assert redact_overrides(["backend.api_key=${oc.env:EVALKIT_SECRET_3}", "+user.hf_token=abc", "model=a"]) == [
         "backend.api_key=***", "+user.hf_token=***", "model=a",
     ]  # fmt: skip
+
+
+def test_sweep_jobs_share_the_response_cache_and_never_write_the_key(fake_openai, ray_address, acebench_dir: Path, tmp_path: Path):
+    """The only models that use the response cache are the network ones (offline models
+    compute their outputs). Job 1 of a sweep is answered from what job 0 cached, and a
+    second identical sweep sends nothing at all; the API key given on the command line
+    is in no file the sweep leaves."""
+    secret = "sk-evalkit-sweep-SECRET-5550123"
+    fake_openai.set_plan({"default": {"content": "[]"}})
+    out = tmp_path / "out"
+    args = (
+        "model=openai_compatible", "model.provider_model=openai/fake", f"backend.api_base={fake_openai.api_base}",
+        f"backend.api_key={secret}", f"runner.address={ray_address}", f"benchmark.data_dir={acebench_dir}",
+        "benchmark.subsets=[normal_atom_bool]", f"run.output_root={out}", "run.limit=1,2",
+    )  # fmt: skip
+    first = _sweep(*args)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert len(fake_openai.log) == 2  # samples 0 and 1; job 1 got sample 0 from the cache
+    fake_openai.set_plan({"default": {"content": "[]"}})
+    second = _sweep(*args)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert fake_openai.log == []
+
+    from evalkit.engine.journal import read_jsonl
+
+    sweeps = sorted((out / "sweeps").iterdir())
+    assert len(sweeps) == 2
+    cached = [[r["cached"] for r in read_jsonl(run / "predictions.jsonl")] for s in sweeps for run in sorted(s.glob("[0-9]-*"))]
+    assert cached == [[False], [True, False], [True], [True, True]]
+    assert any(p.is_file() for p in (out / "cache").rglob("*"))  # one cache, shared, under the output root
+    assert not list(out.glob("sweeps/*/cache")) and not list(out.glob("sweeps/*/*/cache"))
+    leaked = [p for p in out.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaked == []
+    job = json.loads((sweeps[0] / "jobs" / "0.json").read_text())
+    assert "backend.api_key=***" in job["overrides"]
+
+
+def test_interrupted_sweep_records_what_ran_and_ends_the_parent_run_killed(fake_openai, ray_address, acebench_dir: Path, tmp_path: Path):
+    """Ctrl-C while job 0 waits on a model that never answers: the sweep exits 130, job 0
+    is recorded interrupted (its journal kept for run.resume), job 1 not run, and the
+    parent run is KILLED instead of being left RUNNING."""
+    import signal
+    import time
+
+    fake_openai.set_plan({"default": {"always_status": "hang", "hang_s": 120}})
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        evalkit_cmd(
+            "-m", "model=openai_compatible", "model.provider_model=openai/fake", f"backend.api_base={fake_openai.api_base}",
+            f"runner.address={ray_address}", f"benchmark.data_dir={acebench_dir}", "benchmark.subsets=[normal_atom_bool]",
+            f"run.output_root={out}", "run.limit=1,2", "run.progress=false", "backend.max_retries=0",
+        ),
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not fake_openai.log and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # until job 0's request is held by the server
+        assert fake_openai.log, "job 0 never reached the model"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    (sweep_dir,) = (out / "sweeps").iterdir()
+    sweep = json.loads((sweep_dir / "sweep_summary.json").read_text())
+    assert [(j["num"], j["status"]) for j in sweep["jobs"]] == [(0, "interrupted"), (1, "not_run")]
+    assert sweep["status"] == "failed"
+    assert sweep["jobs"][0]["error"] == f"interrupted; resume with run.resume={sweep_dir / '0-acebench-openai_compatible-shots0'}"
+    assert (sweep_dir / "0-acebench-openai_compatible-shots0" / "config.yaml").is_file()
+    assert err.strip().splitlines()[-1] == f"evalkit: sweep {sweep_dir.name}: stopped after 0 complete of 2 jobs → {sweep_dir / 'sweep_summary.json'}"
+    (parent,) = [r for r in _runs(out) if r.data.tags.get("evalkit.kind") == "sweep"]
+    assert parent.info.status == "KILLED" and parent.data.metrics["n_failed_jobs"] == 2

@@ -69,12 +69,18 @@ def main() -> None:
         if code:
             sys.exit(code)
 
-    _app()
-    if any(a in _MULTIRUN_FLAGS for a in sys.argv[1:]):
-        from evalkit.sweep import exit_code
+    if not any(a in _MULTIRUN_FLAGS for a in sys.argv[1:]):
+        _app()
+        return
+    from evalkit import sweep
 
-        if exit_code():
-            sys.exit(exit_code())
+    try:
+        _app()
+    except BaseException:  # interrupted, or Hydra gave up: the summary so far, parent run KILLED
+        sweep.abort()
+        raise
+    if sweep.exit_code():
+        sys.exit(sweep.exit_code())
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ SWEEP_REPORT = "sweep_report.md"
 PRECHECK_ALL_UP_TO = 64
 
 _exit_code = 0
+#: the sweep this process drives, between on_multirun_start and on_multirun_end
+_active: Path | None = None
 
 
 def exit_code() -> int:
@@ -171,7 +173,11 @@ def run_job(cfg: DictConfig) -> None:
     except EvalkitError as exc:
         record.update(exit_code=report_error(exc), error=secrets.scrub(str(exc)))
     except KeyboardInterrupt:
-        record.update(status="interrupted", exit_code=130, error="interrupted")
+        target = cfg.run.resume or cfg.run.dir
+        run_dir = Path(str(target))
+        if target and (run_dir / "config.yaml").is_file():
+            record.update(run_dir=str(run_dir), error=f"interrupted; resume with run.resume={run_dir}")
+        record.update(status="interrupted", exit_code=130, error=record["error"] or "interrupted", finished_at=_now())
         _write_json(jobs / f"{num}.json", record)
         raise
     except Exception as exc:  # noqa: BLE001 - a bug in one job must not stop the others
@@ -192,7 +198,7 @@ def run_job(cfg: DictConfig) -> None:
         )
         if s["status"] != "complete":
             record["error"] = f"{s['n_failed']} of {s['n_samples']} samples failed; resume with run.resume={result.run_dir}"
-    if record["run_dir"] is None and (Path(str(cfg.run.dir or "")) / "summary.json").is_file():
+    if record["run_dir"] is None and cfg.run.dir and (Path(str(cfg.run.dir)) / "summary.json").is_file():
         record["run_dir"] = str(cfg.run.dir)  # e.g. the run finished but MLflow logging failed
     for key in ("benchmark", "model"):
         record[key] = str(cfg[key].get("name")) if key in cfg else None
@@ -229,7 +235,7 @@ class SweepCallback(Callback):
     """``hydra.callbacks.sweep``: the sweep's MLflow parent run and its summary."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        global _exit_code
+        global _exit_code, _active
         _exit_code = 0
         sweep_dir = Path(str(config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -274,20 +280,13 @@ class SweepCallback(Callback):
             run = client.create_run(exp_id, tags=tags)
             info.update(tracking_uri=uri, experiment=exp_name, parent_run_id=run.info.run_id)
         _write_json(sweep_dir / SWEEP_FILE, info)
+        _active = sweep_dir
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        global _exit_code
+        global _exit_code, _active
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        info = read_sweep_file(sweep_dir) or {"sweep_id": sweep_dir.name, "sweep_dir": str(sweep_dir.resolve())}
-        summary = summarize(sweep_dir, info)
-        _write_json(sweep_dir / SWEEP_SUMMARY, summary)
-        (sweep_dir / SWEEP_REPORT).write_text(secrets.scrub(report_markdown(summary)), encoding="utf-8")
-        if info.get("parent_run_id"):
-            try:
-                _log_parent(info, sweep_dir, summary)
-            except Exception as exc:  # noqa: BLE001 - the sweep's results are on disk regardless
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-                print(f"evalkit: warning: MLflow logging of the sweep failed ({type(exc).__name__}: {first})", file=sys.stderr)
+        _active = None
+        summary = _finish(sweep_dir)
         failed = [j for j in summary["jobs"] if j["status"] != "complete"]
         for job in failed:
             print(
@@ -305,9 +304,39 @@ class SweepCallback(Callback):
             print(f"evalkit: sweep {summary['sweep_id']}: all {summary['n_jobs']} jobs complete → {sweep_dir / SWEEP_SUMMARY}")
 
 
-def summarize(sweep_dir: Path, info: dict[str, Any]) -> dict[str, Any]:
+def _finish(sweep_dir: Path, interrupted: bool = False) -> dict[str, Any]:
+    """Write ``sweep_summary.json`` / ``sweep_report.md`` and end the parent run."""
+    info = read_sweep_file(sweep_dir) or {"sweep_id": sweep_dir.name, "sweep_dir": str(sweep_dir.resolve())}
+    summary = summarize(sweep_dir, info, interrupted)
+    _write_json(sweep_dir / SWEEP_SUMMARY, summary)
+    (sweep_dir / SWEEP_REPORT).write_text(secrets.scrub(report_markdown(summary)), encoding="utf-8")
+    if info.get("parent_run_id"):
+        try:
+            _log_parent(info, sweep_dir, summary, "KILLED" if interrupted else None)
+        except Exception as exc:  # noqa: BLE001 - the sweep's results are on disk regardless
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            print(f"evalkit: warning: MLflow logging of the sweep failed ({type(exc).__name__}: {first})", file=sys.stderr)
+    return summary
+
+
+def abort() -> None:
+    """The sweep this process drives was interrupted (or Hydra gave up on it): record what
+    ran, mark the rest ``not_run`` and end the parent run KILLED. No-op outside a sweep."""
+    global _active
+    if _active is None:
+        return
+    sweep_dir, _active = _active, None
+    summary = _finish(sweep_dir, interrupted=True)
+    print(
+        f"evalkit: sweep {summary['sweep_id']}: stopped after {summary['n_jobs'] - summary['n_failed_jobs']} complete "
+        f"of {summary['n_jobs']} jobs → {sweep_dir / SWEEP_SUMMARY}",
+        file=sys.stderr,
+    )
+
+
+def summarize(sweep_dir: Path, info: dict[str, Any], interrupted: bool = False) -> dict[str, Any]:
     """``sweep_summary.json``: one entry per job, including the ones that left no record
-    (status ``lost``: the job's process died)."""
+    (status ``lost``: the job's process died; ``not_run``: the sweep was interrupted first)."""
     jobs: dict[int, dict[str, Any]] = {}
     for path in (sweep_dir / JOBS_DIR).glob("*.json"):
         try:
@@ -317,14 +346,14 @@ def summarize(sweep_dir: Path, info: dict[str, Any]) -> dict[str, Any]:
             continue
     for num, point in enumerate(info.get("points") or []):
         if num not in jobs:
-            jobs[num] = {"num": num, "overrides": point, "run_dir": None, "status": "lost", "exit_code": None,
-                         "error": "the job left no record (its process died or never started)",
-                         "headline": None, "headline_value": None}  # fmt: skip
+            status, why = ("not_run", "the sweep was interrupted") if interrupted else ("lost", "the job left no record (its process died)")
+            jobs[num] = {"num": num, "overrides": point, "run_dir": None, "status": status, "exit_code": None,
+                         "error": why, "headline": None, "headline_value": None}  # fmt: skip
     ordered = [jobs[k] for k in sorted(jobs)]
     swept = swept_keys([j.get("overrides") or [] for j in ordered])
     for j in ordered:  # what sets this job apart: its values of the swept keys
         j["point"] = point_label(j.get("overrides") or [], swept).split()
-    count = {st: sum(j["status"] == st for j in ordered) for st in ("complete", "incomplete", "error", "lost", "interrupted")}
+    n_complete = sum(j["status"] == "complete" for j in ordered)
     return {
         "sweep_id": info.get("sweep_id"),
         "sweep_dir": info.get("sweep_dir"),
@@ -334,10 +363,10 @@ def summarize(sweep_dir: Path, info: dict[str, Any]) -> dict[str, Any]:
         "overrides": info.get("overrides") or [],
         "tracking_uri": info.get("tracking_uri"),
         "parent_run_id": info.get("parent_run_id"),
-        "status": "complete" if ordered and count["complete"] == len(ordered) else "failed",
+        "status": "complete" if ordered and n_complete == len(ordered) and not interrupted else "failed",
         "n_jobs": len(ordered),
-        "n_complete_jobs": count["complete"],
-        "n_failed_jobs": len(ordered) - count["complete"],
+        "n_complete_jobs": n_complete,
+        "n_failed_jobs": len(ordered) - n_complete,
         "jobs": [{k: v for k, v in j.items() if k != "traceback"} for j in ordered],
     }
 
@@ -370,7 +399,7 @@ def report_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _log_parent(info: dict[str, Any], sweep_dir: Path, summary: dict[str, Any]) -> None:
+def _log_parent(info: dict[str, Any], sweep_dir: Path, summary: dict[str, Any], status: str | None = None) -> None:
     import time
 
     from mlflow.entities import Metric
@@ -391,5 +420,5 @@ def _log_parent(info: dict[str, Any], sweep_dir: Path, summary: dict[str, Any]) 
         client.log_batch(run_id, metrics=metrics[i : i + 500])
     for name in (SWEEP_SUMMARY, SWEEP_REPORT):
         client.log_artifact(run_id, str(sweep_dir / name))
-    client.set_terminated(run_id, status="FINISHED" if summary["status"] == "complete" else "FAILED")
+    client.set_terminated(run_id, status=status or ("FINISHED" if summary["status"] == "complete" else "FAILED"))
 
