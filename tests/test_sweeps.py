@@ -349,3 +349,17 @@ def test_interrupted_sweep_records_what_ran_and_ends_the_parent_run_killed(fake_
     assert err.strip().splitlines()[-1] == f"evalkit: sweep {sweep_dir.name}: stopped after 0 complete of 2 jobs → {sweep_dir / 'sweep_summary.json'}"
     (parent,) = [r for r in _runs(out) if r.data.tags.get("evalkit.kind") == "sweep"]
     assert parent.info.status == "KILLED" and parent.data.metrics["n_failed_jobs"] == 2
+
+
+def test_a_sweep_directory_is_never_reused(shared_data_dir: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    sweep_dir = tmp_path / "the-sweep"
+    args = (*_ke(shared_data_dir), "model=reference", "run.limit=2", "tracking=none", f"run.output_root={out}", f"hydra.sweep.dir={sweep_dir}")
+    first = _sweep(*args)
+    assert first.returncode == 0, first.stderr
+    before = (sweep_dir / "sweep_summary.json").read_text()
+    again = _sweep(*args)
+    assert again.returncode == 2
+    assert again.stderr.strip() == f"evalkit: error: hydra.sweep.dir: {sweep_dir} already holds a sweep; pick another directory"
+    assert (sweep_dir / "sweep_summary.json").read_text() == before
+    assert sorted(p.name for p in sweep_dir.glob("[0-9]*")) == ["0-ke-reference-shots0"]
