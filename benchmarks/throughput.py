@@ -118,7 +118,8 @@ def run_once(base: str, n: int, latency: float, concurrency: int, workers: int, 
     wall = time.perf_counter() - t0
     stats = server_stats(base)
     assert res.summary["n_scored"] == n, res.summary
-    return {"wall_s": wall, "max_in_flight": stats["max_in_flight"], "requests": stats["requests"]}
+    return {"wall_s": wall, "requests_s": res.summary["engine"]["requests_wall_s"],
+            "max_in_flight": stats["max_in_flight"], "requests": stats["requests"]}  # fmt: skip
 
 
 # ---- lm-evaluation-harness ----------------------------------------------------------------
@@ -258,20 +259,20 @@ def lmeval_once(py: str, work: Path, base: str, n: int, latency: float, concurre
 
 
 def fmt_table(rows: list[dict[str, Any]], with_lmeval: bool) -> str:
-    head = ["C", "N", "limit s", "evalkit wall s", "ratio", "in-flight"]
+    head = ["C", "N", "limit s", "evalkit wall s", "(requests s)", "ratio", "in-flight"]
     if with_lmeval:
         head += ["lm-eval wall s", "(requests s)", "ratio", "in-flight"]
     lines = []
     for r in rows:
         e = r["evalkit"]
-        line = [str(r["c"]), str(r["n"]), f"{r['limit']:.2f}", f"{e['wall_s']:.2f}", f"{r['limit'] / e['wall_s']:.2f}",
-                str(e["max_in_flight"])]  # fmt: skip
+        line = [str(r["c"]), str(r["n"]), f"{r['limit']:.2f}", f"{e['wall_s']:.2f}", f"{e['requests_s']:.2f}",
+                f"{r['limit'] / e['requests_s']:.2f}", str(e["max_in_flight"])]  # fmt: skip
         if with_lmeval:
             m = r.get("lmeval")
             if m is None:
                 line += ["failed", "", "", ""]
             else:
-                line += [f"{m['wall_s']:.2f}", f"{m['generate_s']:.2f}", f"{r['limit'] / m['wall_s']:.2f}",
+                line += [f"{m['wall_s']:.2f}", f"{m['generate_s']:.2f}", f"{r['limit'] / m['generate_s']:.2f}",
                          str(m["max_in_flight"])]  # fmt: skip
         lines.append(line)
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]
@@ -324,22 +325,25 @@ def main() -> None:
             limit = n * args.latency / c
             r = run_once(base, n, args.latency, c, args.workers, args.max_tokens)
             row: dict[str, Any] = {"c": c, "n": n, "limit": limit, "evalkit": r}
-            print(f"concurrency {c:>3}: {n} samples, physical limit {limit:.2f} s; evalkit wall {r['wall_s']:.2f} s, "
-                  f"ratio {limit / r['wall_s']:.2f}, peak in-flight {r['max_in_flight']}", end="", flush=True)  # fmt: skip
+            print(f"concurrency {c:>3}: {n} samples, physical limit {limit:.2f} s; evalkit wall {r['wall_s']:.2f} s "
+                  f"(requests {r['requests_s']:.2f} s), ratio {limit / r['requests_s']:.2f}, "
+                  f"peak in-flight {r['max_in_flight']}", end="", flush=True)  # fmt: skip
             if py and work:
                 try:
                     m = lmeval_once(py, work, base, n, args.latency, c, args.max_tokens)
                     lmeval_rss = max(lmeval_rss, m["peak_rss_mib"])
                     row["lmeval"] = m
                     print(f"; lm-eval wall {m['wall_s']:.2f} s (requests {m['generate_s']:.2f} s), "
-                          f"ratio {limit / m['wall_s']:.2f}, peak in-flight {m['max_in_flight']}", end="")  # fmt: skip
+                          f"ratio {limit / m['generate_s']:.2f}, peak in-flight {m['max_in_flight']}", end="")  # fmt: skip
                 except RuntimeError as exc:
                     print(f"; lm-eval failed: {exc}", end="")
             print()
             rows.append(row)
         print()
         print(f"N={args.n}, latency {args.latency} s, max_tokens {args.max_tokens}, temperature 0, no retries; "
-              f"ratio = physical limit N*L/C / wall (1.00 = ideal); in-flight = the server's peak")  # fmt: skip
+              f"ratio = physical limit N*L/C / request phase (first request sent to last answer; 1.00 = ideal); "
+              f"wall = the whole run (evalkit: worker start-up, data, requests, scoring, summary; lm-eval: "
+              f"simple_evaluate); in-flight = the server's peak")  # fmt: skip
         print(fmt_table(rows, py is not None))
         print(f"evalkit driver peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB (Ray workers not included)")
         if py:

@@ -102,3 +102,23 @@ def test_rescore_of_a_non_run_is_exit_2(tmp_path):
     (tmp_path / "predictions.jsonl").write_text("")
     proc = subprocess.run([*evalkit_cmd()[:2], "evalkit.rescore", str(tmp_path)], capture_output=True, text=True, cwd=REPO_ROOT)
     assert proc.returncode == 2 and proc.stderr.startswith("evalkit: error:") and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "address, message",
+    [("127.0.0.1:1", "no Ray cluster answers at 127.0.0.1:1"), ("nonsense", "is not HOST:PORT")],
+)
+def test_unreachable_cluster_is_one_line_and_writes_nothing(tmp_path, acebench_dir, address, message):
+    """``ray.init`` would retry an unreachable cluster for minutes; evalkit says so in
+    seconds, before any run directory exists."""
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        evalkit_cmd("model=openai_compatible", "backend.api_base=http://127.0.0.1:9/v1", "runner=cluster",
+                    f"runner.address={address}", f"benchmark.data_dir={acebench_dir}", "run.limit=2",
+                    f"run.output_root={out}", "tracking=none"),
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("evalkit: error: runner.address:") and message in lines[0], proc.stderr
+    assert not out.exists()

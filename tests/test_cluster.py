@@ -237,7 +237,7 @@ def test_sweep_in_separate_processes_sends_every_run_to_the_cluster(local_cluste
     )  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     runs = {}
-    for path in out.glob("runs/acebench/openai_compatible/*/summary.json"):
+    for path in out.glob("sweeps/*/*-acebench-openai_compatible-*/summary.json"):
         summary = json.loads(path.read_text())
         ids = sorted(p["sample_id"] for p in read_jsonl(path.parent / "predictions.jsonl"))
         runs[summary["n_samples"]] = (summary["status"], ids, summary["metrics"]["accuracy/normal_atom_bool"])

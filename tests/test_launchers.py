@@ -56,7 +56,7 @@ def test_local_processes_sweep_runs_every_point_in_a_process_of_its_own(shared_d
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, output
 
-    summaries = [json.loads(p.read_text()) for p in sorted(out.glob("runs/ke/reference/*/summary.json"))]
+    summaries = [json.loads(p.read_text()) for p in sorted(out.glob("sweeps/*/*-ke-reference-*/summary.json"))]
     assert sorted((s["n_samples"], s["n_scored"], s["status"]) for s in summaries) == [(2, 2, "complete"), (3, 3, "complete")]
     assert all(s["metrics"][s["headline"]] == 1.0 for s in summaries)  # gold replay
     # each run in a process of its own, none in the sweep's (the basic launcher would run

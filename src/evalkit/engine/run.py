@@ -381,13 +381,19 @@ def run_evaluation(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> RunResult:
     offline = None
     if cfg.backend.kind == "offline":  # read replay files etc. before anything is written
         offline = _offline_outputs(cfg, bench, [s for s in samples if not bench.is_rollout(s)])
-    run_dir, resumed = make_run_dir(cfg, raw_cfg)
-    handler = _setup_file_logging(run_dir)
+    # connect to Ray before the run directory exists: an unreachable cluster leaves nothing behind
+    started_ray = cfg.backend.kind != "offline" and ensure_ray(cfg.runner.address, cfg.runner.num_cpus)
     try:
-        return _run_in_dir(cfg, raw_cfg, bench, samples, requests, run_dir, resumed, offline)
+        run_dir, resumed = make_run_dir(cfg, raw_cfg)
+        handler = _setup_file_logging(run_dir)
+        try:
+            return _run_in_dir(cfg, raw_cfg, bench, samples, requests, run_dir, resumed, offline)
+        finally:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
     finally:
-        logging.getLogger().removeHandler(handler)
-        handler.close()
+        if started_ray:
+            shutdown_ray()
 
 
 def _run_in_dir(
@@ -459,9 +465,6 @@ def _run_in_dir(
                 user_base = agent_base if same else endpoint(cfg.user.backend, "llama-server-user.log")
                 user_factory = _user_factory(cfg, user_base)
                 model_id = f"{model_id}|user={user_factory().model_id}"
-            started_ray = ensure_ray(cfg.runner.address, cfg.runner.num_cpus)
-            if started_ray:
-                stack.callback(shutdown_ray)
             executor = RayExecutor(
                 factory, cache_dir, cfg.runner.num_workers, cfg.backend.concurrency,
                 user_factory=user_factory, runner=runner, agent_params=agent_params, user_params=user_params,
