@@ -1,13 +1,21 @@
 """Engine throughput against a local OpenAI-compatible server with a fixed latency, beside lm-evaluation-harness (prints figures).
 
     .venv/bin/python benchmarks/throughput.py [--n 2000] [--latency 0.2] [--concurrency 1 16 64 256]
-        [--max-tokens 16] [--skip-lmeval] [--lmeval-python PYTHON]
+        [--max-tokens 16] [--skip-lmeval] [--skip-litellm-alone] [--lmeval-python PYTHON]
 
 For each concurrency C: N single-turn samples through the whole engine (Ray workers,
 litellm, journal, scoring) against ``tests/support/fake_openai.py`` running in its own
 process with a fixed per-request latency L. Prints wall time, the physical limit
 N·L/C, their ratio, the server's peak in-flight requests, and the driver's peak RSS. A
 zero-latency run gives the framework's overhead per sample. Not a test: nothing is asserted.
+The ratio is taken on the request phase (first request sent to last answer, from
+``summary.json`` → ``engine.requests_wall_s``); the whole run's wall time (worker start-up,
+which imports litellm in each Ray worker, data, scoring, summary) is printed beside it.
+
+"litellm alone" sends the same requests as bare ``litellm.acompletion`` calls from as many
+processes as evalkit has workers — no Ray, journal or scoring — which is the ceiling of any
+engine built on litellm on this machine (litellm spends ~5 ms of CPU per request, so on two
+cores shared with the server it cannot keep 64 requests of 200 ms in flight).
 
 The same workload (the same N ``sample {i}`` user messages, the same max_tokens,
 temperature 0, no retries; lm-eval adds ``seed: 1234`` and ``stop: []``, which the server
@@ -96,6 +104,68 @@ def post(url: str, body: dict[str, Any]) -> None:
 
 def server_stats(base: str) -> dict[str, Any]:
     return json.loads(urllib.request.urlopen(f"{base}/_stats", timeout=10).read())
+
+
+# ------------------------------------------------------------------------------------------
+# litellm alone: the ceiling any litellm-based engine has on this machine
+# ------------------------------------------------------------------------------------------
+LITELLM_CHILD = r"""
+import asyncio, json, os, sys, time
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from evalkit.models.litellm_client import LiteLLMModel  # the same client set-up as evalkit's workers
+import litellm
+base, first, n, c, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+LiteLLMModel(provider_model="openai/fake")
+
+async def go(ids, conc):
+    sem = asyncio.Semaphore(conc)
+    async def one(i):
+        async with sem:
+            await litellm.acompletion(model="openai/fake", api_base=base + "/v1", api_key="sk-no-key-needed",
+                                      messages=[{"role": "user", "content": f"sample {i}"}], max_tokens=max_tokens,
+                                      temperature=0.0, timeout=600, num_retries=0, max_retries=0)
+    await asyncio.gather(*[one(i) for i in ids])
+
+asyncio.run(go(range(10**6, 10**6 + 8), 8))  # warm up (not counted by the caller: stats are reset after)
+print("ready", flush=True)
+sys.stdin.readline()
+t0 = time.perf_counter()
+asyncio.run(go(range(first, first + n), c))
+print(json.dumps({"wall_s": time.perf_counter() - t0}), flush=True)
+"""
+
+
+def litellm_alone(base: str, n: int, latency: float, concurrency: int, procs: int, max_tokens: int) -> dict[str, Any]:
+    """The same N requests sent by bare ``litellm.acompletion`` calls — no Ray, no journal,
+    no scoring — from ``procs`` processes (as many as evalkit's workers) sharing the
+    concurrency: what litellm itself allows on this machine."""
+    post(f"{base}/_plan", {"default": {"content": "ok", "latency_s": latency}})
+    procs = max(1, min(procs, concurrency))
+    shares = [n // procs + (1 if k < n % procs else 0) for k in range(procs)]
+    conc = [concurrency // procs + (1 if k < concurrency % procs else 0) for k in range(procs)]
+    kids, first = [], 0
+    for share, c in zip(shares, conc):
+        kids.append(subprocess.Popen([sys.executable, "-c", LITELLM_CHILD, base, str(first), str(share), str(c), str(max_tokens)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO))  # fmt: skip
+        first += share
+    for kid in kids:
+        if kid.stdout is None or kid.stdout.readline().strip() != "ready":
+            raise RuntimeError("a litellm child process did not start")
+    post(f"{base}/_plan", {"default": {"content": "ok", "latency_s": latency}})  # resets the server's stats
+    t0 = time.perf_counter()
+    for kid in kids:
+        assert kid.stdin is not None
+        kid.stdin.write("go\n")
+        kid.stdin.flush()
+    for kid in kids:
+        assert kid.stdout is not None
+        kid.stdout.readline()
+        kid.wait(timeout=60)
+    wall = time.perf_counter() - t0
+    stats = server_stats(base)
+    if stats["requests"] != n:
+        raise RuntimeError(f"the server saw {stats['requests']} requests; expected {n}")
+    return {"requests_s": wall, "max_in_flight": stats["max_in_flight"]}
 
 
 def run_once(base: str, n: int, latency: float, concurrency: int, workers: int, max_tokens: int) -> dict[str, float]:
@@ -260,6 +330,9 @@ def lmeval_once(py: str, work: Path, base: str, n: int, latency: float, concurre
 
 def fmt_table(rows: list[dict[str, Any]], with_lmeval: bool) -> str:
     head = ["C", "N", "limit s", "evalkit wall s", "(requests s)", "ratio", "in-flight"]
+    with_alone = any("alone" in r for r in rows)
+    if with_alone:
+        head += ["litellm alone s", "ratio"]
     if with_lmeval:
         head += ["lm-eval wall s", "(requests s)", "ratio", "in-flight"]
     lines = []
@@ -267,6 +340,9 @@ def fmt_table(rows: list[dict[str, Any]], with_lmeval: bool) -> str:
         e = r["evalkit"]
         line = [str(r["c"]), str(r["n"]), f"{r['limit']:.2f}", f"{e['wall_s']:.2f}", f"{e['requests_s']:.2f}",
                 f"{r['limit'] / e['requests_s']:.2f}", str(e["max_in_flight"])]  # fmt: skip
+        if with_alone:
+            a = r.get("alone")
+            line += [f"{a['requests_s']:.2f}", f"{r['limit'] / a['requests_s']:.2f}"] if a else ["failed", ""]
         if with_lmeval:
             m = r.get("lmeval")
             if m is None:
@@ -288,7 +364,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 256])
     parser.add_argument("--workers", type=int, default=2, help="runner.num_workers (Ray actors)")
     parser.add_argument("--max-tokens", type=int, default=16, help="max_tokens of every request (both frameworks)")
-    parser.add_argument("--skip-lmeval", action="store_true", help="evalkit's figures only")
+    parser.add_argument("--skip-lmeval", action="store_true", help="no lm-evaluation-harness comparison")
+    parser.add_argument("--skip-litellm-alone", action="store_true", help="no bare-litellm ceiling")
     parser.add_argument("--lmeval-python", default=None,
                         help="interpreter with lm_eval[api] installed (default: this one, else .venv-lmeval/bin/python)")  # fmt: skip
     args = parser.parse_args()
@@ -328,6 +405,13 @@ def main() -> None:
             print(f"concurrency {c:>3}: {n} samples, physical limit {limit:.2f} s; evalkit wall {r['wall_s']:.2f} s "
                   f"(requests {r['requests_s']:.2f} s), ratio {limit / r['requests_s']:.2f}, "
                   f"peak in-flight {r['max_in_flight']}", end="", flush=True)  # fmt: skip
+            if not args.skip_litellm_alone:
+                try:
+                    a = litellm_alone(base, n, args.latency, c, args.workers, args.max_tokens)
+                    row["alone"] = a
+                    print(f"; litellm alone {a['requests_s']:.2f} s, ratio {limit / a['requests_s']:.2f}", end="", flush=True)
+                except RuntimeError as exc:
+                    print(f"; litellm alone failed: {exc}", end="")
             if py and work:
                 try:
                     m = lmeval_once(py, work, base, n, args.latency, c, args.max_tokens)
@@ -343,7 +427,9 @@ def main() -> None:
         print(f"N={args.n}, latency {args.latency} s, max_tokens {args.max_tokens}, temperature 0, no retries; "
               f"ratio = physical limit N*L/C / request phase (first request sent to last answer; 1.00 = ideal); "
               f"wall = the whole run (evalkit: worker start-up, data, requests, scoring, summary; lm-eval: "
-              f"simple_evaluate); in-flight = the server's peak")  # fmt: skip
+              f"simple_evaluate); litellm alone = the same requests as bare litellm.acompletion calls from "
+              f"{args.workers} processes (no Ray, journal or scoring): the ceiling of any litellm-based engine here; "
+              f"in-flight = the server's peak")  # fmt: skip
         print(fmt_table(rows, py is not None))
         print(f"evalkit driver peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB (Ray workers not included)")
         if py:
