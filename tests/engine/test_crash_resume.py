@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from evalkit.benchmarks.base import get_benchmark_class
 from evalkit.engine.journal import read_jsonl
 from tests.conftest import REPO_ROOT, base_overrides, evalkit_cmd
+from tests.engine.test_engine_faults import load_gold
 
 IDS = [f"en/normal_atom_enum_{i}" for i in range(12)]
 
@@ -28,14 +28,7 @@ IDS = [f"en/normal_atom_enum_{i}" for i in range(12)]
 @pytest.fixture(scope="module")
 def gold(acebench_dir: Path) -> dict[str, tuple[str, str]]:
     """{sample_id: (unique question text, gold answer)} for IDS."""
-    cls = get_benchmark_class("acebench")
-    bench = cls(cls.settings_model(name="acebench", data_dir=acebench_dir))
-    out = {}
-    for s in bench.load():
-        if s.id in IDS:
-            out[s.id] = (bench.build(s, 0).messages[-1]["content"][-80:], bench.reference_output(s))
-    assert set(out) == set(IDS) and len({q for q, _ in out.values()}) == len(IDS)
-    return out
+    return load_gold(acebench_dir, IDS)
 
 
 @pytest.fixture(scope="module")

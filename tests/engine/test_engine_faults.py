@@ -17,18 +17,23 @@ from evalkit.engine.journal import read_jsonl
 IDS = ["en/normal_atom_bool_0", "en/normal_atom_enum_1", "en/special_irrelevant_2"]
 
 
-@pytest.fixture(scope="module")
-def gold(acebench_dir: Path) -> dict[str, tuple[str, str]]:
-    """{sample_id: (unique question text, gold answer)} for the test samples."""
+def load_gold(acebench_dir: Path, ids: list[str]) -> dict[str, tuple[str, str]]:
+    """{sample_id: (unique question text, gold answer)} for ``ids``: the fake server answers
+    a request whose last message contains the question with the gold answer."""
     cls = get_benchmark_class("acebench")
     bench = cls(cls.settings_model(name="acebench", data_dir=acebench_dir))
     out = {}
     for s in bench.load():
-        if s.id in IDS:
-            req = bench.build(s, 0)
-            out[s.id] = (req.messages[-1]["content"][-80:], bench.reference_output(s))
-    assert set(out) == set(IDS)
+        if s.id in ids:
+            out[s.id] = (bench.build(s, 0).messages[-1]["content"][-80:], bench.reference_output(s))
+    assert set(out) == set(ids) and len({q for q, _ in out.values()}) == len(ids)
     return out
+
+
+@pytest.fixture(scope="module")
+def gold(acebench_dir: Path) -> dict[str, tuple[str, str]]:
+    """{sample_id: (unique question text, gold answer)} for the test samples."""
+    return load_gold(acebench_dir, IDS)
 
 
 def _api(fake, ray_address, *extra: str) -> list[str]:
