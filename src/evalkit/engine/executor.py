@@ -192,9 +192,13 @@ def _worker_class() -> Any:
             self.agent_params = agent_params or {}
             self.user_params = user_params or {}
 
+        # no per-call task events: they are for Ray's dashboard/state API, which evalkit
+        # does not use, and cost the GCS work on every request
+        @ray.method(enable_task_events=False)
         async def run(self, request: Request) -> Result:
             return await execute(self.model, request, self.cache)
 
+        @ray.method(enable_task_events=False)
         async def rollout(self, sample: Sample) -> Trajectory:
             return await execute_rollout(
                 self.runner, sample, self.model, self.user, self.cache, self.agent_params, self.user_params
