@@ -5,6 +5,8 @@
 # its `headline` metric, and n_scored + n_failed == n_samples. Every sweep_summary.json
 # (a sweep's, see README: Sweeps) is checked against sweep_summary.schema.json, and its
 # jobs that left no run (status error / lost / interrupted) are FAILs of the sweep.
+# Copies that MLflow keeps as artifacts (<artifact root>/<run id>/artifacts/summary.json,
+# e.g. <output root>/mlartifacts/...) are not runs and are skipped below the directory given.
 #
 #   bash bash/check_report.sh outputs/runs/acebench        # or one run, or a sweep dir
 #
@@ -43,7 +45,19 @@ if not target.is_dir():
     sys.exit(2)
 schema = json.loads(schema_path.read_text(encoding="utf-8"))
 validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
-files = sorted(target.rglob("summary.json"))
+
+
+def mlflow_copy(path):
+    """True for a summary.json that MLflow stored as an artifact (``<run id>/artifacts/``
+    below the directory given): a copy of a run, not a run."""
+    parts = path.relative_to(target).parts[:-1]
+    return any(
+        parts[i + 1] == "artifacts" and len(parts[i]) == 32 and all(c in "0123456789abcdef" for c in parts[i])
+        for i in range(len(parts) - 1)
+    )
+
+
+files = sorted(p for p in target.rglob("summary.json") if not mlflow_copy(p))
 sweeps = sorted(target.rglob("sweep_summary.json"))
 if not files and not sweeps:
     print(f"evalkit: error: {target}: no summary.json below it", file=sys.stderr)

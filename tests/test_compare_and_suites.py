@@ -209,9 +209,12 @@ def test_run_suite_dry_run_prints_commands(tmp_path: Path):
 
 def test_run_suite_smoke_then_check_report(tmp_path: Path):
     out_root = tmp_path / "suite"
-    res = _bash("run_suite.sh", "smoke", "--model", "reference", f"run.output_root={out_root}", "tracking=none", "run.progress=false")
+    # tracked in MLflow (SQLite under the output root): its artifact copies of each summary.json
+    # (<output root>/mlartifacts/<run id>/artifacts/) are not runs, and check_report skips them
+    res = _bash("run_suite.sh", "smoke", "--model", "reference", f"run.output_root={out_root}", "run.progress=false")
     assert res.returncode == 0, res.stdout + res.stderr
-    summaries = sorted(out_root.rglob("summary.json"))
+    assert len(list((out_root / "mlartifacts").glob("*/artifacts/summary.json"))) == 4
+    summaries = sorted((out_root / "runs").rglob("summary.json"))
     assert len(summaries) == 4
     benches = sorted(json.loads(p.read_text(encoding="utf-8"))["benchmark"] for p in summaries)
     assert benches == ["acebench", "acebench", "acebench", "ke"]
