@@ -5,7 +5,7 @@
 # its `headline` metric, and n_scored + n_failed == n_samples. Every sweep_summary.json
 # (a sweep's, see README: Sweeps) is checked against sweep_summary.schema.json, and its
 # jobs that left no run (status error / lost / interrupted) are FAILs of the sweep.
-# Copies that MLflow keeps as artifacts (<artifact root>/<run id>/artifacts/summary.json,
+# Copies that MLflow keeps as artifacts (<artifact root>/<run id>/artifacts/[sweep_]summary.json,
 # e.g. <output root>/mlartifacts/...) are not runs and are skipped below the directory given.
 #
 #   bash bash/check_report.sh outputs/runs/acebench        # or one run, or a sweep dir
@@ -58,7 +58,7 @@ def mlflow_copy(path):
 
 
 files = sorted(p for p in target.rglob("summary.json") if not mlflow_copy(p))
-sweeps = sorted(target.rglob("sweep_summary.json"))
+sweeps = sorted(p for p in target.rglob("sweep_summary.json") if not mlflow_copy(p))
 if not files and not sweeps:
     print(f"evalkit: error: {target}: no summary.json below it", file=sys.stderr)
     sys.exit(2)

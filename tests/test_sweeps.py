@@ -136,6 +136,13 @@ def test_check_report_passes_on_the_sweep(good_sweep):
     )
     assert f"OK {sweep_dir}: sweep of 4 jobs, all complete" in lines
 
+    # from the output root: the same verdicts, and MLflow's artifact copies of the five
+    # summaries (<output root>/mlartifacts/<run id>/artifacts/) are not checked as runs
+    assert len(list((out / "mlartifacts").glob("*/artifacts/*summary.json"))) == 5
+    whole = _bash("check_report.sh", out)
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    assert sorted(whole.stdout.splitlines()) == sorted(lines)
+
 
 def _half_replay(shared_data_dir: Path, path: Path, n: int) -> list[str]:
     """A replay file with gold outputs for the first ``n`` graded KE samples only."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from evalkit.cli import CONF_DIR, compose, hide_secret_overrides, precheck_sweep, quote_numeric_groups, report_error, run_config
-from evalkit.errors import EvalkitError
+from evalkit.errors import EvalkitError, interrupted_line
 
 _MULTIRUN_FLAGS = {"-m", "--multirun"}
 
@@ -55,16 +55,16 @@ def main() -> None:
 
             try:
                 run_job(cfg)  # records its outcome; never stops the sweep's other jobs
-            except KeyboardInterrupt:
-                print("evalkit: interrupted; finished samples are journaled — resume with run.resume=<run dir>", file=sys.stderr)
+            except KeyboardInterrupt as exc:
+                print(interrupted_line(exc), file=sys.stderr)
                 sys.exit(130)
             return
         try:
             code = run_config(cfg)
         except EvalkitError as exc:
             code = report_error(exc)
-        except KeyboardInterrupt:
-            print("evalkit: interrupted; finished samples are journaled — resume with run.resume=<run dir>", file=sys.stderr)
+        except KeyboardInterrupt as exc:
+            print(interrupted_line(exc), file=sys.stderr)
             code = 130
         if code:
             sys.exit(code)

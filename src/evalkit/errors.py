@@ -23,3 +23,23 @@ class RunDirError(EvalkitError):
 
 class TrackingError(EvalkitError):
     """Experiment tracking (MLflow) failed; the run directory holds the results."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) during a run whose directory exists: the samples finished so far are
+    journaled there, and ``run.resume=<run_dir>`` continues the run.
+
+    Attributes:
+        run_dir: the run directory (``pathlib.Path``).
+    """
+
+    def __init__(self, run_dir: object) -> None:
+        super().__init__(str(run_dir))
+        self.run_dir = run_dir
+
+
+def interrupted_line(exc: BaseException) -> str:
+    """The one line printed when a run is interrupted: where to resume it, when known."""
+    run_dir = getattr(exc, "run_dir", None)
+    target = str(run_dir) if run_dir is not None else "<run dir>"
+    return f"evalkit: interrupted; finished samples are journaled — resume with run.resume={target}"

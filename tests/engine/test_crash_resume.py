@@ -237,3 +237,42 @@ def test_resume_with_another_concurrency(fake_openai, ray_address, gold, uninter
     rows = list(read_jsonl(first.run_dir / "predictions.jsonl"))
     assert Counter(r["sample_id"] for r in rows) == Counter(IDS)
     assert again.summary["metrics"] == uninterrupted
+
+
+def test_ctrl_c_names_the_run_directory_to_resume(fake_openai, ray_address, acebench_dir, gold, uninterrupted, tmp_path, run_eval):
+    """SIGINT (Ctrl-C) a run whose directory evalkit chose: exit 130, the last stderr line
+    names that directory for run.resume (and evalkit.log records it), and resuming exactly
+    that directory completes the run with an uninterrupted run's metrics."""
+    fake_openai.set_plan(_plan(gold, latency_s=0.3))
+    out = tmp_path / "out"
+    extra = ["backend.concurrency=2", "runner.num_workers=1", f"runner.address={ray_address}"]
+    proc = subprocess.Popen(
+        evalkit_cmd(*base_overrides(out, acebench_dir), *_args(fake_openai, *extra)),
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 120
+        preds: list[Path] = []
+        while time.time() < deadline and proc.poll() is None:
+            preds = list((out / "runs").glob("acebench/openai_compatible/*/predictions.jsonl"))
+            if preds and len(list(read_jsonl(preds[0]))) >= 3:
+                break
+            time.sleep(0.05)
+        assert len(preds) == 1 and proc.poll() is None, "the run ended or journaled nothing"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    run_dir = preds[0].parent
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == f"evalkit: interrupted; finished samples are journaled — resume with run.resume={run_dir}"
+    assert f"interrupted; resume with run.resume={run_dir}" in (run_dir / "evalkit.log").read_text(encoding="utf-8")
+    assert not (run_dir / "summary.json").exists()
+
+    fake_openai.set_plan(_plan(gold, latency_s=0.0))
+    again = run_eval(_args(fake_openai, *extra, f"run.resume={run_dir}"), output_root=out)
+    assert again.run_dir == run_dir
+    assert again.summary["status"] == "complete" and again.summary["n_scored"] == len(IDS)
+    assert again.summary["metrics"] == uninterrupted

@@ -29,7 +29,7 @@ from evalkit.benchmarks.base import Benchmark, get_benchmark_class
 from evalkit.config import EvalConfig
 from evalkit.engine.executor import LocalExecutor, RayExecutor, ensure_ray, run_units, shutdown_ray
 from evalkit.engine.journal import JsonlAppender, latest_by_sample, read_jsonl
-from evalkit.errors import ConfigError, DataError, RunDirError, TrackingError
+from evalkit.errors import ConfigError, DataError, RunDirError, RunInterrupted, TrackingError
 from evalkit.types import Completion, Failure, Request, Sample, Trajectory, canonical_json, sha256_hex
 
 log = logging.getLogger("evalkit")
@@ -154,7 +154,8 @@ def make_run_dir(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> tuple[Path, bool]:
         if diff:
             raise RunDirError(
                 f"run.resume: {diff} differs from the run being resumed ({run_dir}); "
-                "only run.*, runner.* and tracking.* may change on resume"
+                "only run.*, runner.*, tracking.* and backend.{concurrency, adaptive_concurrency, timeout_s, "
+                "max_retries, retry_*} may change on resume"
             )
         return run_dir, True
     if cfg.run.dir is not None:
@@ -388,6 +389,11 @@ def run_evaluation(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> RunResult:
         handler = _setup_file_logging(run_dir)
         try:
             return _run_in_dir(cfg, raw_cfg, bench, samples, requests, run_dir, resumed, offline)
+        except KeyboardInterrupt as exc:
+            if isinstance(exc, RunInterrupted):
+                raise
+            logging.getLogger("evalkit").warning("interrupted; resume with run.resume=%s", run_dir)
+            raise RunInterrupted(run_dir) from exc
         finally:
             logging.getLogger().removeHandler(handler)
             handler.close()
