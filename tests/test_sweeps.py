@@ -231,7 +231,7 @@ def test_run_suite_tags_runs_with_the_suite(shared_data_dir: Path, tmp_path: Pat
     assert res.returncode == 0, res.stdout + res.stderr
     (run,) = _runs(out)
     assert run.data.tags["suite"] == "tiny" and run.data.tags["evalkit.kind"] == "run" and "sweep" not in run.data.tags
-    (cfg,) = out.glob("runs/ke/reference/*/config.yaml")
+    (cfg,) = out.glob("suites/tiny-*/1-ke/config.yaml")
     assert "suite: tiny" in cfg.read_text()
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from evalkit.cli import CONF_DIR, compose, hide_secret_overrides, precheck_sweep, quote_numeric_groups, report_error, run_config
-from evalkit.errors import EvalkitError, interrupted_line
+from evalkit.errors import ConfigError, EvalkitError, interrupted_line
 
 _MULTIRUN_FLAGS = {"-m", "--multirun"}
 
@@ -22,6 +22,12 @@ def _precheck(argv: list[str]) -> None:
     if any(a not in _MULTIRUN_FLAGS for a in flags):
         return  # --help, --cfg, --info, -c ...: Hydra's own handling
     overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra.")]
+    for a in overrides:
+        if a.lstrip("+~").partition("=")[0] == "suite":  # conf/suite/ holds bash/run_suite.sh's lists
+            raise ConfigError(
+                f"{a}: suites are not a config group; run one with: bash bash/run_suite.sh "
+                f"{a.partition('=')[2] or 'SUITE'} --model M (README: Suites)"
+            )
     if flags:
         precheck_sweep(overrides)
     else:
