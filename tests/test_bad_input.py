@@ -122,3 +122,25 @@ def test_unreachable_cluster_is_one_line_and_writes_nothing(tmp_path, acebench_d
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("evalkit: error: runner.address:") and message in lines[0], proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "victim, content, message",
+    [
+        ("test.jsonl", b'{"id": 1}\n\xff\xfe\x00garbage\n', "test.jsonl:2: not UTF-8 text"),
+        ("shots.jsonl", b"\x89PNG\r\n\x1a\n\x00\x00", "shots.jsonl:1: not UTF-8 text"),
+        ("test.parquet", b"PAR1 this is not parquet PAR1", "test.parquet: not a readable parquet file"),
+    ],
+)
+def test_sobhard_data_that_is_not_text_or_parquet_is_one_line(shared_data_dir, tmp_path, run_eval, victim, content, message):
+    data = tmp_path / "sob"
+    data.mkdir()
+    for name in ("test.jsonl", "shots.jsonl"):
+        shutil.copy(shared_data_dir / "sobhard" / name, data / name)
+    if victim == "test.parquet":
+        (data / "test.jsonl").unlink()
+    (data / victim).write_bytes(content)
+    with pytest.raises(DataError) as info:
+        run_eval(["benchmark=sobhard", "model=reference", f"benchmark.data_dir={data}"])
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert not (tmp_path / "outputs").exists()

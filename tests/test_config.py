@@ -76,6 +76,7 @@ def test_bad_config_is_one_clear_error(acebench_dir, monkeypatch, overrides, exp
         (["run.limit=["], "override 'run.limit=[' cannot be parsed"),
         (["run.limit=abc"], "run.limit: Input should be a valid integer"),
         (["model=dsv4"], "DEEPSEEK_API_KEY is not set"),
+        (["model=reference", "model.name=../../escape"], "model.name: '../../escape' is not a plain name"),
         (["suite=smoke"], "suite=smoke: suites are not a config group; run one with: bash bash/run_suite.sh smoke --model M"),
         (["+suite=all"], "+suite=all: suites are not a config group; run one with: bash bash/run_suite.sh all --model M"),
     ],

@@ -9,6 +9,7 @@ single line naming the offending key. Nothing starts before validation passes.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -37,6 +38,8 @@ class ModelConfig(_Strict):
     per-benchmark overrides that win over the benchmark's defaults.
     """
 
+    #: a label that becomes a directory name (``runs/<benchmark>/<name>/``, sweep job dirs)
+    #: and an MLflow tag: letters, digits and ``._-``, not starting with a dot
     name: str
     kind: Literal["litellm", "reference", "replay", "baseline"] = "litellm"
     baseline: str | None = None
@@ -47,6 +50,13 @@ class ModelConfig(_Strict):
     generation: GenerationParams = Field(default_factory=GenerationParams)
     dataset_args: dict[str, dict[str, Any]] = Field(default_factory=dict)
     extra_body: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}", v):
+            raise ValueError(f"model.name: {v!r} is not a plain name (letters, digits, '.', '_', '-'; it names run directories)")
+        return v
 
     @model_validator(mode="after")
     def _check_kind(self) -> "ModelConfig":

@@ -86,14 +86,19 @@ class Row(BaseModel):
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     rows = []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}:{n}: not JSON ({exc})") from None
+    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may sit inside a JSON string
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{n}: not JSON ({exc})") from None
     return rows
 
 
@@ -103,8 +108,14 @@ def _read_parquet(paths: list[Path]) -> list[dict[str, Any]]:
     except ModuleNotFoundError:
         raise DataError(f"reading {paths[0]} needs pyarrow (pip install pyarrow)") from None
     rows: list[dict[str, Any]] = []
+    import pyarrow as pa
+
     for p in paths:
-        rows.extend(pq.read_table(p).to_pylist())
+        try:
+            rows.extend(pq.read_table(p).to_pylist())
+        except (pa.ArrowException, OSError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise DataError(f"{p}: not a readable parquet file ({first})") from None
     return rows
 
 
