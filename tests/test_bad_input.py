@@ -91,10 +91,43 @@ def test_empty_subsets_and_empty_data_dir_are_config_errors(run_eval):
         run_eval(["model=reference", "benchmark.data_dir=''"])
 
 
-def test_bad_tracking_uri_is_one_line_after_results_are_safe(run_eval):
-    with pytest.raises(TrackingError, match="tracking: MLflow logging failed") as info:
-        run_eval(["model=reference", "tracking=mlflow", "tracking.tracking_uri=bogus://x", "run.sample_ids=[en/normal_atom_bool_0]"])
-    assert "\n" not in str(info.value)
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["tracking.tracking_uri=bogus://x"], "tracking: cannot open the MLflow store bogus://x ("),
+        (["tracking.artifact_root=/proc/evalkit-nope"], "tracking.artifact_root: /proc/evalkit-nope cannot be written"),
+        (["tracking.experiment="], "tracking.experiment: String should have at least 1 character"),
+    ],
+)
+def test_bad_tracking_settings_are_one_line_before_anything_runs(run_eval, tmp_path, overrides, message):
+    with pytest.raises((TrackingError, ConfigError)) as info:
+        run_eval(["model=reference", "tracking=mlflow", *overrides, "run.sample_ids=[en/normal_atom_bool_0]"])
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert not (tmp_path / "outputs" / "runs").exists()
+
+
+def test_a_corrupt_mlflow_store_is_one_line_before_anything_runs(run_eval, tmp_path):
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "mlflow.db").write_bytes(b"\x00garbage, not SQLite" * 300)
+    with pytest.raises(TrackingError, match=r"^tracking: cannot open the MLflow store sqlite:///.*mlflow\.db \(DatabaseError: "):
+        run_eval(["model=reference", "tracking=mlflow", "run.sample_ids=[en/normal_atom_bool_0]"])
+    assert not (tmp_path / "outputs" / "runs").exists()
+
+
+def test_resume_into_another_tracking_store_gets_a_new_mlflow_run(run_eval, tmp_path):
+    """run.output_root may change on resume; the run is then logged to the store there."""
+    import mlflow
+
+    first = run_eval(["model=reference", "tracking=mlflow", "run.sample_ids=[en/normal_atom_bool_0]"], output_root=tmp_path / "a")
+    again = run_eval(
+        ["model=reference", "tracking=mlflow", "run.sample_ids=[en/normal_atom_bool_0]", f"run.resume={first.run_dir}"],
+        output_root=tmp_path / "b",
+    )
+    assert again.summary["status"] == "complete"
+    for root in ("a", "b"):
+        client = mlflow.MlflowClient(f"sqlite:///{tmp_path / root / 'mlflow.db'}")
+        runs = client.search_runs([client.get_experiment_by_name("evalkit").experiment_id])
+        assert [r.data.tags["run_dir"] for r in runs] == [str(first.run_dir.resolve())]
 
 
 def test_rescore_of_a_non_run_is_exit_2(tmp_path):

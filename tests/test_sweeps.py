@@ -208,6 +208,7 @@ def test_a_failing_job_does_not_stop_the_others(shared_data_dir: Path, tmp_path:
         (["model=reference", "run.limit=2,0"], "evalkit: error: run.limit: Input should be greater than or equal to 1 (got 0) (sweep point run.limit=0)"),
         (["model=reference", "shots=0,7"], "evalkit: error: shots=7: unknown shots; available: 0, 3"),
         (["model=reference", "run.limit=[1,2"], "evalkit: error: override 'run.limit=[1,2' cannot be parsed"),
+        (["model=reference", "run.limit=1,2", "tracking.tracking_uri=bogus://x"], "evalkit: error: tracking: cannot open the MLflow store bogus://x "),
     ],
 )
 def test_bad_override_in_a_sweep_is_one_line_and_nothing_is_written(shared_data_dir: Path, tmp_path: Path, args, line):

@@ -6,12 +6,25 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from evalkit.cli import CONF_DIR, compose, hide_secret_overrides, precheck_sweep, quote_numeric_groups, report_error, run_config
 from evalkit.errors import ConfigError, EvalkitError, interrupted_line
 
 _MULTIRUN_FLAGS = {"-m", "--multirun"}
+
+
+class _OneLineFormatter(logging.Formatter):
+    """Console lines without tracebacks: those go to the run's ``evalkit.log`` only."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        saved = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info = record.exc_text = record.stack_info = None
+        try:
+            return super().format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
 
 
 def _precheck(argv: list[str]) -> None:
@@ -35,14 +48,12 @@ def _precheck(argv: list[str]) -> None:
 
 
 def main() -> None:
-    import logging
-
     import hydra
     from omegaconf import DictConfig
 
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(logging.WARNING)
-    console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    console.setFormatter(_OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[console])
 
     sys.argv[1:] = hide_secret_overrides(quote_numeric_groups(sys.argv[1:]))

@@ -233,14 +233,29 @@ def precheck_sweep(overrides: Sequence[str]) -> int:
     from evalkit.sweep import swept_keys
 
     swept = swept_keys(points)
+    from evalkit.sweep import point_label
+
+    valid = []
     for point in checked:
         try:
-            resolve(compose(point))
+            valid.append((point, resolve(compose(point))[1]))
         except ConfigError as exc:
-            from evalkit.sweep import point_label
-
             label = point_label(point, swept)
             raise ConfigError(f"{exc}{f' (sweep point {label})' if label else ''}") from None
+    # then each distinct tracking store once (this may create it: only once all points are valid)
+    from evalkit.tracking.mlflow_tracking import artifact_root, check_tracking, tracking_uri
+
+    stores: set[tuple[str, str, str]] = set()
+    for point, validated in valid:
+        store = (tracking_uri(validated), validated.tracking.experiment, artifact_root(validated))
+        if validated.tracking.kind != "mlflow" or store in stores:
+            continue
+        stores.add(store)
+        try:
+            check_tracking(validated)
+        except EvalkitError as exc:
+            label = point_label(point, swept)
+            raise type(exc)(f"{exc}{f' (sweep point {label})' if label else ''}") from None
     return len(checked)
 
 

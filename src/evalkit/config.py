@@ -157,7 +157,7 @@ class TrackingConfig(_Strict):
 
     kind: Literal["mlflow", "none"] = "mlflow"
     tracking_uri: str | None = None
-    experiment: str = "evalkit"
+    experiment: str = Field(default="evalkit", min_length=1)
     artifact_root: str | None = None
 
 

@@ -382,6 +382,10 @@ def run_evaluation(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> RunResult:
     offline = None
     if cfg.backend.kind == "offline":  # read replay files etc. before anything is written
         offline = _offline_outputs(cfg, bench, [s for s in samples if not bench.is_rollout(s)])
+    if cfg.tracking.kind == "mlflow":  # a bad tracking setting is one line before anything runs
+        from evalkit.tracking import check_tracking
+
+        check_tracking(cfg)
     # connect to Ray before the run directory exists: an unreachable cluster leaves nothing behind
     started_ray = cfg.backend.kind != "offline" and ensure_ray(cfg.runner.address, cfg.runner.num_cpus)
     try:

@@ -1,5 +1,5 @@
 """Experiment tracking (MLflow)."""
 
-from evalkit.tracking.mlflow_tracking import log_run
+from evalkit.tracking.mlflow_tracking import check_tracking, log_run
 
-__all__ = ["log_run"]
+__all__ = ["check_tracking", "log_run"]

@@ -65,25 +65,91 @@ def sweep_tags(cfg: Any, uri: str) -> dict[str, str]:
     return tags
 
 
-def log_run(cfg: Any, run_dir: Path, summary: dict[str, Any]) -> str:
-    """Log ``run_dir`` to MLflow; returns the MLflow run id."""
+def _client(cfg: Any) -> tuple[Any, str]:
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
     import mlflow
     from mlflow.tracking import MlflowClient
 
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
-
     uri = tracking_uri(cfg)
     mlflow.set_tracking_uri(uri)
-    client = MlflowClient(uri)
+    return MlflowClient(uri), uri
+
+
+def _experiment(cfg: Any) -> tuple[Any, str, str]:
+    """(client, tracking uri, experiment id), the experiment created when it is new."""
+    client, uri = _client(cfg)
     exp = client.get_experiment_by_name(cfg.tracking.experiment)
     exp_id = exp.experiment_id if exp else client.create_experiment(cfg.tracking.experiment, artifact_location=artifact_root(cfg))
+    return client, uri, exp_id
+
+
+def _local_path(location: str) -> Path | None:
+    from urllib.parse import unquote, urlparse
+
+    if location.startswith("file:"):
+        return Path(unquote(urlparse(location).path))
+    return None if "://" in location else Path(location)
+
+
+def check_tracking(cfg: Any) -> None:
+    """Open the tracking store and check that the experiment's artifact location (a local
+    one) can be written, then create the experiment when it is new — so that a bad
+    ``tracking.*`` setting is one line before anything runs, not a failure after it.
+
+    Raises:
+        TrackingError: naming the setting and the cause (one line).
+    """
+    from evalkit.errors import TrackingError
+
+    try:
+        client, uri = _client(cfg)
+        exp = client.get_experiment_by_name(cfg.tracking.experiment)
+    except Exception as exc:  # noqa: BLE001 - any store error becomes one line
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise TrackingError(
+            f"tracking: cannot open the MLflow store {tracking_uri(cfg)} ({type(exc).__name__}: {first})"
+        ) from None
+    location = exp.artifact_location if exp else artifact_root(cfg)
+    path = _local_path(location)
+    if path is not None:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / f".evalkit-write-check-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            if exp:
+                raise TrackingError(
+                    f"tracking: experiment {cfg.tracking.experiment!r} keeps its artifacts in {path} (set when it was "
+                    f"created), which cannot be written ({why}); use another tracking.experiment"
+                ) from None
+            raise TrackingError(f"tracking.artifact_root: {path} cannot be written ({why})") from None
+    if exp is None:
+        try:
+            client.create_experiment(cfg.tracking.experiment, artifact_location=location)
+        except Exception as exc:  # noqa: BLE001 - e.g. created meanwhile by another process
+            if client.get_experiment_by_name(cfg.tracking.experiment) is None:
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                raise TrackingError(f"tracking.experiment: cannot create {cfg.tracking.experiment!r} ({first})") from None
+
+
+def log_run(cfg: Any, run_dir: Path, summary: dict[str, Any]) -> str:
+    """Log ``run_dir`` to MLflow; returns the MLflow run id. A run resumed into another
+    tracking store (``run.output_root`` or ``tracking.tracking_uri`` changed) gets a new
+    MLflow run there."""
+    import mlflow
+
+    client, uri, exp_id = _experiment(cfg)
 
     state_file = Path(run_dir) / "tracking.json"
     run_id = None
     if state_file.exists():
-        run_id = json.loads(state_file.read_text(encoding="utf-8")).get("mlflow_run_id")
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+        if state.get("tracking_uri") == uri:
+            run_id = state.get("mlflow_run_id")
     tags = {
         "benchmark": summary["benchmark"],
         "model": summary["model"],
