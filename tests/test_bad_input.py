@@ -177,3 +177,40 @@ def test_sobhard_data_that_is_not_text_or_parquet_is_one_line(shared_data_dir, t
         run_eval(["benchmark=sobhard", "model=reference", f"benchmark.data_dir={data}"])
     assert message in str(info.value) and "\n" not in str(info.value)
     assert not (tmp_path / "outputs").exists()
+
+
+def _fake_model(fake, ray_address: str) -> list[str]:
+    return [
+        "model=openai_compatible", "model.provider_model=openai/fake", f"backend.api_base={fake.api_base}",
+        "backend.max_retries=0", f"runner.address={ray_address}", "runner.num_workers=1",
+        "run.sample_ids=[en/normal_atom_bool_0,en/normal_atom_bool_1]",
+    ]  # fmt: skip
+
+
+def test_a_cache_that_is_not_a_cache_is_one_line_before_anything_runs(fake_openai, ray_address, tmp_path, run_eval):
+    cache = tmp_path / "outputs" / "cache"
+    cache.mkdir(parents=True)
+    (cache / "cache.db").write_bytes(b"\x13\x37 not SQLite " * 500)
+    n_log = len(fake_openai.log)
+    with pytest.raises(ConfigError, match=r"^run\.cache_dir: .*cache is not a usable response cache \(DatabaseError: .*run\.cache=false$"):
+        run_eval(_fake_model(fake_openai, ray_address))
+    assert not (tmp_path / "outputs" / "runs").exists() and len(fake_openai.log) == n_log
+
+
+def test_unreadable_cache_entries_are_misses(fake_openai, ray_address, tmp_path, run_eval):
+    """Entries whose pickles are torn are asked again (and replaced), never a crash."""
+    import sqlite3
+
+    fake_openai.set_plan({"default": {"content": "[]"}})
+    first = run_eval(_fake_model(fake_openai, ray_address))
+    assert first.summary["status"] == "complete"
+    db = sqlite3.connect(tmp_path / "outputs" / "cache" / "cache.db")
+    with db:
+        assert db.execute("UPDATE Cache SET value = ? WHERE value IS NOT NULL", (b"\x80\x05garbage",)).rowcount == 2
+    db.close()
+    n_log = len(fake_openai.log)
+    again = run_eval(_fake_model(fake_openai, ray_address))
+    assert again.summary["status"] == "complete" and again.summary["n_scored"] == 2
+    assert len(fake_openai.log) - n_log == 2  # both asked again
+    third = run_eval(_fake_model(fake_openai, ray_address))
+    assert third.summary["status"] == "complete" and len(fake_openai.log) - n_log == 2  # and cached again

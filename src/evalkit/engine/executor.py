@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+from evalkit.errors import ConfigError
 from evalkit.models.base import ModelCallError
 from evalkit.types import Completion, Failure, Request, Sample, Trajectory
 
@@ -33,12 +34,40 @@ Result = Completion | Failure
 
 
 def open_cache(cache_dir: str | Path | None) -> Any:
-    """A process-safe on-disk response cache (diskcache, SQLite-backed), or ``None``."""
+    """A process-safe on-disk response cache (diskcache, SQLite-backed), or ``None``.
+
+    Raises:
+        ConfigError: ``cache_dir`` is not a cache diskcache can open (one line).
+    """
     if cache_dir is None:
         return None
     import diskcache
 
-    return diskcache.Cache(str(cache_dir), size_limit=2**34)
+    try:
+        return diskcache.Cache(str(cache_dir), size_limit=2**34)
+    except Exception as exc:  # noqa: BLE001 - sqlite3.DatabaseError, OSError, ...
+        raise ConfigError(
+            f"run.cache_dir: {cache_dir} is not a usable response cache ({type(exc).__name__}: {exc}); "
+            "move it away, point run.cache_dir elsewhere or set run.cache=false"
+        ) from None
+
+
+def _cache_get(cache: Any, key: str) -> dict[str, Any] | None:
+    """A cached completion, or ``None`` — also for an entry that cannot be read (a
+    corrupt entry is a miss; the fresh answer then replaces it)."""
+    try:
+        hit = cache.get(key)
+        return hit if isinstance(hit, dict) else None
+    except Exception as exc:  # noqa: BLE001 - unpickling and SQLite errors alike
+        log.warning("response cache: entry %s unreadable (%s: %s); asking the model", key[:16], type(exc).__name__, exc)
+        return None
+
+
+def _cache_set(cache: Any, key: str, value: dict[str, Any]) -> None:
+    try:
+        cache.set(key, value)
+    except Exception as exc:  # noqa: BLE001 - a cache that cannot be written costs reuse, not the answer
+        log.warning("response cache: cannot store %s (%s: %s)", key[:16], type(exc).__name__, exc)
 
 
 async def execute(model: Any, request: Request, cache: Any = None) -> Result:
@@ -50,9 +79,12 @@ async def execute(model: Any, request: Request, cache: Any = None) -> Result:
     """
     key = request.request_hash(model.model_id) if cache is not None else None
     if key is not None:
-        hit = cache.get(key)
-        if hit is not None:
-            completion = Completion(**hit)
+        hit = _cache_get(cache, key)
+        try:
+            completion = Completion(**hit) if hit is not None else None
+        except TypeError:  # an entry of another shape: a miss
+            completion = None
+        if completion is not None:
             completion.cached = True
             completion.attempts = completion.throttled = 0
             completion.latency_s = 0.0
@@ -69,7 +101,7 @@ async def execute(model: Any, request: Request, cache: Any = None) -> Result:
     if key is not None:
         stored = completion.to_dict()
         stored["cached"] = False
-        cache.set(key, stored)
+        _cache_set(cache, key, stored)
     return completion
 
 

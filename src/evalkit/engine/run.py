@@ -27,7 +27,7 @@ import yaml
 from evalkit import __version__, secrets
 from evalkit.benchmarks.base import Benchmark, get_benchmark_class
 from evalkit.config import EvalConfig
-from evalkit.engine.executor import LocalExecutor, RayExecutor, ensure_ray, run_units, shutdown_ray
+from evalkit.engine.executor import LocalExecutor, RayExecutor, ensure_ray, open_cache, run_units, shutdown_ray
 from evalkit.engine.journal import JsonlAppender, latest_by_sample, read_jsonl
 from evalkit.errors import ConfigError, DataError, RunDirError, RunInterrupted, TrackingError
 from evalkit.types import Completion, Failure, Request, Sample, Trajectory, canonical_json, sha256_hex
@@ -123,6 +123,12 @@ def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
                 return diff
         return None
     return None if a == b else prefix.rstrip(".")
+
+
+def _cache_dir(cfg: EvalConfig) -> Path | None:
+    """The response cache's directory (``run.cache_dir``, default ``<output_root>/cache``), or
+    ``None`` with ``run.cache=false``."""
+    return (cfg.run.cache_dir or cfg.run.output_root / "cache") if cfg.run.cache else None
 
 
 def make_run_dir(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> tuple[Path, bool]:
@@ -382,6 +388,8 @@ def run_evaluation(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> RunResult:
     offline = None
     if cfg.backend.kind == "offline":  # read replay files etc. before anything is written
         offline = _offline_outputs(cfg, bench, [s for s in samples if not bench.is_rollout(s)])
+    if _cache_dir(cfg) is not None and cfg.backend.kind != "offline":  # a corrupt cache: one line, before anything runs
+        open_cache(_cache_dir(cfg)).close()
     if cfg.tracking.kind == "mlflow":  # a bad tracking setting is one line before anything runs
         from evalkit.tracking import check_tracking
 
@@ -429,7 +437,7 @@ def _run_in_dir(
     (run_dir / FAILED).touch()
 
     by_id = {s.id: s for s in samples}
-    cache_dir = (cfg.run.cache_dir or cfg.run.output_root / "cache") if cfg.run.cache else None
+    cache_dir = _cache_dir(cfg)
 
     rollout_ids = {s.id for s in samples if bench.is_rollout(s)}
     with ExitStack() as stack:
