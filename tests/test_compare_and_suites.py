@@ -134,6 +134,27 @@ def test_compare_errors(run_eval, two_runs, shared_data_dir: Path, tmp_path: Pat
     assert res.stderr.strip() == f"evalkit: error: {tmp_path}: not a run directory (no summary.json)"
 
 
+def test_a_damaged_journal_is_an_error_for_compare_and_rescore(two_runs, tmp_path: Path):
+    """predictions.jsonl overwritten with bytes that are not JSON: compare and rescore say
+    so in one line (exit 2) instead of comparing or re-scoring what is left."""
+    import shutil
+
+    ref, alt, _ = two_runs
+    damaged = tmp_path / "damaged"
+    shutil.copytree(ref.run_dir, damaged)
+    lines = (damaged / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
+    lines[1:3] = ["\x00\x01 not json", '["a", "list"]']  # two of six rows unreadable
+    (damaged / "predictions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    line = f"evalkit: error: {damaged}/predictions.jsonl: 4 readable predictions for n_scored=6 in summary.json (2 unreadable lines): the journal is damaged"
+    res = _compare(damaged, alt.run_dir)
+    assert res.returncode == 2 and res.stdout == "" and res.stderr.strip() == line
+    res = subprocess.run([sys.executable, "-m", "evalkit.rescore", str(damaged)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+    assert res.returncode == 2 and res.stdout == "" and res.stderr.strip() == line
+    (damaged / "summary.json").write_text("{ not json", encoding="utf-8")
+    res = subprocess.run([sys.executable, "-m", "evalkit.rescore", str(damaged)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+    assert res.returncode == 2 and res.stderr.strip() == f"evalkit: error: {damaged}/summary.json: cannot be read as JSON (JSONDecodeError)"
+
+
 def test_compare_ke_graded_flips(run_eval, shared_data_dir: Path):
     ke_args = [f"benchmark.pilot_path={shared_data_dir}/ke/pilot.jsonl", f"benchmark.icl_path={shared_data_dir}/ke/icl_examples.jsonl"]
     gold = run_eval(["benchmark=ke", "model=reference", *ke_args])

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 from tabulate import tabulate
 
-from evalkit.engine.journal import read_jsonl
+from evalkit.engine.journal import read_jsonl, unreadable_lines
 from evalkit.errors import EvalkitError
 
 #: per-sample score (a key of a ``predictions.jsonl`` row's ``scores``) that decides flips,
@@ -89,8 +89,9 @@ def load_run(path: str | Path) -> Run:
 
     Raises:
         CompareError: ``path`` is not a directory, has no ``summary.json`` or
-            ``predictions.jsonl``, or its ``summary.json`` is not a JSON object with
-            ``benchmark`` and ``status``.
+            ``predictions.jsonl``, its ``summary.json`` is not a JSON object with
+            ``benchmark`` and ``status``, or ``predictions.jsonl`` holds fewer readable
+            predictions than the summary's ``n_scored``.
     """
     run_dir = Path(path)
     if not run_dir.is_dir():
@@ -111,6 +112,13 @@ def load_run(path: str | Path) -> Run:
         sid = row.get("sample_id")
         if isinstance(sid, str) and sid not in rows:
             rows[sid] = row
+    n_scored = summary.get("n_scored")
+    if isinstance(n_scored, int) and len(rows) < n_scored:
+        bad = unreadable_lines(run_dir / "predictions.jsonl")
+        raise CompareError(
+            f"{run_dir}/predictions.jsonl: {len(rows)} readable predictions for n_scored={n_scored} in summary.json "
+            f"({bad} unreadable lines): the journal is damaged"
+        )
     return Run(run_dir, summary, rows)
 
 

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from tabulate import tabulate
 
 from evalkit.benchmarks.base import get_benchmark_class
-from evalkit.engine.journal import latest_by_sample
+from evalkit.engine.journal import latest_by_sample, unreadable_lines
 from evalkit.errors import EvalkitError, RunDirError
 
 
@@ -32,7 +32,8 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
     Returns ``{"metrics": {...}, "recorded": {...}, "changed": [sample ids]}``.
 
     Raises:
-        RunDirError: no ``config.yaml`` / ``predictions.jsonl``.
+        RunDirError: no ``config.yaml`` / ``predictions.jsonl``, an unreadable
+            ``summary.json``, or fewer readable predictions than its ``n_scored``.
     """
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file() or not (run_dir / "predictions.jsonl").is_file():
@@ -62,10 +63,17 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
     summary_path = run_dir / "summary.json"
     try:
         recorded_summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        recorded_summary = {}
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RunDirError(f"{summary_path}: cannot be read as JSON ({type(exc).__name__})") from None
     if not isinstance(recorded_summary, dict):
-        recorded_summary = {}
+        raise RunDirError(f"{summary_path}: not a JSON object")
+    n_scored = recorded_summary.get("n_scored")
+    if isinstance(n_scored, int) and len(rows) < n_scored:
+        bad = unreadable_lines(run_dir / "predictions.jsonl")
+        raise RunDirError(
+            f"{run_dir}/predictions.jsonl: {len(rows)} readable predictions for n_scored={n_scored} in summary.json "
+            f"({bad} unreadable lines): the journal is damaged"
+        )
     selected = [by_id[sid] for sid in rows if sid in by_id]
     records, changed = [], []
     for sample in selected:

@@ -78,6 +78,25 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                 yield row
 
 
+def unreadable_lines(path: Path) -> int:
+    """How many non-blank lines of a JSONL file :func:`read_jsonl` skips (not JSON, or not
+    a JSON object). One torn last line is what a killed process leaves; more means damage."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    n = 0
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                ok = isinstance(json.loads(line), dict)
+            except json.JSONDecodeError:
+                ok = False
+            n += not ok
+    return n
+
+
 def latest_by_sample(path: Path, request_hashes: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """First journaled row per sample id.
 

@@ -28,7 +28,7 @@ from evalkit import __version__, secrets
 from evalkit.benchmarks.base import Benchmark, get_benchmark_class
 from evalkit.config import EvalConfig
 from evalkit.engine.executor import LocalExecutor, RayExecutor, ensure_ray, open_cache, run_units, shutdown_ray
-from evalkit.engine.journal import JsonlAppender, latest_by_sample, read_jsonl
+from evalkit.engine.journal import JsonlAppender, latest_by_sample, read_jsonl, unreadable_lines
 from evalkit.errors import ConfigError, DataError, RunDirError, RunInterrupted, TrackingError
 from evalkit.types import Completion, Failure, Request, Sample, Trajectory, canonical_json, sha256_hex
 
@@ -163,6 +163,9 @@ def make_run_dir(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> tuple[Path, bool]:
                 "only run.*, runner.*, tracking.* and backend.{concurrency, adaptive_concurrency, timeout_s, "
                 "max_retries, retry_*} may change on resume"
             )
+        bad = unreadable_lines(run_dir / PREDICTIONS)
+        if bad > 1:  # one torn last line is what a killed process leaves
+            log.warning("run.resume: %d unreadable lines in %s skipped; their samples are asked again", bad, run_dir / PREDICTIONS)
         return run_dir, True
     if cfg.run.dir is not None:
         run_dir = Path(cfg.run.dir)
