@@ -9,6 +9,8 @@
 #   ${VENV:-.venv}/bin/python -m evalkit benchmark=B [model=M] [benchmark.subsets=[...]] <entry overrides> <extra overrides>
 # from the repository root (relative paths are relative to it). SUITE is a name in
 # conf/suite/ or a path to a suite YAML. --dry-run prints the commands and runs nothing.
+# Every entry is composed and validated first (an unknown model, a bad override, missing
+# data: one line, exit 2, nothing runs; also with --dry-run).
 # Every run gets EVALKIT_SUITE=<suite name> in its environment (config key run.suite: the
 # MLflow tag `suite`; a run.suite=... override wins) and its own run directory in the
 # suite's directory: run.dir=<output root>/suites/<suite>-<YYYYmmdd-HHMMSS>/<k>-<name>
@@ -60,6 +62,7 @@ stamp=$(date +%Y%m%d-%H%M%S)
 plan=$(mktemp)
 trap 'rm -f "$plan"' EXIT
 "$py" - "$suite_file" "$model" "$py" "$stamp" "${extra[@]}" >"$plan" <<'PY' || exit 2
+import os
 import re
 import shlex
 import sys
@@ -87,6 +90,7 @@ if not isinstance(entries, list) or not entries:
 out = []
 seen = set()
 suite_dirs = set()
+plans = []
 for i, entry in enumerate(entries, 1):
     where = f"{suite_file}: entry {i}"
     if not isinstance(entry, dict):
@@ -117,7 +121,24 @@ for i, entry in enumerate(entries, 1):
         suite_dir = Path(roots[-1] if roots else "outputs") / "suites" / f"{suite_file.stem}-{stamp}"
         args.append(f"run.dir={suite_dir / (f'{i}-' + re.sub(r'[^A-Za-z0-9_.#-]', '_', name))}")
         suite_dirs.add(str(suite_dir))
+    plans.append((where, name, args))
     out += [name, shlex.join([py, *args]), str(len(args)), *args]
+
+# every entry is composed and validated as `python -m evalkit` would, before any runs: an
+# unknown model or key, a wrong value or missing data is one line and exit 2, nothing run
+sys.path.insert(0, "src")
+from evalkit.cli import compose, quote_numeric_groups, resolve  # noqa: E402
+from evalkit.errors import EvalkitError  # noqa: E402
+
+for where, name, args in plans:
+    overrides = [a for a in quote_numeric_groups(args[2:]) if not a.startswith("run.dir=")]
+    try:
+        resolve(compose(overrides))
+    except EvalkitError as exc:
+        hint = ""
+        if "does not exist" in str(exc) and "EVALKIT_SHARED_DIR" not in os.environ:
+            hint = " (the suites read ../shared/data beside the repository; set EVALKIT_SHARED_DIR=/path/to/shared)"
+        fail(f"{where} ({name}): {exc}{hint}")
 out = [" ".join(sorted(suite_dirs))] + out  # first token: the suite's directory (if one)
 sys.stdout.write("".join(tok + "\0" for tok in out))
 PY

@@ -274,20 +274,46 @@ def test_run_suite_smoke_then_check_report(tmp_path: Path):
     assert check.stdout.strip() == f"FAIL {victim.parent}: prompt_hash: 'prompt_hash' is a required property"
 
 
-def test_run_suite_continues_past_failures(tmp_path: Path):
-    # baseline_file_read exists for KE only: the three ACEBench entries fail, KE still runs
+def test_run_suite_checks_every_entry_before_running_any(tmp_path: Path):
     out_root = tmp_path / "suite"
-    res = _bash("run_suite.sh", "smoke", "--model", "baseline_file_read", f"run.output_root={out_root}", "tracking=none", "run.progress=false")
-    assert res.returncode == 1
-    last = res.stderr.strip().splitlines()[-1]
-    assert last == (
-        "run_suite: smoke: 3 of 4 entries failed: acebench_atom_bool (exit 2), acebench_multi_turn (exit 2), "
-        f"acebench_special (exit 2) → {next((out_root / 'suites').iterdir())}"
-    )
-    assert [json.loads(p.read_text())["benchmark"] for p in out_root.rglob("summary.json")] == ["ke"]
-
+    cases = [
+        (["--model", "nosuch"], "conf/suite/smoke.yaml: entry 1 (acebench_atom_bool): model=nosuch: unknown model; available: "),
+        (["--model", "reference", "run.limit=abc"], "conf/suite/smoke.yaml: entry 1 (acebench_atom_bool): run.limit: Input should be a valid integer"),
+        # a KE-only baseline: the ACEBench entries cannot run it
+        (["--model", "baseline_file_read"], "conf/suite/smoke.yaml: entry 1 (acebench_atom_bool): model.baseline: acebench has no baseline 'file_read'"),
+    ]  # fmt: skip
+    for args, line in cases:
+        for dry in ([], ["--dry-run"]):
+            res = _bash("run_suite.sh", "smoke", *args, *dry, f"run.output_root={out_root}", "tracking=none")
+            assert res.returncode == 2 and res.stdout == "", res.stdout + res.stderr
+            assert res.stderr.strip() == f"evalkit: error: {line}" or res.stderr.startswith(f"evalkit: error: {line}"), res.stderr
+            assert len(res.stderr.strip().splitlines()) == 1
+    assert not out_root.exists()
+    # data that is not there: the line says where the suites look for it
+    res = _bash("run_suite.sh", "smoke", "--model", "reference", "--dry-run", env={"EVALKIT_SHARED_DIR": str(tmp_path / "nowhere")})
+    assert res.returncode == 2 and "does not exist" in res.stderr
     bad = _bash("run_suite.sh", "no_such_suite")
     assert bad.returncode == 2 and "no such suite" in bad.stderr
+
+
+def test_run_suite_continues_past_failures(shared_data_dir: Path, tmp_path: Path):
+    # a pilot file that exists (valid config) but is not JSONL fails when its run loads it
+    # (exit 2 from that run); the entry after it still runs, and the suite names the failure
+    ke = shared_data_dir / "ke"
+    broken = tmp_path / "broken_pilot.jsonl"
+    broken.write_text("not json\n", encoding="utf-8")
+    suite = tmp_path / "two.yaml"
+    suite.write_text(
+        f"- name: broken\n  benchmark: ke\n  overrides: [benchmark.pilot_path={broken}, benchmark.icl_path={ke / 'icl_examples.jsonl'}]\n"
+        f"- name: good\n  benchmark: ke\n  overrides: [benchmark.pilot_path={ke / 'pilot.jsonl'}, benchmark.icl_path={ke / 'icl_examples.jsonl'}, run.limit=2]\n",
+        encoding="utf-8",
+    )
+    out_root = tmp_path / "suite"
+    res = _bash("run_suite.sh", suite, "--model", "reference", f"run.output_root={out_root}", "tracking=none", "run.progress=false")
+    assert res.returncode == 1, res.stdout + res.stderr
+    (suite_dir,) = (out_root / "suites").iterdir()
+    assert res.stderr.strip().splitlines()[-1] == f"run_suite: {suite}: 1 of 2 entries failed: broken (exit 2) → {suite_dir}"
+    assert [p.parent.name for p in suite_dir.glob("*/summary.json")] == ["2-good"]
 
 
 def test_check_report_incomplete_run(run_eval, two_runs, tmp_path: Path):
