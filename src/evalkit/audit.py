@@ -87,11 +87,26 @@ def main(argv: list[str] | None = None) -> int:
         print(tabulate(rows, headers=headers, tablefmt="github"))
         for name, a in result["runs"].items():
             if a["flags"]:
-                print(f"- {name}: flagged {', '.join(a['flags'])}; empty responses: {a['empty_responses'] or 'none'}; "
+                print(f"- {name}: flagged {', '.join(_why(a, f) for f in a['flags'])}; "
+                      f"empty responses: {a['empty_responses'] or 'none'}; "
                       f"under the current protocol {a['under_current_protocol']['status']} — not comparable")  # fmt: skip
         if args.json_out:
             Path(args.json_out).write_text(text + "\n", encoding="utf-8")
     return 1 if any(a["verdict"] != "pass" for a in result["runs"].values()) else 0
+
+
+def _why(audit: dict, flag: str) -> str:
+    """``flag (what was found)`` for the text verdict of one run."""
+    cov = audit.get("coverage") or {}
+    details = {
+        "coverage": ", ".join(f"{len(cov.get(k) or [])} {k}" for k in ("missing", "extra", "duplicates") if cov.get(k)),
+        "summary_inconsistent": "; ".join(audit.get("summary_issues") or []),
+        "gold_mismatch": f"{len(audit.get('gold_mismatches') or [])} items",
+        "score_mismatch": f"{len(audit.get('score_mismatches') or [])} items",
+        "mode_unknown": f"{len(audit.get('mode_unknown') or [])} items",
+    }
+    detail = details.get(flag)
+    return f"{flag} ({detail})" if detail else flag
 
 
 if __name__ == "__main__":

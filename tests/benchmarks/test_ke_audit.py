@@ -115,6 +115,10 @@ def test_each_check_raises_its_flag(ke_dir: Path, tmp_path: Path, data) -> None:
     a = audit_run(run, data)
     assert "coverage" in a["flags"] and a["coverage"] == {
         "missing": ["code_ke_834b34a9"], "extra": ["code_ke_1f0c77a2"], "duplicates": ["code_ke_2b7e4f10"]}  # fmt: skip
+    # the text verdict says what each flag found
+    from evalkit.audit import _why
+
+    assert _why(a, "coverage") == "coverage (1 missing, 1 extra, 1 duplicates)"
     # A3 + A4: stored gold differs; stored f1 differs
     run = _copy_run(ke_dir, tmp_path / "a3", name)
 
