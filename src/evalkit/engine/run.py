@@ -391,15 +391,16 @@ def run_evaluation(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> RunResult:
     offline = None
     if cfg.backend.kind == "offline":  # read replay files etc. before anything is written
         offline = _offline_outputs(cfg, bench, [s for s in samples if not bench.is_rollout(s)])
-    if _cache_dir(cfg) is not None and cfg.backend.kind != "offline":  # a corrupt cache: one line, before anything runs
-        open_cache(_cache_dir(cfg)).close()
-    if cfg.tracking.kind == "mlflow":  # a bad tracking setting is one line before anything runs
-        from evalkit.tracking import check_tracking
-
-        check_tracking(cfg)
-    # connect to Ray before the run directory exists: an unreachable cluster leaves nothing behind
+    cache_dir = _cache_dir(cfg)
+    if cache_dir is not None and cache_dir.exists() and cfg.backend.kind != "offline":
+        open_cache(cache_dir).close()  # a corrupt cache: one line before anything runs (opening one writes nothing)
+    # connect to Ray before anything is written: an unreachable cluster leaves nothing behind
     started_ray = cfg.backend.kind != "offline" and ensure_ray(cfg.runner.address, cfg.runner.num_cpus)
     try:
+        if cfg.tracking.kind == "mlflow":  # a bad tracking setting: one line before the run starts
+            from evalkit.tracking import check_tracking
+
+            check_tracking(cfg)
         run_dir, resumed = make_run_dir(cfg, raw_cfg)
         handler = _setup_file_logging(run_dir)
         try:
