@@ -230,11 +230,9 @@ def precheck_sweep(overrides: Sequence[str]) -> int:
             raise ConfigError(_bad_override(overrides, exc)) from None
         raise ConfigError(hydra_error_line(exc)) from None
     checked = points_to_check(points)
-    from evalkit.sweep import swept_keys
+    from evalkit.sweep import point_label, swept_keys
 
     swept = swept_keys(points)
-    from evalkit.sweep import point_label
-
     valid = []
     for point in checked:
         try:

@@ -408,7 +408,7 @@ def run_evaluation(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> RunResult:
         except KeyboardInterrupt as exc:
             if isinstance(exc, RunInterrupted):
                 raise
-            logging.getLogger("evalkit").warning("interrupted; resume with run.resume=%s", run_dir)
+            log.info("interrupted; resume with run.resume=%s", run_dir)  # evalkit.log; the console gets one line
             raise RunInterrupted(run_dir) from exc
         finally:
             logging.getLogger().removeHandler(handler)

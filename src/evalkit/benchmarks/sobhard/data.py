@@ -104,12 +104,11 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def _read_parquet(paths: list[Path]) -> list[dict[str, Any]]:
     try:
+        import pyarrow as pa
         import pyarrow.parquet as pq
     except ModuleNotFoundError:
         raise DataError(f"reading {paths[0]} needs pyarrow (pip install pyarrow)") from None
     rows: list[dict[str, Any]] = []
-    import pyarrow as pa
-
     for p in paths:
         try:
             rows.extend(pq.read_table(p).to_pylist())
