@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 from tabulate import tabulate
 
-from evalkit.engine.journal import read_jsonl, unreadable_lines
+from evalkit.engine.journal import damaged_journal, read_jsonl
 from evalkit.errors import EvalkitError
 
 #: per-sample score (a key of a ``predictions.jsonl`` row's ``scores``) that decides flips,
@@ -112,13 +112,9 @@ def load_run(path: str | Path) -> Run:
         sid = row.get("sample_id")
         if isinstance(sid, str) and sid not in rows:
             rows[sid] = row
-    n_scored = summary.get("n_scored")
-    if isinstance(n_scored, int) and len(rows) < n_scored:
-        bad = unreadable_lines(run_dir / "predictions.jsonl")
-        raise CompareError(
-            f"{run_dir}/predictions.jsonl: {len(rows)} readable predictions for n_scored={n_scored} in summary.json "
-            f"({bad} unreadable lines): the journal is damaged"
-        )
+    damage = damaged_journal(run_dir / "predictions.jsonl", len(rows), summary.get("n_scored"))
+    if damage:
+        raise CompareError(damage)
     return Run(run_dir, summary, rows)
 
 

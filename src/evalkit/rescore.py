@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from tabulate import tabulate
 
 from evalkit.benchmarks.base import get_benchmark_class
-from evalkit.engine.journal import latest_by_sample, unreadable_lines
+from evalkit.engine.journal import damaged_journal, latest_by_sample
 from evalkit.errors import EvalkitError, RunDirError
 
 
@@ -67,13 +67,9 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
         raise RunDirError(f"{summary_path}: cannot be read as JSON ({type(exc).__name__})") from None
     if not isinstance(recorded_summary, dict):
         raise RunDirError(f"{summary_path}: not a JSON object")
-    n_scored = recorded_summary.get("n_scored")
-    if isinstance(n_scored, int) and len(rows) < n_scored:
-        bad = unreadable_lines(run_dir / "predictions.jsonl")
-        raise RunDirError(
-            f"{run_dir}/predictions.jsonl: {len(rows)} readable predictions for n_scored={n_scored} in summary.json "
-            f"({bad} unreadable lines): the journal is damaged"
-        )
+    damage = damaged_journal(run_dir / "predictions.jsonl", len(rows), recorded_summary.get("n_scored"))
+    if damage:
+        raise RunDirError(damage)
     selected = [by_id[sid] for sid in rows if sid in by_id]
     records, changed = [], []
     for sample in selected:

@@ -97,6 +97,18 @@ def unreadable_lines(path: Path) -> int:
     return n
 
 
+def damaged_journal(path: Path, n_readable: int, n_scored: Any) -> str | None:
+    """The one-line complaint when a run's ``predictions.jsonl`` (``path``) yields fewer
+    readable predictions (``n_readable``) than its ``summary.json`` counts as scored
+    (``n_scored``), else ``None``."""
+    if not isinstance(n_scored, int) or n_readable >= n_scored:
+        return None
+    return (
+        f"{path}: {n_readable} readable predictions for n_scored={n_scored} in summary.json "
+        f"({unreadable_lines(path)} unreadable lines): the journal is damaged"
+    )
+
+
 def latest_by_sample(path: Path, request_hashes: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """First journaled row per sample id.
 
