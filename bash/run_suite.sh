@@ -70,6 +70,11 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, "src")
+from evalkit.cli import compose, quote_numeric_groups, resolve  # noqa: E402
+from evalkit.errors import EvalkitError  # noqa: E402
+from evalkit.sweep import redact_overrides  # noqa: E402
+
 suite_file, model, py, stamp, extra = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 
 
@@ -122,14 +127,11 @@ for i, entry in enumerate(entries, 1):
         args.append(f"run.dir={suite_dir / (f'{i}-' + re.sub(r'[^A-Za-z0-9_.#-]', '_', name))}")
         suite_dirs.add(str(suite_dir))
     plans.append((where, name, args))
-    out += [name, shlex.join([py, *args]), str(len(args)), *args]
+    # the printed command never shows a secret (backend.api_key=*** ), the run gets the value
+    out += [name, shlex.join([py, *redact_overrides(args)]), str(len(args)), *args]
 
 # every entry is composed and validated as `python -m evalkit` would, before any runs: an
 # unknown model or key, a wrong value or missing data is one line and exit 2, nothing run
-sys.path.insert(0, "src")
-from evalkit.cli import compose, quote_numeric_groups, resolve  # noqa: E402
-from evalkit.errors import EvalkitError  # noqa: E402
-
 for where, name, args in plans:
     overrides = [a for a in quote_numeric_groups(args[2:]) if not a.startswith("run.dir=")]
     try:

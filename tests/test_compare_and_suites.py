@@ -233,6 +233,11 @@ def test_run_suite_dry_run_prints_commands(tmp_path: Path):
     mine = _bash("run_suite.sh", "smoke", "--dry-run", f"run.output_root={out_root}", f"run.dir={tmp_path / 'mine'}")
     assert [ln.count("run.dir=") for ln in mine.stdout.splitlines()] == [1, 1, 1, 1]
     assert all(ln.endswith(f"run.dir={tmp_path / 'mine'}") for ln in mine.stdout.splitlines())
+    # a key on the command line is never printed
+    keyed = _bash("run_suite.sh", "smoke", "--model", "openai_compatible", "--dry-run", "backend.api_key=sk-SUITE-SECRET-1",
+                  "backend.api_base=http://127.0.0.1:9/v1", f"run.output_root={out_root}")  # fmt: skip
+    assert keyed.returncode == 0, keyed.stderr
+    assert "sk-SUITE-SECRET-1" not in keyed.stdout + keyed.stderr and keyed.stdout.count("'backend.api_key=***'") == 4
     assert not out_root.exists()  # nothing ran
 
 
