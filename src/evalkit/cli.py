@@ -233,13 +233,17 @@ def precheck_sweep(overrides: Sequence[str]) -> int:
     from evalkit.sweep import point_label, swept_keys
 
     swept = swept_keys(points)
+
+    def at_point(exc: EvalkitError, point: list[str]) -> EvalkitError:
+        label = point_label(point, swept)
+        return type(exc)(f"{exc}{f' (sweep point {label})' if label else ''}")
+
     valid = []
     for point in checked:
         try:
             valid.append((point, resolve(compose(point))[1]))
         except ConfigError as exc:
-            label = point_label(point, swept)
-            raise ConfigError(f"{exc}{f' (sweep point {label})' if label else ''}") from None
+            raise at_point(exc, point) from None
     # then each distinct tracking store once (this may create it: only once all points are valid)
     from evalkit.tracking.mlflow_tracking import artifact_root, check_tracking, tracking_uri
 
@@ -252,8 +256,7 @@ def precheck_sweep(overrides: Sequence[str]) -> int:
         try:
             check_tracking(validated)
         except EvalkitError as exc:
-            label = point_label(point, swept)
-            raise type(exc)(f"{exc}{f' (sweep point {label})' if label else ''}") from None
+            raise at_point(exc, point) from None
     return len(checked)
 
 

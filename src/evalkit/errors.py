@@ -25,6 +25,12 @@ class TrackingError(EvalkitError):
     """Experiment tracking (MLflow) failed; the run directory holds the results."""
 
 
+def first_line(exc: BaseException, limit: int | None = 300) -> str:
+    """The first line of an exception's message (its type name when it has none), cut to
+    ``limit`` characters: what a one-line error quotes of a library's exception."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:limit]
+
+
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C (SIGINT) during a run whose directory exists: the samples finished so far are
     journaled there, and ``run.resume=<run_dir>`` continues the run.

@@ -35,6 +35,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from evalkit import secrets
+from evalkit.errors import first_line
 
 log = logging.getLogger("evalkit")
 
@@ -314,7 +315,7 @@ def _finish(sweep_dir: Path, interrupted: bool = False) -> dict[str, Any]:
         try:
             _log_parent(info, sweep_dir, summary, "KILLED" if interrupted else None)
         except Exception as exc:  # noqa: BLE001 - the sweep's results are on disk regardless
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            first = first_line(exc)
             print(f"evalkit: warning: MLflow logging of the sweep failed ({type(exc).__name__}: {first})", file=sys.stderr)
     return summary
 

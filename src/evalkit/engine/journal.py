@@ -60,8 +60,9 @@ class JsonlAppender:
         self.close()
 
 
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Rows of a JSONL file, skipping blank and unparseable (torn) lines."""
+def _jsonl_rows(path: Path) -> Iterator[dict[str, Any] | None]:
+    """Each non-blank line of a JSONL file as its object, or ``None`` when it is not a JSON
+    object (a torn line, other JSON)."""
     path = Path(path)
     if not path.exists():
         return
@@ -73,28 +74,19 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict):
-                yield row
+                row = None
+            yield row if isinstance(row, dict) else None
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Rows of a JSONL file, skipping blank and unparseable (torn) lines."""
+    return (row for row in _jsonl_rows(path) if row is not None)
 
 
 def unreadable_lines(path: Path) -> int:
     """How many non-blank lines of a JSONL file :func:`read_jsonl` skips (not JSON, or not
     a JSON object). One torn last line is what a killed process leaves; more means damage."""
-    path = Path(path)
-    if not path.exists():
-        return 0
-    n = 0
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                ok = isinstance(json.loads(line), dict)
-            except json.JSONDecodeError:
-                ok = False
-            n += not ok
-    return n
+    return sum(row is None for row in _jsonl_rows(path))
 
 
 def damaged_journal(path: Path, n_readable: int, n_scored: Any) -> str | None:

@@ -29,7 +29,7 @@ from evalkit.benchmarks.base import Benchmark, get_benchmark_class
 from evalkit.config import EvalConfig
 from evalkit.engine.executor import LocalExecutor, RayExecutor, ensure_ray, open_cache, run_units, shutdown_ray
 from evalkit.engine.journal import JsonlAppender, latest_by_sample, read_jsonl, unreadable_lines
-from evalkit.errors import ConfigError, DataError, RunDirError, RunInterrupted, TrackingError
+from evalkit.errors import ConfigError, DataError, RunDirError, RunInterrupted, TrackingError, first_line
 from evalkit.types import Completion, Failure, Request, Sample, Trajectory, canonical_json, sha256_hex
 
 log = logging.getLogger("evalkit")
@@ -599,7 +599,7 @@ def finalize(
             log_run(cfg, run_dir, summary)
         except Exception as exc:  # noqa: BLE001 - any tracking failure becomes one line
             log.exception("MLflow logging failed")
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            first = first_line(exc)
             raise TrackingError(
                 f"tracking: MLflow logging failed ({type(exc).__name__}: {first}); the run's results are in {run_dir} "
                 f"— fix tracking.tracking_uri and log them again with run.resume={run_dir}"

@@ -101,13 +101,13 @@ def check_tracking(cfg: Any) -> None:
     Raises:
         TrackingError: naming the setting and the cause (one line).
     """
-    from evalkit.errors import TrackingError
+    from evalkit.errors import TrackingError, first_line
 
     try:
         client, uri = _client(cfg)
         exp = client.get_experiment_by_name(cfg.tracking.experiment)
     except Exception as exc:  # noqa: BLE001 - any store error becomes one line
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        first = first_line(exc)
         raise TrackingError(
             f"tracking: cannot open the MLflow store {tracking_uri(cfg)} ({type(exc).__name__}: {first})"
         ) from None
@@ -132,7 +132,7 @@ def check_tracking(cfg: Any) -> None:
             client.create_experiment(cfg.tracking.experiment, artifact_location=location)
         except Exception as exc:  # noqa: BLE001 - e.g. created meanwhile by another process
             if client.get_experiment_by_name(cfg.tracking.experiment) is None:
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                first = first_line(exc)
                 raise TrackingError(f"tracking.experiment: cannot create {cfg.tracking.experiment!r} ({first})") from None
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from evalkit.errors import DataError
+from evalkit.errors import DataError, first_line
 
 log = logging.getLogger("evalkit.sobhard")
 
@@ -113,7 +113,7 @@ def _read_parquet(paths: list[Path]) -> list[dict[str, Any]]:
         try:
             rows.extend(pq.read_table(p).to_pylist())
         except (pa.ArrowException, OSError) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc, None)
             raise DataError(f"{p}: not a readable parquet file ({first})") from None
     return rows
 
