@@ -332,18 +332,36 @@ def _required_sorted(c: Context) -> tuple[bool, str | None]:
     return True, None
 
 
+def _refuse_retrieval(uri: str) -> Any:
+    """The ``retrieve`` of the registry a model-written schema is validated with: every
+    reference outside the schema itself (``file:``, ``http(s):``, a relative URI against an
+    ``$id``, a URN ...) is refused, so model text never reaches the file system or the
+    network (hardening of spec §8 #28; the validator's default would fetch remote URIs)."""
+    from referencing.exceptions import NoSuchResource
+
+    raise NoSuchResource(ref=uri)
+
+
 def _validates(c: Context) -> tuple[bool, str | None]:
+    """#28: the answer, used as a JSON Schema, validates ``base``. The dialect comes from the
+    schema's ``$schema`` (the validator's default draft otherwise, spec §8.4); references
+    resolve only inside the schema (and to the validator's bundled meta-schemas)."""
     import jsonschema
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
 
     schema = c.parsed
     if not isinstance(schema, (dict, bool)):
         return False, f"answer is a {type(schema).__name__}, not a schema"
     try:
-        jsonschema.validate(instance=c.q.base, schema=schema)
+        jsonschema.validate(instance=c.q.base, schema=schema, registry=Registry(retrieve=_refuse_retrieval))
     except jsonschema.ValidationError as exc:
         return False, f"does not validate the document: {exc.message[:200]} at {list(exc.absolute_path)[:6]}"
     except jsonschema.SchemaError as exc:
         return False, f"not a valid JSON Schema: {exc.message[:200]}"
+    except Unresolvable as exc:
+        ref = str(getattr(exc, "ref", "") or exc)
+        return False, f"unresolvable $ref {ref[:120]!r}: only references inside the schema are followed"
     return True, None
 
 
