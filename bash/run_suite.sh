@@ -71,7 +71,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, "src")
-from evalkit.cli import compose, quote_numeric_groups, resolve  # noqa: E402
+from evalkit.compose import compose, quote_numeric_groups, resolve  # noqa: E402
 from evalkit.errors import EvalkitError  # noqa: E402
 from evalkit.sweep import redact_overrides  # noqa: E402
 

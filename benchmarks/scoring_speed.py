@@ -15,7 +15,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from evalkit.benchmarks.base import get_benchmark_class
+from evalkit.benchmarks import get_benchmark_class
 
 
 def measure(label: str, bench, outputs: list, repeat: int = 1) -> None:

@@ -184,7 +184,7 @@ def run_once(base: str, n: int, latency: float, concurrency: int, workers: int, 
         "run": {"output_root": str(out), "cache": False, "progress": False},
     }  # fmt: skip
     t0 = time.perf_counter()
-    res = run_evaluation(validate(raw), raw)
+    res = run_evaluation(validate(raw))
     wall = time.perf_counter() - t0
     stats = server_stats(base)
     assert res.summary["n_scored"] == n, res.summary
@@ -370,7 +370,7 @@ def main() -> None:
                         help="interpreter with lm_eval[api] installed (default: this one, else .venv-lmeval/bin/python)")  # fmt: skip
     args = parser.parse_args()
 
-    from evalkit.engine.executor import ensure_ray
+    from evalkit.engine.ray_session import ensure_ray
 
     py: str | None = None
     if not args.skip_lmeval:

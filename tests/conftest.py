@@ -76,13 +76,13 @@ def base_overrides(output_root: Path, acebench: Path) -> list[str]:
 def run_eval(tmp_path: Path, acebench_dir: Path):
     """Run evalkit in this process: ``run_eval(["model=reference", ...])`` → RunResult.
     Compose → validate → run, exactly as ``python -m evalkit`` does."""
-    from evalkit.cli import compose, resolve
-    from evalkit.engine.run import run_evaluation
+    from evalkit.compose import compose, resolve
+    from evalkit.job import run_validated
 
     def _run(overrides: list[str], output_root: Path | None = None):
         root = output_root or tmp_path / "outputs"
-        raw, cfg = resolve(compose(base_overrides(root, acebench_dir) + list(overrides)))
-        return run_evaluation(cfg, raw)
+        _, cfg = resolve(compose(base_overrides(root, acebench_dir) + list(overrides)))
+        return run_validated(cfg)
 
     return _run
 

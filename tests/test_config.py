@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.cli import compose, to_plain
+from evalkit.compose import compose, to_plain
 from evalkit.config import validate
 from evalkit.errors import ConfigError
 from tests.conftest import REPO_ROOT, evalkit_cmd

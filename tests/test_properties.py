@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from evalkit.benchmarks.acebench import AceBench, AceBenchSettings
-from evalkit.benchmarks.acebench.agent.executor import (
+from evalkit.benchmarks.acebench.agent.dispatch import (
     Call,
     ExecutionError,
     Undecodable,
@@ -40,6 +40,7 @@ from evalkit.benchmarks.sobhard.benchmark import fenced
 from evalkit.benchmarks.sobhard.constraints import CONSTRAINT_IDS
 from evalkit.benchmarks.sobhard.normalize import extract_blocks, normalize_answer, select_body
 from evalkit.benchmarks.sobhard.readers import READERS, ParseError, read_target
+from evalkit.types import Trajectory
 from tests.conftest import SHARED_DIR
 
 DATA = SHARED_DIR / "data"
@@ -336,10 +337,10 @@ def trajectories(draw) -> Any:
 
 @_settings(300)
 @given(case=trajectories())
-def test_ace_score_trajectory_never_raises(case) -> None:
+def test_ace_score_sample_of_any_trajectory_never_raises(case) -> None:
     sample, traj = case
     bench = ace().agent[0][0] if sample.id.startswith("en/") else next(b for b, s in ace().agent if s.id.startswith("zh/"))
-    scored = bench.score_trajectory(sample, traj)
+    scored = bench.score_sample(sample, Trajectory.from_dict(traj))
     acc, proc = scored.scores["accuracy"], scored.scores["process_acc"]
     assert acc in (0.0, 1.0) and 0.0 <= proc <= 1.0
     if acc == 1.0:

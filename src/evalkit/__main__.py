@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 import sys
 
-from evalkit.cli import CONF_DIR, compose, hide_secret_overrides, precheck_sweep, quote_numeric_groups, report_error, run_config
+from evalkit import sweep
+from evalkit.cli import hide_secret_overrides, precheck_sweep, report_error, run_config
+from evalkit.compose import CONF_DIR, compose, quote_numeric_groups
 from evalkit.errors import ConfigError, EvalkitError, interrupted_line
 
 _MULTIRUN_FLAGS = {"-m", "--multirun"}
@@ -68,10 +70,8 @@ def main() -> None:
         from hydra.types import RunMode
 
         if HydraConfig.get().mode == RunMode.MULTIRUN:
-            from evalkit.sweep import run_job
-
             try:
-                run_job(cfg)  # records its outcome; never stops the sweep's other jobs
+                sweep.run_job(cfg)  # records its outcome; never stops the sweep's other jobs
             except KeyboardInterrupt as exc:
                 print(interrupted_line(exc), file=sys.stderr)
                 sys.exit(130)
@@ -89,8 +89,6 @@ def main() -> None:
     if not any(a in _MULTIRUN_FLAGS for a in sys.argv[1:]):
         _app()
         return
-    from evalkit import sweep
-
     try:
         _app()
     except BaseException:  # interrupted, or Hydra gave up: the summary so far, parent run KILLED

@@ -22,13 +22,14 @@ from typing import Any
 import yaml
 from tabulate import tabulate
 
+from evalkit.benchmarks.ke.audit import audit_dirs, expand_dirs, verdict_table
+from evalkit.benchmarks.ke.data import load_ke
+from evalkit.benchmarks.ke.settings import KESettings
 from evalkit.errors import EvalkitError, RunDirError
 
 
 def _paths_from_config(run_dirs: list[Path]) -> tuple[Path | None, Path | None]:
     """Pilot/ICL paths recorded in the first evalkit run's ``config.yaml`` (or ``None``)."""
-    from evalkit.benchmarks.ke.settings import KESettings
-
     for d in run_dirs:
         cfg_path = d / "config.yaml"
         if cfg_path.is_file():
@@ -48,9 +49,6 @@ def run_audit(dirs: list[Path], pilot: Path | None = None, icl: Path | None = No
         RunDirError: a directory is not a run; DataError: the pilot/ICL files are invalid;
         EvalkitError: no pilot/ICL given and none recorded in an evalkit run.
     """
-    from evalkit.benchmarks.ke.audit import audit_dirs, expand_dirs
-    from evalkit.benchmarks.ke.data import load_ke
-
     run_dirs = expand_dirs([Path(d) for d in dirs])
     if pilot is None or icl is None:
         cfg_pilot, cfg_icl = _paths_from_config(run_dirs)
@@ -77,8 +75,6 @@ def main(argv: list[str] | None = None) -> int:
     except EvalkitError as exc:
         print(f"evalkit.audit: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    from evalkit.benchmarks.ke.audit import verdict_table
-
     headers, rows = verdict_table(result)
     text = json.dumps(result, indent=2, ensure_ascii=False)
     if args.json_out == "-":

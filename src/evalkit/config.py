@@ -15,7 +15,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from evalkit.benchmarks.base import BenchmarkSettings, GenerationParams, get_benchmark_class, known_benchmarks
+from evalkit.benchmarks import get_benchmark_class, known_benchmarks
+from evalkit.benchmarks.base import BenchmarkSettings, GenerationParams
 from evalkit.errors import ConfigError
 
 
@@ -34,8 +35,10 @@ class ModelConfig(_Strict):
     ``{sample_id, output}``), ``baseline`` (a benchmark's rule baseline named
     ``baseline``). ``provider_model`` is litellm's model string
     (``deepseek/deepseek-chat``, ``openai/smollm2``). ``api_key_env`` names the environment
-    variable holding the key (never the key itself). ``dataset_args.<benchmark>`` holds
-    per-benchmark overrides that win over the benchmark's defaults.
+    variable holding the key (never the key itself). ``extra_body``: provider request fields
+    sent with every request (part of the request's identity). The model's ``generation``
+    defaults and ``dataset_args.<benchmark>`` are layers that :func:`resolve_layers` folds
+    into the run's effective settings; they are not fields of the validated model.
     """
 
     #: a label that becomes a directory name (``runs/<benchmark>/<name>/``, sweep job dirs)
@@ -47,8 +50,6 @@ class ModelConfig(_Strict):
     api: Literal["chat", "completion"] = "chat"
     api_key_env: str | None = None
     path: Path | None = None
-    generation: GenerationParams = Field(default_factory=GenerationParams)
-    dataset_args: dict[str, dict[str, Any]] = Field(default_factory=dict)
     extra_body: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")
@@ -209,44 +210,69 @@ class RunSettings(_Strict):
 
 class UserConfig(_Strict):
     """The user simulator of multi-turn rollouts, composed from ``conf/model/<name>.yaml``
-    named by ``benchmark.user_model`` (with that model's own backend)."""
+    named by ``benchmark.user_model`` (with that model's own backend); ``generation`` is its
+    effective generation parameters (its model defaults < its ``dataset_args.<benchmark>``)."""
 
     model: ModelConfig
     backend: BackendConfig
+    generation: GenerationParams = Field(default_factory=GenerationParams)
+
+
+#: ``config_format`` of a resolved run config (``config.yaml``). Format 1 (no key) recorded
+#: the raw layers (``model.generation``, ``benchmark.generation``, ``model.dataset_args``).
+CONFIG_FORMAT = 2
 
 
 class EvalConfig(_Strict):
-    """The whole validated config of one run."""
+    """The whole validated config of one run, resolved: ``benchmark`` holds the benchmark's
+    settings with ``model.dataset_args.<benchmark>`` applied, ``generation`` the generation
+    parameters sent to the model, ``layers`` where they came from (provenance only)."""
 
+    config_format: Literal[2] = CONFIG_FORMAT
     benchmark: BenchmarkSettings
     model: ModelConfig
+    generation: GenerationParams = Field(default_factory=GenerationParams)
     backend: BackendConfig
     shots: ShotsConfig = Field(default_factory=ShotsConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     run: RunSettings = Field(default_factory=RunSettings)
     user: UserConfig | None = None
+    layers: dict[str, Any] = Field(default_factory=dict)
 
     # ---- derived values -------------------------------------------------------------
     def generation_params(self) -> dict[str, Any]:
-        """Resolved generation params: model defaults < benchmark < model.dataset_args."""
-        params = self.model.generation.as_params()
-        params.update(self.benchmark.generation.as_params())
-        override = self.model.dataset_args.get(self.benchmark.name, {}).get("generation")
-        if override:
-            params.update(GenerationParams(**override).as_params())
-        return params
+        """The effective generation parameters of the agent (set values only)."""
+        return self.generation.as_params()
+
+    def sent_params(self) -> dict[str, Any]:
+        """Every parameter sent with the agent's requests besides the prompt (its identity):
+        the generation parameters and, when set, ``extra_body``."""
+        return _with_extra_body(self.generation_params(), self.model.extra_body)
 
     def user_generation_params(self) -> dict[str, Any]:
-        """Generation params of the user simulator: its model defaults < its
-        ``dataset_args.<benchmark>.generation``."""
+        """The effective generation parameters of the user simulator (set values only)."""
+        return self.user.generation.as_params() if self.user is not None else {}
+
+    def user_sent_params(self) -> dict[str, Any]:
+        """:meth:`sent_params` of the user simulator."""
         if self.user is None:
             return {}
-        params = self.user.model.generation.as_params()
-        override = self.user.model.dataset_args.get(self.benchmark.name, {}).get("generation")
-        if override:
-            params.update(GenerationParams(**override).as_params())
-        return params
+        return _with_extra_body(self.user_generation_params(), self.user.model.extra_body)
+
+    def record(self) -> dict[str, Any]:
+        """The resolved configuration as ``config.yaml`` records it (secrets not yet
+        redacted): every group with its defaults filled in, in a fixed order."""
+        out: dict[str, Any] = {"config_format": self.config_format, "benchmark": self.benchmark.model_dump(mode="json")}
+        dumped = self.model_dump(mode="json", exclude={"config_format", "benchmark", "layers", "user"})
+        out.update({k: dumped[k] for k in ("model", "generation", "backend", "shots", "runner", "tracking", "run")})
+        out["generation"] = self.generation_params()
+        if self.user is not None:
+            user = self.user.model_dump(mode="json")
+            user["generation"] = self.user_generation_params()
+            out["user"] = user
+        out["layers"] = self.layers
+        return out
 
     def user_api_key(self) -> str | None:
         if self.user is None:
@@ -258,6 +284,7 @@ class EvalConfig(_Strict):
         return None
 
     def request_timeout_s(self) -> float:
+        """Seconds one attempt may take: ``benchmark.request_timeout_s`` or ``backend.timeout_s``."""
         return self.benchmark.request_timeout_s or self.backend.timeout_s
 
     def api_key(self) -> str | None:
@@ -291,43 +318,110 @@ def _first_error_line(exc: ValidationError, prefix: str = "") -> str:
     return f"{key}: {msg}{shown}"
 
 
+def _with_extra_body(params: dict[str, Any], extra_body: dict[str, Any]) -> dict[str, Any]:
+    return {**params, "extra_body": dict(extra_body)} if extra_body else params
+
+
+def _generation_layer(value: Any, key: str) -> dict[str, Any]:
+    """One layer of generation parameters, validated (errors name ``key``); set values only."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a mapping of generation parameters (got {value!r})")
+    try:
+        return GenerationParams(**value).as_params()
+    except ValidationError as exc:
+        raise ConfigError(_first_error_line(exc, f"{key}.")) from None
+
+
+#: benchmark settings naming the user simulator: set on the benchmark, they win over a model's dataset_args
+_USER_KEYS = ("user_model", "user_overrides")
+
+
+def resolve_layers(raw: dict[str, Any]) -> dict[str, Any]:
+    """The one place the configuration layers are folded (``model.dataset_args`` applied).
+
+    For the agent model: ``model.dataset_args.<benchmark>`` (minus ``generation``) overrides
+    the benchmark's settings key by key — except the user simulator (``user_model``,
+    ``user_overrides``), where a model's entry is only its default partner and a value set
+    on the benchmark wins; the effective generation parameters are
+    ``model.generation`` < ``benchmark.generation`` < ``model.dataset_args.<benchmark>.generation``
+    (later wins, per key). For the user simulator (``raw["user"]``, when composed): its
+    ``model.generation`` < its ``model.dataset_args.<benchmark>.generation``. The result has
+    those layers removed from ``model`` / ``benchmark`` and a top-level ``generation`` (and
+    ``user.generation``); ``layers`` keeps the raw layers as provenance. Pure: ``raw`` is
+    not changed.
+
+    Raises:
+        ConfigError: an unknown benchmark, a ``dataset_args`` key the benchmark does not
+            have, or a generation layer that does not validate — one line naming the key.
+    """
+    out = dict(raw)
+    bench = dict(raw.get("benchmark") or {})
+    name = bench.get("name")
+    try:
+        bench_cls = get_benchmark_class(str(name))
+    except KeyError:
+        raise ConfigError(f"benchmark.name: unknown benchmark {name!r}; known: {', '.join(known_benchmarks())}") from None
+    model = dict(raw.get("model") or {})
+    per_bench = _dataset_args(model, bench_cls.name, "model")
+    knobs = {k: v for k, v in per_bench.items() if k != "generation"}
+    for key in knobs:
+        if key not in bench and key not in bench_cls.settings_model.model_fields:
+            raise ConfigError(f"model.dataset_args.{bench_cls.name}.{key}: unknown key for benchmark {bench_cls.name}")
+    layers = {
+        "model.generation": _generation_layer(model.pop("generation", None), "model.generation"),
+        "benchmark.generation": _generation_layer(bench.pop("generation", None), "benchmark.generation"),
+        f"model.dataset_args.{bench_cls.name}": per_bench,
+    }
+    model.pop("dataset_args", None)
+    per_bench_gen = _generation_layer(per_bench.get("generation"), f"model.dataset_args.{bench_cls.name}.generation")
+    out["benchmark"] = {**bench, **{k: v for k, v in knobs.items() if not (k in _USER_KEYS and bench.get(k))}}
+    out["model"] = model
+    out["generation"] = {**layers["model.generation"], **layers["benchmark.generation"], **per_bench_gen}
+    if isinstance(raw.get("user"), dict):
+        user = dict(raw["user"])
+        user_model = dict(user.get("model") or {})
+        user_args = _dataset_args(user_model, bench_cls.name, "user.model")
+        own = _generation_layer(user_model.pop("generation", None), "user.model.generation")
+        user_model.pop("dataset_args", None)
+        extra = _generation_layer(user_args.get("generation"), f"user.model.dataset_args.{bench_cls.name}.generation")
+        layers["user.model.generation"] = own
+        layers[f"user.model.dataset_args.{bench_cls.name}"] = user_args
+        out["user"] = {**user, "model": user_model, "generation": {**own, **extra}}
+    out["layers"] = {k: v for k, v in layers.items() if v}
+    return out
+
+
+def _dataset_args(model: dict[str, Any], bench_name: str, where: str) -> dict[str, Any]:
+    args = model.get("dataset_args") or {}
+    if not isinstance(args, dict):
+        raise ConfigError(f"{where}.dataset_args: expected a mapping of benchmark name to settings")
+    per_bench = args.get(bench_name) or {}
+    if not isinstance(per_bench, dict):
+        raise ConfigError(f"{where}.dataset_args.{bench_name}: expected a mapping of settings")
+    return dict(per_bench)
+
+
 def validate(raw: dict[str, Any]) -> EvalConfig:
-    """Validate a composed config (plain dict, interpolations resolved).
+    """Validate a composed config (plain dict, interpolations resolved): its layers are
+    folded by :func:`resolve_layers`, then every group is checked.
 
     Raises:
         ConfigError: one line naming the offending key, e.g.
             ``model.generation.temperature: Input should be a valid number (got 'hot')``.
     """
-    raw = dict(raw)
-    bench_raw = dict(raw.get("benchmark") or {})
-    name = bench_raw.get("name")
+    if raw.get("config_format") is None:
+        raw = resolve_layers(raw)
+    bench_cls = get_benchmark_class(str(raw["benchmark"]["name"]))
     try:
-        bench_cls = get_benchmark_class(str(name))
-    except KeyError:
-        raise ConfigError(f"benchmark.name: unknown benchmark {name!r}; known: {', '.join(known_benchmarks())}") from None
-
-    model_raw = dict(raw.get("model") or {})
-    # model.dataset_args.<benchmark> wins over the benchmark's own defaults
-    per_bench = dict((model_raw.get("dataset_args") or {}).get(bench_cls.name) or {})
-    per_bench.pop("generation", None)  # merged separately in generation_params()
-    for key, value in per_bench.items():
-        if key not in bench_raw and key not in bench_cls.settings_model.model_fields:
-            raise ConfigError(f"model.dataset_args.{bench_cls.name}.{key}: unknown key for benchmark {bench_cls.name}")
-        bench_raw[key] = value
-
-    try:
-        bench = bench_cls.settings_model(**bench_raw)
+        bench = bench_cls.settings_model(**raw["benchmark"])
     except ValidationError as exc:
         raise ConfigError(_first_error_line(exc, "benchmark.")) from None
-
-    raw["benchmark"] = bench
     try:
-        cfg = EvalConfig(**raw)
+        cfg = EvalConfig(**{**raw, "benchmark": bench})
     except ValidationError as exc:
         raise ConfigError(_first_error_line(exc)) from None
-    except ConfigError:
-        raise
-
     _check_cross(cfg, bench_cls)
     return cfg
 

@@ -1,39 +1,76 @@
-"""Strict reading of JSON Lines inputs (benchmark data, replay files, past runs).
+"""JSON Lines, the one module that writes and reads them (benchmark data, replay files,
+run journals, past runs).
 
-For files whose every line must be a JSON object: a problem is one error naming the file
-and line. (The run journal, which must tolerate torn lines, is read by
-:mod:`evalkit.engine.journal` instead.)
+Rules, the same for every file evalkit reads or writes:
+
+* a record is one line; lines are split on ``\\n`` only (``\\r\\n`` is tolerated), never on
+  the other characters :meth:`str.splitlines` breaks on (U+2028, U+2029, U+0085, form
+  feed ...), which are data inside JSON strings;
+* the writer emits one compact JSON object per line, UTF-8, with U+2028/U+2029/U+0085
+  escaped (``\\u2028``) and a lone surrogate written as its ``\\udXXX`` escape, so that every
+  line it writes is read back by any JSON Lines reader, evalkit's or another tool's;
+* :func:`read_objects` is the **strict** reader (inputs: a bad line is one error naming
+  file and line); :func:`read_tolerant` is the **tolerant** reader (journals a killed
+  process may have torn: unreadable lines are skipped, counted and named by number).
+
+A parser of *model output* that happens to read JSON lines (SOBHard's ``jsonl`` notation)
+follows its benchmark's own rules instead (spec), not this module.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from evalkit.errors import DataError, EvalkitError
 
+#: characters JSON allows raw inside strings that some line readers treat as line breaks
+_LINE_BREAKS_IN_STRINGS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"}
+_TRANS = str.maketrans(_LINE_BREAKS_IN_STRINGS)
 
-def read_objects(path: Path, error: type[EvalkitError] = DataError) -> list[tuple[int, dict[str, Any]]]:
-    """``(line number, object)`` for every non-blank line of ``path``.
 
-    Raises:
-        ``error`` (default DataError): the file is unreadable or not UTF-8, or a line is
-            not JSON, is nested too deeply, or is not an object — naming file and line.
-    """
-    path = Path(path)
+def dumps_line(obj: Any) -> str:
+    """``obj`` as one JSON Lines record (no trailing newline): compact, UTF-8 kept,
+    U+2028/U+2029/U+0085 escaped; values JSON cannot hold are written as ``str(value)``.
+    Lone surrogates stay in the returned text; :class:`JsonlAppender` writes them as their
+    ``\\udXXX`` escape."""
+    return json.dumps(obj, ensure_ascii=False, default=str).translate(_TRANS)
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of ``text`` split on ``\\n`` only, blank lines skipped."""
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if line.strip():
+            yield lineno, line
+
+
+def _read_text(path: Path, error: type[EvalkitError]) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise error(f"{path}: file does not exist") from None
-    except UnicodeDecodeError as exc:
-        raise error(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise error(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise error(f"{path}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def read_objects(path: Path, error: type[EvalkitError] = DataError) -> list[tuple[int, dict[str, Any]]]:
+    """Strict reading: ``(line number, object)`` for every non-blank line of ``path``.
+
+    Raises:
+        ``error`` (default DataError): the file is missing, unreadable or not UTF-8, or a
+            line is not JSON, is nested too deeply, or is not an object — naming file and line.
+    """
     rows: list[tuple[int, dict[str, Any]]] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    for lineno, line in _lines(_read_text(path, error)):
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
@@ -44,3 +81,100 @@ def read_objects(path: Path, error: type[EvalkitError] = DataError) -> list[tupl
             raise error(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
         rows.append((lineno, obj))
     return rows
+
+
+@dataclass
+class TolerantRead:
+    """What :func:`read_tolerant` found: ``rows`` as ``(line number, object)``, and the
+    numbers of the non-blank lines that are not a JSON object (``unreadable``). ``torn_last``
+    is True when the last of them is the file's last line and has no newline: what a killed
+    writer leaves (the only damage a resume expects)."""
+
+    rows: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    unreadable: list[int] = field(default_factory=list)
+    torn_last: bool = False
+
+    @property
+    def objects(self) -> list[dict[str, Any]]:
+        return [row for _, row in self.rows]
+
+
+def read_tolerant(path: Path) -> TolerantRead:
+    """Tolerant reading of a JSON Lines file evalkit appends to (a journal). A missing file
+    reads as empty; undecodable bytes are replaced; a line that is not a JSON object is
+    skipped and its number kept in ``unreadable``."""
+    path = Path(path)
+    out = TolerantRead()
+    if not path.exists():
+        return out
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    last = None
+    for lineno, line in _lines(text):
+        last = lineno
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            obj = None
+        if isinstance(obj, dict):
+            out.rows.append((lineno, obj))
+        else:
+            out.unreadable.append(lineno)
+    out.torn_last = bool(out.unreadable) and out.unreadable[-1] == last and not text.endswith("\n")
+    return out
+
+
+def iter_objects(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a journal, skipping unreadable lines (:func:`read_tolerant`)."""
+    return iter(read_tolerant(path).objects)
+
+
+class JsonlAppender:
+    """Append JSON objects to ``path``, one per line (:func:`dumps_line`), flushed to the OS
+    at once, so a SIGKILL of the process loses nothing already written; ``fsync`` at most
+    once per ``fsync_interval_s`` and on close, so an OS crash loses at most that window.
+
+    ``transform`` (e.g. secret scrubbing) is applied to every row before it is written.
+    """
+
+    def __init__(self, path: Path, fsync_interval_s: float = 1.0, transform: Any = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._repair_torn_tail()
+        # backslashreplace: a lone surrogate in model text is written as the JSON escape
+        # \udXXX (valid JSON that reads back to the same string) instead of crashing
+        self._fh = open(self.path, "a", encoding="utf-8", errors="backslashreplace")
+        self._fsync_interval_s = fsync_interval_s
+        self._last_fsync = time.monotonic()
+        self._transform = transform
+
+    def _repair_torn_tail(self) -> None:
+        """A killed writer may leave a last line without newline: end it so the next row
+        starts on its own line (the torn row itself is skipped by tolerant readers)."""
+        if self.path.exists() and self.path.stat().st_size > 0:
+            with open(self.path, "rb+") as fh:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    fh.write(b"\n")
+
+    def append(self, row: dict[str, Any]) -> None:
+        if self._transform is not None:
+            row = self._transform(row)
+        self._fh.write(dumps_line(row) + "\n")
+        self._fh.flush()
+        now = time.monotonic()
+        if now - self._last_fsync >= self._fsync_interval_s:
+            os.fsync(self._fh.fileno())
+            self._last_fsync = now
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+
+    def __enter__(self) -> "JsonlAppender":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

@@ -2,9 +2,10 @@
 
     python -m evalkit.rescore RUN_DIR [--data-dir DIR]
 
-Reads ``config.yaml`` (for the benchmark settings) and ``predictions.jsonl``, scores every
-journaled output (or rollout trajectory) again with the current scorer, and prints, per
-metric, the recorded value, the recomputed one, and the samples whose verdict changed.
+Reads ``config.yaml`` (the benchmark settings that ran: ``model.dataset_args`` applied) and
+``predictions.jsonl``, scores every journaled trajectory again through the benchmark's one
+scoring entry, as the run did, and prints, per metric, the recorded value, the recomputed
+one, and the samples whose verdict changed.
 Nothing in the run directory is modified. Exit code: 0 identical, 1 differences found,
 2 the directory is not a usable run.
 """
@@ -21,9 +22,11 @@ import yaml
 from pydantic import ValidationError
 from tabulate import tabulate
 
-from evalkit.benchmarks.base import get_benchmark_class
+from evalkit.benchmarks import get_benchmark_class
+from evalkit.config import resolve_layers
 from evalkit.engine.journal import damaged_journal, latest_by_sample
-from evalkit.errors import EvalkitError, RunDirError
+from evalkit.engine.records import trajectory_of_row
+from evalkit.errors import ConfigError, EvalkitError, RunDirError
 
 
 def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
@@ -44,7 +47,7 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
         raise RunDirError(f"{run_dir}/config.yaml cannot be read ({type(exc).__name__})") from None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("benchmark"), dict) or "name" not in cfg["benchmark"]:
         raise RunDirError(f"{run_dir}/config.yaml is not an evalkit run config (no benchmark.name)")
-    bench_raw = dict(cfg["benchmark"])
+    bench_raw = _benchmark_settings(run_dir, cfg)
     if data_dir is not None:
         bench_raw["data_dir"] = str(data_dir)
     try:
@@ -74,10 +77,7 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
     records, changed = [], []
     for sample in selected:
         row = dict(rows[sample.id])
-        if isinstance(row.get("trajectory"), dict) and bench.is_rollout(sample):
-            scored = bench.score_trajectory(sample, row["trajectory"])
-        else:
-            scored = bench.score(sample, row.get("output") or "")
+        scored = bench.score_sample(sample, trajectory_of_row(row))
         if scored.scores != row.get("scores"):
             changed.append(sample.id)
         row["scores"] = scored.scores
@@ -87,6 +87,18 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
         k[len("partial_") :]: v for k, v in (recorded_summary.get("partial_metrics") or {}).items()
     }
     return {"metrics": metrics, "recorded": recorded, "changed": changed}
+
+
+def _benchmark_settings(run_dir: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The benchmark settings a run used: ``benchmark`` of a resolved ``config.yaml``
+    (format 2), or of an earlier one (format 1: raw layers) with its model's
+    ``dataset_args`` applied as that run applied them."""
+    if cfg.get("config_format") is not None:
+        return dict(cfg["benchmark"])
+    try:
+        return dict(resolve_layers(cfg)["benchmark"])
+    except ConfigError as exc:
+        raise RunDirError(f"{run_dir}/config.yaml: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,17 +5,19 @@ Hydra's multirun runs one job per point of the sweep; evalkit adds, for any laun
 * each job's run directory is Hydra's job directory ``<sweep dir>/<num>-<benchmark>-<model>-shots<k>``
   (``hydra.sweep.subdir``); the response cache stays the shared ``<output_root>/cache``;
 * :class:`SweepCallback` (``hydra.callbacks.sweep``) runs in the sweep's driver process: at the
-  start it writes ``<sweep dir>/sweep.json`` and opens one MLflow *parent run* for the sweep
-  (tags ``sweep=<sweep id>``, ``evalkit.kind=sweep``); every job's MLflow run is its child
-  (``mlflow.parentRunId``; the jobs read the parent's id from ``sweep.json``, so this works
-  when they run in other processes or on other machines sharing the file system);
+  start it tells the tracking observer (MLflow opens one *parent run* for the sweep, tags
+  ``sweep=<sweep id>``, ``evalkit.kind=sweep``) and writes ``<sweep dir>/sweep.json`` with
+  what the observer returned; every job reads ``sweep.json`` and hands it to its own
+  observer, so its MLflow run is the parent's child (``mlflow.parentRunId``) also when jobs
+  run in other processes or on other machines sharing the file system;
 * a job never stops the sweep: :func:`run_job` records its outcome in
   ``<sweep dir>/jobs/<num>.json`` (overrides with secrets redacted, run dir, status, exit code,
   error line, headline metric) and returns;
-* at the end the callback writes ``sweep_summary.json`` and ``sweep_report.md``, logs them and
-  ``n_jobs`` / ``n_complete_jobs`` / ``n_failed_jobs`` / ``job<num>.<headline>`` to the parent
-  run and ends it — FINISHED if every job completed, FAILED otherwise — and the process exits
-  1 naming each failed job on stderr (:func:`exit_code`).
+* at the end the callback writes ``sweep_summary.json`` and ``sweep_report.md`` and tells the
+  observer (MLflow logs them and ``n_jobs`` / ``n_complete_jobs`` / ``n_failed_jobs`` /
+  ``job<num>.<headline>`` to the parent run and ends it — FINISHED if every job completed,
+  FAILED otherwise, KILLED when interrupted); the process exits 1 naming each failed job on
+  stderr (:func:`exit_code`).
 
 The sweep id is the sweep directory's name (``<YYYYmmdd-HHMMSS>`` by default).
 """
@@ -32,10 +34,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from evalkit import secrets
-from evalkit.errors import first_line
+from evalkit.errors import EvalkitError, first_line
+from evalkit.job import run_composed
+from evalkit.tracking import make_observer, sweep_observer
 
 log = logging.getLogger("evalkit")
 
@@ -134,22 +138,9 @@ def read_sweep_file(sweep_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def run_job(cfg: DictConfig) -> None:
-    """The task function of a multirun job: run ``cfg`` into the job's directory and record
-    the outcome in ``<sweep dir>/jobs/<num>.json``. Never raises for an evalkit error, an
-    incomplete run or a bug (the other jobs must run); only an interrupt propagates."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
-    from evalkit.cli import report_error, run_config_result
-    from evalkit.errors import EvalkitError
-
-    hc = HydraConfig.get()
-    sweep_dir = Path(hc.sweep.dir)
-    num = int(hc.job.num)
-    job_dir = Path(hc.runtime.output_dir)
-    record: dict[str, Any] = {
-        "num": num,
+def _job_record(hc: Any) -> dict[str, Any]:
+    return {
+        "num": int(hc.job.num),
         "overrides": redact_overrides(list(hc.overrides.task)),
         "run_dir": None,
         "status": "error",
@@ -159,8 +150,10 @@ def run_job(cfg: DictConfig) -> None:
         "headline_value": None,
         "started_at": _now(),
     }
-    jobs = sweep_dir / JOBS_DIR
-    jobs.mkdir(parents=True, exist_ok=True)
+
+
+def _job_config(cfg: DictConfig, sweep_dir: Path, job_dir: Path) -> DictConfig:
+    """The job's config: it joins the sweep, and its run directory is Hydra's job directory."""
     cfg = cfg.copy()
     with open_dict(cfg):
         cfg.run.sweep_dir = str(sweep_dir)
@@ -169,57 +162,66 @@ def run_job(cfg: DictConfig) -> None:
             if job_dir.is_dir() and not any(job_dir.iterdir()):
                 job_dir.rmdir()
             cfg.run.dir = str(job_dir)
+    return cfg
+
+
+def _record_result(record: dict[str, Any], result: Any) -> None:
+    s = result.summary
+    record.update(
+        run_dir=str(result.run_dir),
+        status=s["status"],
+        exit_code=result.exit_code,
+        headline=s["headline"],
+        headline_value=s["metrics"].get(s["headline"]) if s["status"] == "complete" else None,
+        n_samples=s["n_samples"],
+        n_failed=s["n_failed"],
+    )
+    if s["status"] != "complete":
+        record["error"] = f"{s['n_failed']} of {s['n_samples']} samples failed; resume with run.resume={result.run_dir}"
+
+
+def run_job(cfg: DictConfig) -> None:
+    """The task function of a multirun job: run ``cfg`` into the job's directory and record
+    the outcome in ``<sweep dir>/jobs/<num>.json``. Never raises for an evalkit error, an
+    incomplete run or a bug (the other jobs must run); only an interrupt propagates."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    sweep_dir = Path(hc.sweep.dir)
+    record = _job_record(hc)
+    jobs = sweep_dir / JOBS_DIR
+    jobs.mkdir(parents=True, exist_ok=True)
+    cfg = _job_config(cfg, sweep_dir, Path(hc.runtime.output_dir))
+    info = read_sweep_file(sweep_dir) or {"sweep_id": sweep_dir.name, "sweep_dir": str(sweep_dir.resolve())}
     try:
-        result = run_config_result(cfg)
+        _record_result(record, run_composed(cfg, sweep=info))
     except EvalkitError as exc:
-        record.update(exit_code=report_error(exc), error=secrets.scrub(str(exc)))
+        print(f"evalkit: error: {exc}", file=sys.stderr)
+        record.update(exit_code=exc.exit_code, error=secrets.scrub(str(exc)))
     except KeyboardInterrupt:
         target = cfg.run.resume or cfg.run.dir
         run_dir = Path(str(target))
         if target and (run_dir / "config.yaml").is_file():
             record.update(run_dir=str(run_dir), error=f"interrupted; resume with run.resume={run_dir}")
         record.update(status="interrupted", exit_code=130, error=record["error"] or "interrupted", finished_at=_now())
-        _write_json(jobs / f"{num}.json", record)
+        _write_json(jobs / f"{record['num']}.json", record)
         raise
     except Exception as exc:  # noqa: BLE001 - a bug in one job must not stop the others
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        record.update(exit_code=1, error=secrets.scrub(f"{type(exc).__name__}: {first}"))
+        record.update(exit_code=1, error=secrets.scrub(f"{type(exc).__name__}: {first_line(exc)}"))
         record["traceback"] = secrets.scrub(traceback.format_exc())
-        print(f"evalkit: error: job {num}: {record['error']}", file=sys.stderr)
-    else:
-        s = result.summary
-        record.update(
-            run_dir=str(result.run_dir),
-            status=s["status"],
-            exit_code=result.exit_code,
-            headline=s["headline"],
-            headline_value=s["metrics"].get(s["headline"]) if s["status"] == "complete" else None,
-            n_samples=s["n_samples"],
-            n_failed=s["n_failed"],
-        )
-        if s["status"] != "complete":
-            record["error"] = f"{s['n_failed']} of {s['n_samples']} samples failed; resume with run.resume={result.run_dir}"
+        print(f"evalkit: error: job {record['num']}: {record['error']}", file=sys.stderr)
     if record["run_dir"] is None and cfg.run.dir and (Path(str(cfg.run.dir)) / "summary.json").is_file():
         record["run_dir"] = str(cfg.run.dir)  # e.g. the run finished but MLflow logging failed
     for key in ("benchmark", "model"):
         record[key] = str(cfg[key].get("name")) if key in cfg else None
     record["shots"] = cfg.shots.get("n") if "shots" in cfg else None
     record["finished_at"] = _now()
-    _write_json(jobs / f"{num}.json", record)
+    _write_json(jobs / f"{record['num']}.json", record)
 
 
 # ------------------------------------------------------------------------------------------
 # the driver's callback
 # ------------------------------------------------------------------------------------------
-def _mlflow_client(uri: str) -> Any:
-    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
-    from mlflow.tracking import MlflowClient
-
-    for name in ("mlflow", "alembic"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    return MlflowClient(uri)
-
-
 def _expected_points(config: DictConfig) -> list[list[str]] | None:
     """The points the basic sweeper will launch (None for another sweeper)."""
     sweeper = str(config.hydra.sweeper.get("_target_", ""))
@@ -257,29 +259,12 @@ class SweepCallback(Callback):
             "tracking_uri": None,
             "experiment": None,
             "parent_run_id": None,
-        }
+        }  # fmt: skip
         try:
             info["suite"] = config.run.get("suite")
         except Exception:  # noqa: BLE001 - a broken interpolation is the jobs' error to report
             pass
-        if config.tracking.get("kind") == "mlflow":
-            from evalkit.tracking.mlflow_tracking import artifact_root, tracking_uri
-
-            uri = tracking_uri(config)
-            client = _mlflow_client(uri)
-            exp_name = str(config.tracking.experiment)
-            exp = client.get_experiment_by_name(exp_name)
-            exp_id = exp.experiment_id if exp else client.create_experiment(exp_name, artifact_location=artifact_root(config))
-            tags = {
-                "sweep": info["sweep_id"],
-                "evalkit.kind": "sweep",
-                "sweep_dir": info["sweep_dir"],
-                "mlflow.runName": f"sweep-{info['sweep_id']}",
-                "overrides": " ".join(info["overrides"])[:5000],
-                **({"suite": str(info["suite"])} if info["suite"] else {}),
-            }
-            run = client.create_run(exp_id, tags=tags)
-            info.update(tracking_uri=uri, experiment=exp_name, parent_run_id=run.info.run_id)
+        info.update(make_observer(config).sweep_started(sweep_dir, info))
         _write_json(sweep_dir / SWEEP_FILE, info)
         _active = sweep_dir
 
@@ -311,12 +296,11 @@ def _finish(sweep_dir: Path, interrupted: bool = False) -> dict[str, Any]:
     summary = summarize(sweep_dir, info, interrupted)
     _write_json(sweep_dir / SWEEP_SUMMARY, summary)
     (sweep_dir / SWEEP_REPORT).write_text(secrets.scrub(report_markdown(summary)), encoding="utf-8")
-    if info.get("parent_run_id"):
-        try:
-            _log_parent(info, sweep_dir, summary, "KILLED" if interrupted else None)
-        except Exception as exc:  # noqa: BLE001 - the sweep's results are on disk regardless
-            first = first_line(exc)
-            print(f"evalkit: warning: MLflow logging of the sweep failed ({type(exc).__name__}: {first})", file=sys.stderr)
+    status = "KILLED" if interrupted else ("FINISHED" if summary["status"] == "complete" else "FAILED")
+    try:
+        sweep_observer(info).sweep_finished(sweep_dir, info, summary, status)
+    except Exception as exc:  # noqa: BLE001 - the sweep's results are on disk regardless
+        print(f"evalkit: warning: MLflow logging of the sweep failed ({type(exc).__name__}: {first_line(exc)})", file=sys.stderr)
     return summary
 
 
@@ -398,28 +382,4 @@ def report_markdown(summary: dict[str, Any]) -> str:
         run = Path(j["run_dir"]).name if j.get("run_dir") else ""
         lines.append(f"| {j['num']} | `{cell(' '.join(j['point']) or ' '.join(j['overrides']))}` | {j['status']} | {cell(j.get('headline') or '')} | {cell(shown)} | {cell(run)} |")
     return "\n".join(lines) + "\n"
-
-
-def _log_parent(info: dict[str, Any], sweep_dir: Path, summary: dict[str, Any], status: str | None = None) -> None:
-    import time
-
-    from mlflow.entities import Metric
-
-    client = _mlflow_client(info["tracking_uri"])
-    run_id = info["parent_run_id"]
-    now = int(time.time() * 1000)
-    values: dict[str, float] = {
-        "n_jobs": summary["n_jobs"],
-        "n_complete_jobs": summary["n_complete_jobs"],
-        "n_failed_jobs": summary["n_failed_jobs"],
-    }
-    for j in summary["jobs"]:
-        if isinstance(j.get("headline_value"), (int, float)):
-            values[f"job{j['num']}.{j['headline']}"] = j["headline_value"]
-    metrics = [Metric(k, float(v), now, 0) for k, v in values.items()]
-    for i in range(0, len(metrics), 500):
-        client.log_batch(run_id, metrics=metrics[i : i + 500])
-    for name in (SWEEP_SUMMARY, SWEEP_REPORT):
-        client.log_artifact(run_id, str(sweep_dir / name))
-    client.set_terminated(run_id, status=status or ("FINISHED" if summary["status"] == "complete" else "FAILED"))
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Protocol
 
 
 def canonical_json(obj: Any) -> str:
@@ -47,8 +47,11 @@ class Request:
     """What is sent to a model for one sample.
 
     Exactly one of ``messages`` (chat: list of ``{"role", "content"}``) or ``prompt``
-    (text completion) is set. ``params`` are generation parameters (temperature,
-    max_tokens, top_p, stop, seed); the engine fills them from the resolved config.
+    (text completion) is set. ``params`` are every parameter sent besides the prompt: the
+    resolved generation parameters (temperature, max_tokens, top_p, stop, seed) and, when
+    the model config has one, ``extra_body`` (provider fields, e.g. reasoning settings); the
+    engine fills them from the resolved config. ``epoch`` is the repeat index of the sample
+    (0 for the first).
     """
 
     sample_id: str
@@ -58,18 +61,20 @@ class Request:
     params: dict[str, Any] = field(default_factory=dict)
     #: benchmark hints for the engine, not sent (e.g. ``answer_prefix`` of completion mode)
     meta: dict[str, Any] = field(default_factory=dict)
+    epoch: int = 0
 
     def prompt_hash(self) -> str:
         """SHA-256 of the exact prompt (messages or text), independent of the model."""
         return sha256_hex(canonical_json({"messages": self.messages, "prompt": self.prompt}))
 
     def request_hash(self, model_id: str) -> str:
-        """SHA-256 over model id + generation params + exact prompt; keys cache and resume."""
-        return sha256_hex(
-            canonical_json(
-                {"model": model_id, "params": self.params, "messages": self.messages, "prompt": self.prompt}
-            )
-        )
+        """SHA-256 over model id + every parameter sent + exact prompt (+ the epoch when it is
+        not 0); keys the response cache and resume. An empty ``extra_body`` is not sent and
+        not hashed, and epoch 0 hashes as before epochs existed, so older caches stay valid."""
+        identity: dict[str, Any] = {"model": model_id, "params": self.params, "messages": self.messages, "prompt": self.prompt}
+        if self.epoch:
+            identity["epoch"] = self.epoch
+        return sha256_hex(canonical_json(identity))
 
 
 @dataclass
@@ -138,20 +143,25 @@ class SampleScore:
 
 @dataclass
 class Trajectory:
-    """The full record of one agent rollout (multi-step or multi-turn).
+    """What solving one sample produced: one ``generate`` for a single-turn sample, the
+    whole conversation for an agent rollout (multi-step or multi-turn).
 
     Attributes:
-        messages: the transcript, in order: ``{"role": "user"|"agent"|"execution"|...,
-            "content": str}`` plus any per-message fields the benchmark keeps (calls,
-            observation, turn index).
-        turns: one entry per model call: ``{"actor": "agent"|"user", "latency_s",
-            "usage", "attempts", "cached", "finish_reason"}``.
-        final_output: the last message of the conversation (``output`` in the journal).
-        data: benchmark-specific results needed to score offline (ACEBench: the end
-            state and the process trace).
+        messages: the transcript of a rollout, in order: ``{"role": "user"|"agent"|
+            "execution"|..., "content": str}`` plus any per-message fields the benchmark
+            keeps (calls, observation, turn index). Empty for a single generate (the
+            request and ``final_output`` are the whole exchange).
+        turns: one entry per model call, filled by the engine: ``{"actor": "agent"|"user",
+            "latency_s", "usage", "attempts", "throttled", "cached", "finish_reason",
+            "reasoning"}``.
+        final_output: the answer to score: the model's text (with a completion-mode answer
+            prefix in front of it), or the last message of a rollout (``output`` in the
+            journal).
+        data: benchmark results needed to score offline (ACEBench: the end state and the
+            process trace) and, in completion mode, ``raw_output`` (the bare continuation).
         failure: set when a model call failed after its retries (actor ``agent`` /
-            ``user``) or the environment crashed (actor ``environment``); such a rollout
-            is recorded in ``failed.jsonl`` and never scored.
+            ``user``) or the environment crashed (actor ``environment``); such a sample is
+            recorded in ``failed.jsonl`` and never scored.
     """
 
     messages: list[dict[str, Any]] = field(default_factory=list)
@@ -162,3 +172,26 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> "Trajectory":
+        """The trajectory of a journal row's ``trajectory`` field (``to_dict()`` output).
+        Tolerant: fields of the wrong type come back empty, unknown keys are ignored (a
+        journal is data, and scoring must never raise on it)."""
+        obj = obj if isinstance(obj, dict) else {}
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in obj.items() if k in names and k != "failure"}
+        for key, kind, empty in (("messages", list, []), ("turns", list, []), ("data", dict, {})):
+            if not isinstance(kw.get(key), kind):
+                kw[key] = empty
+        if not isinstance(kw.get("final_output"), str):
+            kw["final_output"] = ""
+        return cls(**kw)
+
+
+class Generator(Protocol):
+    """Anything a solver can ask: ``async generate(Request) -> Completion``; a failed call
+    raises (``evalkit.models.base.ModelCallError``), and the solver lets it propagate."""
+
+    async def generate(self, request: Request) -> Completion:  # pragma: no cover - protocol
+        ...

@@ -26,12 +26,12 @@ class Scripted:
 
 def run(loaded: Any, sample_id: str, agent: Any, user: Any = None) -> Trajectory:
     sample: Sample = loaded.by_id[sample_id]
-    runner = loaded.bench.rollout_runner()
+    runner = loaded.bench.solver()
     return asyncio.run(runner.run(sample, agent, user if user is not None else Scripted([sample.data["prompt"]["question"]])))
 
 
 def score(loaded: Any, sample_id: str, trajectory: Trajectory):
-    return loaded.bench.score_trajectory(loaded.by_id[sample_id], trajectory.to_dict())
+    return loaded.bench.score_sample(loaded.by_id[sample_id], Trajectory.from_dict(trajectory.to_dict()))
 
 
 def state_of(trajectory: Trajectory, cls: str) -> dict[str, Any]:

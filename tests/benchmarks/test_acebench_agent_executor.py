@@ -8,7 +8,7 @@ import os
 import pytest
 
 from evalkit.benchmarks.acebench.agent.envs import Environment, extract_seed
-from evalkit.benchmarks.acebench.agent.executor import (
+from evalkit.benchmarks.acebench.agent.dispatch import (
     MULTI_TURN_ERROR_TEXT,
     NUDGE,
     UNBOUND_MESSAGE,

@@ -9,8 +9,10 @@ import pickle
 import pytest
 
 from evalkit.benchmarks.acebench import AceBench, AceBenchSettings
-from evalkit.benchmarks.acebench.agent.executor import NUDGE
+from evalkit.benchmarks.acebench.agent.dispatch import NUDGE
 from evalkit.models.base import ModelCallError
+from evalkit.benchmarks.acebench.agent.loops import AceBenchSolver
+from evalkit.benchmarks.base import Generate
 from evalkit.types import Failure
 from tests.benchmarks.agent_support import Scripted, run, score, state_of
 
@@ -31,12 +33,12 @@ def test_reference_agent_scores_one_on_every_record(request, language, category)
     loaded = _loaded(request, language)
     samples = [s for s in loaded.samples if s.subset == category]
     assert len(samples) == (20 if category == "agent_multi_step" else 30)
-    runner = loaded.bench.rollout_runner()
+    runner = loaded.bench.solver()
     failures = {}
     for sample in samples:
         agent, user = loaded.bench.reference_agents(sample)
         trajectory = asyncio.run(runner.run(sample, agent, user))
-        verdict = loaded.bench.score_trajectory(sample, trajectory.to_dict())
+        verdict = loaded.bench.score_sample(sample, trajectory)
         assert trajectory.data["recorded"] is True and trajectory.data["category"] == category
         if verdict.scores != {"accuracy": 1.0, "process_acc": 1.0}:
             failures[sample.id] = verdict.detail
@@ -48,7 +50,7 @@ def test_reference_agent_scores_one_on_every_record(request, language, category)
 @pytest.mark.parametrize("language", ["en", "zh"])
 def test_negative_oracle_never_calling_scores_zero_everywhere(request, language):
     loaded = _loaded(request, language)
-    runner = loaded.bench.rollout_runner()
+    runner = loaded.bench.solver()
     assert len(loaded.samples) == 50
     for sample in loaded.samples:
         agent = Scripted(default="I would rather just talk about it.")
@@ -56,7 +58,7 @@ def test_negative_oracle_never_calling_scores_zero_everywhere(request, language)
             agent = Scripted(["I cannot help with that."], default="finish conversation")
         user = Scripted([sample.data["prompt"]["question"]], default="Please go on.")
         trajectory = asyncio.run(runner.run(sample, agent, user))
-        verdict = loaded.bench.score_trajectory(sample, trajectory.to_dict())
+        verdict = loaded.bench.score_sample(sample, trajectory)
         assert verdict.scores["accuracy"] == 0.0, sample.id
         assert trajectory.data["end_state"] == [] and trajectory.data["recorded"] is False
         assert verdict.detail.startswith("wrong number of class")
@@ -75,7 +77,7 @@ def test_pitfall_31_agent_multi_turn_7_fails_without_recorded_state(agent_en):
 
 def test_pitfall_19_concurrent_rollouts_do_not_share_state(agent_en):
     sample = agent_en.by_id["en/agent_multi_turn_0"]
-    runner = agent_en.bench.rollout_runner()
+    runner = agent_en.bench.solver()
     good_agent, good_user = agent_en.bench.reference_agents(sample)
     # the other rollout deletes a message, and turns wifi on too
     other = Scripted(["[turn_on_wifi()]", "[delete_message(message_id=1)]"], default="finish conversation")
@@ -87,7 +89,7 @@ def test_pitfall_19_concurrent_rollouts_do_not_share_state(agent_en):
         )
 
     good, bad = asyncio.run(both())
-    assert agent_en.bench.score_trajectory(sample, good.to_dict()).scores["accuracy"] == 1.0
+    assert agent_en.bench.score_sample(sample, good).scores["accuracy"] == 1.0
     inbox_good, inbox_bad = state_of(good, "MessageApi")["inbox"], state_of(bad, "MessageApi")["inbox"]
     assert "1" in inbox_good and "3" not in inbox_good and "7" in inbox_good
     assert "1" not in inbox_bad and "3" in inbox_bad and "7" not in inbox_bad
@@ -97,12 +99,12 @@ def test_pitfall_19_concurrent_rollouts_do_not_share_state(agent_en):
 
 
 def test_runner_is_picklable_and_holds_only_data(agent_en):
-    runner = agent_en.bench.rollout_runner()
+    runner = agent_en.bench.solver()
     clone = pickle.loads(pickle.dumps(runner))
     sample = agent_en.by_id["en/agent_multi_step_2"]
     agent, user = agent_en.bench.reference_agents(sample)
     trajectory = asyncio.run(clone.run(sample, agent, user))
-    assert agent_en.bench.score_trajectory(sample, trajectory.to_dict()).scores["accuracy"] == 1.0
+    assert agent_en.bench.score_sample(sample, trajectory).scores["accuracy"] == 1.0
 
 
 def test_model_call_error_propagates(agent_en):
@@ -210,7 +212,7 @@ def test_pitfall_32_finish_is_case_sensitive_and_bounded_by_max_turns(acebench_d
     bench = AceBench(AceBenchSettings(data_dir=acebench_dir, subsets=["agent_multi_step"], max_dialog_turns=7))
     sample = next(s for s in bench.load() if s.id == "en/agent_multi_step_0")
     agent = Scripted(default="Finish Conversation")
-    trajectory = asyncio.run(bench.rollout_runner().run(sample, agent, None))
+    trajectory = asyncio.run(bench.solver().run(sample, agent, None))
     assert len(trajectory.messages) == 1 + 7 and len(agent.requests) == 4
 
 
@@ -280,9 +282,10 @@ def test_pitfall_16_multi_turn_needs_a_user_model_and_is_never_dropped(acebench_
     assert bench.needs_user_model([s for s in samples if s.subset != "agent_multi_turn"]) is False
     assert all(bench.is_rollout(s) == (s.subset == "agent_multi_turn") for s in samples)
     with pytest.raises(ValueError, match="user simulator"):
-        asyncio.run(agent_en.bench.rollout_runner().run(agent_en.by_id["en/agent_multi_turn_0"], Scripted(), None))
+        asyncio.run(agent_en.bench.solver().run(agent_en.by_id["en/agent_multi_turn_0"], Scripted(), None))
 
 
-def test_runner_only_when_agent_categories_selected(acebench_en):
-    assert acebench_en.bench.rollout_runner() is None
+def test_rollout_solver_only_when_agent_categories_selected(acebench_en, agent_en):
+    assert type(acebench_en.bench.solver()) is Generate
+    assert isinstance(agent_en.bench.solver(), AceBenchSolver)
     assert acebench_en.bench.reference_output(acebench_en.samples[0]) != ""

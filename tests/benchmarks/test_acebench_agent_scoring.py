@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evalkit.benchmarks.acebench.agent.scoring import check_end_state, process_accuracy
+from evalkit.types import Trajectory
 from tests.benchmarks.agent_support import Scripted, run, score
 
 
@@ -86,10 +87,10 @@ def test_checker_never_raises_on_odd_shapes():
     assert check_end_state([1], [{"BaseApi": {}}]).passed is True
 
 
-def test_score_trajectory_never_raises(agent_en):
+def test_score_sample_of_a_junk_trajectory_never_raises(agent_en):
     sample = agent_en.by_id["en/agent_multi_step_0"]
     for junk in ({}, {"data": None}, {"data": {"end_state": "x", "process_trace": 5}}, None):
-        result = agent_en.bench.score_trajectory(sample, junk)
+        result = agent_en.bench.score_sample(sample, Trajectory.from_dict(junk))
         assert result.scores["accuracy"] == 0.0
 
 

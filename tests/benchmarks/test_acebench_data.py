@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from evalkit.benchmarks.acebench import AceBench, AceBenchSettings
 from evalkit.benchmarks.acebench.categories import ALL_CATEGORIES, DEFAULT_CATEGORIES
-from evalkit.benchmarks.base import get_benchmark_class
+from evalkit.benchmarks import get_benchmark_class
 from evalkit.errors import DataError
 from evalkit.types import sha256_hex
 

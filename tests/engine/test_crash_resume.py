@@ -34,13 +34,13 @@ def gold(acebench_dir: Path) -> dict[str, tuple[str, str]]:
 @pytest.fixture(scope="module")
 def uninterrupted(fake_openai, ray_address, acebench_dir, gold, tmp_path_factory) -> dict:
     """Metrics of one uninterrupted run of IDS answered with the gold answers."""
-    from evalkit.cli import compose, resolve
-    from evalkit.engine.run import run_evaluation
+    from evalkit.compose import compose, resolve
+    from evalkit.job import run_validated
 
     fake_openai.set_plan(_plan(gold, latency_s=0.0))
     root = tmp_path_factory.mktemp("uninterrupted")
-    raw, cfg = resolve(compose(base_overrides(root, acebench_dir) + _args(fake_openai)))
-    result = run_evaluation(cfg, raw)
+    _, cfg = resolve(compose(base_overrides(root, acebench_dir) + _args(fake_openai)))
+    result = run_validated(cfg)
     assert result.summary["status"] == "complete" and result.summary["n_scored"] == len(IDS)
     return result.summary["metrics"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.benchmarks.base import get_benchmark_class
+from evalkit.benchmarks import get_benchmark_class
 from evalkit.engine.journal import read_jsonl
 
 IDS = ["en/normal_atom_bool_0", "en/normal_atom_enum_1", "en/special_irrelevant_2"]
@@ -196,7 +196,7 @@ def test_concurrency_one_and_eight_give_identical_results(fake_openai, ray_addre
 def test_embedded_server_identity_does_not_depend_on_its_port():
     """Resume and cache key on the served weights, not on the random port."""
     from evalkit.config import LlamaCppBackend
-    from evalkit.engine.run import served_weights_identity
+    from evalkit.backends.llamacpp import served_weights_identity
     from evalkit.models.litellm_client import LiteLLMModel
 
     ident = served_weights_identity(LlamaCppBackend())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.benchmarks.base import get_benchmark_class
+from evalkit.benchmarks import get_benchmark_class
 from evalkit.engine.journal import read_jsonl
 from tests.engine.test_engine_faults import IDS, _api, _rules, gold  # noqa: F401 - gold is a fixture
 

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from evalkit.engine.executor import AdaptiveWindow
+from evalkit.engine.scheduling import AdaptiveWindow
 from evalkit.engine.journal import read_jsonl
 
 N = 40

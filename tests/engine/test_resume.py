@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from evalkit.benchmarks.base import get_benchmark_class
+from evalkit.benchmarks import get_benchmark_class
 from evalkit.engine.journal import read_jsonl
 from tests.conftest import REPO_ROOT, base_overrides, evalkit_cmd
 

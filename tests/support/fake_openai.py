@@ -60,6 +60,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 #: scripted behaviours other than an HTTP status
 FAULTS = ("reset", "hang", "malformed", "trickle")
 _TRANSPORT = "fake_openai.transport"
+#: request body fields of the OpenAI API the log keeps apart; anything else (extra_body) is "extra"
+_STANDARD_FIELDS = {"model", "messages", "prompt", "temperature", "max_tokens", "top_p", "stop", "seed", "stream", "n"}
 
 
 def _free_port() -> int:
@@ -129,6 +131,8 @@ class FakeOpenAI:
         entry = {
             "key": key, "attempt": n + 1, "status": status, "last": last, "t": time.time(),
             "params": {k: body.get(k) for k in ("temperature", "max_tokens", "top_p", "stop", "seed")},
+            "model": body.get("model"),
+            "extra": {k: v for k, v in body.items() if k not in _STANDARD_FIELDS},
         }  # fmt: skip
         with self._lock:
             capacity = self.plan.get("capacity")

@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from evalkit.errors import ConfigError
 
@@ -139,3 +140,52 @@ class LlamaCppServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def served_weights_identity(backend: Any) -> str | None:
+    """For ``backend=llamacpp``: ``llamacpp:<alias>:<gguf file name>:<bytes>[:fresh]`` — what
+    answers, independent of the port the server gets each run. ``None`` for any other
+    backend."""
+    if getattr(backend, "kind", None) != "llamacpp":
+        return None
+    gguf = Path(backend.gguf) if backend.gguf else smollm2_gguf()
+    size = gguf.stat().st_size if gguf.exists() else 0
+    return f"llamacpp:{backend.model_alias}:{gguf.name}:{size}{':fresh' if backend.fresh_prompt_eval else ''}"
+
+
+class ServerPool:
+    """The llama.cpp servers evalkit started, one per distinct backend configuration (an
+    agent and a user simulator with the same backend config share one server). Closing the
+    pool stops them. A pool may outlive one run (e.g. the jobs of a sweep) as long as its
+    owner closes it."""
+
+    def __init__(self) -> None:
+        self._servers: dict[str, LlamaCppServer] = {}
+        self._bases: dict[str, str] = {}
+
+    def endpoint(self, backend: Any, log_file: Path) -> str | None:
+        """``api_base`` of ``backend``: its own ``api_base`` when set (nothing started), else
+        the address of the server this pool runs for its configuration (started now if new).
+
+        Raises:
+            ConfigError: llama-cpp-python or the GGUF file is missing.
+            RuntimeError: the server did not become ready.
+        """
+        if getattr(backend, "kind", None) != "llamacpp" or backend.api_base:
+            return getattr(backend, "api_base", None)
+        key = backend.model_dump_json()
+        if key not in self._bases:
+            server = LlamaCppServer(
+                gguf=backend.gguf, model_alias=backend.model_alias, port=backend.port, n_ctx=backend.n_ctx,
+                n_threads=backend.n_threads, fresh_prompt_eval=backend.fresh_prompt_eval,
+                startup_timeout_s=backend.startup_timeout_s, log_file=backend.log_file or log_file,
+            )  # fmt: skip
+            self._bases[key] = server.start()
+            self._servers[key] = server
+        return self._bases[key]
+
+    def close(self) -> None:
+        for server in self._servers.values():
+            server.stop()
+        self._servers.clear()
+        self._bases.clear()

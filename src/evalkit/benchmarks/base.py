@@ -1,8 +1,15 @@
 """The benchmark contract and its registry.
 
 A benchmark is one package under ``evalkit.benchmarks`` plus one YAML under
-``conf/benchmark/``. It owns its data loading, prompt assembly, scoring and aggregation;
-it never calls a model, litellm or Ray itself (the engine does).
+``conf/benchmark/``. It owns its data loading, prompt assembly, its solver, scoring and
+aggregation; it never calls litellm or Ray itself (the engine does).
+
+One sample path (inspect_ai's ``Task(dataset, solver, scorer)``): every sample is built into
+a :class:`~evalkit.types.Request` (:meth:`Benchmark.build`), solved into a
+:class:`~evalkit.types.Trajectory` by the benchmark's :class:`Solver` (default
+:class:`Generate`: one ``generate``; ACEBench agent categories: the rollout loop), and
+scored by :meth:`Benchmark.score_sample` from the sample and its trajectory — in a run and
+in ``rescore`` alike.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalkit.types import Request, Sample, SampleScore, Trajectory
+from evalkit.types import Generator, Request, Sample, SampleScore, Trajectory
 
 
 class GenerationParams(BaseModel):
@@ -35,16 +42,16 @@ class BenchmarkSettings(BaseModel):
     """Settings every benchmark has (``benchmark.*``); each benchmark subclasses this.
 
     ``subsets``: categories to evaluate (``None`` = the benchmark's default list).
-    ``generation``: the benchmark's own generation defaults; they win over the model's
-    defaults, and a model's ``dataset_args.<benchmark>`` wins over them.
     ``request_timeout_s``: per-request timeout when the benchmark needs long generations.
+    The benchmark YAML's ``generation`` block is a configuration layer, not a setting: it
+    wins over the model's defaults, a model's ``dataset_args.<benchmark>`` wins over it, and
+    the result is the run's ``generation`` (:func:`evalkit.config.resolve_layers`).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     name: str
     subsets: list[str] | None = None
-    generation: GenerationParams = Field(default_factory=GenerationParams)
     request_timeout_s: float | None = Field(default=None, gt=0)
 
 
@@ -100,10 +107,35 @@ class Benchmark(ABC):
         see the whole answer; the bare continuation is kept as ``raw_output``."""
         raise NotImplementedError(f"{self.name} has no text-completion mode")
 
+    # ---- solving ----------------------------------------------------------------------
+    def solver(self) -> "Solver":
+        """The solver shipped once to every worker (picklable). Default: :class:`Generate`."""
+        return Generate()
+
+    def is_rollout(self, sample: Sample) -> bool:
+        """True when the solver runs ``sample`` as a multi-turn rollout: its journal row keeps
+        the transcript, and it cannot be replayed from a single recorded output."""
+        return False
+
+    def needs_user_model(self, samples: list[Sample]) -> bool:
+        """True when some of ``samples`` is a rollout that needs a user simulator
+        (``benchmark.user_model``)."""
+        return False
+
+    def reference_agents(self, sample: Sample) -> tuple[Any, Any]:
+        """``(agent, user)`` scripted models replaying the gold trajectory of a rollout sample."""
+        raise NotImplementedError(f"{self.name} has no reference agent")
+
     # ---- scoring ----------------------------------------------------------------------
+    def score_sample(self, sample: Sample, trajectory: Trajectory) -> SampleScore:
+        """The one scoring entry (runs and ``rescore``): the verdict on ``sample`` from its
+        trajectory. Default: :meth:`score` of the final output. Must never raise."""
+        return self.score(sample, trajectory.final_output)
+
     @abstractmethod
     def score(self, sample: Sample, output: str) -> SampleScore:
-        """Score one non-empty raw model output. Must never raise for any text."""
+        """Score one non-empty raw model output (a single-turn answer). Must never raise
+        for any text."""
 
     @abstractmethod
     def aggregate(self, samples: list[Sample], records: list[dict[str, Any]]) -> dict[str, float]:
@@ -112,28 +144,6 @@ class Benchmark(ABC):
         ``samples`` is the full selection (scored or not), so a benchmark can tell which
         subsets are complete. Returns flat ``{name: value}`` (e.g. ``accuracy/NORMAL``).
         """
-
-    # ---- agent rollouts ---------------------------------------------------------------
-    def is_rollout(self, sample: Sample) -> bool:
-        """True when ``sample`` is evaluated by a multi-step rollout, not one request."""
-        return False
-
-    def needs_user_model(self, samples: list[Sample]) -> bool:
-        """True when some of ``samples`` is a rollout that needs a user simulator
-        (``benchmark.user_model``)."""
-        return False
-
-    def rollout_runner(self) -> "RolloutRunner | None":
-        """A picklable runner shipped once to every Ray worker (``None``: no rollouts)."""
-        return None
-
-    def score_trajectory(self, sample: Sample, trajectory: dict[str, Any]) -> SampleScore:
-        """Score a finished rollout from its journaled trajectory (``Trajectory.to_dict()``)."""
-        raise NotImplementedError(f"{self.name} has no rollouts")
-
-    def reference_agents(self, sample: Sample) -> tuple[Any, Any]:
-        """``(agent, user)`` scripted models replaying the gold trajectory of ``sample``."""
-        raise NotImplementedError(f"{self.name} has no reference agent")
 
     # ---- built-in models --------------------------------------------------------------
     @abstractmethod
@@ -155,37 +165,35 @@ class Benchmark(ABC):
         return [("Metrics", ["metric", "value"], rows)]
 
 
-class RolloutRunner(ABC):
-    """Runs one rollout. Lives in a Ray worker; must be picklable and hold no live state
-    between rollouts (every rollout builds its own environment)."""
+class Solver(ABC):
+    """How a sample becomes a trajectory (inspect_ai's solver). Lives in a worker: picklable,
+    and holds no live state between samples (a rollout builds its own environment)."""
 
     @abstractmethod
-    async def run(self, sample: Sample, agent: Any, user: Any | None) -> Trajectory:
-        """Run the conversation. ``agent`` / ``user`` expose ``async generate(Request) ->
-        Completion`` and raise :class:`evalkit.models.base.ModelCallError` (with
-        ``failure.actor`` set) when a call fails after its retries; the runner lets that
-        propagate. Per-call statistics are collected by the engine, not the runner."""
+    async def solve(self, sample: Sample, request: Request, agent: Generator, user: Generator | None) -> Trajectory:
+        """Solve ``sample`` whose first request is ``request``. ``agent`` / ``user`` answer
+        ``await generate(Request)`` with parameters, cache and retries filled in by the engine,
+        and raise ``ModelCallError`` (``failure.actor`` set) when a call fails after its
+        retries; a solver lets that propagate. Per-call statistics are the engine's."""
+
+
+class Generate(Solver):
+    """The default solver: one ``generate`` of the sample's request. In completion mode the
+    request's ``meta["answer_prefix"]`` (the beginning of the answer the prompt ends with) is
+    put in front of the continuation, which is kept as ``data["raw_output"]``."""
+
+    async def solve(self, sample: Sample, request: Request, agent: Generator, user: Generator | None) -> Trajectory:
+        completion = await agent.generate(request)
+        text = completion.text or ""
+        prefix = request.meta.get("answer_prefix") or ""
+        return Trajectory(final_output=prefix + text, data={"raw_output": completion.text} if prefix else {})
 
 
 _REGISTRY: dict[str, type[Benchmark]] = {}
 
 
 def register(cls: type[Benchmark]) -> type[Benchmark]:
-    """Class decorator: make a benchmark available under ``cls.name``."""
+    """Class decorator: make a benchmark available under ``cls.name`` (looked up with
+    :func:`evalkit.benchmarks.get_benchmark_class`)."""
     _REGISTRY[cls.name] = cls
     return cls
-
-
-def get_benchmark_class(name: str) -> type[Benchmark]:
-    """The registered benchmark class; raises ``KeyError`` with the known names."""
-    import evalkit.benchmarks  # noqa: F401  (imports every benchmark package)
-
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name]
-
-
-def known_benchmarks() -> list[str]:
-    import evalkit.benchmarks  # noqa: F401
-
-    return sorted(_REGISTRY)

@@ -1,92 +1,100 @@
-"""The run journal: append-only JSONL files that survive a killed process.
+"""The run journal: ``predictions.jsonl`` and ``failed.jsonl``, append-only (written with
+:class:`evalkit.jsonl.JsonlAppender`, read with the tolerant reader).
 
-Every finished sample is written at once (one line, flushed to the OS, so a SIGKILL of the
-process loses nothing already written; fsync at most once per ``fsync_interval_s`` and on
-close, so an OS crash loses at most that window). Readers tolerate a torn last line and
-duplicate rows (the first row for a key wins).
+Reading rules: a torn or otherwise unreadable line is skipped (its sample is asked again);
+of several rows for one sample the first wins (a resumed run never rewrites a row). Both
+are said, once, in one warning line: the numbers of the unreadable lines, and for a
+duplicate whose scores differ, the sample id and both scores.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import time
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from evalkit.secrets import scrub_obj
+from evalkit.jsonl import iter_objects, read_tolerant
 
-
-class JsonlAppender:
-    """Append JSON objects to ``path``, one per line, flushed immediately."""
-
-    def __init__(self, path: Path, fsync_interval_s: float = 1.0):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._repair_torn_tail()
-        # backslashreplace: a lone surrogate in model text is written as the JSON escape
-        # \udXXX (valid JSON that reads back to the same string) instead of crashing
-        self._fh = open(self.path, "a", encoding="utf-8", errors="backslashreplace")
-        self._fsync_interval_s = fsync_interval_s
-        self._last_fsync = time.monotonic()
-
-    def _repair_torn_tail(self) -> None:
-        """A killed writer may leave a last line without newline: end it so the next row
-        starts on its own line (the torn row itself is skipped by readers)."""
-        if self.path.exists() and self.path.stat().st_size > 0:
-            with open(self.path, "rb+") as fh:
-                fh.seek(-1, os.SEEK_END)
-                if fh.read(1) != b"\n":
-                    fh.write(b"\n")
-
-    def append(self, row: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(scrub_obj(row), ensure_ascii=False, default=str) + "\n")
-        self._fh.flush()
-        now = time.monotonic()
-        if now - self._last_fsync >= self._fsync_interval_s:
-            os.fsync(self._fh.fileno())
-            self._last_fsync = now
-
-    def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
-
-    def __enter__(self) -> "JsonlAppender":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _jsonl_rows(path: Path) -> Iterator[dict[str, Any] | None]:
-    """Each non-blank line of a JSONL file as its object, or ``None`` when it is not a JSON
-    object (a torn line, other JSON)."""
-    path = Path(path)
-    if not path.exists():
-        return
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                row = None
-            yield row if isinstance(row, dict) else None
+log = logging.getLogger("evalkit")
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Rows of a JSONL file, skipping blank and unparseable (torn) lines."""
-    return (row for row in _jsonl_rows(path) if row is not None)
+    """Rows of a journal, skipping blank and unreadable (torn) lines."""
+    return iter_objects(path)
 
 
 def unreadable_lines(path: Path) -> int:
-    """How many non-blank lines of a JSONL file :func:`read_jsonl` skips (not JSON, or not
-    a JSON object). One torn last line is what a killed process leaves; more means damage."""
-    return sum(row is None for row in _jsonl_rows(path))
+    """How many non-blank lines of a journal :func:`read_jsonl` skips (not JSON, or not a
+    JSON object). One torn last line is what a killed process leaves; more means damage."""
+    return len(read_tolerant(path).unreadable)
+
+
+@dataclass
+class Journal:
+    """One read of ``predictions.jsonl``: the first usable row per sample id (``rows``),
+    the unreadable line numbers, and the conflicting duplicates
+    ``(sample_id, kept line, other line, kept scores, other scores)``."""
+
+    path: Path
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unreadable: list[int] = field(default_factory=list)
+    torn_last: bool = False
+    conflicts: list[tuple[str, int, int, Any, Any]] = field(default_factory=list)
+
+    def problems(self) -> str | None:
+        """One line naming what was skipped or resolved, or ``None`` when nothing was."""
+        parts = []
+        if self.unreadable:
+            kind = "a torn last line" if self.torn_last and len(self.unreadable) == 1 else "unreadable lines"
+            parts.append(f"{kind} {_numbers(self.unreadable)} skipped (their samples are asked again)")
+        for sid, kept, other, a, b in self.conflicts[:5]:
+            parts.append(f"sample {sid} journaled twice with different scores: line {kept} {a} kept, line {other} {b} ignored")
+        if len(self.conflicts) > 5:
+            parts.append(f"{len(self.conflicts) - 5} more conflicting duplicates")
+        return f"{self.path}: " + "; ".join(parts) if parts else None
+
+    def warn(self) -> None:
+        """Log :meth:`problems` as one WARNING (console and the run's ``evalkit.log``)."""
+        line = self.problems()
+        if line:
+            log.warning("%s", line)
+
+
+def _numbers(lines: list[int]) -> str:
+    shown = ", ".join(str(n) for n in lines[:10])
+    return shown + (f" and {len(lines) - 10} more" if len(lines) > 10 else "")
+
+
+def read_journal(path: Path, request_hashes: dict[str, str] | None = None) -> Journal:
+    """The journal at ``path`` as :class:`Journal`.
+
+    With ``request_hashes`` (``{sample_id: hash}`` of the current run), only rows whose
+    ``request_hash`` matches count: a row recorded under other generation params or another
+    prompt is not a result of this run.
+    """
+    read = read_tolerant(path)
+    journal = Journal(Path(path), unreadable=read.unreadable, torn_last=read.torn_last)
+    first_line: dict[str, int] = {}
+    for lineno, row in read.rows:
+        sid = row.get("sample_id")
+        if not isinstance(sid, str):
+            continue
+        if request_hashes is not None and request_hashes.get(sid) != row.get("request_hash"):
+            continue
+        if sid in journal.rows:
+            kept = journal.rows[sid].get("scores")
+            if row.get("scores") != kept:
+                journal.conflicts.append((sid, first_line[sid], lineno, kept, row.get("scores")))
+            continue
+        journal.rows[sid] = row
+        first_line[sid] = lineno
+    return journal
+
+
+def latest_by_sample(path: Path, request_hashes: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """First journaled row per sample id (see :func:`read_journal`)."""
+    return read_journal(path, request_hashes).rows
 
 
 def damaged_journal(path: Path, n_readable: int, n_scored: Any) -> str | None:
@@ -99,21 +107,3 @@ def damaged_journal(path: Path, n_readable: int, n_scored: Any) -> str | None:
         f"{path}: {n_readable} readable predictions for n_scored={n_scored} in summary.json "
         f"({unreadable_lines(path)} unreadable lines): the journal is damaged"
     )
-
-
-def latest_by_sample(path: Path, request_hashes: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
-    """First journaled row per sample id.
-
-    With ``request_hashes`` (``{sample_id: hash}`` of the current run), only rows whose
-    ``request_hash`` matches count: a row recorded under other generation params or
-    another prompt is not a result of this run.
-    """
-    rows: dict[str, dict[str, Any]] = {}
-    for row in read_jsonl(path):
-        sid = row.get("sample_id")
-        if not isinstance(sid, str) or sid in rows:
-            continue
-        if request_hashes is not None and request_hashes.get(sid) != row.get("request_hash"):
-            continue
-        rows[sid] = row
-    return rows

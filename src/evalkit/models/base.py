@@ -8,6 +8,7 @@ the failure in ``failed.jsonl`` and never scores it.
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
 
 from evalkit.types import Completion, Failure, Request
 
@@ -28,3 +29,18 @@ class Model(Protocol):
 
     async def generate(self, request: Request) -> Completion:  # pragma: no cover - protocol
         ...
+
+
+def strip_credentials(url: str | None) -> str | None:
+    """``url`` without a ``user:password@`` part (ids and records never hold credentials)."""
+    if not url or "@" not in url:
+        return url
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=host))
+
+
+def endpoint_model_id(provider_model: str, api_base: str | None, identity: str | None = None) -> str:
+    """The cache and resume identity of a model reached over the network:
+    ``<provider model>@<served weights identity | endpoint | default>`` (never a key)."""
+    return f"{provider_model}@{identity or strip_credentials(api_base) or 'default'}"

@@ -37,7 +37,7 @@ from tenacity import (  # noqa: E402
     wait_exponential_jitter,
 )
 
-from evalkit.models.base import ModelCallError  # noqa: E402
+from evalkit.models.base import ModelCallError, endpoint_model_id  # noqa: E402
 from evalkit.types import Completion, Failure, Request  # noqa: E402
 
 litellm.suppress_debug_info = True
@@ -58,7 +58,10 @@ class LiteLLMModel:
         timeout_s: per-attempt timeout in seconds: a deadline for the whole answer, not only
             for the wait between two bytes of it.
         max_retries, retry_initial_wait_s, retry_max_wait_s, retry_budget_s: retry policy.
-        extra_body: extra provider request fields (e.g. ``{"min_tokens": 8}``).
+
+    Every parameter sent besides the prompt comes from ``request.params`` (generation
+    parameters and ``extra_body``, the provider fields of the model config): what is sent
+    is what the request's hash covers.
     """
 
     provider_model: str
@@ -70,7 +73,6 @@ class LiteLLMModel:
     retry_initial_wait_s: float = 1.0
     retry_max_wait_s: float = 60.0
     retry_budget_s: float = 600.0
-    extra_body: dict[str, Any] = field(default_factory=dict)
     #: identity of the served weights when the endpoint address is not stable (evalkit's
     #: own llama.cpp server gets a new port every run)
     identity: str | None = None
@@ -81,11 +83,7 @@ class LiteLLMModel:
     @property
     def model_id(self) -> str:
         """Cache and resume identity: provider model plus endpoint or served weights (never the key)."""
-        endpoint = self.api_base
-        if endpoint and "@" in endpoint:  # never put credentials of a URL into ids and records
-            scheme, _, rest = endpoint.partition("://")
-            endpoint = f"{scheme}://{rest.rsplit('@', 1)[1]}"
-        return f"{self.provider_model}@{self.identity or endpoint or 'default'}"
+        return endpoint_model_id(self.provider_model, self.api_base, self.identity)
 
     # ---- one attempt ------------------------------------------------------------------
     async def _attempt(self, request: Request) -> Completion:
@@ -102,8 +100,6 @@ class LiteLLMModel:
             kwargs["api_key"] = self.api_key
         elif self.api_base:
             kwargs["api_key"] = "sk-no-key-needed"  # local OpenAI-compatible servers ignore it
-        if self.extra_body:
-            kwargs["extra_body"] = dict(self.extra_body)
         start = time.perf_counter()
         if self.api == "completion" or request.messages is None:
             prompt = request.prompt if request.prompt is not None else _messages_as_text(request.messages or [])

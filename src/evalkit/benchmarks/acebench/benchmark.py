@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.benchmarks.acebench.agent.envs import SeedTexts, load_seed
-from evalkit.benchmarks.acebench.agent.loops import AceBenchRolloutRunner, first_agent_messages
+from evalkit.benchmarks.acebench.agent.loops import AceBenchSolver, first_agent_messages
 from evalkit.benchmarks.acebench.agent.reference import ScriptedAgent, ScriptedUser, reference_script
 from evalkit.benchmarks.acebench.agent.scoring import check_end_state, process_accuracy
 from evalkit.benchmarks.acebench.categories import (
@@ -32,8 +32,8 @@ from evalkit.benchmarks.acebench.prompts import (
 )
 from evalkit.benchmarks.acebench.reference import normal_reference, special_reference
 from evalkit.benchmarks.acebench.settings import AceBenchSettings
-from evalkit.benchmarks.base import Benchmark, register
-from evalkit.types import Request, Sample, SampleScore
+from evalkit.benchmarks.base import Benchmark, Generate, Solver, register
+from evalkit.types import Request, Sample, SampleScore, Trajectory
 
 
 @register
@@ -173,17 +173,24 @@ class AceBench(Benchmark):
             self._seeds[language] = load_seed(files)
         return self._seeds[language]
 
-    def rollout_runner(self) -> AceBenchRolloutRunner | None:
+    def solver(self) -> Solver:
+        """:class:`AceBenchSolver` when agent categories are selected (it holds their
+        templates and simulator texts), else the plain :class:`Generate`."""
         agent = [c for c in self.categories if c in AGENT_CATEGORIES]
         if not agent:
-            return None
+            return Generate()
         templates = {(c, lang): self._agent_templates(c, lang) for c in agent for lang in self.languages}
         seeds = {lang: self._seed(lang) for lang in self.languages}
-        return AceBenchRolloutRunner(templates, seeds, max_dialog_turns=self.settings.max_dialog_turns)
+        return AceBenchSolver(templates, seeds, max_dialog_turns=self.settings.max_dialog_turns)
 
-    def score_trajectory(self, sample: Sample, trajectory: dict[str, Any]) -> SampleScore:
+    def score_sample(self, sample: Sample, trajectory: Trajectory) -> SampleScore:
+        """Agent samples: the end state against the ground truth (§6.3) and process_acc over
+        the milestones (§4.4), from ``trajectory.data``; other categories: :meth:`score` of the
+        final output."""
+        if family(sample.subset) != "agent":
+            return self.score(sample, trajectory.final_output)
         try:
-            data = (trajectory or {}).get("data") or {}
+            data = trajectory.data if isinstance(trajectory.data, dict) else {}
             end_state = data.get("end_state") or []
             answer = sample.data["answer"]
             verdict = check_end_state(end_state, answer.get("ground_truth"))

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from evalkit.errors import DataError, first_line
+from evalkit.jsonl import read_objects
 
 log = logging.getLogger("evalkit.sobhard")
 
@@ -86,20 +87,7 @@ class Row(BaseModel):
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise DataError(f"{path}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    rows = []
-    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may sit inside a JSON string
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{n}: not JSON ({exc})") from None
-    return rows
+    return [row for _, row in read_objects(path)]
 
 
 def _read_parquet(paths: list[Path]) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """The rollout loops of the agent categories (spec §5.4 multi-step, §5.5 multi-turn).
 
-:class:`AceBenchRolloutRunner` is shipped to Ray workers: it holds only plain data (the
+:class:`AceBenchSolver` is shipped to the engine's workers: it holds only plain data (the
 template texts and the initial simulator texts read from the data) and builds a fresh
 :class:`~evalkit.benchmarks.acebench.agent.envs.Environment` for every rollout. Model calls
 go through ``await model.generate(Request(...))`` with empty ``params`` (the engine fills
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalkit.benchmarks.acebench.agent.envs import Environment, SeedTexts
-from evalkit.benchmarks.acebench.agent.executor import (
+from evalkit.benchmarks.acebench.agent.dispatch import (
     NUDGE,
     Undecodable,
     decode_message,
@@ -22,11 +22,11 @@ from evalkit.benchmarks.acebench.agent.executor import (
     observation,
     routes_to_executor,
 )
-from evalkit.benchmarks.base import RolloutRunner
-from evalkit.types import Request, Sample, Trajectory
+from evalkit.benchmarks.acebench.categories import family
+from evalkit.benchmarks.base import Generate, Solver
+from evalkit.types import Generator, Request, Sample, Trajectory
 
 FINISH = "finish conversation"
-AGENT_CATEGORIES = ("agent_multi_step", "agent_multi_turn")
 
 
 def remove_prefix(text: str) -> str:
@@ -91,8 +91,9 @@ async def _ask(model: Any, sample: Sample, messages: list[dict[str, str]]) -> st
     return text if isinstance(text, str) else ""
 
 
-class AceBenchRolloutRunner(RolloutRunner):
-    """Runs agent_multi_step / agent_multi_turn rollouts.
+class AceBenchSolver(Solver):
+    """ACEBench's solver: agent_multi_step / agent_multi_turn samples are rollouts (the
+    loops below); every other category is one :class:`~evalkit.benchmarks.base.Generate`.
 
     ``templates``: ``{(category, language): {role: text}}`` (see
     :func:`evalkit.benchmarks.acebench.prompts.agent_template_keys`); ``seeds``: initial
@@ -112,7 +113,13 @@ class AceBenchRolloutRunner(RolloutRunner):
     def environment(self, language: str, record: dict[str, Any]) -> Environment:
         return Environment(language, list(record.get("involved_classes") or []), record.get("initial_config") or {}, self.seeds[language])
 
+    async def solve(self, sample: Sample, request: Request, agent: Generator, user: Generator | None) -> Trajectory:
+        if family(sample.subset) != "agent":
+            return await Generate().solve(sample, request, agent, user)
+        return await self.run(sample, agent, user)
+
     async def run(self, sample: Sample, agent: Any, user: Any | None) -> Trajectory:
+        """One rollout of an agent sample (§5.4 multi-step, §5.5 multi-turn)."""
         category = sample.subset
         if category == "agent_multi_step":
             return await self.run_multi_step(sample, agent)

@@ -7,13 +7,13 @@ structured fields (ids, senders, times) are the spec's tables and are used to fi
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evalkit.errors import DataError
+from evalkit.jsonl import read_objects
 
 #: spec §5.7 MessageApi table: id -> (sender_id, receiver_id, time)
 INBOX_LAYOUT: dict[int, tuple[str, str, str]] = {
@@ -84,14 +84,6 @@ def load_seed(answer_files: list[Path]) -> SeedTexts:
     """:func:`extract_seed` over the JSONL answer files of the agent categories of one language."""
     gts = []
     for path in answer_files:
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise DataError(f"ACEBench data file unreadable: {path}: {exc}") from None
-        for line in lines:
-            if line.strip():
-                try:
-                    gts.append(json.loads(line).get("ground_truth"))
-                except (json.JSONDecodeError, AttributeError):
-                    raise DataError(f"malformed record in {path}") from None
+        for _, record in read_objects(path):
+            gts.append(record.get("ground_truth"))
     return extract_seed(gts, where=", ".join(str(p) for p in answer_files))

@@ -1,4 +1,4 @@
-"""The executor of the agent categories: decoding (spec §3.3), dispatch (§5.2) and
+"""The call dispatcher of the agent categories (the spec's "executor"): decoding (spec §3.3), dispatch (§5.2) and
 observation formatting (§5.3).
 
 Model text is parsed with :mod:`ast` and never executed: decoded values are passed as

@@ -1,0 +1,141 @@
+"""Composing a run's configuration: Hydra's compose API, one-line composition errors, and
+the resolution of a composed config into a validated :class:`~evalkit.config.EvalConfig`
+(the user simulator's model included). Used by the command line, the sweep and the tests.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from evalkit.config import EvalConfig, resolve_layers, validate
+from evalkit.errors import ConfigError
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def hydra_error_line(exc: BaseException) -> str:
+    """A one-line version of a Hydra/OmegaConf composition error."""
+    text = str(exc).strip()
+    m = re.search(r"Could not find '([^']+)/([^'/]+)'", text)
+    if m:
+        group, option = m.groups()
+        opts = re.findall(r"^\t(\S+)$", text, flags=re.M)
+        avail = f"; available: {', '.join(opts)}" if opts else ""
+        return f"{group}={option}: unknown {group}{avail}"
+    m = re.search(r"Could not override '([^']+)'", text)
+    if m and ("not in struct" in text or "To append" in text):
+        return f"{m.group(1)}: unknown key (to add a new key use +{m.group(1)}=...)"
+    m = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
+    if m:
+        return f"{m.group(1)}: already exists; override it without '+'"
+    m = re.search(r"Missing mandatory value: (\S+)", text)
+    if m:
+        return f"{m.group(1)}: required value missing (pass {m.group(1)}=...)"
+    m = re.search(r"Error parsing override '([^']+)'", text)
+    if m:
+        return f"override {m.group(1)!r} is not valid override syntax (expected key=value)"
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first
+
+
+_NUMERIC_GROUP = re.compile(r"^(shots)=(\d+(?:,\d+)*)$")
+
+
+def quote_numeric_groups(args: Sequence[str]) -> list[str]:
+    """``shots=3`` → ``shots='3'`` and ``shots=0,3`` → ``shots='0','3'``.
+
+    The ``shots`` group's options are named by numbers; Hydra's override grammar would read
+    ``3`` as an int and refuse it as a group choice, so the number is quoted for it.
+    """
+    out = []
+    for arg in args:
+        m = _NUMERIC_GROUP.match(arg)
+        out.append(f"{m.group(1)}=" + ",".join(f"'{n}'" for n in m.group(2).split(",")) if m else arg)
+    return out
+
+
+def compose(overrides: Sequence[str] = ()) -> DictConfig:
+    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra's compose API).
+
+    Raises:
+        ConfigError: any composition error, as one line.
+    """
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            return hydra_compose("config", overrides=quote_numeric_groups(overrides))
+    except Exception as exc:  # noqa: BLE001 - hydra raises many types; all become one line
+        if type(exc).__name__ == "OverrideParseException":
+            raise ConfigError(bad_override(overrides, exc)) from None
+        raise ConfigError(hydra_error_line(exc)) from None
+
+
+def bad_override(overrides: Sequence[str], exc: BaseException) -> str:
+    """Name the override Hydra's grammar rejected."""
+    parser = OverridesParser.create()
+    for ov in overrides:
+        try:
+            parser.parse_overrides([ov])
+        except Exception as inner:  # noqa: BLE001
+            reason = str(inner).splitlines()[0]
+            return f"override {ov!r} cannot be parsed ({reason}); expected key=value"
+    return str(exc).splitlines()[0]
+
+
+def to_plain(cfg: DictConfig) -> dict[str, Any]:
+    """Resolved plain dict of a composed config without the ``hydra`` node.
+
+    Raises:
+        ConfigError: a missing mandatory value (``???``) or a failing interpolation.
+    """
+    cfg = cfg.copy()
+    OmegaConf.set_struct(cfg, False)
+    cfg.pop("hydra", None)
+    try:
+        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None)
+        if "Missing mandatory value" in str(exc) and key:
+            raise ConfigError(f"{key}: required value missing (pass {key}=...)") from None
+        raise ConfigError(f"{key or 'config'}: {str(exc).splitlines()[0]}") from None
+
+
+def _compose_in_context(overrides: list[str]) -> DictConfig:
+    """Compose another config of the same tree, inside Hydra's running app if there is one."""
+    if GlobalHydra.instance().is_initialized():
+        try:
+            return hydra_compose("config", overrides=overrides)
+        except Exception as exc:  # noqa: BLE001
+            raise ConfigError(hydra_error_line(exc)) from None
+    return compose(overrides)
+
+
+def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
+    """Plain resolved dict + validated :class:`~evalkit.config.EvalConfig` of a composed
+    config. ``benchmark.user_model=<name>`` (after ``model.dataset_args`` is applied) is
+    composed here: ``conf/model/<name>.yaml`` with ``benchmark.user_overrides`` and its own
+    backend become the ``user`` node, validated and recorded like the agent model.
+
+    Raises:
+        ConfigError: one line naming the key.
+    """
+    raw = to_plain(cfg)
+    bench = resolve_layers(raw)["benchmark"]
+    user_name = bench.get("user_model")
+    if user_name:
+        try:
+            user_raw = to_plain(_compose_in_context([f"model={user_name}", *list(bench.get("user_overrides") or [])]))
+        except ConfigError as exc:
+            raise ConfigError(f"benchmark.user_model: {exc}") from None
+        raw["user"] = {"model": user_raw["model"], "backend": user_raw["backend"]}
+    return raw, validate(raw)

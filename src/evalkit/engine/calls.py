@@ -1,0 +1,168 @@
+"""One sample, solved: every model call through the response cache and the model's retry
+policy, every failure turned into data, and one path for every benchmark.
+
+:func:`solve_unit` runs the benchmark's solver on a sample (one ``generate`` for a
+single-turn sample, the rollout loop for an agent sample) with its models wrapped in
+:class:`ActorModel`, and returns the :class:`~evalkit.types.Trajectory` — with
+``failure`` set instead of raising when a model call failed after its retries (actor
+``agent``/``model`` or ``user``) or the solver itself crashed (actor ``environment``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalkit.errors import ConfigError
+from evalkit.models.base import ModelCallError
+from evalkit.types import Completion, Failure, Request, Sample, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Unit:
+    """One unit of work: a sample, its first request (whose hash identifies the sample's
+    result) and whether the solver runs it as a multi-turn rollout."""
+
+    sample: Sample
+    request: Request
+    rollout: bool = False
+
+
+# ------------------------------------------------------------------------------------------
+# response cache
+# ------------------------------------------------------------------------------------------
+def open_cache(cache_dir: str | Path | None) -> Any:
+    """A process-safe on-disk response cache (diskcache, SQLite-backed), or ``None``.
+
+    Raises:
+        ConfigError: ``cache_dir`` is not a cache diskcache can open (one line).
+    """
+    if cache_dir is None:
+        return None
+    import diskcache
+
+    try:
+        return diskcache.Cache(str(cache_dir), size_limit=2**34)
+    except Exception as exc:  # noqa: BLE001 - sqlite3.DatabaseError, OSError, ...
+        raise ConfigError(
+            f"run.cache_dir: {cache_dir} is not a usable response cache ({type(exc).__name__}: {exc}); "
+            "move it away, point run.cache_dir elsewhere or set run.cache=false"
+        ) from None
+
+
+def _cache_get(cache: Any, key: str) -> Completion | None:
+    """A cached completion, or ``None`` — also for an entry that cannot be read or has
+    another shape (a corrupt entry is a miss; the fresh answer then replaces it)."""
+    try:
+        hit = cache.get(key)
+    except Exception as exc:  # noqa: BLE001 - unpickling and SQLite errors alike
+        log.warning("response cache: entry %s unreadable (%s: %s); asking the model", key[:16], type(exc).__name__, exc)
+        return None
+    try:
+        return Completion(**hit) if isinstance(hit, dict) else None
+    except TypeError:
+        return None
+
+
+def _cache_set(cache: Any, key: str, value: dict[str, Any]) -> None:
+    try:
+        cache.set(key, value)
+    except Exception as exc:  # noqa: BLE001 - a cache that cannot be written costs reuse, not the answer
+        log.warning("response cache: cannot store %s (%s: %s)", key[:16], type(exc).__name__, exc)
+
+
+async def execute(model: Any, request: Request, cache: Any = None) -> Completion | Failure:
+    """One request through cache → model (with its retries) → Completion or Failure.
+
+    Only successful, non-empty completions are cached; the key is
+    ``request.request_hash(model.model_id)`` (model id + every parameter sent + exact
+    prompt), so changing anything sent misses.
+    """
+    key = request.request_hash(model.model_id) if cache is not None else None
+    if key is not None:
+        completion = _cache_get(cache, key)
+        if completion is not None:
+            completion.cached = True
+            completion.attempts = completion.throttled = 0
+            completion.latency_s = 0.0
+            return completion
+    try:
+        completion = await model.generate(request)
+    except ModelCallError as exc:
+        return exc.failure
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug in a model must not kill the run
+        log.exception("model raised unexpectedly")
+        return Failure("internal", f"{type(exc).__name__}: {exc}"[:500])
+    if key is not None:
+        stored = completion.to_dict()
+        stored["cached"] = False
+        _cache_set(cache, key, stored)
+    return completion
+
+
+class ActorModel:
+    """A model as a solver sees it: parameters filled in, every call through :func:`execute`
+    (cache, retries, failure conversion), per-call statistics appended to ``turns``; a failed
+    call raises :class:`ModelCallError` naming ``actor``."""
+
+    def __init__(self, model: Any, cache: Any, actor: str, params: dict[str, Any], turns: list[dict[str, Any]]):
+        self.model = model
+        self.cache = cache
+        self.actor = actor
+        self.params = params
+        self.turns = turns
+        self.model_id = getattr(model, "model_id", actor)
+
+    async def generate(self, request: Request) -> Completion:
+        if not request.params:
+            request.params = dict(self.params)
+        result = await execute(self.model, request, self.cache)
+        if isinstance(result, Failure):
+            result.actor = self.actor
+            raise ModelCallError(result)
+        self.turns.append(
+            {
+                "actor": "user" if self.actor == "user" else "agent",
+                "latency_s": round(result.latency_s, 4),
+                "usage": result.usage,
+                "attempts": result.attempts,
+                "throttled": result.throttled,
+                "cached": result.cached,
+                "finish_reason": result.finish_reason,
+                "reasoning": result.reasoning,
+            }
+        )
+        return result
+
+
+async def solve_unit(
+    solver: Any, unit: Unit, agents: Any, cache: Any, agent_params: dict[str, Any], user_params: dict[str, Any]
+) -> Trajectory:
+    """Solve one unit with ``agents.pair(sample)``; never raises (but for cancellation).
+
+    The model under evaluation is named ``agent`` in a rollout and ``model`` otherwise
+    (``failed.jsonl``'s ``actor``)."""
+    turns: list[dict[str, Any]] = []
+    agent, user = agents.pair(unit.sample)
+    wrapped_agent = ActorModel(agent, cache, "agent" if unit.rollout else "model", agent_params, turns)
+    wrapped_user = ActorModel(user, cache, "user", user_params, turns) if user is not None else None
+    try:
+        trajectory = await solver.solve(unit.sample, unit.request, wrapped_agent, wrapped_user)
+    except ModelCallError as exc:
+        trajectory = Trajectory(failure=exc.failure)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a crashing environment must not kill the run
+        log.exception("solving %s raised", unit.sample.id)
+        trajectory = Trajectory(failure=Failure("environment", f"{type(exc).__name__}: {exc}"[:500], actor="environment"))
+    trajectory.turns = turns
+    if trajectory.failure is not None:
+        trajectory.failure.attempts = max(trajectory.failure.attempts, 1)
+    return trajectory

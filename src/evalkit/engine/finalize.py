@@ -1,0 +1,81 @@
+"""Stage 5 of a run, *finalize*: read the journal back, aggregate, write ``summary.json``,
+``report.md`` and the plots, and tell the observer. Scoring reads only the journal, so a
+resumed run and an uninterrupted one give the same metrics. The headline metrics are
+withheld (``partial_*`` instead) when any selected sample has no scored prediction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from evalkit import __version__, secrets
+from evalkit.engine.journal import read_journal, read_jsonl
+from evalkit.engine.plan import RunPlan, data_fingerprint
+from evalkit.engine.rundir import FAILED, PREDICTIONS, SUMMARY, RunState
+from evalkit.report.summary import build_summary, write_report
+from evalkit.tracking.base import Observer, RunInfo
+from evalkit.types import sha256_hex
+
+log = logging.getLogger("evalkit")
+
+
+def code_version() -> str:
+    """``<version>+<sha256 of evalkit's sources, 12 hex>``: identifies the code that scored."""
+    root = Path(__file__).resolve().parents[1]
+    digest = sha256_hex(
+        "".join(f"{p.relative_to(root)}\0{sha256_hex(p.read_bytes())}\n" for p in sorted(root.rglob("*.py")))
+    )
+    return f"{__version__}+{digest[:12]}"
+
+
+def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The run's summary (secrets scrubbed) and its scored records, from the journal."""
+    hashes = plan.request_hashes()
+    done = read_journal(state.run_dir / PREDICTIONS, hashes).rows
+    records = [done[s.id] for s in plan.samples if s.id in done]
+    failures = {
+        r["sample_id"]: r for r in read_jsonl(state.run_dir / FAILED) if r.get("sample_id") in hashes and r["sample_id"] not in done
+    }
+    finished_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    summary = build_summary(
+        cfg=plan.cfg,
+        bench=plan.bench,
+        samples=plan.samples,
+        records=records,
+        failures=failures,
+        missing=[s.id for s in plan.samples if s.id not in done],
+        metrics=plan.bench.aggregate(plan.samples, records),
+        fingerprint=data_fingerprint(plan.samples),
+        prompt_hash=plan.prompt_hash(),
+        code_version=code_version(),
+        model_id=plan.models.model_id,
+        started_at=state.started_at,
+        finished_at=finished_at,
+        wall_s=time.perf_counter() - state.t0,
+    )
+    summary["endpoints"] = dict(plan.models.endpoints)
+    if engine is not None:
+        summary["engine"] = engine
+    return secrets.scrub_obj(summary), records
+
+
+def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, observer: Observer) -> dict[str, Any]:
+    """Write ``summary.json``, the plots and ``report.md``, then call the observer's
+    ``run_finished`` (a tracker's failure is its own one-line ``TrackingError``; the
+    run's results are on disk by then). Returns the summary."""
+    summary, records = summarize(plan, state, engine)
+    run_dir = state.run_dir
+    (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    metrics = summary["metrics"] or {k.removeprefix("partial_"): v for k, v in (summary.get("partial_metrics") or {}).items()}
+    try:
+        plan.bench.write_plots(run_dir / "plots", metrics, records)
+    except Exception:  # noqa: BLE001 - a figure must never cost the run its summary
+        log.exception("plotting failed")
+    write_report(run_dir, summary, plan.bench)
+    observer.run_finished(RunInfo(plan.cfg, run_dir, state.resumed), summary)
+    return summary

@@ -1,0 +1,129 @@
+"""Stage 1 of a run, *prepare*: load the benchmark's data, select the samples, build each
+sample's request, plan the models. Nothing is started and nothing is written, so every
+problem found here (bad data, an unknown sample id, a replay file that cannot be read) is
+one line before the run directory exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from evalkit import secrets
+from evalkit.benchmarks import get_benchmark_class
+from evalkit.benchmarks.base import Benchmark
+from evalkit.config import EvalConfig
+from evalkit.engine.calls import Unit
+from evalkit.errors import ConfigError, DataError
+from evalkit.models.factory import ModelPlan, plan_models
+from evalkit.types import Request, Sample, canonical_json, sha256_hex
+
+
+@dataclass
+class RunPlan:
+    """Everything a run needs before it starts: the validated config, the benchmark, the
+    selected samples, one :class:`~evalkit.engine.calls.Unit` per sample (in selection
+    order) and the planned models."""
+
+    cfg: EvalConfig
+    bench: Benchmark
+    samples: list[Sample]
+    units: list[Unit]
+    models: ModelPlan
+
+    def request_hashes(self) -> dict[str, str]:
+        """``{sample id: request hash}``: what identifies each sample's result (resume)."""
+        return {u.sample.id: u.request.request_hash(self.models.model_id) for u in self.units}
+
+    def prompt_hash(self) -> str:
+        """SHA-256 over every selected sample's id and prompt hash, in selection order."""
+        return sha256_hex("".join(f"{u.sample.id}\0{u.request.prompt_hash()}\n" for u in self.units))
+
+
+def prepare(cfg: EvalConfig) -> RunPlan:
+    """The :class:`RunPlan` of a validated config.
+
+    Raises:
+        ConfigError: an empty selection, an unknown sample id, a user simulator missing for
+            the selected rollouts, rollouts asked of ``model=replay``.
+        DataError: the benchmark's data is missing or malformed, a replay file cannot be read.
+    """
+    secrets.register(cfg.api_key())
+    secrets.register(cfg.user_api_key())
+    for backend in (cfg.backend, cfg.user.backend if cfg.user is not None else None):
+        secrets.register_url_password(getattr(backend, "api_base", None))
+    bench = get_benchmark_class(cfg.benchmark.name)(cfg.benchmark)
+    samples = select_samples(load_unique(bench), cfg)
+    rollouts = [s for s in samples if bench.is_rollout(s)]
+    if bench.needs_user_model(samples) and cfg.user is None and cfg.model.kind != "reference":
+        raise ConfigError(
+            f"benchmark.user_model: the selected {bench.name} subsets {sorted({s.subset for s in rollouts})} need a user "
+            "simulator; pass benchmark.user_model=<model config name> (e.g. smollm2, gpt4o)"
+        )
+    if cfg.model.kind == "replay" and rollouts:
+        raise ConfigError("model=replay: agent rollouts cannot be replayed from single outputs; deselect those subsets")
+    units = [Unit(s, build_request(bench, cfg, s), bench.is_rollout(s)) for s in samples]
+    models = plan_models(cfg, bench, samples, with_user=cfg.user is not None and bool(rollouts))
+    return RunPlan(cfg, bench, samples, units, models)
+
+
+def build_request(bench: Benchmark, cfg: EvalConfig, sample: Sample) -> Request:
+    """The sample's request with every parameter the agent sends (``cfg.sent_params()``);
+    text-completion requests for ``model.api=completion`` (rollouts are always chat)."""
+    if cfg.model.api == "completion" and cfg.model.kind == "litellm" and not bench.is_rollout(sample):
+        request = bench.build_completion(sample, cfg.shots.n)
+    else:
+        request = bench.build(sample, cfg.shots.n)
+    request.params = cfg.sent_params()
+    return request
+
+
+def load_unique(bench: Benchmark) -> list[Sample]:
+    """All samples of the benchmark's selected subsets.
+
+    Raises:
+        DataError: a sample id that occurs twice.
+    """
+    loaded = bench.load()
+    seen: set[str] = set()
+    for sample in loaded:
+        if sample.id in seen:
+            raise DataError(f"{bench.name}: sample id {sample.id!r} occurs twice in the data; ids must be unique")
+        seen.add(sample.id)
+    return loaded
+
+
+def select_samples(samples: list[Sample], cfg: EvalConfig) -> list[Sample]:
+    """Apply ``run.sample_ids`` / ``run.sample_ids_file`` then ``run.limit`` (first N).
+
+    Raises:
+        ConfigError: a requested id that the benchmark does not have, or nothing selected.
+    """
+    wanted: list[str] | None = None
+    if cfg.run.sample_ids is not None:
+        wanted = list(cfg.run.sample_ids)
+    if cfg.run.sample_ids_file is not None:
+        try:
+            lines = Path(cfg.run.sample_ids_file).read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise ConfigError(f"run.sample_ids_file: {cfg.run.sample_ids_file} is not UTF-8 text (one id per line)") from None
+        stripped = (ln.strip() for ln in lines)
+        wanted = (wanted or []) + [ln for ln in stripped if ln and not ln.startswith("#")]
+    if wanted is not None:
+        by_id = {s.id: s for s in samples}
+        unknown = [sid for sid in wanted if sid not in by_id]
+        if unknown:
+            example = samples[0].id if samples else "none"
+            raise ConfigError(f"run.sample_ids: unknown sample id {unknown[0]!r} (ids look like {example!r})")
+        seen: set[str] = set()
+        samples = [by_id[sid] for sid in wanted if not (sid in seen or seen.add(sid))]
+    if cfg.run.limit is not None:
+        samples = samples[: cfg.run.limit]
+    if not samples:
+        raise ConfigError("run: the selection is empty (check benchmark.subsets, run.sample_ids, run.limit)")
+    return samples
+
+
+def data_fingerprint(samples: list[Sample]) -> str:
+    """SHA-256 over the evaluated records (id, subset and payload, in selection order)."""
+    return sha256_hex("".join(canonical_json([s.id, s.subset, s.data]) + "\n" for s in samples))

@@ -1,0 +1,74 @@
+"""The Ray instance of a run: a local one started for it, or an existing cluster joined by
+``runner.address`` — reached before anything is written, and an unreachable cluster is one
+line in seconds."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from evalkit.errors import ConfigError
+
+
+def ensure_ray(address: str | None, num_cpus: int | None) -> bool:
+    """Connect to Ray (an existing cluster when ``address`` is set, else a local instance;
+    reuse the one this process already has). Returns True if this call started it.
+
+    Raises:
+        ConfigError: the cluster address is malformed or nothing answers there.
+    """
+    import ray  # deferred: offline runs never import Ray
+
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = dict(
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+        configure_logging=True,
+    )
+    if address:
+        _check_reachable(address)
+        try:
+            ray.init(address=address, **kwargs)
+        except ConnectionError as exc:
+            hint = ""
+            if os.environ.get("RAY_AUTH_MODE") != "token":
+                hint = "; if the cluster uses token authentication, export RAY_AUTH_MODE=token (and RAY_AUTH_TOKEN)"
+            first = (str(exc).strip().splitlines() or ["connection refused"])[0][:200]
+            raise ConfigError(f"runner.address: cannot connect to the Ray cluster at {address} ({first}){hint}") from None
+    else:
+        ray.init(num_cpus=num_cpus, object_store_memory=256 * 1024 * 1024, **kwargs)
+    return True
+
+
+def _check_reachable(address: str) -> None:
+    """Fail in seconds, not minutes, when nothing listens at a ``HOST:PORT`` cluster address
+    (``ray.init`` keeps retrying an unreachable GCS for minutes). ``auto`` and ``ray://``
+    client addresses are left to Ray.
+
+    Raises:
+        ConfigError: the address is not ``HOST:PORT`` or the port does not accept connections.
+    """
+    import socket
+
+    if address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"runner.address: {address!r} is not HOST:PORT (or auto)")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"runner.address: no Ray cluster answers at {address} ({exc.strerror or exc}); start one "
+            "(launchers/ray_local_cluster.sh start) or fix the address"
+        ) from None
+
+
+def shutdown_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()

@@ -1,0 +1,103 @@
+"""The journal records of a unit: one builder for ``predictions.jsonl`` rows (every
+benchmark, single-turn or rollout) and one for ``failed.jsonl`` rows.
+
+Record contract (ARCHITECTURE.md; extend, don't rename): ``sample_id``, ``subset``,
+``status``, ``output``, ``parsed``, ``scores``, ``checks``, ``failed_checks``, ``detail``,
+``request_hash``, ``prompt_hash``, then ``raw_output`` (completion mode), ``usage``,
+``latency_s``, ``attempts``, ``throttled``, ``cached``, ``finish_reason``, ``reasoning``
+(never scored), ``n_turns`` and, for a rollout, the whole ``trajectory`` (so that
+``rescore`` needs nothing else; a readable copy goes to ``trajectories/<sample id>.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from evalkit import secrets
+from evalkit.engine.calls import Unit
+from evalkit.types import Failure, SampleScore, Trajectory
+
+
+def turn_totals(turns: list[dict[str, Any]]) -> dict[str, Any]:
+    """Totals over a trajectory's model calls: ``usage`` (summed per key), ``latency_s``,
+    ``attempts``, ``throttled``, ``cached`` (every call answered from the cache), and of the
+    model under evaluation's calls the last ``finish_reason`` and the ``reasoning`` texts."""
+    usage: dict[str, int] = {}
+    for turn in turns:
+        for k, v in (turn.get("usage") or {}).items():
+            usage[k] = usage.get(k, 0) + int(v)
+    agent = [t for t in turns if t.get("actor") != "user"]
+    reasoning = [t["reasoning"] for t in agent if t.get("reasoning")]
+    return {
+        "usage": usage,
+        "latency_s": round(sum(t.get("latency_s", 0.0) for t in turns), 4),
+        "attempts": sum(t.get("attempts", 0) for t in turns),
+        "throttled": sum(t.get("throttled", 0) for t in turns),
+        "cached": bool(turns) and all(t.get("cached") for t in turns),
+        "finish_reason": agent[-1].get("finish_reason") if agent else None,
+        "reasoning": "\n\n".join(reasoning) if reasoning else None,
+    }
+
+
+def prediction_record(unit: Unit, model_id: str, trajectory: Trajectory, scored: SampleScore) -> dict[str, Any]:
+    """One ``predictions.jsonl`` row. A single-turn answer cut at the token limit
+    (``finish_reason=length``) that scored ``ok`` has status ``truncated``."""
+    totals = turn_totals(trajectory.turns)
+    status = scored.status
+    if status == "ok" and not unit.rollout and totals["finish_reason"] == "length":
+        status = "truncated"
+    row: dict[str, Any] = {
+        "sample_id": unit.sample.id,
+        "subset": unit.sample.subset,
+        "status": status,
+        "output": trajectory.final_output,
+        "parsed": scored.parsed,
+        "scores": scored.scores,
+        "checks": scored.checks,
+        "failed_checks": scored.failed_checks,
+        "detail": scored.detail,
+        "request_hash": unit.request.request_hash(model_id),
+        "prompt_hash": unit.request.prompt_hash(),
+    }
+    if "raw_output" in trajectory.data:
+        row["raw_output"] = trajectory.data["raw_output"]
+    row.update(totals)
+    row["n_turns"] = len(trajectory.turns)
+    if unit.rollout:
+        row["trajectory"] = trajectory.to_dict()
+    return row
+
+
+def write_transcript(run_dir: Path, sample_id: str, trajectory: Trajectory) -> None:
+    """``trajectories/<sample id>.json``: a rollout's transcript for reading (secrets scrubbed)."""
+    tdir = Path(run_dir) / "trajectories"
+    tdir.mkdir(exist_ok=True)
+    (tdir / (sample_id.replace("/", "__") + ".json")).write_text(
+        json.dumps(secrets.scrub_obj({"sample_id": sample_id, **trajectory.to_dict()}), ensure_ascii=False, indent=1, default=str),
+        encoding="utf-8",
+        errors="backslashreplace",
+    )
+
+
+def failure_record(unit: Unit, model_id: str, failure: Failure) -> dict[str, Any]:
+    """One ``failed.jsonl`` row: the sample is not scored."""
+    return {
+        "sample_id": unit.sample.id,
+        "subset": unit.sample.subset,
+        "error_kind": failure.error_kind,
+        "message": failure.message,
+        "attempts": failure.attempts,
+        "actor": failure.actor,
+        "request_hash": unit.request.request_hash(model_id),
+    }
+
+
+def trajectory_of_row(row: dict[str, Any]) -> Trajectory:
+    """The trajectory a journal row records: a rollout's ``trajectory``, or a single-turn
+    answer's ``output`` (``rescore`` scores it through the same entry as the run did)."""
+    if isinstance(row.get("trajectory"), dict):
+        return Trajectory.from_dict(row["trajectory"])
+    output = row.get("output")
+    return Trajectory(final_output=output if isinstance(output, str) else "")

@@ -1,0 +1,177 @@
+"""Stage 3 of a run, *open*: choose the run directory (a new one, or the run being resumed,
+checked to be a run of the same settings), then make it, log into it and write
+``config.yaml``. Rules of resuming live here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+from evalkit import secrets
+from evalkit.config import CONFIG_FORMAT, EvalConfig
+from evalkit.errors import RunDirError, RunInterrupted
+
+log = logging.getLogger("evalkit")
+
+PREDICTIONS = "predictions.jsonl"
+FAILED = "failed.jsonl"
+SUMMARY = "summary.json"
+CONFIG = "config.yaml"
+
+#: config parts a resumed run may change: the selection, where things go, and how requests
+#: are scheduled and retried (none of these changes what a request asks); ``layers`` is
+#: provenance (a value moved between layers without changing what is sent is no change)
+RESUMABLE_KEYS = {"run", "tracking", "runner", "hydra", "layers"} | {
+    f"backend.{k}"
+    for k in ("concurrency", "adaptive_concurrency", "timeout_s", "max_retries", "retry_initial_wait_s",
+              "retry_max_wait_s", "retry_budget_s")
+}  # fmt: skip
+
+
+@dataclass
+class RunState:
+    """An open run directory: where, whether resumed, and when this attempt started
+    (``started_at`` ISO 8601 UTC, ``t0`` a ``perf_counter`` reading)."""
+
+    run_dir: Path
+    resumed: bool
+    started_at: str
+    t0: float
+
+
+def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in list(a) + [k for k in b if k not in a]:
+            if f"{prefix}{key}" in RESUMABLE_KEYS:
+                continue
+            diff = _first_difference(a.get(key), b.get(key), f"{prefix}{key}.")
+            if diff:
+                return diff
+        return None
+    return None if a == b else prefix.rstrip(".")
+
+
+def recorded_config(cfg: EvalConfig) -> dict[str, Any]:
+    """What ``config.yaml`` holds: the resolved config that runs, secrets redacted."""
+    return secrets.redact_config(cfg.record())
+
+
+def _check_resumable(run_dir: Path, cfg: EvalConfig) -> None:
+    """Raises RunDirError unless ``run_dir`` is a run of the same settings as ``cfg``."""
+    try:
+        prev = yaml.safe_load((run_dir / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise RunDirError(f"run.resume: {run_dir}/{CONFIG} cannot be read ({type(exc).__name__})") from None
+    if not isinstance(prev, dict) or not isinstance(prev.get("benchmark"), dict) or not isinstance(prev.get("model"), dict):
+        raise RunDirError(f"run.resume: {run_dir}/{CONFIG} is not an evalkit run config")
+    for key, now in (("benchmark", cfg.benchmark.name), ("model", cfg.model.name)):
+        was = prev[key].get("name")
+        if was != now:
+            raise RunDirError(f"run.resume: {run_dir} is a run of {key}={was}, not {key}={now}")
+    if prev.get("config_format") != CONFIG_FORMAT:
+        raise RunDirError(
+            f"run.resume: {run_dir} was written by an earlier evalkit (config format {prev.get('config_format', 1)}: "
+            f"raw configuration layers, requests identified without their extra_body); it cannot be resumed by this "
+            f"one (config format {CONFIG_FORMAT}) — start a new run; python -m evalkit.rescore still reads it"
+        )
+    diff = _first_difference(prev, recorded_config(cfg))
+    if diff:
+        raise RunDirError(
+            f"run.resume: {diff} differs from the run being resumed ({run_dir}); "
+            "only run.*, runner.*, tracking.* and backend.{concurrency, adaptive_concurrency, timeout_s, "
+            "max_retries, retry_*} may change on resume"
+        )
+
+
+def choose_run_dir(cfg: EvalConfig) -> tuple[Path, bool]:
+    """The run directory and whether it is resumed; nothing is created yet.
+
+    New runs go to ``<output_root>/runs/<benchmark>/<model>/<YYYYmmdd-HHMMSS>-<pid>``
+    (``-2``, ``-3``… appended if a run of the same process started in the same second),
+    or to ``run.dir``, which must not exist. A resumed run must have the same benchmark,
+    model, generation and backend settings as the run it continues (:data:`RESUMABLE_KEYS`
+    may change, e.g. a larger ``run.limit``).
+
+    Raises:
+        RunDirError: the directory exists, or the resume target is not a run of this
+            configuration (or was written in an older config format).
+    """
+    if cfg.run.resume is not None:
+        run_dir = Path(cfg.run.resume)
+        _check_resumable(run_dir, cfg)
+        return run_dir, True
+    if cfg.run.dir is not None:
+        run_dir = Path(cfg.run.dir)
+        if run_dir.exists():
+            raise RunDirError(f"run.dir: {run_dir} already exists; use run.resume={run_dir} to continue it")
+        return run_dir, False
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    parent = cfg.run.output_root / "runs" / cfg.benchmark.name / cfg.model.name
+    run_dir = parent / f"{stamp}-{os.getpid()}"
+    k = 2
+    while run_dir.exists():
+        run_dir = parent / f"{stamp}-{os.getpid()}-{k}"
+        k += 1
+    return run_dir, False
+
+
+def _setup_file_logging(run_dir: Path) -> logging.Handler:
+    handler = logging.FileHandler(run_dir / "evalkit.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(secrets.ScrubFilter())
+    logging.getLogger().addHandler(handler)
+    log.setLevel(logging.INFO)
+    return handler
+
+
+def _keep_earlier_failures(run_dir: Path) -> None:
+    """A resumed run retries the failures of earlier attempts: they become history
+    (``failed.prev-<k>.jsonl``) and this attempt starts a new ``failed.jsonl``."""
+    if (run_dir / FAILED).exists():
+        k = 1
+        while (run_dir / f"failed.prev-{k}.jsonl").exists():
+            k += 1
+        shutil.move(str(run_dir / FAILED), str(run_dir / f"failed.prev-{k}.jsonl"))
+    (run_dir / FAILED).touch()
+
+
+@contextmanager
+def open_run(cfg: EvalConfig, run_dir: Path, resumed: bool) -> Iterator[RunState]:
+    """Make (or reopen) ``run_dir``, log into its ``evalkit.log``, write ``config.yaml`` (on
+    every attempt: it describes the latest one). Ctrl-C inside becomes
+    :class:`~evalkit.errors.RunInterrupted` naming the directory to resume.
+
+    Raises:
+        RunDirError: the directory cannot be created.
+    """
+    if not resumed:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=False)
+        except OSError as exc:
+            key = "run.dir" if cfg.run.dir is not None else "run.output_root"
+            raise RunDirError(f"{key}: cannot create {run_dir} ({exc.strerror or type(exc).__name__})") from None
+    handler = _setup_file_logging(run_dir)
+    try:
+        text = yaml.safe_dump(recorded_config(cfg), sort_keys=False, allow_unicode=True)
+        (run_dir / CONFIG).write_text(text, encoding="utf-8")
+        _keep_earlier_failures(run_dir)
+        started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        yield RunState(run_dir, resumed, started_at, time.perf_counter())
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, RunInterrupted):
+            raise
+        log.info("interrupted; resume with run.resume=%s", run_dir)  # evalkit.log; the console gets one line
+        raise RunInterrupted(run_dir) from exc
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()

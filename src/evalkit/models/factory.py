@@ -1,0 +1,153 @@
+"""A run's models, built from its resolved config: the one place that knows model kinds.
+
+:func:`plan_models` reads what an offline model answers from (a replay file, the
+benchmark's gold or baseline answers) and fixes the model ids; it starts nothing and writes
+nothing, so a bad replay file is one line before the run directory exists.
+:meth:`ModelPlan.open` starts the servers evalkit runs itself (llama.cpp, through
+:mod:`evalkit.backends`) and yields the picklable factory a worker calls to build its
+:class:`Agents`; leaving the context stops them. The engine sees only this handle and the
+model protocol.
+
+The agent and the user simulator of multi-turn rollouts are each built from their own
+resolved config (model + backend): a user simulator whose backend names another endpoint
+is sent there, whatever its model is called.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from evalkit.backends.llamacpp import ServerPool, served_weights_identity
+from evalkit.benchmarks.base import Benchmark
+from evalkit.models.base import endpoint_model_id, strip_credentials
+from evalkit.models.offline import TableModel, file_digest, load_replay_file
+from evalkit.types import Sample
+
+
+@dataclass
+class Agents:
+    """The models answering one worker's samples. ``pair(sample)`` gives ``(agent, user)``:
+    the run's models, or, for the rollout samples of ``model=reference``, the benchmark's
+    scripted reference agent and user of that sample."""
+
+    agent: Any
+    user: Any | None = None
+    scripted: Callable[[Sample], tuple[Any, Any]] | None = None
+    is_rollout: Callable[[Sample], bool] | None = None
+
+    def pair(self, sample: Sample) -> tuple[Any, Any | None]:
+        if self.scripted is not None and self.is_rollout is not None and self.is_rollout(sample):
+            return self.scripted(sample)
+        return self.agent, self.user
+
+
+@dataclass
+class _Endpoint:
+    """One network model to build: its config, backend, key and per-attempt timeout."""
+
+    model: Any
+    backend: Any
+    api_key: str | None
+    timeout_s: float
+
+    @property
+    def identity(self) -> str | None:
+        return served_weights_identity(self.backend)
+
+    def model_id(self) -> str:
+        return endpoint_model_id(self.model.provider_model, getattr(self.backend, "api_base", None), self.identity)
+
+    def client_kwargs(self, api_base: str | None) -> dict[str, Any]:
+        b = self.backend
+        return dict(
+            provider_model=self.model.provider_model, api=self.model.api, api_base=api_base, api_key=self.api_key,
+            timeout_s=self.timeout_s, max_retries=b.max_retries, retry_initial_wait_s=b.retry_initial_wait_s,
+            retry_max_wait_s=b.retry_max_wait_s, retry_budget_s=b.retry_budget_s, identity=self.identity,
+        )  # fmt: skip
+
+
+def _network_agents(agent_kwargs: dict[str, Any], user_kwargs: dict[str, Any] | None) -> Agents:
+    """Runs in a worker: the litellm clients of the agent and the user simulator."""
+    from evalkit.models.litellm_client import LiteLLMModel  # deferred: litellm's import is heavy
+
+    return Agents(LiteLLMModel(**agent_kwargs), LiteLLMModel(**user_kwargs) if user_kwargs is not None else None)
+
+
+@dataclass
+class ModelPlan:
+    """The models of a run, not yet started.
+
+    Attributes:
+        model_id: the identity every request hash uses (``<agent id>|user=<user id>`` when a
+            user simulator takes part).
+        offline: True for models that need no network (reference, replay, baselines): the
+            engine runs them in its own process.
+        endpoints: ``{"agent": url | None, "user": url | None}``, credentials stripped;
+            evalkit's own servers' addresses once :meth:`open` started them.
+    """
+
+    model_id: str
+    offline: bool
+    endpoints: dict[str, str | None] = field(default_factory=dict)
+    _offline: Agents | None = None
+    _agent: _Endpoint | None = None
+    _user: _Endpoint | None = None
+
+    @contextmanager
+    def open(self, log_dir: Path, pool: ServerPool | None = None) -> Iterator[Callable[[], Agents]]:
+        """Start evalkit's own servers (in ``pool``, a new one when ``None``: stopped on exit)
+        and yield the factory of :class:`Agents` (picklable for network models)."""
+        if self._offline is not None:
+            offline = self._offline
+            yield lambda: offline
+            return
+        own = pool is None
+        pool = pool or ServerPool()
+        try:
+            assert self._agent is not None
+            agent_base = pool.endpoint(self._agent.backend, Path(log_dir) / "llama-server.log")
+            self.endpoints["agent"] = strip_credentials(agent_base)
+            user_kwargs = None
+            if self._user is not None:
+                user_base = pool.endpoint(self._user.backend, Path(log_dir) / "llama-server-user.log")
+                self.endpoints["user"] = strip_credentials(user_base)
+                user_kwargs = self._user.client_kwargs(user_base)
+            yield functools.partial(_network_agents, self._agent.client_kwargs(agent_base), user_kwargs)
+        finally:
+            if own:
+                pool.close()
+
+
+def plan_models(cfg: Any, bench: Benchmark, samples: list[Sample], with_user: bool) -> ModelPlan:
+    """The :class:`ModelPlan` of a validated config (:class:`~evalkit.config.EvalConfig`).
+
+    ``with_user``: a user simulator takes part (some selected sample is a rollout that
+    needs one and ``cfg.user`` is set).
+
+    Raises:
+        DataError: a replay file that cannot be read (names file and line).
+    """
+    kind = cfg.model.kind
+    if kind == "litellm":
+        agent = _Endpoint(cfg.model, cfg.backend, cfg.api_key(), cfg.request_timeout_s())
+        user = _Endpoint(cfg.user.model, cfg.user.backend, cfg.user_api_key(), cfg.request_timeout_s()) if with_user else None
+        model_id = agent.model_id() + (f"|user={user.model_id()}" if user is not None else "")
+        endpoints = {"agent": strip_credentials(getattr(cfg.backend, "api_base", None))}
+        if user is not None:
+            endpoints["user"] = strip_credentials(getattr(cfg.user.backend, "api_base", None))
+        return ModelPlan(model_id, False, endpoints, _agent=agent, _user=user)
+    singles = [s for s in samples if not bench.is_rollout(s)]
+    if kind == "reference":
+        outputs, source = {s.id: bench.reference_output(s) for s in singles}, "gold"
+    elif kind == "baseline":
+        outputs = {s.id: bench.baseline_output(cfg.model.baseline, s) for s in singles}
+        source = f"baseline-{cfg.model.baseline}"
+    else:  # replay
+        outputs, source = load_replay_file(cfg.model.path), file_digest(cfg.model.path)
+    table = TableModel(cfg.model.name, outputs, source)
+    scripted = bench.reference_agents if kind == "reference" else None
+    return ModelPlan(table.model_id, True, {"agent": None}, _offline=Agents(table, None, scripted, bench.is_rollout))

@@ -1,0 +1,56 @@
+"""The observer protocol: what the engine and the sweep announce, and a tracker hears.
+
+The engine calls, for one run: :meth:`Observer.run_started` (the run is about to write its
+directory: a tracker checks its store here, and raising :class:`~evalkit.errors.TrackingError`
+stops the run before anything is written), :meth:`Observer.sample_journaled` for each row
+written to ``predictions.jsonl``, and :meth:`Observer.run_finished` with the summary. The
+sweep calls :meth:`Observer.sweep_started` (what it returns is kept in ``sweep.json``, where
+the sweep's jobs find it, e.g. a parent run id) and :meth:`Observer.sweep_finished`.
+
+inspect_ai's hooks and lm-eval's ``evaluation_tracker`` are the shapes this follows. MLflow
+(:mod:`evalkit.tracking.mlflow_tracking`) is one observer, :class:`NullObserver`
+(``tracking=none``) the null one. Observers never import the engine, the sweep or the CLI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class RunInfo:
+    """What an observer knows of a run: its validated config
+    (:class:`~evalkit.config.EvalConfig`), its directory (about to be made, or the one being
+    resumed), and the sweep it is a job of (the sweep's ``sweep.json`` content, or ``None``)."""
+
+    cfg: Any
+    run_dir: Path
+    resumed: bool = False
+    sweep: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Observer:
+    """Base observer: every hook does nothing (subclass and override what you need)."""
+
+    def run_started(self, run: RunInfo) -> None:
+        """Before the run writes anything. May raise ``TrackingError`` (one line)."""
+
+    def sample_journaled(self, run: RunInfo, record: dict[str, Any]) -> None:
+        """A row was appended to ``predictions.jsonl`` (never raises into the run)."""
+
+    def run_finished(self, run: RunInfo, summary: dict[str, Any]) -> None:
+        """``summary.json`` and ``report.md`` are written. May raise ``TrackingError``."""
+
+    def sweep_started(self, sweep_dir: Path, info: dict[str, Any]) -> dict[str, Any]:
+        """A sweep starts (``info``: its ``sweep.json`` so far). Returns fields to add to it."""
+        return {}
+
+    def sweep_finished(self, sweep_dir: Path, info: dict[str, Any], summary: dict[str, Any], status: str) -> None:
+        """A sweep ended (``status``: FINISHED, FAILED or KILLED) with its summary written."""
+
+
+class NullObserver(Observer):
+    """``tracking=none``: nothing is recorded anywhere but the run directory."""

@@ -1,0 +1,240 @@
+"""The core's contracts: what is recorded is what ran, one JSON Lines reading, request
+identity, old run directories, the user simulator's own endpoint, and the import graph."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evalkit.engine.journal import read_jsonl
+from evalkit.rescore import rescore
+from tests.conftest import REPO_ROOT
+
+SRC = REPO_ROOT / "src" / "evalkit"
+
+
+def _api(fake, *extra: str) -> list[str]:
+    return [f"backend.api_base={fake.api_base}", "backend.retry_initial_wait_s=0.01", *extra]
+
+
+# ------------------------------------------------------------------------------------------
+# what is recorded is what ran
+# ------------------------------------------------------------------------------------------
+def test_config_and_params_record_the_values_sent(fake_openai, ray_address, run_eval, tmp_path):
+    """model=smollm2 on ACEBench: its dataset_args send max_tokens=256 (not the benchmark's
+    1200 nor the model's 512); config.yaml and the MLflow params say 256 and name no layer
+    whose value was not sent."""
+    from mlflow.tracking import MlflowClient
+
+    fake_openai.set_plan({"default": {"content": "[]"}})
+    root = tmp_path / "out"
+    res = run_eval(
+        ["model=smollm2", "backend=api", *_api(fake_openai), "tracking=mlflow", "benchmark.subsets=[normal_atom_bool]", "run.limit=2"],
+        output_root=root,
+    )  # fmt: skip
+    assert {e["params"]["max_tokens"] for e in fake_openai.log} == {256}
+    cfg = yaml.safe_load((res.run_dir / "config.yaml").read_text())
+    assert cfg["config_format"] == 2
+    assert cfg["generation"] == {"temperature": 0.0, "max_tokens": 256}
+    assert "generation" not in cfg["model"] and "generation" not in cfg["benchmark"] and "dataset_args" not in cfg["model"]
+    assert cfg["layers"]["benchmark.generation"]["max_tokens"] == 1200  # provenance only
+    assert res.summary["generation_params"] == {"temperature": 0.0, "max_tokens": 256}
+    run_id = json.loads((res.run_dir / "tracking.json").read_text())["mlflow_run_id"]
+    params = MlflowClient(f"sqlite:///{root.resolve() / 'mlflow.db'}").get_run(run_id).data.params
+    assert params["generation.max_tokens"] == "256" and params["generation.temperature"] == "0.0"
+    raw_layers = [k for k in params if k.startswith(("layers.", "model.generation", "benchmark.generation", "model.dataset_args"))]
+    assert raw_layers == []
+    assert {k: v for k, v in params.items() if k.endswith("max_tokens")} == {
+        "generation.max_tokens": "256", "user.generation.max_tokens": "256"  # smollm2 plays its own user
+    }
+
+
+def test_rescore_uses_the_benchmark_settings_that_ran(run_eval):
+    """A knob set through dataset_args (language=zh) is rescored under the same setting."""
+    res = run_eval(["model=reference", "+model.dataset_args.acebench.language=zh", "benchmark.subsets=[normal_atom_bool]", "run.limit=5"])
+    assert all(r["sample_id"].startswith("zh/") for r in read_jsonl(res.run_dir / "predictions.jsonl"))
+    assert yaml.safe_load((res.run_dir / "config.yaml").read_text())["benchmark"]["language"] == "zh"
+    result = rescore(res.run_dir)
+    assert result["changed"] == []
+    assert result["metrics"] == result["recorded"] and result["metrics"]["accuracy/normal_atom_bool"] == 1.0
+
+
+def test_config_yaml_is_rewritten_on_resume(run_eval):
+    first = run_eval(["model=reference", "benchmark.subsets=[normal_atom_bool]", "run.limit=2"])
+    again = run_eval(["model=reference", "benchmark.subsets=[normal_atom_bool]", "run.limit=4", f"run.resume={first.run_dir}"])
+    assert again.summary["n_scored"] == 4
+    assert yaml.safe_load((first.run_dir / "config.yaml").read_text())["run"]["limit"] == 4
+
+
+# ------------------------------------------------------------------------------------------
+# JSON Lines: records split on \n only
+# ------------------------------------------------------------------------------------------
+def test_outputs_with_line_separators_replay_with_the_same_verdicts(run_eval, tmp_path):
+    ref = run_eval(["model=reference", "benchmark.subsets=[normal_atom_bool]", "run.limit=4"])
+    rows = sorted(read_jsonl(ref.run_dir / "predictions.jsonl"), key=lambda r: r["sample_id"])
+    marks = ["\u2028", "\u2029", "\u0085", "\u2028\u2029"]
+    outputs = [{"sample_id": r["sample_id"], "output": r["output"] + m} for r, m in zip(rows, marks)]
+    outputs[1]["output"] = outputs[1]["output"].replace("(", "(\u2028", 1)  # inside the call: a different verdict
+    replay = tmp_path / "outputs.jsonl"
+    replay.write_text("".join(json.dumps(o, ensure_ascii=False) + "\n" for o in outputs), encoding="utf-8")
+    assert "\u2028" in replay.read_text(encoding="utf-8")
+    first = run_eval(["model=replay", f"model.path={replay}", "benchmark.subsets=[normal_atom_bool]", "run.limit=4"])
+    second = run_eval(
+        ["model=replay", f"model.path={first.run_dir / 'predictions.jsonl'}", "benchmark.subsets=[normal_atom_bool]", "run.limit=4"]
+    )
+
+    def verdicts(run):
+        return {r["sample_id"]: (r["output"], r["scores"], r["status"]) for r in read_jsonl(run.run_dir / "predictions.jsonl")}
+
+    assert first.summary["n_scored"] == second.summary["n_scored"] == 4
+    assert verdicts(first) == verdicts(second)
+    assert {o["sample_id"]: o["output"] for o in outputs} == {k: v[0] for k, v in verdicts(first).items()}
+    text = (first.run_dir / "predictions.jsonl").read_text(encoding="utf-8")
+    assert "\u2028" not in text and "\\u2028" in text  # written escaped: any line reader accepts it
+
+
+# ------------------------------------------------------------------------------------------
+# request identity
+# ------------------------------------------------------------------------------------------
+def test_extra_body_is_sent_and_part_of_the_request_identity(fake_openai, ray_address, run_eval, tmp_path):
+    fake_openai.set_plan({"default": {"content": "[]"}})
+    root = tmp_path / "out"
+    base = ["model=openai_compatible", "model.provider_model=openai/fake", *_api(fake_openai),
+            "benchmark.subsets=[normal_atom_bool]", "run.limit=3"]  # fmt: skip
+    run_eval(base, output_root=root)
+    assert len(fake_openai.log) == 3
+    fake_openai.set_plan({"default": {"content": "[]"}})
+    run_eval(base, output_root=root)
+    assert fake_openai.log == []  # every answer from the response cache
+    res = run_eval([*base, "+model.extra_body.top_k=5"], output_root=root)
+    assert len(fake_openai.log) == 3 and {e["extra"].get("top_k") for e in fake_openai.log} == {5}
+    assert yaml.safe_load((res.run_dir / "config.yaml").read_text())["model"]["extra_body"] == {"top_k": 5}
+
+
+def test_request_hash_of_epoch_0_and_no_extra_body_is_unchanged():
+    """Caches made before epochs and extra_body were part of the identity stay valid."""
+    from evalkit.types import Request, canonical_json, sha256_hex
+
+    req = Request("s1", "x", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 5})
+    before = sha256_hex(canonical_json({"model": "m", "params": {"max_tokens": 5}, "messages": req.messages, "prompt": None}))
+    assert req.request_hash("m") == before
+    assert Request("s1", "x", messages=req.messages, params=req.params, epoch=1).request_hash("m") != before
+    with_body = Request("s1", "x", messages=req.messages, params={"max_tokens": 5, "extra_body": {"top_k": 5}})
+    assert with_body.request_hash("m") != before
+
+
+# ------------------------------------------------------------------------------------------
+# run directories written before config format 2
+# ------------------------------------------------------------------------------------------
+def _as_format_1(run_dir: Path) -> None:
+    """Rewrite config.yaml the way evalkit wrote it before config format 2 (raw layers)."""
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    cfg.pop("config_format")
+    layers = cfg.pop("layers")
+    gen = cfg.pop("generation")
+    cfg["model"]["generation"] = layers.get("model.generation", gen)
+    cfg["model"]["dataset_args"] = {"acebench": layers.get("model.dataset_args.acebench", {})}
+    cfg["benchmark"]["generation"] = layers.get("benchmark.generation", {})
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+def test_an_older_run_directory_is_refused_for_resume_and_still_rescored(run_eval):
+    res = run_eval(["model=reference", "+model.dataset_args.acebench.language=zh", "benchmark.subsets=[normal_atom_bool]", "run.limit=3"])
+    _as_format_1(res.run_dir)
+    result = rescore(res.run_dir)
+    assert result["changed"] == [] and result["metrics"] == result["recorded"]
+    from evalkit.errors import RunDirError
+
+    with pytest.raises(RunDirError, match="config format 1") as err:
+        run_eval(["model=reference", "+model.dataset_args.acebench.language=zh", "benchmark.subsets=[normal_atom_bool]",
+                  "run.limit=3", f"run.resume={res.run_dir}"])  # fmt: skip
+    assert "\n" not in str(err.value)
+    assert len(list(read_jsonl(res.run_dir / "predictions.jsonl"))) == 3  # nothing re-requested
+
+
+# ------------------------------------------------------------------------------------------
+# the user simulator is built from its own config
+# ------------------------------------------------------------------------------------------
+def test_user_simulator_override_reaches_its_own_endpoint(fake_openai, ray_address, run_eval):
+    from tests.support.fake_openai import FakeOpenAI
+
+    user_server = FakeOpenAI().start()
+    try:
+        fake_openai.set_plan({"default": {"content": "finish conversation"}})
+        user_server.set_plan({"default": {"content": "finish conversation"}})
+        res = run_eval([
+            "model=openai_compatible", "model.provider_model=openai/fake", *_api(fake_openai),
+            "benchmark.user_model=openai_compatible", f"benchmark.user_overrides=['backend.api_base={user_server.api_base}','model.provider_model=openai/fake-user']",
+            "benchmark.max_dialog_turns=4", "run.sample_ids=[en/agent_multi_turn_0,en/agent_multi_turn_1]", "run.cache=false",
+        ])  # fmt: skip
+        assert res.summary["status"] == "complete"
+        assert len(user_server.log) >= 2 and {e["model"] for e in user_server.log} == {"fake-user"}
+        assert {e["model"] for e in fake_openai.log} == {"fake"}
+        turns = [t["actor"] for r in read_jsonl(res.run_dir / "predictions.jsonl") for t in r["trajectory"]["turns"]]
+        assert turns.count("user") == len(user_server.log) and turns.count("agent") == len(fake_openai.log)
+        assert res.summary["endpoints"] == {"agent": fake_openai.api_base, "user": user_server.api_base}
+    finally:
+        user_server.stop()
+
+
+# ------------------------------------------------------------------------------------------
+# the shape of the code: imports point one way, stage functions stay short
+# ------------------------------------------------------------------------------------------
+def _own_imports() -> dict[str, set[str]]:
+    """``{module: {evalkit modules it imports}}``, function-local imports included."""
+    mods = {}
+    for path in SRC.rglob("*.py"):
+        name = ".".join(("evalkit", *path.relative_to(SRC).with_suffix("").parts)).removesuffix(".__init__")
+        mods[name] = path
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for n in names:
+                while n and n not in mods:
+                    n = n.rpartition(".")[0]
+                if n and n != mod:
+                    edges[mod].add(n)
+    return edges
+
+
+def test_import_graph_has_no_cycle_and_points_one_way():
+    edges = _own_imports()
+    for mod, targets in edges.items():
+        pkg = mod.rsplit(".", 1)[0]
+        edges[mod] = {t for t in targets if not (mod == t.rsplit(".", 1)[0] or t == pkg)}  # package ↔ own children
+    state: dict[str, int] = {}
+
+    def visit(mod: str, path: list[str]) -> None:
+        state[mod] = 1
+        for t in edges[mod]:
+            assert state.get(t) != 1, f"import cycle: {' -> '.join(path + [t])}"
+            if t not in state:
+                visit(t, path + [t])
+        state[mod] = 2
+
+    for mod in edges:
+        if mod not in state:
+            visit(mod, [mod])
+    rules = [("evalkit.engine", "evalkit.backends"), ("evalkit.tracking", "evalkit.sweep"), ("evalkit.tracking", "evalkit.cli"),
+             ("evalkit.tracking", "evalkit.engine"), ("evalkit.sweep", "evalkit.cli"), ("evalkit.benchmarks", "evalkit.engine"),
+             ("evalkit.benchmarks", "evalkit.models"), ("evalkit.benchmarks", "evalkit.tracking")]  # fmt: skip
+    broken = [(m, t) for m, ts in edges.items() for t in ts for a, b in rules if m.startswith(a) and t.startswith(b)]
+    assert broken == []
+
+
+def test_no_orchestration_function_is_longer_than_60_lines():
+    files = [*(SRC / "engine").rglob("*.py"), SRC / "cli.py", SRC / "sweep.py", *(SRC / "tracking").rglob("*.py")]
+    long = [
+        f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in files
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60
+    ]
+    assert long == []
