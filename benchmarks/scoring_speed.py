@@ -1,6 +1,11 @@
 """Scoring speed of each benchmark's scorer: seconds per 1,000 samples (prints figures).
 
-    .venv/bin/python benchmarks/scoring_speed.py [--data ../shared/data]
+    .venv/bin/python benchmarks/scoring_speed.py [--data ../shared/data] [--no-isolated]
+
+Two figures per benchmark: the scorer called in this process (``bench.score``), and the
+scorer as a run calls it — through :class:`evalkit.engine.scoring.Scorer`, a pool of worker
+processes bounded in time and memory per sample, 8 samples in flight as a run's window
+allows (the pool's start-up is timed apart).
 
 ACEBench: every normal and special record (en and zh) scored on its reference answer and
 on a wrong-format answer, offline, no model. KE: the fixture answers, reference and rule
@@ -11,11 +16,16 @@ answers. Not a test: nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 import tracemalloc
 from pathlib import Path
 
 from evalkit.benchmarks import get_benchmark_class
+from evalkit.engine.scoring import Scorer
+from evalkit.types import Trajectory
+
+ISOLATED = True
 
 
 def measure(label: str, bench, outputs: list, repeat: int = 1) -> None:
@@ -33,6 +43,32 @@ def measure(label: str, bench, outputs: list, repeat: int = 1) -> None:
     tracemalloc.stop()
     print(f"{label}: {len(timed)} answers ({len(outputs)} distinct x {repeat}) in {elapsed:.3f} s -> "
           f"{1000 * elapsed / len(timed):.3f} s per 1,000 answers; peak traced memory {peak / 2**20:.1f} MiB")
+    if ISOLATED:
+        measure_isolated(label, bench, timed)
+
+
+def measure_isolated(label: str, bench, timed: list, in_flight: int = 8) -> None:
+    """Print seconds per 1,000 answers scored as a run scores them (:class:`Scorer`)."""
+    t0 = time.perf_counter()
+    scorer = Scorer(bench)
+    asyncio.run(scorer.score(*timed[0][:1], Trajectory(final_output=timed[0][1])))  # the pool is up
+    started = time.perf_counter() - t0
+
+    async def all_of() -> None:
+        gate = asyncio.Semaphore(in_flight)
+
+        async def one(sample, text) -> None:
+            async with gate:
+                await scorer.score(sample, Trajectory(final_output=text))
+
+        await asyncio.gather(*(one(s, t) for s, t in timed))
+
+    t0 = time.perf_counter()
+    with scorer:
+        asyncio.run(all_of())
+    elapsed = time.perf_counter() - t0
+    print(f"{label}, isolated (process pool, {in_flight} in flight): {1000 * elapsed / len(timed):.3f} s per 1,000 "
+          f"answers; pool start-up {started:.2f} s")
 
 
 def acebench(data: Path) -> None:
@@ -85,7 +121,10 @@ def sobhard(data: Path, repeat: int = 20) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
+    parser.add_argument("--no-isolated", action="store_true", help="only the in-process figure")
     args = parser.parse_args()
+    global ISOLATED
+    ISOLATED = not args.no_isolated
     acebench(args.data)
     ke(args.data)
     sobhard(args.data)

@@ -178,3 +178,28 @@ class JsonlAppender:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+
+#: fields of a journal row that may live in a side file (the model's texts)
+SIDE_FILE_FIELDS = ("output", "raw_output", "reasoning", "trajectory")
+
+
+def with_side_file(row: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """``row`` with the texts a capped journal row keeps in its side file put back: the row
+    names it as ``large = {"file": <path relative to base_dir>, ...}`` (``base_dir``: the
+    directory of the JSON Lines file the row came from). A side file that is missing,
+    unreadable or outside ``base_dir`` leaves the row as it is."""
+    large = row.get("large")
+    if not isinstance(large, dict) or not isinstance(large.get("file"), str):
+        return row
+    base = Path(base_dir).resolve()
+    path = (base / large["file"]).resolve()
+    if not path.is_relative_to(base):
+        return row
+    try:
+        moved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return row
+    if not isinstance(moved, dict):
+        return row
+    return {**row, **{k: v for k, v in moved.items() if k in SIDE_FILE_FIELDS}}

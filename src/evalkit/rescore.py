@@ -26,6 +26,7 @@ from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import resolve_layers
 from evalkit.engine.journal import damaged_journal, latest_by_sample
 from evalkit.engine.records import trajectory_of_row
+from evalkit.engine.scoring import Scorer
 from evalkit.errors import ConfigError, EvalkitError, RunDirError
 
 
@@ -75,13 +76,14 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
         raise RunDirError(damage)
     selected = [by_id[sid] for sid in rows if sid in by_id]
     records, changed = [], []
-    for sample in selected:
-        row = dict(rows[sample.id])
-        scored = bench.score_sample(sample, trajectory_of_row(row))
-        if scored.scores != row.get("scores"):
-            changed.append(sample.id)
-        row["scores"] = scored.scores
-        records.append(row)
+    with Scorer(bench) as scorer:  # the run's own bounds on time and memory per sample
+        for sample in selected:
+            row = dict(rows[sample.id])
+            scored = scorer.score_sync(sample, trajectory_of_row(row, run_dir))
+            if scored.scores != row.get("scores"):
+                changed.append(sample.id)
+            row["scores"] = scored.scores
+            records.append(row)
     metrics = bench.aggregate(selected, records)
     recorded = recorded_summary.get("metrics") or {
         k[len("partial_") :]: v for k, v in (recorded_summary.get("partial_metrics") or {}).items()

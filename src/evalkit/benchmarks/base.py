@@ -43,7 +43,10 @@ class BenchmarkSettings(BaseModel):
 
     ``subsets``: categories to evaluate (``None`` = the benchmark's default list).
     ``request_timeout_s``: per-request timeout when the benchmark needs long generations.
-    The benchmark YAML's ``generation`` block is a configuration layer, not a setting: it
+    ``score_timeout_s`` / ``score_memory_mb``: the bound on scoring one sample, in wall
+    seconds and in MiB of address space above the scoring process's start-up size; a
+    sample over either is recorded with status ``scorer_limit`` and scored 0
+    (:mod:`evalkit.engine.scoring`). Neither is sent to a model. The benchmark YAML's ``generation`` block is a configuration layer, not a setting: it
     wins over the model's defaults, a model's ``dataset_args.<benchmark>`` wins over it, and
     the result is the run's ``generation`` (:func:`evalkit.config.resolve_layers`).
     """
@@ -53,6 +56,8 @@ class BenchmarkSettings(BaseModel):
     name: str
     subsets: list[str] | None = None
     request_timeout_s: float | None = Field(default=None, gt=0)
+    score_timeout_s: float = Field(default=10.0, gt=0)
+    score_memory_mb: int = Field(default=2048, ge=64)
 
 
 class Benchmark(ABC):
@@ -136,6 +141,13 @@ class Benchmark(ABC):
     def score(self, sample: Sample, output: str) -> SampleScore:
         """Score one non-empty raw model output (a single-turn answer). Must never raise
         for any text."""
+
+    def limit_score(self, sample: Sample, detail: str) -> SampleScore:
+        """The verdict on an answer whose scoring hit a limit (time, memory, a crash of the
+        scoring process): a wrong answer — every score 0, the names those of an empty
+        answer's verdict — with status ``scorer_limit`` and ``detail`` saying which limit."""
+        names = self.score(sample, "").scores
+        return SampleScore(scores={k: 0.0 for k in names}, status="scorer_limit", detail=detail)
 
     @abstractmethod
     def aggregate(self, samples: list[Sample], records: list[dict[str, Any]]) -> dict[str, float]:

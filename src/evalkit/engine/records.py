@@ -7,6 +7,12 @@ Record contract (ARCHITECTURE.md; extend, don't rename): ``sample_id``, ``subset
 ``latency_s``, ``attempts``, ``throttled``, ``cached``, ``finish_reason``, ``reasoning``
 (never scored), ``n_turns`` and, for a rollout, the whole ``trajectory`` (so that
 ``rescore`` needs nothing else; a readable copy goes to ``trajectories/<sample id>.json``).
+
+A row is at most :data:`MAX_LINE_BYTES` of JSON: over it, the model's texts (``output``,
+``raw_output``, ``reasoning``, ``trajectory``) move whole to ``large/<sample id>.json`` and
+the row keeps their first :data:`KEPT_CHARS` characters plus ``large`` = ``{"file",
+"bytes", "sha256", "fields"}``; :func:`evalkit.jsonl.with_side_file` puts them back for every
+reader that scores (``rescore``, ``model=replay`` of a ``predictions.jsonl``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,13 @@ from typing import Any
 
 from evalkit import secrets
 from evalkit.engine.calls import Unit
-from evalkit.types import Failure, SampleScore, Trajectory
+from evalkit.jsonl import SIDE_FILE_FIELDS, dumps_line, with_side_file
+from evalkit.types import Failure, SampleScore, Trajectory, sha256_hex
+
+#: the largest ``predictions.jsonl`` line evalkit writes (bytes of UTF-8)
+MAX_LINE_BYTES = 1024 * 1024
+#: characters of each moved text a capped row keeps in line
+KEPT_CHARS = 4096
 
 
 def turn_totals(turns: list[dict[str, Any]]) -> dict[str, Any]:
@@ -70,6 +82,36 @@ def prediction_record(unit: Unit, model_id: str, trajectory: Trajectory, scored:
     return row
 
 
+def _line_bytes(row: dict[str, Any]) -> int:
+    return len(dumps_line(row).encode("utf-8", errors="surrogatepass"))
+
+
+def _file_name(sample_id: str) -> str:
+    return sample_id.replace("/", "__") + ".json"
+
+
+def cap_record(row: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """``row`` as journaled: unchanged when its line fits :data:`MAX_LINE_BYTES`, else with
+    the model's texts moved to ``large/<sample id>.json`` (see the module docstring)."""
+    if _line_bytes(row) <= MAX_LINE_BYTES:
+        return row
+    moved = {k: row[k] for k in SIDE_FILE_FIELDS if row.get(k) is not None}
+    text = json.dumps(secrets.scrub_obj(moved), ensure_ascii=False, default=str)
+    data = text.encode("utf-8", errors="backslashreplace")
+    large = Path(run_dir) / "large"
+    large.mkdir(exist_ok=True)
+    (large / _file_name(str(row["sample_id"]))).write_bytes(data)
+    out = dict(row)
+    for key, value in moved.items():
+        out[key] = value[:KEPT_CHARS] if isinstance(value, str) else None
+    out["large"] = {"file": f"large/{_file_name(str(row['sample_id']))}", "bytes": len(data),
+                    "sha256": sha256_hex(data), "fields": sorted(moved)}  # fmt: skip
+    if _line_bytes(out) > MAX_LINE_BYTES:  # what is left is the verdict's own lists
+        out["checks"] = {"truncated": True, "count": len(row.get("checks") or {})}
+        out["failed_checks"] = list(row.get("failed_checks") or [])[:100]
+    return out
+
+
 def write_transcript(run_dir: Path, sample_id: str, trajectory: Trajectory) -> None:
     """``trajectories/<sample id>.json``: a rollout's transcript for reading (secrets scrubbed)."""
     tdir = Path(run_dir) / "trajectories"
@@ -94,9 +136,11 @@ def failure_record(unit: Unit, model_id: str, failure: Failure) -> dict[str, Any
     }
 
 
-def trajectory_of_row(row: dict[str, Any]) -> Trajectory:
-    """The trajectory a journal row records: a rollout's ``trajectory``, or a single-turn
-    answer's ``output`` (``rescore`` scores it through the same entry as the run did)."""
+def trajectory_of_row(row: dict[str, Any], run_dir: Path) -> Trajectory:
+    """The trajectory a journal row of ``run_dir`` records: a rollout's ``trajectory``, or a
+    single-turn answer's ``output`` (``rescore`` scores it through the same entry as the run
+    did); a capped row's texts are read back from its side file."""
+    row = with_side_file(row, run_dir)
     if isinstance(row.get("trajectory"), dict):
         return Trajectory.from_dict(row["trajectory"])
     output = row.get("output")

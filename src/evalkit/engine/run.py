@@ -33,9 +33,10 @@ from evalkit.engine.finalize import finalize
 from evalkit.engine.journal import read_journal
 from evalkit.engine.plan import RunPlan, prepare
 from evalkit.engine.ray_session import ensure_ray, shutdown_ray
-from evalkit.engine.records import failure_record, prediction_record, write_transcript
+from evalkit.engine.records import cap_record, failure_record, prediction_record, write_transcript
 from evalkit.engine.rundir import FAILED, PREDICTIONS, RunState, choose_run_dir, open_run
 from evalkit.engine.scheduling import run_units
+from evalkit.engine.scoring import Scorer
 from evalkit.jsonl import JsonlAppender
 from evalkit.tracking.base import NullObserver, Observer, RunInfo
 from evalkit.types import Trajectory
@@ -106,10 +107,11 @@ def execute(plan: RunPlan, state: RunState, observer: Observer) -> dict[str, Any
         return None
     cfg = plan.cfg
     with ExitStack() as stack:
+        scorer = stack.enter_context(Scorer(plan.bench))
         agents_factory = stack.enter_context(plan.models.open(state.run_dir))
         executor = _executor(plan, agents_factory)
         stack.callback(executor.close)
-        journaler = stack.enter_context(Journaler(plan, state, observer, len(pending)))
+        journaler = stack.enter_context(Journaler(plan, state, observer, scorer, len(pending)))
         engine = asyncio.run(run_units(executor, pending, cfg.backend.concurrency, journaler.on_result, cfg.backend.adaptive_concurrency))
     engine["units"] = len(pending)
     return engine
@@ -127,16 +129,22 @@ def _executor(plan: RunPlan, agents_factory: Callable[[], Any]) -> Executor:
 
 
 class Journaler:
-    """Receives each solved unit in the driver: scores it through the benchmark's one
-    scoring entry and appends its row to ``predictions.jsonl``, or its failure to
-    ``failed.jsonl``; keeps the progress bar."""
+    """Receives each solved unit in the driver: scores it (bounded in time and memory,
+    :class:`~evalkit.engine.scoring.Scorer`) and appends its row to ``predictions.jsonl``,
+    or its failure to ``failed.jsonl``; keeps the progress bar.
 
-    def __init__(self, plan: RunPlan, state: RunState, observer: Observer, total: int):
-        self.plan, self.state, self.observer = plan, state, observer
+    Rows are journaled in the order their samples finish. Offline models answer at once,
+    so their answers are scored one at a time in selection order (a replay's journal lists
+    the samples as its selection does); network runs score while other units are in flight.
+    """
+
+    def __init__(self, plan: RunPlan, state: RunState, observer: Observer, scorer: Scorer, total: int):
+        self.plan, self.state, self.observer, self.scorer = plan, state, observer, scorer
         self.info = RunInfo(plan.cfg, state.run_dir, state.resumed)
         self.stack = ExitStack()
         self.predictions = self.stack.enter_context(JsonlAppender(state.run_dir / PREDICTIONS, transform=secrets.scrub_obj))
         self.failed = self.stack.enter_context(JsonlAppender(state.run_dir / FAILED, transform=secrets.scrub_obj))
+        self.in_order = asyncio.Lock() if plan.models.offline else None  # FIFO: units reach it in dispatch order
         self.progress = _progress(total, f"{plan.cfg.benchmark.name}/{plan.cfg.model.name}", plan.cfg.run.progress)
         self.stack.callback(self.progress.close)
         self.n_failed = 0
@@ -147,11 +155,18 @@ class Journaler:
     def __exit__(self, *exc: object) -> None:
         self.stack.close()
 
-    def on_result(self, unit: Unit, trajectory: Trajectory) -> None:
+    async def on_result(self, unit: Unit, trajectory: Trajectory) -> None:
+        if self.in_order is None:
+            await self._journal(unit, trajectory)
+            return
+        async with self.in_order:
+            await self._journal(unit, trajectory)
+
+    async def _journal(self, unit: Unit, trajectory: Trajectory) -> None:
         model_id = self.plan.models.model_id
         if trajectory.failure is None:
-            scored = self.plan.bench.score_sample(unit.sample, trajectory)
-            row = prediction_record(unit, model_id, trajectory, scored)
+            scored = await self.scorer.score(unit.sample, trajectory)
+            row = cap_record(prediction_record(unit, model_id, trajectory, scored), self.state.run_dir)
             if unit.rollout:
                 write_transcript(self.state.run_dir, unit.sample.id, trajectory)
             self.predictions.append(row)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from evalkit.engine.calls import Unit
 from evalkit.engine.executor import Executor
@@ -86,12 +86,13 @@ async def run_units(
     executor: Executor,
     units: list[Unit],
     concurrency: int,
-    on_result: Callable[[Unit, Trajectory], None],
+    on_result: Callable[[Unit, Trajectory], Awaitable[None]],
     adaptive: bool = True,
 ) -> dict[str, Any]:
     """Solve ``units`` with at most ``concurrency`` in flight (a rollout counts as one; fewer
-    while throttled, see :class:`AdaptiveWindow`); ``on_result`` is called in the driver as
-    soon as each one finishes (it journals the sample).
+    while throttled, see :class:`AdaptiveWindow`); ``on_result`` is awaited in the driver as
+    soon as each one finishes (it scores and journals the sample; the unit's slot is free
+    by then, so scoring overlaps the next units' requests).
 
     Returns the engine figures of the run: ``requests_wall_s`` (first dispatch to last
     result, seconds), ``throttled`` (HTTP 429 answers), and the window's statistics.
@@ -108,7 +109,7 @@ async def run_units(
             n = throttled_count(result)
             throttled += n
             await window.release(seq, n)
-        on_result(unit, result)
+        await on_result(unit, result)
 
     start = time.perf_counter()
     running: set[asyncio.Future[None]] = set()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalkit.errors import DataError
-from evalkit.jsonl import read_objects
+from evalkit.jsonl import read_objects, with_side_file
 from evalkit.models.base import ModelCallError
 from evalkit.types import Completion, Failure, Request, sha256_hex
 
@@ -43,6 +43,7 @@ def load_replay_file(path: Path) -> dict[str, str]:
     """
     outputs: dict[str, str] = {}
     for lineno, row in read_objects(path):
+        row = with_side_file(row, Path(path).parent)  # a predictions.jsonl row capped by evalkit
         if not isinstance(row.get("sample_id"), str) or not isinstance(row.get("output"), str):
             raise DataError(f"{path}:{lineno}: expected an object with string fields sample_id and output")
         sid = row["sample_id"]

@@ -62,6 +62,7 @@ def build_summary(
         "failed_by_kind": dict(Counter(f.get("error_kind", "unknown") for f in failures.values())),
         "failed_ids": missing,
         "status_counts": dict(statuses),
+        "scorer_limit_ids": [r["sample_id"] for r in records if r.get("status") == "scorer_limit"],
         "headline": bench.headline_metric,
         "metrics": metrics if complete else {},
         "data_fingerprint": fingerprint,
@@ -100,6 +101,7 @@ def write_report(run_dir: Path, summary: dict[str, Any], bench: Any) -> Path:
         + (f" ({', '.join(f'{k}: {v}' for k, v in summary['failed_by_kind'].items())})" if summary["failed_by_kind"] else ""),
         f"- data fingerprint: `{summary['data_fingerprint'][:16]}`, prompt hash: `{summary['prompt_hash'][:16]}`, "
         f"code: `{summary['code_version']}`",
+        f"- statuses of the scored answers: {_counts(summary.get('status_counts') or {})}",
         f"- generation: `{summary['generation_params']}`",
         f"- wall time: {summary['wall_s']} s; tokens: {summary['usage'] or 'n/a'}",
         "",
@@ -107,12 +109,28 @@ def write_report(run_dir: Path, summary: dict[str, Any], bench: Any) -> Path:
     metrics = summary["metrics"] if complete else {k[len("partial_") :]: v for k, v in summary.get("partial_metrics", {}).items()}
     for title, headers, rows in bench.report_tables(metrics):
         lines += [f"## {title}{'' if complete else ' (partial)'}", "", tabulate(rows, headers=headers, tablefmt="github", floatfmt=".4f"), ""]
+    limited = summary.get("scorer_limit_ids") or []
+    if limited:
+        lines += [
+            "## Answers whose scoring hit a limit",
+            "",
+            f"{len(limited)} answers were stopped by the scoring bounds (`benchmark.score_timeout_s`, "
+            "`benchmark.score_memory_mb`) and scored 0 as wrong answers (status `scorer_limit`; the reason is each "
+            "row's `detail` in `predictions.jsonl`): " + ", ".join(f"`{sid}`" for sid in limited[:50])
+            + (f" and {len(limited) - 50} more" if len(limited) > 50 else ""),
+            "",
+        ]
     plots = sorted((Path(run_dir) / "plots").glob("*.png")) if (Path(run_dir) / "plots").is_dir() else []
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
     path = Path(run_dir) / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
+
+
+def _counts(counts: dict[str, int]) -> str:
+    """``ok: 8, format_error: 2`` (``none`` when nothing was scored)."""
+    return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) or "none"
 
 
 def _fmt(value: Any) -> str:

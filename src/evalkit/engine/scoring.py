@@ -1,0 +1,154 @@
+"""Scoring hostile model output with a bound on each sample's time and memory.
+
+A scorer reads text written by the model under evaluation, and that text may be
+adversarial, broken, or simply looping. The engine therefore never calls
+``Benchmark.score_sample`` in its own process. :class:`Scorer` sends each sample to a
+small pool of worker processes (pebble's ``ProcessPool``), and every worker:
+
+* scores one sample at a time under a wall-clock limit, ``benchmark.score_timeout_s``.
+  A sample that runs past it gets its worker killed and replaced. That is the one bound
+  that holds for pure-Python loops, the regular-expression engine (a signal cannot
+  interrupt it in the same thread) and C-level parsers alike;
+* runs with its address space capped at what it had after start-up plus
+  ``benchmark.score_memory_mb`` (``RLIMIT_AS``), so an alias bomb or a repetition bomb
+  ends in a ``MemoryError`` inside the worker, never in the run;
+* returns a verdict of bounded size (:func:`bound_score`).
+
+A sample that hits one of these limits is recorded with status ``scorer_limit``. Under the
+failure protocol it is a non-empty answer that could not be scored, so it is a wrong
+answer and every score is 0 (:meth:`~evalkit.benchmarks.base.Benchmark.limit_score`).
+``report.md`` names it. Runs and ``rescore`` score through the same :class:`Scorer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import multiprocessing
+import os
+import pickle
+import resource
+from typing import Any
+
+from evalkit.benchmarks.base import Benchmark
+from evalkit.jsonl import dumps_line
+from evalkit.types import Sample, SampleScore, Trajectory, sha256_hex
+
+#: longest ``detail`` a verdict keeps (characters); the rest is cut with a marker
+MAX_DETAIL_CHARS = 2000
+#: largest ``parsed`` value a verdict keeps (bytes of its JSON text); a larger one is replaced
+#: by ``{"truncated": true, "bytes": N, "sha256": hex}``
+MAX_PARSED_BYTES = 256 * 1024
+#: worker processes of the pool (scoring is CPU-bound; more than the cores buys nothing)
+WORKERS = max(1, min(2, os.cpu_count() or 1))
+
+_BENCH: Benchmark | None = None
+
+
+def bound_score(scored: SampleScore) -> SampleScore:
+    """``scored`` with ``detail`` cut to :data:`MAX_DETAIL_CHARS` and a ``parsed`` value whose
+    JSON text exceeds :data:`MAX_PARSED_BYTES` replaced by its size and digest."""
+    if isinstance(scored.detail, str) and len(scored.detail) > MAX_DETAIL_CHARS:
+        scored.detail = scored.detail[:MAX_DETAIL_CHARS] + f"… [{len(scored.detail) - MAX_DETAIL_CHARS} more characters]"
+    if scored.parsed is not None:
+        text = dumps_line(scored.parsed)
+        size = len(text.encode("utf-8", errors="surrogatepass"))
+        if size > MAX_PARSED_BYTES:
+            scored.parsed = {"truncated": True, "bytes": size, "sha256": sha256_hex(text.encode("utf-8", errors="surrogatepass"))}
+    return scored
+
+
+def _address_space_bytes() -> int:
+    """This process's current virtual memory size (``VmSize``), in bytes."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _init_worker(bench_bytes: bytes, memory_mb: int) -> None:
+    """Runs once in each worker: load the benchmark, cap the address space."""
+    global _BENCH
+    _BENCH = pickle.loads(bench_bytes)
+    if memory_mb > 0:
+        cap = _address_space_bytes() + memory_mb * 1024 * 1024
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            cap = min(cap, hard)  # a cap set on evalkit as a whole stays the ceiling
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+
+def _score_in_worker(sample: Sample, trajectory: Trajectory) -> tuple[str, Any]:
+    """``("ok", SampleScore)``, or ``("memory" | "error", message)``: never raises."""
+    assert _BENCH is not None
+    try:
+        return "ok", bound_score(_BENCH.score_sample(sample, trajectory))
+    except MemoryError:
+        return "memory", "scoring ran out of its memory limit"
+    except RecursionError:
+        return "error", "scoring recursed too deeply"
+    except Exception as exc:  # noqa: BLE001 - a scorer bug is a verdict, never a dead run
+        return "error", f"scoring raised {type(exc).__name__}: {str(exc)[:300]}"
+
+
+class Scorer:
+    """The engine's one scoring entry: ``await score(sample, trajectory)`` (a run) or
+    ``score_sync`` (``rescore``), each bounded by ``benchmark.score_timeout_s`` seconds and
+    ``benchmark.score_memory_mb`` MiB. Use it as a context manager, which stops the pool."""
+
+    def __init__(self, bench: Benchmark, timeout_s: float | None = None, memory_mb: int | None = None):
+        from pebble import ProcessPool  # deferred: only runs and rescore score
+
+        self.bench = bench
+        self.timeout_s = timeout_s if timeout_s is not None else bench.settings.score_timeout_s
+        self.memory_mb = memory_mb if memory_mb is not None else bench.settings.score_memory_mb
+        # forkserver: workers are forked from a clean server process, never from a driver
+        # that runs Ray's threads
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["evalkit.benchmarks"])
+        self.pool = ProcessPool(
+            max_workers=WORKERS, context=context, initializer=_init_worker, initargs=(pickle.dumps(bench), self.memory_mb)
+        )
+
+    def _schedule(self, sample: Sample, trajectory: Trajectory) -> concurrent.futures.Future:
+        return self.pool.schedule(_score_in_worker, args=(sample, trajectory), timeout=self.timeout_s)
+
+    def _verdict(self, sample: Sample, future: concurrent.futures.Future) -> SampleScore:
+        try:
+            kind, value = future.result()
+        except concurrent.futures.TimeoutError:
+            kind, value = "time", f"scoring ran past benchmark.score_timeout_s={self.timeout_s:g} s and was stopped"
+        except Exception as exc:  # noqa: BLE001 - pebble's ProcessExpired: the worker died (killed, crashed)
+            kind, value = "crash", f"the scoring process died ({type(exc).__name__}: {str(exc)[:200]})"
+        if kind == "ok":
+            return value
+        if kind == "memory":
+            value = f"{value} (benchmark.score_memory_mb={self.memory_mb})"
+        return self.bench.limit_score(sample, value)
+
+    async def score(self, sample: Sample, trajectory: Trajectory) -> SampleScore:
+        """The verdict on ``sample``, computed in a worker; never raises."""
+        future = self._schedule(sample, trajectory)
+        waiting = asyncio.wrap_future(future)
+        await asyncio.wait([waiting])
+        if not waiting.cancelled():
+            waiting.exception()  # retrieved: the verdict reads the outcome from ``future``
+        return self._verdict(sample, future)
+
+    def score_sync(self, sample: Sample, trajectory: Trajectory) -> SampleScore:
+        """:meth:`score` for callers without an event loop."""
+        future = self._schedule(sample, trajectory)
+        concurrent.futures.wait([future])
+        return self._verdict(sample, future)
+
+    def close(self) -> None:
+        """Stop the workers (every verdict asked for has been awaited by then)."""
+        self.pool.stop()
+        self.pool.join(timeout=10)
+
+    def __enter__(self) -> "Scorer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,101 @@
+"""Scoring is bounded per sample in time and memory (engine/scoring.py): a hostile answer is
+recorded with status ``scorer_limit`` and scored 0, the run goes on, its journal replays."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evalkit.benchmarks.sobhard import SOBHard, SOBHardSettings
+from evalkit.engine.journal import read_jsonl
+from evalkit.engine.scoring import MAX_DETAIL_CHARS, Scorer
+from evalkit.types import Trajectory
+
+SCHEMA_GEN_ID = "16"  # the SOBHard question whose answer is used as a JSON Schema
+
+
+@pytest.fixture(scope="module")
+def sob(shared_data_dir: Path):
+    bench = SOBHard(SOBHardSettings(data_dir=shared_data_dir / "sobhard"))
+    return bench, {s.id: s for s in bench.load()}
+
+
+def _backtracking_schema(bench: SOBHard, sample) -> str:
+    """The gold schema with a pattern no linear-time engine takes (a backreference) and
+    that backtracks exponentially on every ``category`` string of the document."""
+    import yaml
+
+    gold = yaml.safe_load(bench.reference_output(sample).split("\n", 1)[1].rsplit("```", 1)[0])
+    gold["items"]["properties"]["category"]["pattern"] = r"(.|.|.|.)*\1#"
+    return "```yaml\n" + json.dumps(gold) + "\n```"
+
+
+def test_a_scorer_past_its_time_is_stopped_and_the_next_sample_is_scored(sob):
+    bench, samples = sob
+    with Scorer(bench, timeout_s=1.0) as scorer:
+        limited = scorer.score_sync(samples[SCHEMA_GEN_ID], Trajectory(final_output=_backtracking_schema(bench, samples[SCHEMA_GEN_ID])))
+        after = scorer.score_sync(samples["1"], Trajectory(final_output=bench.reference_output(samples["1"])))
+    assert limited.status == "scorer_limit" and "score_timeout_s=1" in limited.detail
+    assert limited.scores == {k: 0.0 for k in bench.score(samples[SCHEMA_GEN_ID], "").scores}
+    assert after.status == "ok" and after.scores["sample_pass"] == 1.0  # the killed worker was replaced
+
+
+def test_verdicts_come_back_bounded(sob):
+    bench, samples = sob
+    answer = "```json\n" + json.dumps({f"k{i}": "v" * 100 for i in range(20_000)}) + "\n```"  # a 2.4 MB document
+    with Scorer(bench) as scorer:
+        scored = scorer.score_sync(samples["1"], Trajectory(final_output=answer))
+    assert scored.parsed["truncated"] is True and scored.parsed["bytes"] > 2_000_000 and len(scored.parsed["sha256"]) == 64
+    assert scored.detail is None or len(scored.detail) <= MAX_DETAIL_CHARS + 40
+
+
+def _limit_memory() -> None:
+    cap = 4 * 1024**3
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def test_a_hostile_replay_run_completes_under_a_4gb_cap(sob, shared_data_dir, tmp_path):
+    """What a tester does: crafted outputs through model=replay, the whole run under a 4 GB
+    address-space cap and a timeout; the run completes with summary.json, the hostile
+    samples are 0 or scorer_limit, a 3 MB answer is journaled through a side file, and the
+    journal replays to the same verdicts."""
+    bench, samples = sob
+    outputs = {
+        SCHEMA_GEN_ID: _backtracking_schema(bench, samples[SCHEMA_GEN_ID]),
+        "1": bench.reference_output(samples["1"]),
+        "2": "Here is the answer: " + "y" * 3_000_000,
+        "15": "```yaml\n&a [*a]\n```",
+    }
+    replay = tmp_path / "hostile.jsonl"
+    replay.write_text("".join(json.dumps({"sample_id": k, "output": v}) + "\n" for k, v in outputs.items()))
+    args = ["benchmark=sobhard", f"benchmark.data_dir={shared_data_dir / 'sobhard'}", "benchmark.score_timeout_s=3",
+            f"run.sample_ids=[{','.join(repr(k) for k in outputs)}]", f"run.output_root={tmp_path / 'out'}", "tracking=none", "run.progress=false"]  # fmt: skip
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "evalkit", "model=replay", f"model.path={replay}", f"run.dir={run_dir}", *args],
+        capture_output=True, text=True, timeout=180, preexec_fn=_limit_memory,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["n_scored"] == 4
+    rows = {r["sample_id"]: r for r in read_jsonl(run_dir / "predictions.jsonl")}
+    assert rows["1"]["scores"]["sample_pass"] == 1.0
+    assert rows[SCHEMA_GEN_ID]["status"] == "scorer_limit" and SCHEMA_GEN_ID in summary["scorer_limit_ids"]
+    assert set(summary["scorer_limit_ids"]) <= {SCHEMA_GEN_ID, "15"}  # the self-referencing alias: bounded either way
+    for sid in (SCHEMA_GEN_ID, "2", "15"):
+        assert rows[sid]["scores"]["sample_pass"] == 0.0
+    assert rows["2"]["large"]["fields"] == ["output"] and (run_dir / rows["2"]["large"]["file"]).is_file()
+    assert max(len(line.encode()) for line in (run_dir / "predictions.jsonl").read_text().split("\n")) <= 1024 * 1024
+    assert f"`{SCHEMA_GEN_ID}`" in (run_dir / "report.md").read_text()
+    again = subprocess.run(
+        [sys.executable, "-m", "evalkit", "model=replay", f"model.path={run_dir / 'predictions.jsonl'}", f"run.dir={tmp_path / 'again'}", *args],
+        capture_output=True, text=True, timeout=180, preexec_fn=_limit_memory,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-2000:]
+    replayed = {r["sample_id"]: r for r in read_jsonl(tmp_path / "again" / "predictions.jsonl")}
+    assert {k: (r["status"], r["scores"]) for k, r in replayed.items()} == {k: (r["status"], r["scores"]) for k, r in rows.items()}
