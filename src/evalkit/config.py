@@ -27,6 +27,16 @@ class _Strict(BaseModel):
 # ---------------------------------------------------------------------------------------
 # model
 # ---------------------------------------------------------------------------------------
+#: the keys each model kind uses besides ``name`` and ``kind`` (any other one set is refused);
+#: ``generation`` and ``dataset_args`` are layers (:func:`resolve_layers`)
+MODEL_KEYS: dict[str, set[str]] = {
+    "litellm": {"provider_model", "api", "api_key_env", "extra_body"},
+    "replay": {"path", "api"},
+    "reference": set(),
+    "baseline": {"baseline"},
+}
+
+
 class ModelConfig(_Strict):
     """``model.*``: which model, reached how.
 
@@ -61,6 +71,9 @@ class ModelConfig(_Strict):
 
     @model_validator(mode="after")
     def _check_kind(self) -> "ModelConfig":
+        for key in sorted(set(type(self).model_fields) - MODEL_KEYS[self.kind] - {"name", "kind"}):
+            if getattr(self, key) != type(self).model_fields[key].get_default(call_default_factory=True):
+                raise ValueError(f"model.{key}: a {self.kind} model does not use {key} (model={self.name}); remove it")
         if self.kind == "litellm" and not self.provider_model:
             raise ValueError("model.provider_model: required for a litellm model (e.g. openai/gpt-4o)")
         if self.kind == "replay" and self.path is None:
@@ -369,6 +382,8 @@ def resolve_layers(raw: dict[str, Any]) -> dict[str, Any]:
     for key in knobs:
         if key not in bench and key not in bench_cls.settings_model.model_fields:
             raise ConfigError(f"model.dataset_args.{bench_cls.name}.{key}: unknown key for benchmark {bench_cls.name}")
+    if model.get("kind", "litellm") != "litellm" and model.get("generation"):
+        raise ConfigError(f"model.generation: a {model.get('kind')} model generates nothing (model={model.get('name')}); remove it")
     layers = {
         "model.generation": _generation_layer(model.pop("generation", None), "model.generation"),
         "benchmark.generation": _generation_layer(bench.pop("generation", None), "benchmark.generation"),
@@ -436,7 +451,7 @@ def _check_cross(cfg: EvalConfig, bench_cls: Any) -> None:
     if cfg.model.kind == "baseline" and cfg.model.baseline not in bench_cls.baselines:
         known = ", ".join(f"baseline_{b}" for b in bench_cls.baselines) or "none"
         raise ConfigError(f"model.baseline: {bench_cls.name} has no baseline {cfg.model.baseline!r} (its baselines: {known})")
-    if cfg.model.api == "completion" and cfg.model.kind == "litellm" and not bench_cls.supports_completion:
+    if cfg.model.api == "completion" and not bench_cls.supports_completion:
         raise ConfigError(f"model.api: {bench_cls.name} has no text-completion mode; use model.api=chat")
     if cfg.model.kind in {"reference", "replay", "baseline"} and cfg.backend.kind != "offline":
         raise ConfigError(f"backend: model={cfg.model.name} runs offline; use backend=offline")

@@ -69,8 +69,9 @@ def prepare(cfg: EvalConfig) -> RunPlan:
 
 def build_request(bench: Benchmark, cfg: EvalConfig, sample: Sample) -> Request:
     """The sample's request with every parameter the agent sends (``cfg.sent_params()``);
-    text-completion requests for ``model.api=completion`` (rollouts are always chat)."""
-    if cfg.model.api == "completion" and cfg.model.kind == "litellm" and not bench.is_rollout(sample):
+    text-completion requests for ``model.api=completion`` — a live model's, or the replay of
+    one — (rollouts are always chat)."""
+    if cfg.model.api == "completion" and not bench.is_rollout(sample):
         request = bench.build_completion(sample, cfg.shots.n)
     else:
         request = bench.build(sample, cfg.shots.n)

@@ -147,7 +147,8 @@ def plan_models(cfg: Any, bench: Benchmark, samples: list[Sample], with_user: bo
         outputs = {s.id: bench.baseline_output(cfg.model.baseline, s) for s in singles}
         source = f"baseline-{cfg.model.baseline}"
     else:  # replay
-        outputs, source = load_replay_file(cfg.model.path), file_digest(cfg.model.path)
+        outputs = load_replay_file(cfg.model.path, continuation=cfg.model.api == "completion")
+        source = file_digest(cfg.model.path) + (":completion" if cfg.model.api == "completion" else "")
     table = TableModel(cfg.model.name, outputs, source)
     scripted = bench.reference_agents if kind == "reference" else None
     return ModelPlan(table.model_id, True, {"agent": None}, _offline=Agents(table, None, scripted, bench.is_rollout))

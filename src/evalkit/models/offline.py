@@ -34,8 +34,14 @@ class TableModel:
         return Completion(text=text, finish_reason="stop", attempts=1)
 
 
-def load_replay_file(path: Path) -> dict[str, str]:
+def load_replay_file(path: Path, continuation: bool = False) -> dict[str, str]:
     """Read a replay file: JSONL of ``{"sample_id": str, "output": str}``.
+
+    ``continuation`` (``model.api=completion``): each answer is the model's continuation of a
+    completion-mode prompt, which the engine puts after the benchmark's answer prefix as a
+    live completion run does: a line's ``raw_output`` when it has one (a completion run's
+    ``predictions.jsonl`` keeps the continuation there, and prefix + continuation in
+    ``output``), else its ``output`` — so the prefix is never added twice.
 
     Raises:
         DataError: a line that is not such an object (names file and line) or a sample id
@@ -47,9 +53,10 @@ def load_replay_file(path: Path) -> dict[str, str]:
         if not isinstance(row.get("sample_id"), str) or not isinstance(row.get("output"), str):
             raise DataError(f"{path}:{lineno}: expected an object with string fields sample_id and output")
         sid = row["sample_id"]
-        if sid in outputs and outputs[sid] != row["output"]:
+        text = row["raw_output"] if continuation and isinstance(row.get("raw_output"), str) else row["output"]
+        if sid in outputs and outputs[sid] != text:
             raise DataError(f"{path}:{lineno}: sample {sid} appears twice with different outputs")
-        outputs[sid] = row["output"]
+        outputs[sid] = text
     return outputs
 
 
