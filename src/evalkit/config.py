@@ -382,8 +382,6 @@ def resolve_layers(raw: dict[str, Any]) -> dict[str, Any]:
     for key in knobs:
         if key not in bench and key not in bench_cls.settings_model.model_fields:
             raise ConfigError(f"model.dataset_args.{bench_cls.name}.{key}: unknown key for benchmark {bench_cls.name}")
-    if model.get("kind", "litellm") != "litellm" and model.get("generation"):
-        raise ConfigError(f"model.generation: a {model.get('kind')} model generates nothing (model={model.get('name')}); remove it")
     layers = {
         "model.generation": _generation_layer(model.pop("generation", None), "model.generation"),
         "benchmark.generation": _generation_layer(bench.pop("generation", None), "benchmark.generation"),
@@ -427,6 +425,9 @@ def validate(raw: dict[str, Any]) -> EvalConfig:
             ``model.generation.temperature: Input should be a valid number (got 'hot')``.
     """
     if raw.get("config_format") is None:
+        model = raw.get("model") or {}
+        if model.get("kind", "litellm") != "litellm" and model.get("generation"):
+            raise ConfigError(f"model.generation: a {model.get('kind')} model generates nothing (model={model.get('name')}); remove it")
         raw = resolve_layers(raw)
     bench_cls = get_benchmark_class(str(raw["benchmark"]["name"]))
     try:
