@@ -85,7 +85,10 @@ class _BackendBase(_Strict):
     max_retries: int = Field(default=5, ge=0, description="retries after the first attempt")
     retry_initial_wait_s: float = Field(default=1.0, ge=0)
     retry_max_wait_s: float = Field(default=60.0, ge=0, description="cap of one back-off wait")
-    retry_budget_s: float = Field(default=600.0, gt=0, description="total time spent retrying one request")
+    retry_budget_s: float = Field(
+        default=600.0, gt=0,
+        description="seconds from the first attempt of one request after which no attempt starts (a wait ending past it is not begun)",
+    )
 
 
 class ApiBackend(_BackendBase):

@@ -6,8 +6,10 @@ connection errors (refused, reset, closed without a response) and malformed resp
 ``Retry-After`` (capped at ``retry_max_wait_s``); never retry any other 4xx (bad request,
 auth, not found, context window). One attempt lasts at most ``timeout_s`` in total — a
 server that trickles its answer slower than that times out like one that never answers.
-Retries are bounded by count (``max_retries``) and by time (``retry_budget_s``: no new
-attempt starts after it is spent). Empty content is not an answer: it raises a
+Retries are bounded by count (``max_retries``) and by time (``retry_budget_s``, seconds
+from the start of the first attempt: no attempt starts after it is spent, and a wait that
+would end past it is not started — tenacity's ``stop_before_delay`` sees the computed wait,
+Retry-After included). Empty content is not an answer: it raises a
 ``ModelCallError`` of kind ``empty`` (``truncated_empty`` when the provider stopped at the
 token limit, e.g. a reasoning model that spent the whole budget thinking).
 """
@@ -33,7 +35,7 @@ from tenacity import (  # noqa: E402
     RetryCallState,
     retry_if_exception,
     stop_after_attempt,
-    stop_after_delay,
+    stop_before_delay,
     wait_exponential_jitter,
 )
 
@@ -145,7 +147,7 @@ class LiteLLMModel:
         attempts = throttled = 0
         retrying = AsyncRetrying(
             retry=retry_if_exception(is_retryable),
-            stop=stop_after_attempt(self.max_retries + 1) | stop_after_delay(self.retry_budget_s),
+            stop=stop_after_attempt(self.max_retries + 1) | stop_before_delay(self.retry_budget_s),
             wait=_RetryAfterWait(self.retry_initial_wait_s, self.retry_max_wait_s),
             reraise=True,
         )
