@@ -57,6 +57,7 @@ def test_dataset_args_win_over_benchmark_defaults(acebench_dir):
         (["shots=3"], "shots: acebench supports shots in [0]"),
         (["model=reference", "backend=api"], "backend: model=reference runs offline"),
         (["runner=cluster"], "runner.address: required value missing"),
+        (["run.sample_ids=[true]"], "run.sample_ids.0: Input should be a valid string (got True)"),  # ints are ids, booleans not
     ],
 )
 def test_bad_config_is_one_clear_error(acebench_dir, monkeypatch, overrides, expected):

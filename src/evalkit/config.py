@@ -212,6 +212,16 @@ class RunSettings(_Strict):
     suite: str | None = None
     sweep_dir: Path | None = None
 
+    @field_validator("sample_ids", mode="before")
+    @classmethod
+    def _ids_as_text(cls, v: Any) -> Any:
+        """Ids are text, but Hydra parses ``run.sample_ids=[1,2]`` (SOBHard's numeric ids) as
+        integers: an integer id becomes its decimal text (``1`` → ``"1"``); booleans and
+        floats stay refused (their text would not be the id typed)."""
+        if isinstance(v, (list, tuple)):
+            return [str(x) if isinstance(x, int) and not isinstance(x, bool) else x for x in v]
+        return v
+
     @field_validator("sample_ids_file")
     @classmethod
     def _file_exists(cls, v: Path | None) -> Path | None:
