@@ -410,6 +410,9 @@ def run_evaluation(cfg: EvalConfig, raw_cfg: dict[str, Any]) -> RunResult:
                 raise
             log.info("interrupted; resume with run.resume=%s", run_dir)  # evalkit.log; the console gets one line
             raise RunInterrupted(run_dir) from exc
+        except Exception as exc:  # a bug: __main__.report_crash logs its traceback to this run's evalkit.log
+            exc.evalkit_run_dir = run_dir  # type: ignore[attr-defined]
+            raise
         finally:
             logging.getLogger().removeHandler(handler)
             handler.close()
