@@ -213,11 +213,11 @@ def run_job(cfg: DictConfig) -> None:
 # ------------------------------------------------------------------------------------------
 def _mlflow_client(uri: str) -> Any:
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
-    from mlflow.tracking import MlflowClient
+    from evalkit.tracking.store import open_client
 
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    return MlflowClient(uri)
+    return open_client(uri)  # store creation/migration serialized across processes
 
 
 def _expected_points(config: DictConfig) -> list[list[str]] | None:

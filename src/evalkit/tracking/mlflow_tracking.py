@@ -68,13 +68,14 @@ def sweep_tags(cfg: Any, uri: str) -> dict[str, str]:
 def _client(cfg: Any) -> tuple[Any, str]:
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
     import mlflow
-    from mlflow.tracking import MlflowClient
+
+    from evalkit.tracking.store import open_client
 
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
     uri = tracking_uri(cfg)
     mlflow.set_tracking_uri(uri)
-    return MlflowClient(uri), uri
+    return open_client(uri), uri  # store creation/migration serialized across processes
 
 
 def _experiment(cfg: Any) -> tuple[Any, str, str]:
