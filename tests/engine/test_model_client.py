@@ -66,3 +66,15 @@ def test_a_request_that_cannot_be_built_is_client_config_not_retried(fake_openai
     assert (failure.error_kind, failure.attempts) == ("client_config", 1)
     assert fake_openai.log == []  # nothing reached the server
     assert "PW" not in failure.message
+
+
+def test_a_redirect_to_a_bad_url_is_not_a_configuration_error():
+    """aiohttp's redirect errors are InvalidURL too, but the bad URL came from the server."""
+    import aiohttp
+    from yarl import URL
+
+    from evalkit.models.litellm_client import error_kind, is_client_config_error
+
+    redirect = aiohttp.InvalidUrlRedirectClientError(URL("http://127.0.0.1:1/v1/chat/completions"), "bad Location")
+    assert not is_client_config_error(redirect) and error_kind(redirect) != "client_config"
+    assert is_client_config_error(aiohttp.InvalidUrlClientError(URL("/127.0.0.1:1/v1/chat/completions")))

@@ -273,12 +273,15 @@ def is_client_config_error(exc: BaseException) -> bool:
     reports these as HTTP 500 or as connection errors; the exception chain holds the
     HTTP client's own error (httpx/aiohttp ``InvalidURL``, ``UnsupportedProtocol``,
     ``NonHttpUrlClientError``) or a ``ValueError`` raised in aiohttp, yarl, httpx or
-    urllib.parse. Retrying cannot help: the same request fails the same way."""
+    urllib.parse. Retrying cannot help: the same request fails the same way. (A redirect
+    to a bad URL is the server's doing, not a configuration error: not counted.)"""
     import aiohttp
     import httpx
 
     built = (httpx.InvalidURL, httpx.UnsupportedProtocol, aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)
     for e in _chain(exc):
+        if isinstance(e, aiohttp.RedirectClientError):
+            continue
         if isinstance(e, built):
             return True
         if isinstance(e, ValueError) and not isinstance(e, (json.JSONDecodeError, UnicodeError)):
