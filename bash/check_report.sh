@@ -5,15 +5,18 @@
 # its `headline` metric, and n_scored + n_failed == n_samples. Every sweep_summary.json
 # (a sweep's, see README: Sweeps) is checked against sweep_summary.schema.json, and its
 # jobs that left no run (status error / lost / interrupted) are FAILs of the sweep.
+# A run directory is one holding evalkit's config.yaml or a summary.json: one with config.yaml
+# but no summary.json (the run crashed, was killed or is still running) is a FAIL.
 # Copies that MLflow keeps as artifacts (<artifact root>/<run id>/artifacts/[sweep_]summary.json,
-# e.g. <output root>/mlartifacts/...) are not runs and are skipped below the directory given.
+# config.yaml, e.g. <output root>/mlartifacts/...) are not runs and are skipped below the directory given.
 #
 #   bash bash/check_report.sh outputs/runs/acebench        # or one run, or a sweep dir
 #
 # One line per run:  OK <dir> | FAIL <dir>: <field>: <reason> | INCOMPLETE <dir>: n_failed=N
+#                  | FAIL <dir>: summary.json: missing (...)
 # One line per sweep: OK <sweep dir>: sweep of N jobs, all complete
 #                   | FAIL <sweep dir>: job K (<swept overrides>): <status>: <error> (per job)
-# Exit: 0 all OK; 1 any FAIL or INCOMPLETE; 2 usage error (no directory, no summary.json).
+# Exit: 0 all OK; 1 any FAIL or INCOMPLETE; 2 usage error (no directory, no run or sweep below it).
 # Python: ${VENV:-.venv}/bin/python (relative paths are taken from the repository root).
 set -euo pipefail
 
@@ -59,8 +62,10 @@ def mlflow_copy(path):
 
 files = sorted(p for p in target.rglob("summary.json") if not mlflow_copy(p))
 sweeps = sorted(p for p in target.rglob("sweep_summary.json") if not mlflow_copy(p))
-if not files and not sweeps:
-    print(f"evalkit: error: {target}: no summary.json below it", file=sys.stderr)
+# run directories by their config.yaml (written when the run starts): no summary.json is a FAIL
+unfinished = sorted(p.parent for p in target.rglob("config.yaml") if not mlflow_copy(p) and not (p.parent / "summary.json").exists())
+if not files and not sweeps and not unfinished:
+    print(f"evalkit: error: {target}: no summary.json or run config.yaml below it", file=sys.stderr)
     sys.exit(2)
 
 
@@ -103,8 +108,13 @@ def problems(summary):
 
 
 bad = False
-for path in files:
-    run_dir = path.parent
+for run_dir in sorted({p.parent for p in files} | set(unfinished)):
+    path = run_dir / "summary.json"
+    if run_dir in unfinished:
+        print(f"FAIL {run_dir}: summary.json: missing (the run crashed, was killed or is still running; "
+              f"see {run_dir / 'evalkit.log'}, resume with run.resume={run_dir})")
+        bad = True
+        continue
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -214,3 +214,56 @@ def test_unreadable_cache_entries_are_misses(fake_openai, ray_address, tmp_path,
     assert len(fake_openai.log) - n_log == 2  # both asked again
     third = run_eval(_fake_model(fake_openai, ray_address))
     assert third.summary["status"] == "complete" and len(fake_openai.log) - n_log == 2  # and cached again
+
+
+# ------------------------------------------------------------------------------------------
+# an unexpected exception (a bug) ends as one line naming the log that holds its traceback
+# ------------------------------------------------------------------------------------------
+def test_a_crash_inside_a_run_is_one_line_naming_its_evalkit_log(run_eval, acebench_dir, tmp_path):
+    """A real crash: resuming a run whose ``summary.json`` is a directory raises
+    IsADirectoryError when the summary is written (it used to end in Hydra's traceback)."""
+    root = tmp_path / "outputs"
+    first = run_eval(["model=reference", "run.limit=3"], output_root=root)
+    victim = first.run_dir / "summary.json"
+    victim.unlink()
+    victim.mkdir()
+    proc = subprocess.run(
+        evalkit_cmd("model=reference", "run.limit=3", f"run.resume={first.run_dir}", f"benchmark.data_dir={acebench_dir}",
+                    f"run.output_root={root}", "tracking=none", "run.progress=false"),
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    log = first.run_dir / "evalkit.log"
+    assert proc.stderr.splitlines() == [
+        f"evalkit: error: unexpected error (IsADirectoryError: [Errno 21] Is a directory: '{victim}'); the traceback is in {log}"
+    ]
+    text = log.read_text(encoding="utf-8")
+    assert "ERROR evalkit: unexpected error; the run stopped\nTraceback (most recent call last):" in text
+    assert text.rstrip().endswith(f"IsADirectoryError: [Errno 21] Is a directory: '{victim}'")
+
+
+def test_report_crash_without_a_run_directory_writes_a_crash_log(tmp_path, capsys):
+    """The handler on its own, with a real exception raised before any run directory
+    exists: the traceback goes to a new crash log (secrets scrubbed), stderr gets one line."""
+    from evalkit import secrets
+    from evalkit.__main__ import report_crash
+
+    secret = "sk-crash-SECRET-31415926"
+    secrets.register(secret)
+    try:
+        int(secret)  # a real ValueError whose message quotes the secret
+    except ValueError as exc:
+        code = report_crash(exc)
+    assert code == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    prefix = "evalkit: error: unexpected error (ValueError: invalid literal for int() with base 10: '***'); the traceback is in "
+    assert line.startswith(prefix)
+    crash_log = Path(line[len(prefix):])
+    try:
+        assert crash_log.name.startswith("evalkit-crash-") and crash_log.suffix == ".log"
+        text = crash_log.read_text(encoding="utf-8")
+        assert "Traceback (most recent call last):" in text
+        assert text.rstrip().endswith("ValueError: invalid literal for int() with base 10: '***'")
+        assert secret not in text
+    finally:
+        crash_log.unlink()

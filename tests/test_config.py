@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -56,6 +57,7 @@ def test_dataset_args_win_over_benchmark_defaults(acebench_dir):
         (["shots=3"], "shots: acebench supports shots in [0]"),
         (["model=reference", "backend=api"], "backend: model=reference runs offline"),
         (["runner=cluster"], "runner.address: required value missing"),
+        (["run.sample_ids=[true]"], "run.sample_ids.0: Input should be a valid string (got True)"),  # ints are ids, booleans not
     ],
 )
 def test_bad_config_is_one_clear_error(acebench_dir, monkeypatch, overrides, expected):
@@ -79,10 +81,14 @@ def test_bad_config_is_one_clear_error(acebench_dir, monkeypatch, overrides, exp
         (["model=reference", "model.name=../../escape"], "model.name: '../../escape' is not a plain name"),
         (["suite=smoke"], "suite=smoke: suites are not a config group; run one with: bash bash/run_suite.sh smoke --model M"),
         (["+suite=all"], "+suite=all: suites are not a config group; run one with: bash bash/run_suite.sh all --model M"),
+        (["model=openai_compatible", "backend.api_base=http://user:PW@127.0.0.1:9/v1"],
+         "backend.api_base: credentials go in the model's api_key_env, not in backend.api_base"),  # fmt: skip
     ],
 )
 def test_cli_errors_exit_2_with_one_line_and_write_nothing(tmp_path: Path, args, expected):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    if os.environ.get("PYTHONPATH"):  # a checkout put first on the path (a worktree) is the code under test
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     proc = subprocess.run(
         evalkit_cmd(*args, f"run.output_root={tmp_path / 'out'}"),
         capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120,
@@ -122,3 +128,15 @@ def test_secret_override_is_replaced_by_an_env_interpolation():
     out = hide_secret_overrides(["backend.api_key=sk-abcdef123456", "run.limit=3", "model.api_key_env=X"], env)
     assert out == ["backend.api_key=${oc.env:EVALKIT_SECRET_0}", "run.limit=3", "model.api_key_env=X"]
     assert env == {"EVALKIT_SECRET_0": "sk-abcdef123456"}
+
+
+def test_user_simulator_api_base_with_credentials_is_one_line(acebench_dir):
+    """The user simulator's backend follows the same rule, named by its own key."""
+    from evalkit.cli import resolve
+
+    with pytest.raises(ConfigError) as info:
+        resolve(compose([
+            f"benchmark.data_dir={acebench_dir}", "model=openai_compatible", "backend.api_base=http://127.0.0.1:9/v1",
+            "benchmark.user_model=openai_compatible", "benchmark.user_overrides=['backend.api_base=http://u:PW-42@127.0.0.1:9/v1']",
+        ]))  # fmt: skip
+    assert str(info.value) == "user.backend.api_base: credentials go in the model's api_key_env, not in backend.api_base"

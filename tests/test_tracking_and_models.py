@@ -126,15 +126,19 @@ def test_rescore_reproduces_recorded_scores_offline(run_eval):
     assert main([str(res.run_dir)]) == 1
 
 
-def test_password_inside_api_base_is_not_written(tmp_path, run_eval):
+def test_password_inside_api_base_is_refused_unechoed_and_not_written(tmp_path, run_eval):
+    """Credentials in backend.api_base can never work (the client sends the key as an
+    Authorization header too): one config line that does not echo the password, nothing
+    written."""
+    from evalkit.errors import ConfigError
+
     secret = "pw-evalkit-SECRET-42424242"
     root = tmp_path / "out"
-    res = run_eval(
-        ["model=openai_compatible", "model.provider_model=openai/x", f"backend.api_base=http://user:{secret}@127.0.0.1:9/v1",
-         "backend.max_retries=0", "run.sample_ids=[en/normal_atom_bool_0]"],  # fmt: skip
-        output_root=root,
-    )
-    assert res.summary["status"] == "incomplete"  # nothing listens there
-    leaked = [p for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
-    assert leaked == []
-    assert "user:***@127.0.0.1" in (res.run_dir / "config.yaml").read_text()
+    with pytest.raises(ConfigError) as info:
+        run_eval(
+            ["model=openai_compatible", "model.provider_model=openai/x", f"backend.api_base=http://user:{secret}@127.0.0.1:9/v1",
+             "backend.max_retries=0", "run.sample_ids=[en/normal_atom_bool_0]"],  # fmt: skip
+            output_root=root,
+        )
+    assert str(info.value) == "backend.api_base: credentials go in the model's api_key_env, not in backend.api_base"
+    assert not root.exists()

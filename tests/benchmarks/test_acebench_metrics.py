@@ -107,3 +107,14 @@ def test_report_tables_rows(acebench_en):
     assert rows[0] == ["normal_single_turn_single_function", 100, 1.0, ""]
     assert rows[2] == ["normal_multi_turn_user_adjust", 50, 1.0, 1.0]
     assert [r[0] for r in grows] == ["ATOM", "SINGLE_TURN", "MULTI_TURN", "NORMAL", "SPECIAL", "overall"]
+
+
+def test_language_all_selection_within_one_language_has_that_languages_headline(acebench_dir):
+    """``language=all`` with a selection inside en (``run.limit=10``): the headline is
+    en's overall (it used to be missing, printed as ``overall = None``); no zh block."""
+    bench = AceBench(AceBenchSettings(data_dir=acebench_dir, language="all", subsets=["normal_atom_bool", "special_irrelevant"]))
+    samples = [s for s in bench.load() if s.id.startswith("en/")][:10]
+    metrics = bench.aggregate(samples, _records(samples, lambda s: 0.0 if s.id == "en/normal_atom_bool_3" else 1.0))
+    assert metrics["accuracy/en/normal_atom_bool"] == 0.9
+    assert metrics["overall"] == metrics["overall/en"] == pytest.approx(0.9)
+    assert not any("/zh" in k for k in metrics)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import pytest
+
 from evalkit.benchmarks.acebench.metrics import dialogue_id
 
 ZH_UNSATISFIABLE = {"zh/normal_similar_api_2", "zh/normal_similar_api_22", "zh/normal_atom_object_short_1"}
@@ -66,3 +68,40 @@ def test_special_reference_is_not_a_shortcut_across_categories(acebench_en):
     inc, err = acebench_en.by_id["en/special_incomplete_1"], acebench_en.by_id["en/special_error_param_1"]
     assert bench.score(inc, bench.reference_output(err)).scores["accuracy"] == 0.0
     assert bench.score(err, bench.reference_output(inc)).scores["accuracy"] == 0.0
+
+
+def test_language_all_reference_run_reaches_the_ceilings_and_rescores_identically(run_eval):
+    """A whole ``language=all`` run of the reference (all 2,040 samples, agents included)
+    completes (its aggregation used to crash on ``overall_upstream_rounded``), scores 1.0
+    on every record but zh's three unsatisfiable ones, reaches the spec §6.1 ceilings, and
+    ``evalkit.rescore`` of it finds no difference."""
+    from evalkit.engine.journal import read_jsonl
+    from evalkit.rescore import rescore
+
+    res = run_eval(["model=reference", "benchmark.language=all"])
+    s = res.summary
+    assert (s["status"], s["n_samples"], s["n_scored"], s["n_failed"], res.exit_code) == ("complete", 2040, 2040, 0, 0)
+    rows = list(read_jsonl(res.run_dir / "predictions.jsonl"))
+    assert len(rows) == 2040
+    assert {r["sample_id"] for r in rows if r["scores"]["accuracy"] != 1.0} == ZH_UNSATISFIABLE
+
+    metrics = s["metrics"]
+    zh_normal = (10 + 0.96 + 0.98) / 12  # normal_similar_api 48/50, normal_atom_object_short 49/50
+    zh_overall = (0.578 * zh_normal + 0.2676 + 0.1545) / 1.0001
+    expected_below_one = {
+        "accuracy/zh/normal_similar_api": 0.96,
+        "accuracy/zh/normal_atom_object_short": 0.98,
+        "accuracy/zh/ATOM": (5 + 0.98) / 6,
+        "accuracy/zh/NORMAL": zh_normal,
+        "overall/zh": zh_overall,
+        "overall_upstream_rounded/zh": 0.997,
+        "overall": (1.0 + zh_overall) / 2,  # the headline: mean of the two languages
+    }
+    below = {k: v for k, v in metrics.items() if v != pytest.approx(1.0, abs=1e-12)}
+    assert below == pytest.approx(expected_below_one, abs=1e-12)
+    assert metrics["overall/en"] == pytest.approx(1.0, abs=1e-12) and metrics["overall_upstream_rounded/en"] == 1.0
+    assert len([k for k in metrics if k.startswith("accuracy/en/")]) == 17 + 6  # categories + groups
+    assert not any(k.startswith("accuracy/normal_") for k in metrics)  # no language-less category figures
+
+    out = rescore(res.run_dir)
+    assert out["changed"] == [] and out["metrics"] == metrics

@@ -60,3 +60,14 @@ def test_heat_map_marks_empty_cells(tmp_path: Path, shared_data_dir: Path):
     assert path.name == HEATMAP_FILE and path.stat().st_size > 1000
     bench = SOBHard(SOBHardSettings(data_dir=shared_data_dir / "sobhard"))
     assert bench.write_plots(tmp_path / "p2", {}, []) == []
+
+
+def test_numeric_sample_ids_select_those_samples(run_eval, shared_data_dir: Path):
+    """SOBHard's ids are numbers; Hydra parses ``run.sample_ids=[1,2]`` as integers, which
+    select the samples whose ids are "1" and "2" (they used to be refused)."""
+    result = run_eval(["benchmark=sobhard", f"benchmark.data_dir={shared_data_dir / 'sobhard'}", "model=reference",
+                       "run.sample_ids=[2,1]"])  # fmt: skip
+    assert result.summary["status"] == "complete" and result.summary["n_samples"] == 2
+    rows = [json.loads(line) for line in (result.run_dir / "predictions.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert sorted(r["sample_id"] for r in rows) == ["1", "2"]
+    assert result.summary["metrics"]["sample_pass_rate"] == 1.0

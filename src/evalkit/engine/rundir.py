@@ -172,6 +172,9 @@ def open_run(cfg: EvalConfig, run_dir: Path, resumed: bool) -> Iterator[RunState
             raise
         log.info("interrupted; resume with run.resume=%s", run_dir)  # evalkit.log; the console gets one line
         raise RunInterrupted(run_dir) from exc
+    except Exception as exc:  # a bug: __main__.report_crash appends its traceback to this run's evalkit.log
+        exc.evalkit_run_dir = run_dir  # type: ignore[attr-defined]
+        raise
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()

@@ -4,10 +4,14 @@ Retry rule (engine policy, one place): retry on HTTP 408/409/429/5xx, timeouts,
 connection errors (refused, reset, closed without a response) and malformed responses
 (HTTP 200 whose body is not JSON), with exponential back-off and jitter, honouring
 ``Retry-After`` (capped at ``retry_max_wait_s``); never retry any other 4xx (bad request,
-auth, not found, context window). One attempt lasts at most ``timeout_s`` in total — a
+auth, not found, context window), nor an error raised inside the client before the request
+left (kind ``client_config``: an endpoint URL that cannot be used, see
+:func:`is_client_config_error`). One attempt lasts at most ``timeout_s`` in total — a
 server that trickles its answer slower than that times out like one that never answers.
-Retries are bounded by count (``max_retries``) and by time (``retry_budget_s``: no new
-attempt starts after it is spent). Empty content is not an answer: it raises a
+Retries are bounded by count (``max_retries``) and by time (``retry_budget_s``, seconds
+from the start of the first attempt: no attempt starts after it is spent, and a wait that
+would end past it is not started — tenacity's ``stop_before_delay`` sees the computed wait,
+Retry-After included). Empty content is not an answer: it raises a
 ``ModelCallError`` of kind ``empty`` (``truncated_empty`` when the provider stopped at the
 token limit, e.g. a reasoning model that spent the whole budget thinking).
 """
@@ -33,7 +37,7 @@ from tenacity import (  # noqa: E402
     RetryCallState,
     retry_if_exception,
     stop_after_attempt,
-    stop_after_delay,
+    stop_before_delay,
     wait_exponential_jitter,
 )
 
@@ -141,7 +145,7 @@ class LiteLLMModel:
         attempts = throttled = 0
         retrying = AsyncRetrying(
             retry=retry_if_exception(is_retryable),
-            stop=stop_after_attempt(self.max_retries + 1) | stop_after_delay(self.retry_budget_s),
+            stop=stop_after_attempt(self.max_retries + 1) | stop_before_delay(self.retry_budget_s),
             wait=_RetryAfterWait(self.retry_initial_wait_s, self.retry_max_wait_s),
             reraise=True,
         )
@@ -245,10 +249,49 @@ def is_malformed_response(exc: BaseException) -> bool:
     return any(isinstance(e, json.JSONDecodeError) or _INVALID_RESPONSE in str(e) for e in _chain(exc))
 
 
+#: modules whose ValueError means the request could not even be built (URL parsing, the
+#: HTTP client's request set-up): nothing was sent, so nothing a server did caused it
+_REQUEST_BUILDERS = ("aiohttp", "yarl", "httpx", "httpcore", "urllib.parse")
+
+
+def _raised_in(exc: BaseException) -> str:
+    """Module of the frame that raised ``exc`` (the innermost frame of its traceback)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return str(tb.tb_frame.f_globals.get("__name__", "")) if tb is not None else ""
+
+
+def is_client_config_error(exc: BaseException) -> bool:
+    """True when the request failed inside the client before anything was sent: the
+    endpoint or the request cannot be built (an invalid or non-HTTP URL, credentials in
+    the URL next to the API key's Authorization header, a port out of range). litellm
+    reports these as HTTP 500 or as connection errors; the exception chain holds the
+    HTTP client's own error (httpx/aiohttp ``InvalidURL``, ``UnsupportedProtocol``,
+    ``NonHttpUrlClientError``) or a ``ValueError`` raised in aiohttp, yarl, httpx or
+    urllib.parse. Retrying cannot help: the same request fails the same way. (A redirect
+    to a bad URL is the server's doing, not a configuration error: not counted.)"""
+    import aiohttp
+    import httpx
+
+    built = (httpx.InvalidURL, httpx.UnsupportedProtocol, aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)
+    for e in _chain(exc):
+        if isinstance(e, aiohttp.RedirectClientError):
+            continue
+        if isinstance(e, built):
+            return True
+        if isinstance(e, ValueError) and not isinstance(e, (json.JSONDecodeError, UnicodeError)):
+            module = _raised_in(e)
+            if any(module == m or module.startswith(m + ".") for m in _REQUEST_BUILDERS):
+                return True
+    return False
+
+
 def is_retryable(exc: BaseException) -> bool:
     """Engine retry rule: 408/409/429/5xx, timeouts, connection errors and malformed
-    responses; no other 4xx."""
-    if isinstance(exc, ModelCallError):
+    responses; no other 4xx, and never a request that could not be built
+    (:func:`is_client_config_error`)."""
+    if isinstance(exc, ModelCallError) or is_client_config_error(exc):
         return False
     if is_timeout(exc) or is_connection_error(exc) or is_malformed_response(exc):
         return True
@@ -260,6 +303,8 @@ def is_retryable(exc: BaseException) -> bool:
 
 def error_kind(exc: BaseException) -> str:
     """Short failure kind for ``failed.jsonl``."""
+    if is_client_config_error(exc):
+        return "client_config"
     if isinstance(exc, litellm.ContextWindowExceededError):
         return "context_window"
     if is_timeout(exc):

@@ -29,6 +29,7 @@ import yaml
 from evalkit import secrets
 from evalkit.errors import TrackingError, first_line
 from evalkit.tracking.base import Observer, RunInfo
+from evalkit.tracking.store import open_client
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +62,12 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def client(uri: str) -> Any:
-    """An ``MlflowClient`` of the store at ``uri`` (synchronous logging, quiet loggers)."""
-    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+    """An ``MlflowClient`` of the store at ``uri`` (synchronous logging, quiet loggers); a
+    SQLite store is created or migrated by one process at a time (:func:`open_client`)."""
     import mlflow  # deferred: MLflow's import is heavy and tracking=none never needs it
-    from mlflow.tracking import MlflowClient
 
-    for name in ("mlflow", "alembic"):
-        logging.getLogger(name).setLevel(logging.WARNING)
     mlflow.set_tracking_uri(uri)
-    return MlflowClient(uri)
+    return open_client(uri)
 
 
 def experiment_id(mlflow_client: Any, name: str, location: str) -> str:

@@ -1,9 +1,16 @@
 """Aggregation of per-sample verdicts into ACEBench metrics (spec §4.2, §4.5, §4.6).
 
-Names: ``accuracy/<category>``, ``process_acc/<multi-turn or agent category>``, ``accuracy/<GROUP>``
-and ``overall``; with both languages every name gets a language level
-(``accuracy/en/<category>``, ``overall/en``) and ``overall`` is the mean of the two.
-Everything is computed at full precision (upstream rounds each level to 3 decimals).
+Names: ``accuracy/<category>``, ``process_acc/<multi-turn or agent category>``, ``accuracy/<GROUP>``,
+``overall`` and ``overall_upstream_rounded`` (the leaderboard's figure, all three groups only).
+
+``benchmark.language=all``: one block per language, every name with the language after its
+first part (``accuracy/en/<category>``, ``process_acc/zh/<category>``, ``accuracy/zh/NORMAL``,
+``overall/en``, ``overall_upstream_rounded/zh``), plus the headline ``overall`` = the
+unweighted mean of ``overall/<language>`` over the languages the selection holds (spec §8:
+upstream's "combined" table is the mean of its en and zh tables); a selection within one
+language (``run.limit=10``) has that language's figure as its headline. No other
+cross-language figure is computed. Everything is computed at full precision (upstream
+rounds each level to 3 decimals).
 """
 
 from __future__ import annotations
@@ -153,17 +160,14 @@ def aggregate_records(
         _merge_counts(counts, per_language_counts)
         return metrics
     metrics = {}
-    overalls = []
     for language in languages:
         per = language_metrics(rows.get(language, []), per_language_counts[language], process[language])
         for name, value in per.items():
-            if name == "overall":
-                metrics[f"overall/{language}"] = value
-                overalls.append(value)
-            else:
-                kind, rest = name.split("/", 1)
-                metrics[f"{kind}/{language}/{rest}"] = value
-    if overalls and len(overalls) == len(languages):
+            kind, _, rest = name.partition("/")  # overall -> overall/en; accuracy/NORMAL -> accuracy/en/NORMAL
+            metrics[f"{kind}/{language}/{rest}" if rest else f"{kind}/{language}"] = value
+    selected = [lang for lang in languages if any(s.data["language"] == lang for s in samples)]
+    overalls = [metrics[f"overall/{lang}"] for lang in selected if f"overall/{lang}" in metrics]
+    if overalls and len(overalls) == len(selected):
         metrics["overall"] = fmean(overalls)
     _merge_counts(counts, per_language_counts)
     return metrics
