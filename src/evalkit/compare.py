@@ -1,9 +1,22 @@
-"""Compare finished runs: a side-by-side metric table and the per-sample flips between them.
+"""Compare finished runs: a side-by-side metric table, paired statistics, and the
+per-sample flips between them.
 
     python -m evalkit.compare RUN_A RUN_B [RUN_C ...] [--json] [--metrics-only]
+        [--ci-level 0.95] [--resamples 2000] [--seed 0] [--data-dir DIR] [--tracking-uri URI]
 
-Everything is read from the run directories alone (``summary.json`` and
-``predictions.jsonl``); no model, benchmark data or network is needed.
+A run is a run directory, or an MLflow run id (found through the run's ``run_dir`` tag in
+``--tracking-uri``, default the project's store ``outputs/mlflow.db``).
+
+- **Comparability**: runs are comparable when they share the benchmark and the data
+  fingerprint; one line names each difference that matters (prompt hash, generation
+  parameters, shots, repeats, sample selection).
+- **Paired statistics** (runs of one benchmark, each pair): for every metric, over the
+  units scored in both runs, Δ = B − A with a paired-bootstrap interval and a p-value —
+  exact McNemar for a plain mean of 0/1 scores (with the discordant counts), a paired
+  sign-flip permutation test for a plain mean of graded scores, a two-sided
+  paired-bootstrap p for every other metric (:func:`evalkit.stats.paired`); the numbers of
+  paired and excluded units. This needs the benchmark's data (as ``rescore`` does;
+  ``--data-dir`` when it moved); without it the section says why and the rest is shown.
 
 - **Metric table**: one column per run, one row per metric of any run (the headline first).
   An incomplete run has no ``metrics`` (they are withheld); its ``partial_*`` figures are
@@ -24,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -32,8 +46,10 @@ from typing import Any, Sequence
 
 from tabulate import tabulate
 
-from evalkit.engine.journal import damaged_journal, read_jsonl
+from evalkit import stats
+from evalkit.engine.journal import damaged_journal, read_journal, read_jsonl
 from evalkit.errors import EvalkitError
+from evalkit.rescore import load_benchmark
 
 #: per-sample score (a key of a ``predictions.jsonl`` row's ``scores``) that decides flips,
 #: by benchmark; other benchmarks use their headline if it is a per-sample key, else
@@ -196,6 +212,60 @@ def flips(a: Run, b: Run, key: str | None = None) -> dict[str, Any]:
     }
 
 
+#: summary fields whose difference makes two runs of one benchmark less comparable
+_SETTINGS = (("prompt_hash", "prompt hash"), ("generation_params", "generation parameters"), ("shots", "shots"),
+             ("repeats", "repeats"), ("mode", "API mode"))  # fmt: skip
+
+
+def comparability(a: Run, b: Run) -> list[str]:
+    """One line per difference that matters between two runs of one benchmark (empty when
+    they share the data fingerprint and every setting in :data:`_SETTINGS`)."""
+    notes = []
+    if a.summary.get("data_fingerprint") != b.summary.get("data_fingerprint"):
+        notes.append("the data fingerprints differ: other samples were selected (or the data changed); "
+                     "only samples scored in both are paired")  # fmt: skip
+    for key, label in _SETTINGS:
+        va, vb = a.summary.get(key, 1 if key == "repeats" else None), b.summary.get(key, 1 if key == "repeats" else None)
+        if va != vb:
+            notes.append(f"{label} differ: {va!r} vs {vb!r}")
+    return notes
+
+
+def run_plan(run: Run, data_dir: Path | None = None) -> Any:
+    """The run's :class:`~evalkit.stats.StatPlan`: its benchmark rebuilt from ``config.yaml``
+    (data from ``data_dir`` when given), its journal by epoch.
+
+    Raises:
+        EvalkitError: the benchmark or its data cannot be loaded (one line).
+    """
+    bench = load_benchmark(run.path, data_dir)
+    journal = read_journal(run.path / "predictions.jsonl")
+    chosen = {sid for sid, _ in journal.rows} | set(run.summary.get("failed_ids") or [])
+    samples = [s for s in bench.load() if s.id in chosen]
+    return bench.stat_plan(samples, journal.epochs(samples, int(run.summary.get("repeats") or 1)))
+
+
+def paired_stats(a: Run, b: Run, level: float = 0.95, resamples: int = 2000, seed: int = 0,
+                 data_dir: Path | None = None, plans: dict[Path, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """``{"a", "b", "notes": [comparability lines], "metrics": {name: paired entry}}`` — or
+    ``"error"`` instead of ``"metrics"`` when a plan cannot be built (see :func:`run_plan`)."""
+    out: dict[str, Any] = {"a": str(a.path), "b": str(b.path), "notes": comparability(a, b)}
+    plans = {} if plans is None else plans
+    try:
+        for run in (a, b):
+            if run.path not in plans:
+                plans[run.path] = run_plan(run, data_dir)
+    except EvalkitError as exc:
+        out["error"] = f"paired statistics need the benchmark's data ({exc}); pass --data-dir"
+        return out
+    pa, pb = plans[a.path], plans[b.path]
+    if pa is None or pb is None:
+        out["error"] = f"benchmark {a.benchmark} has no statistics plan"
+        return out
+    out["metrics"] = stats.paired(pa, pb, level, resamples, seed)
+    return out
+
+
 def metric_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
     """One row per metric name of any run: ``{"metric": name, "values": [value or None
     per run], "partial": [bool per run]}``. Headline metrics come first, then names in
@@ -218,12 +288,14 @@ def metric_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
     ]
 
 
-def compare(paths: Sequence[str | Path], with_flips: bool = True) -> dict[str, Any]:
+def compare(paths: Sequence[str | Path], with_flips: bool = True, level: float = 0.95, resamples: int = 2000,
+            seed: int = 0, data_dir: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """The machine-readable comparison (what ``--json`` prints).
 
     Returns ``{"runs": [{"dir", "benchmark", "model", "status", "n_samples", "n_scored",
     "n_failed", "headline", "data_fingerprint"}], "metrics": metric_rows(...),
-    "flips": [flips(a, b) for every pair, in argument order] (``[]`` without flips)}``.
+    "paired": [paired_stats(a, b) for every pair], "flips": [flips(a, b) for every pair]}``
+    (pairs in argument order; both ``[]`` with ``with_flips=False``).
 
     Raises:
         CompareError: fewer than two runs, a path is not a run directory, or (with flips)
@@ -233,6 +305,7 @@ def compare(paths: Sequence[str | Path], with_flips: bool = True) -> dict[str, A
         raise CompareError("compare needs at least two run directories")
     runs = [load_run(p) for p in paths]
     pairs: list[dict[str, Any]] = []
+    paired: list[dict[str, Any]] = []
     if with_flips:
         benches = sorted({r.benchmark for r in runs})
         if len(benches) > 1:
@@ -241,6 +314,9 @@ def compare(paths: Sequence[str | Path], with_flips: bool = True) -> dict[str, A
             )
         key = primary_score_key(runs)
         pairs = [flips(a, b, key) for a, b in combinations(runs, 2)]
+        plans: dict[Path, Any] = {}
+        for (ia, a), (ib, b) in combinations(enumerate(runs, 1), 2):
+            paired.append({"ia": ia, "ib": ib, **paired_stats(a, b, level, resamples, seed, data_dir, plans)})
     info = [
         {
             "dir": str(r.path),
@@ -248,7 +324,7 @@ def compare(paths: Sequence[str | Path], with_flips: bool = True) -> dict[str, A
         }
         for r in runs
     ]
-    return {"runs": info, "metrics": metric_rows(runs), "flips": pairs}
+    return {"runs": info, "metrics": metric_rows(runs), "paired": paired, "flips": pairs}
 
 
 def _fmt(value: Any, partial: bool) -> str:
@@ -279,9 +355,10 @@ def render(result: dict[str, Any]) -> str:
     out.append("* headline metric")
     if any(any(row["partial"]) for row in result["metrics"]):
         out.append("(partial) = partial_ figure of an incomplete run: its failed samples are left out")
-    index = {r["dir"]: i for i, r in enumerate(runs, 1)}
-    for pair in result["flips"]:
-        ia, ib = index[pair["a"]], index[pair["b"]]
+    order = [row["metric"] for row in result["metrics"]]
+    for pair in result.get("paired") or []:
+        out += _render_paired(pair, order, heads)
+    for (ia, ib), pair in zip(combinations(range(1, len(runs) + 1), 2), result["flips"]):
         out += [
             "",
             f"Flips [{ia}] vs [{ib}] (score: {pair['score']}; {pair['n_common']} samples in both"
@@ -298,19 +375,68 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _render_paired(pair: dict[str, Any], order: list[str], heads: set[str]) -> list[str]:
+    ia, ib = pair["ia"], pair["ib"]
+    out = ["", f"Paired [{ia}] → [{ib}] (Δ = [{ib}] − [{ia}], over the units scored in both):"]
+    out += [f"  note: {note}" for note in pair["notes"]]
+    if "error" in pair:
+        return out + [f"  {pair['error']}"]
+    rows = []
+    names = [n for n in order if n in pair["metrics"]] + [n for n in pair["metrics"] if n not in order]
+    for name in names:
+        m = pair["metrics"][name]
+        test = m["test"] + (f" (b={m['only_a']}, c={m['only_b']})" if "only_a" in m else "")
+        rows.append([name + (" *" if name in heads else ""), f"{m['a']:.4f}", f"{m['b']:.4f}",
+                     f"{m['delta']:+.4f} [{m['low']:+.4f}, {m['high']:+.4f}]", f"{m['p']:.4g}", test, m["n"]])  # fmt: skip
+    first = next(iter(pair["metrics"].values()), {"n_paired": 0, "n_excluded": 0})
+    out.append(f"  {first['n_paired']} units paired, {first['n_excluded']} excluded (scored in one run only)")
+    table = tabulate(rows, headers=["metric", f"[{ia}]", f"[{ib}]", "Δ [interval]", "p", "test", "n"], tablefmt="simple", disable_numparse=True)
+    return out + ["    " + line for line in table.splitlines()]
+
+
+def resolve_run(arg: str, tracking_uri: str | None) -> Path:
+    """A run directory, or the ``run_dir`` tag of the MLflow run whose id is ``arg``.
+
+    Raises:
+        CompareError: ``arg`` is neither (one line).
+    """
+    path = Path(arg)
+    if path.is_dir() or not (len(arg) == 32 and all(c in "0123456789abcdef" for c in arg)):
+        return path
+    from evalkit.tracking.mlflow_tracking import client
+
+    uri = tracking_uri or f"sqlite:///{Path('outputs').resolve() / 'mlflow.db'}"
+    try:
+        run_dir = client(uri).get_run(arg).data.tags.get("run_dir")
+    except Exception as exc:  # noqa: BLE001 - any store error is one line
+        raise CompareError(f"{arg}: not a run directory, and no MLflow run with that id in {uri} ({type(exc).__name__})") from None
+    if not run_dir:
+        raise CompareError(f"{arg}: the MLflow run has no run_dir tag")
+    return Path(run_dir)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line; returns the exit code (0, or 2 on an error)."""
     parser = argparse.ArgumentParser(prog="python -m evalkit.compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (outputs/runs/<benchmark>/<model>/<stamp>)")
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="run directories (outputs/runs/<benchmark>/<model>/<stamp>) or MLflow run ids")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     parser.add_argument("--metrics-only", action="store_true", help="metric table only (runs may be of different benchmarks)")
+    parser.add_argument("--ci-level", type=float, default=0.95, help="level of the paired intervals (default 0.95)")
+    parser.add_argument("--resamples", type=int, default=2000, help="paired-bootstrap resamples (default 2000)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
+    parser.add_argument("--data-dir", type=Path, default=None, help="the benchmark's data, if not where the runs found it")
+    parser.add_argument("--tracking-uri", default=None, help="MLflow store of run ids (default: sqlite:///outputs/mlflow.db)")
     args = parser.parse_args(argv)
     try:
-        result = compare(args.runs, with_flips=not args.metrics_only)
+        paths = [resolve_run(r, args.tracking_uri) for r in args.runs]
+        result = compare(paths, not args.metrics_only, args.ci_level, args.resamples, args.seed, args.data_dir)
     except EvalkitError as exc:
         print(f"evalkit: error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else render(result))
+    try:
+        print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else render(result), flush=True)
+    except BrokenPipeError:  # `| head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -213,9 +213,17 @@ class RunSettings(_Strict):
     (refused if it exists). ``resume``: a previous run directory to continue. ``suite``: the
     suite the run belongs to (``bash/run_suite.sh`` sets ``EVALKIT_SUITE``), an MLflow tag.
     ``sweep_dir``: set by evalkit for the jobs of a sweep (``-m``): the sweep the run joins.
+    ``repeats``: how many times every sample is asked (epochs; each has its own request
+    identity). ``seed``: evalkit's own randomness (the bootstrap) — not the provider's
+    ``generation.seed``. ``ci_level``: the level of every interval. ``bootstrap_resamples``:
+    resamples of each interval (0: no intervals).
     """
 
     limit: int | None = Field(default=None, ge=1, strict=True)
+    repeats: int = Field(default=1, ge=1, strict=True)
+    seed: int = 0
+    ci_level: float = Field(default=0.95, gt=0.0, lt=1.0)
+    bootstrap_resamples: int = Field(default=2000, ge=0)
     sample_ids: list[str] | None = None
     sample_ids_file: Path | None = None
     output_root: Path = Path("outputs")

@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from evalkit.compose import resolve
 from evalkit.config import EvalConfig
 from evalkit.engine.run import RunResult, run_evaluation
+from evalkit.report.summary import headline_text
 from evalkit.tracking import make_observer
 
 
@@ -28,10 +29,7 @@ def outcome_line(result: RunResult) -> str:
     """The one line a finished run prints: its headline, or why there is none."""
     s = result.summary
     if s["status"] == "complete":
-        head = s["headline"]
-        value = s["metrics"].get(head)
-        shown = f"{value:.4f}" if isinstance(value, (int, float)) else value
-        return f"evalkit: complete: {s['benchmark']} × {s['model']}: {head} = {shown} ({s['n_scored']} samples) → {result.run_dir}"
+        return f"evalkit: complete: {s['benchmark']} × {s['model']}: {headline_text(s)} → {result.run_dir}"
     kinds = ", ".join(f"{k}: {v}" for k, v in s["failed_by_kind"].items()) or "never ran"
     return (
         f"evalkit: INCOMPLETE: {s['n_failed']} of {s['n_samples']} samples failed ({kinds}); "

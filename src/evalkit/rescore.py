@@ -24,10 +24,11 @@ from tabulate import tabulate
 
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import resolve_layers
-from evalkit.engine.journal import damaged_journal, latest_by_sample
+from evalkit.engine.journal import damaged_journal, read_journal
 from evalkit.engine.records import trajectory_of_row
 from evalkit.engine.scoring import Scorer
 from evalkit.errors import ConfigError, EvalkitError, RunDirError
+from evalkit.report.figures import epoch_mean, repeat_figures
 
 
 def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
@@ -42,8 +43,56 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file() or not (run_dir / "predictions.jsonl").is_file():
         raise RunDirError(f"{run_dir}: not an evalkit run directory (config.yaml and predictions.jsonl needed)")
+    bench = load_benchmark(run_dir, data_dir)
+    by_id = {s.id: s for s in bench.load()}
+    rows = read_journal(run_dir / "predictions.jsonl").rows
+    recorded_summary = _recorded_summary(run_dir)
+    damage = damaged_journal(run_dir / "predictions.jsonl", len(rows), recorded_summary.get("n_scored"))
+    if damage:
+        raise RunDirError(damage)
+    selected = [by_id[sid] for sid in dict.fromkeys(sid for sid, _ in rows) if sid in by_id]
+    repeats = 1 + max((epoch for _, epoch in rows), default=0)
+    epochs: list[list[dict[str, Any]]] = [[] for _ in range(repeats)]
+    changed = []
+    with Scorer(bench) as scorer:  # the run's own bounds on time and memory per sample
+        for (sid, epoch), row in rows.items():
+            if sid not in by_id:
+                continue
+            row = dict(row)
+            scored = scorer.score_sync(by_id[sid], trajectory_of_row(row, run_dir))
+            if scored.scores != row.get("scores"):
+                changed.append(sid if repeats == 1 else f"{sid}@{epoch}")
+            row["scores"] = scored.scores
+            epochs[epoch].append(row)
+    metrics = epoch_mean([bench.aggregate(selected, records) for records in epochs])
+    metrics.update(repeat_figures(bench, epochs))
+    recorded = recorded_summary.get("metrics") or {
+        k[len("partial_") :]: v for k, v in (recorded_summary.get("partial_metrics") or {}).items()
+    }
+    return {"metrics": metrics, "recorded": recorded, "changed": changed}
+
+
+def _recorded_summary(run_dir: Path) -> dict[str, Any]:
+    summary_path = run_dir / "summary.json"
     try:
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+        recorded = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RunDirError(f"{summary_path}: cannot be read as JSON ({type(exc).__name__})") from None
+    if not isinstance(recorded, dict):
+        raise RunDirError(f"{summary_path}: not a JSON object")
+    return recorded
+
+
+def load_benchmark(run_dir: Path, data_dir: Path | None = None) -> Any:
+    """The benchmark a run used, rebuilt from its ``config.yaml`` (``data_dir`` replaces
+    where its data was found).
+
+    Raises:
+        RunDirError: the config cannot be read, names no known benchmark, or its settings
+            do not validate (one line naming the key).
+    """
+    try:
+        cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise RunDirError(f"{run_dir}/config.yaml cannot be read ({type(exc).__name__})") from None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("benchmark"), dict) or "name" not in cfg["benchmark"]:
@@ -61,34 +110,7 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
         err = exc.errors()[0]
         msg = err["msg"].removeprefix("Value error, ")
         raise RunDirError(f"{run_dir}/config.yaml: benchmark.{'.'.join(map(str, err['loc']))}: {msg}") from None
-    bench = bench_cls(settings)
-    by_id = {s.id: s for s in bench.load()}
-    rows = latest_by_sample(run_dir / "predictions.jsonl")
-    summary_path = run_dir / "summary.json"
-    try:
-        recorded_summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RunDirError(f"{summary_path}: cannot be read as JSON ({type(exc).__name__})") from None
-    if not isinstance(recorded_summary, dict):
-        raise RunDirError(f"{summary_path}: not a JSON object")
-    damage = damaged_journal(run_dir / "predictions.jsonl", len(rows), recorded_summary.get("n_scored"))
-    if damage:
-        raise RunDirError(damage)
-    selected = [by_id[sid] for sid in rows if sid in by_id]
-    records, changed = [], []
-    with Scorer(bench) as scorer:  # the run's own bounds on time and memory per sample
-        for sample in selected:
-            row = dict(rows[sample.id])
-            scored = scorer.score_sync(sample, trajectory_of_row(row, run_dir))
-            if scored.scores != row.get("scores"):
-                changed.append(sample.id)
-            row["scores"] = scored.scores
-            records.append(row)
-    metrics = bench.aggregate(selected, records)
-    recorded = recorded_summary.get("metrics") or {
-        k[len("partial_") :]: v for k, v in (recorded_summary.get("partial_metrics") or {}).items()
-    }
-    return {"metrics": metrics, "recorded": recorded, "changed": changed}
+    return bench_cls(settings)
 
 
 def _benchmark_settings(run_dir: Path, cfg: dict[str, Any]) -> dict[str, Any]:

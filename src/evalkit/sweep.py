@@ -37,7 +37,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict
 
 from evalkit import secrets
+from evalkit.compare import load_run, paired_stats
 from evalkit.errors import EvalkitError, first_line
+from evalkit.stats import with_interval
 from evalkit.job import run_composed
 from evalkit.tracking import make_observer, sweep_observer
 
@@ -173,6 +175,7 @@ def _record_result(record: dict[str, Any], result: Any) -> None:
         exit_code=result.exit_code,
         headline=s["headline"],
         headline_value=s["metrics"].get(s["headline"]) if s["status"] == "complete" else None,
+        headline_ci=(s.get("metrics_ci") or {}).get(s["headline"]) if s["status"] == "complete" else None,
         n_samples=s["n_samples"],
         n_failed=s["n_failed"],
     )
@@ -339,6 +342,7 @@ def summarize(sweep_dir: Path, info: dict[str, Any], interrupted: bool = False) 
     for j in ordered:  # what sets this job apart: its values of the swept keys
         j["point"] = point_label(j.get("overrides") or [], swept).split()
     n_complete = sum(j["status"] == "complete" for j in ordered)
+    paired = paired_headlines(ordered, swept)
     return {
         "sweep_id": info.get("sweep_id"),
         "sweep_dir": info.get("sweep_dir"),
@@ -353,7 +357,52 @@ def summarize(sweep_dir: Path, info: dict[str, Any], interrupted: bool = False) 
         "n_complete_jobs": n_complete,
         "n_failed_jobs": len(ordered) - n_complete,
         "jobs": [{k: v for k, v in j.items() if k != "traceback"} for j in ordered],
+        "paired": paired,
     }
+
+
+def _point(job: dict[str, Any]) -> dict[str, str]:
+    return dict(ov.partition("=")[::2] for ov in job.get("overrides") or [])
+
+
+def _baseline_of(job: dict[str, Any], key: str, first: str | None, candidates: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The job among ``candidates`` that differs from ``job`` only in ``key``, where ``key``
+    has its first value ``first`` (``None`` when ``job`` is at that value itself)."""
+    values = _point(job)
+    if values.get(key) == first:
+        return None
+    for other in candidates:
+        ov = _point(other)
+        if ov.get(key) == first and all(ov.get(k) == v for k, v in values.items() if k != key):
+            return other
+    return None
+
+
+def paired_headlines(jobs: list[dict[str, Any]], swept: set[str]) -> list[dict[str, Any]]:
+    """For every complete job and swept key, the paired comparison of its headline with the
+    job that differs only in that key, at the key's first value: ``{"key", "base", "job",
+    "headline", "delta", "low", "high", "p", "test"}`` (:func:`evalkit.compare.paired_stats`)."""
+    out: list[dict[str, Any]] = []
+    done = [j for j in jobs if j.get("status") == "complete" and j.get("run_dir")]
+    firsts = {key: next((_point(j)[key] for j in jobs if key in _point(j)), None) for key in swept}
+    plans: dict[Path, Any] = {}
+    for job in done:
+        for key in sorted(swept):
+            base = _baseline_of(job, key, firsts[key], done)
+            if base is None:
+                continue
+            try:
+                result = paired_stats(load_run(base["run_dir"]), load_run(job["run_dir"]), plans=plans)
+            except Exception as exc:  # noqa: BLE001 - the sweep's summary is written whatever a comparison meets
+                out.append({"key": key, "base": base["num"], "job": job["num"], "error": f"{type(exc).__name__}: {first_line(exc)}"})
+                continue
+            m = (result.get("metrics") or {}).get(job.get("headline"))
+            if m is None:
+                out.append({"key": key, "base": base["num"], "job": job["num"], "error": result.get("error", "no paired headline")})
+                continue
+            out.append({"key": key, "base": base["num"], "job": job["num"], "headline": job["headline"],
+                        **{k: m[k] for k in ("delta", "low", "high", "p", "test", "n")}})  # fmt: skip
+    return out
 
 
 def _shown(override: str) -> str:
@@ -373,13 +422,21 @@ def report_markdown(summary: dict[str, Any]) -> str:
         "",
         f"{summary['n_complete_jobs']} of {summary['n_jobs']} jobs complete. Overrides: `{' '.join(summary['overrides'])}`",
         "",
-        "| job | swept overrides | status | headline | value | run dir |",
+        "| job | swept overrides | status | headline | value [interval] | run dir |",
         "|---|---|---|---|---|---|",
     ]
     for j in summary["jobs"]:
-        value = j.get("headline_value")
-        shown = f"{value:.4f}" if isinstance(value, (int, float)) else (j.get("error") or "")
+        value, ci = j.get("headline_value"), j.get("headline_ci")
+        shown = with_interval(value, ci) if isinstance(value, (int, float)) else (j.get("error") or "")
         run = Path(j["run_dir"]).name if j.get("run_dir") else ""
         lines.append(f"| {j['num']} | `{cell(' '.join(j['point']) or ' '.join(j['overrides']))}` | {j['status']} | {cell(j.get('headline') or '')} | {cell(shown)} | {cell(run)} |")
+    if summary.get("paired"):
+        lines += ["", "Paired against the first value of each swept key (Δ = job − base, over the samples scored in both):", "",
+                  "| key | base job | job | Δ headline [interval] | p | test |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for p in summary["paired"]:
+            if "error" in p:
+                lines.append(f"| {cell(p['key'])} | {p['base']} | {p['job']} | {cell(p['error'])} | | |")
+            else:
+                lines.append(f"| {cell(p['key'])} | {p['base']} | {p['job']} | {p['delta']:+.4f} [{p['low']:+.4f}, {p['high']:+.4f}] | {p['p']:.4g} | {p['test']} |")
     return "\n".join(lines) + "\n"
 

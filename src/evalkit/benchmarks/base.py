@@ -81,6 +81,11 @@ class Benchmark(ABC):
     baselines: ClassVar[tuple[str, ...]] = ()
     #: whether ``build_completion`` exists (base-model text-completion mode, ``model.api=completion``)
     supports_completion: ClassVar[bool] = False
+    #: the per-sample score that stands for a sample's verdict (tables, pass@k when it is 0/1)
+    primary_score: ClassVar[str] = "accuracy"
+    #: how each metric aggregates, one line per metric name pattern (``fnmatch``), first match
+    #: wins; ``summary.json`` (``aggregation``) and ``report.md`` state it
+    aggregation_rules: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init__(self, settings: BenchmarkSettings):
         self.settings = settings
@@ -170,6 +175,24 @@ class Benchmark(ABC):
         """Write figures (PNG) into ``plot_dir``; returns their paths. They land in the run
         directory's ``plots/``, in ``report.md`` and in MLflow. Default: none."""
         return []
+
+    def stat_plan(self, samples: list[Sample], epochs: list[list[dict[str, Any]]]) -> Any:
+        """The benchmark's metrics over its independent units, for intervals and paired tests
+        (:class:`evalkit.stats.StatPlan`), from the scored records of each epoch; its point
+        estimates equal :meth:`aggregate` of each epoch (the benchmark's tests prove it).
+        ``None``: no intervals."""
+        return None
+
+    def category_counts(self, samples: list[Sample], records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+        """Per category: ``n_requested`` (selected samples), ``n_scored`` and ``n_failed``
+        (requested but not scored: failed or never ran). Default: by ``sample.subset``."""
+        counts: dict[str, dict[str, int]] = {}
+        scored = {r.get("sample_id") for r in records}
+        for s in samples:
+            c = counts.setdefault(s.subset, {"n_requested": 0, "n_scored": 0, "n_failed": 0})
+            c["n_requested"] += 1
+            c["n_scored" if s.id in scored else "n_failed"] += 1
+        return counts
 
     def report_tables(self, metrics: dict[str, float]) -> list[tuple[str, list[str], list[list[Any]]]]:
         """Tables for ``report.md``: ``(title, headers, rows)``. Default: one metric table."""

@@ -25,12 +25,17 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Unit:
-    """One unit of work: a sample, its first request (whose hash identifies the sample's
-    result) and whether the solver runs it as a multi-turn rollout."""
+    """One unit of work: a sample in one epoch, its first request (whose hash identifies
+    the result; it carries the epoch) and whether the solver runs it as a multi-turn rollout."""
 
     sample: Sample
     request: Request
     rollout: bool = False
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """``(sample id, epoch)``: what a journal row of this unit is found by."""
+        return self.sample.id, self.request.epoch
 
 
 # ------------------------------------------------------------------------------------------
@@ -112,17 +117,19 @@ class ActorModel:
     (cache, retries, failure conversion), per-call statistics appended to ``turns``; a failed
     call raises :class:`ModelCallError` naming ``actor``."""
 
-    def __init__(self, model: Any, cache: Any, actor: str, params: dict[str, Any], turns: list[dict[str, Any]]):
+    def __init__(self, model: Any, cache: Any, actor: str, params: dict[str, Any], turns: list[dict[str, Any]], epoch: int = 0):
         self.model = model
         self.cache = cache
         self.actor = actor
         self.params = params
         self.turns = turns
+        self.epoch = epoch
         self.model_id = getattr(model, "model_id", actor)
 
     async def generate(self, request: Request) -> Completion:
         if not request.params:
             request.params = dict(self.params)
+        request.epoch = self.epoch  # every turn of epoch e carries e in its identity
         result = await execute(self.model, request, self.cache)
         if isinstance(result, Failure):
             result.actor = self.actor
@@ -151,8 +158,9 @@ async def solve_unit(
     (``failed.jsonl``'s ``actor``)."""
     turns: list[dict[str, Any]] = []
     agent, user = agents.pair(unit.sample)
-    wrapped_agent = ActorModel(agent, cache, "agent" if unit.rollout else "model", agent_params, turns)
-    wrapped_user = ActorModel(user, cache, "user", user_params, turns) if user is not None else None
+    epoch = unit.request.epoch
+    wrapped_agent = ActorModel(agent, cache, "agent" if unit.rollout else "model", agent_params, turns, epoch)
+    wrapped_user = ActorModel(user, cache, "user", user_params, turns, epoch) if user is not None else None
     try:
         trajectory = await solver.solve(unit.sample, unit.request, wrapped_agent, wrapped_user)
     except ModelCallError as exc:

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from evalkit import __version__, secrets
-from evalkit.engine.journal import read_journal, read_jsonl
+from evalkit.engine.journal import read_journal, read_jsonl, row_key
 from evalkit.engine.plan import RunPlan, data_fingerprint
 from evalkit.engine.rundir import FAILED, PREDICTIONS, SUMMARY, RunState
+from evalkit.report.figures import aggregation, category_counts, epoch_mean, metric_intervals, repeat_figures
 from evalkit.report.summary import build_summary, write_report
 from evalkit.tracking.base import Observer, RunInfo
 from evalkit.types import sha256_hex
@@ -34,30 +35,33 @@ def code_version() -> str:
 
 
 def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The run's summary (secrets scrubbed) and its scored records, from the journal."""
+    """The run's summary (secrets scrubbed) and its scored records, from the journal: the
+    metrics of each epoch by the benchmark's rules, averaged; intervals on them (``partial_*``
+    ones when incomplete), counts per category, aggregation rules and repeat figures."""
+    cfg, bench, samples = plan.cfg, plan.bench, plan.samples
     hashes = plan.request_hashes()
-    done = read_journal(state.run_dir / PREDICTIONS, hashes).rows
-    records = [done[s.id] for s in plan.samples if s.id in done]
-    failures = {
-        r["sample_id"]: r for r in read_jsonl(state.run_dir / FAILED) if r.get("sample_id") in hashes and r["sample_id"] not in done
-    }
-    finished_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    journal = read_journal(state.run_dir / PREDICTIONS, hashes)
+    epochs = journal.epochs(samples, cfg.run.repeats)
+    records = [r for rows in epochs for r in rows]
+    failures = {}
+    for r in read_jsonl(state.run_dir / FAILED):
+        key = row_key(r)
+        if key in hashes and key not in journal.rows:
+            failures[key] = r
+    missing = [u.key for u in plan.units if u.key not in journal.rows]
+    metrics = epoch_mean([bench.aggregate(samples, rows) for rows in epochs])
+    figures: dict[str, Any] = repeat_figures(bench, epochs)
+    metrics.update(figures)
+    ci = metric_intervals(bench, samples, epochs, cfg.run, prefix="" if not missing else "partial_")
+    names = list(metrics) if not missing else [f"partial_{k}" for k in metrics]
     summary = build_summary(
-        cfg=plan.cfg,
-        bench=plan.bench,
-        samples=plan.samples,
-        records=records,
-        failures=failures,
-        missing=[s.id for s in plan.samples if s.id not in done],
-        metrics=plan.bench.aggregate(plan.samples, records),
-        fingerprint=data_fingerprint(plan.samples),
-        prompt_hash=plan.prompt_hash(),
-        code_version=code_version(),
-        model_id=plan.models.model_id,
-        started_at=state.started_at,
-        finished_at=finished_at,
-        wall_s=time.perf_counter() - state.t0,
-    )
+        cfg=cfg, bench=bench, samples=samples, records=records, failures=failures, missing=missing, metrics=metrics,
+        fingerprint=data_fingerprint(samples), prompt_hash=plan.prompt_hash(), code_version=code_version(),
+        model_id=plan.models.model_id, started_at=state.started_at,
+        finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), wall_s=time.perf_counter() - state.t0,
+        figures={"metrics_ci": ci, "ci_level": cfg.run.ci_level, "seed": cfg.run.seed,
+                 "category_counts": category_counts(bench, samples, epochs), "aggregation": aggregation(bench, names)},
+    )  # fmt: skip
     summary["endpoints"] = dict(plan.models.endpoints)
     if engine is not None:
         summary["engine"] = engine

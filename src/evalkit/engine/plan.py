@@ -6,7 +6,8 @@ one line before the run directory exists.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from evalkit import secrets
@@ -18,12 +19,14 @@ from evalkit.errors import ConfigError, DataError
 from evalkit.models.factory import ModelPlan, plan_models
 from evalkit.types import Request, Sample, canonical_json, sha256_hex
 
+log = logging.getLogger("evalkit")
+
 
 @dataclass
 class RunPlan:
     """Everything a run needs before it starts: the validated config, the benchmark, the
-    selected samples, one :class:`~evalkit.engine.calls.Unit` per sample (in selection
-    order) and the planned models."""
+    selected samples, one :class:`~evalkit.engine.calls.Unit` per sample and epoch (epoch by
+    epoch, each in selection order) and the planned models."""
 
     cfg: EvalConfig
     bench: Benchmark
@@ -31,13 +34,13 @@ class RunPlan:
     units: list[Unit]
     models: ModelPlan
 
-    def request_hashes(self) -> dict[str, str]:
-        """``{sample id: request hash}``: what identifies each sample's result (resume)."""
-        return {u.sample.id: u.request.request_hash(self.models.model_id) for u in self.units}
+    def request_hashes(self) -> dict[tuple[str, int], str]:
+        """``{(sample id, epoch): request hash}``: what identifies each result (resume)."""
+        return {u.key: u.request.request_hash(self.models.model_id) for u in self.units}
 
     def prompt_hash(self) -> str:
         """SHA-256 over every selected sample's id and prompt hash, in selection order."""
-        return sha256_hex("".join(f"{u.sample.id}\0{u.request.prompt_hash()}\n" for u in self.units))
+        return sha256_hex("".join(f"{u.sample.id}\0{u.request.prompt_hash()}\n" for u in self.units if u.request.epoch == 0))
 
 
 def prepare(cfg: EvalConfig) -> RunPlan:
@@ -62,7 +65,10 @@ def prepare(cfg: EvalConfig) -> RunPlan:
         )
     if cfg.model.kind == "replay" and rollouts:
         raise ConfigError("model=replay: agent rollouts cannot be replayed from single outputs; deselect those subsets")
-    units = [Unit(s, build_request(bench, cfg, s), bench.is_rollout(s)) for s in samples]
+    first = [Unit(s, build_request(bench, cfg, s), bench.is_rollout(s)) for s in samples]
+    units = [Unit(u.sample, replace(u.request, epoch=e), u.rollout) for e in range(cfg.run.repeats) for u in first]
+    if cfg.run.repeats > 1 and cfg.generation_params().get("temperature") == 0:
+        log.warning("run.repeats=%d at temperature 0: the repeats measure only the provider's nondeterminism", cfg.run.repeats)
     models = plan_models(cfg, bench, samples, with_user=cfg.user is not None and bool(rollouts))
     return RunPlan(cfg, bench, samples, units, models)
 

@@ -5,7 +5,7 @@ Record contract (ARCHITECTURE.md; extend, don't rename): ``sample_id``, ``subset
 ``status``, ``output``, ``parsed``, ``scores``, ``checks``, ``failed_checks``, ``detail``,
 ``request_hash``, ``prompt_hash``, then ``raw_output`` (completion mode), ``usage``,
 ``latency_s``, ``attempts``, ``throttled``, ``cached``, ``finish_reason``, ``reasoning``
-(never scored), ``n_turns`` and, for a rollout, the whole ``trajectory`` (so that
+(never scored), ``n_turns``, ``epoch`` (the repeat, 0 for the first) and, for a rollout, the whole ``trajectory`` (so that
 ``rescore`` needs nothing else; a readable copy goes to ``trajectories/<sample id>.json``).
 
 A row is at most :data:`MAX_LINE_BYTES` of JSON: over it, the model's texts (``output``,
@@ -72,6 +72,7 @@ def prediction_record(unit: Unit, model_id: str, trajectory: Trajectory, scored:
         "detail": scored.detail,
         "request_hash": unit.request.request_hash(model_id),
         "prompt_hash": unit.request.prompt_hash(),
+        "epoch": unit.request.epoch,
     }
     if "raw_output" in trajectory.data:
         row["raw_output"] = trajectory.data["raw_output"]
@@ -133,6 +134,7 @@ def failure_record(unit: Unit, model_id: str, failure: Failure) -> dict[str, Any
         "attempts": failure.attempts,
         "actor": failure.actor,
         "request_hash": unit.request.request_hash(model_id),
+        "epoch": unit.request.epoch,
     }
 
 

@@ -101,7 +101,7 @@ def execute(plan: RunPlan, state: RunState, observer: Observer) -> dict[str, Any
     (plus ``units``), or ``None`` when nothing was pending."""
     journal = read_journal(state.run_dir / PREDICTIONS, plan.request_hashes())
     journal.warn()
-    pending = [u for u in plan.units if u.sample.id not in journal.rows]
+    pending = [u for u in plan.units if u.key not in journal.rows]
     log.info("run %s: %d samples, %d already journaled, %d to run", state.run_dir, len(plan.units), len(journal.rows), len(pending))
     if not pending:
         return None

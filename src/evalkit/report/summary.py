@@ -17,6 +17,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from evalkit.stats import with_interval
+
 SCHEMA_VERSION = 1
 
 
@@ -26,8 +28,8 @@ def build_summary(
     bench: Any,
     samples: list[Any],
     records: list[dict[str, Any]],
-    failures: dict[str, dict[str, Any]],
-    missing: list[str],
+    failures: dict[Any, dict[str, Any]],
+    missing: list[Any],
     metrics: dict[str, float],
     fingerprint: str,
     prompt_hash: str,
@@ -36,8 +38,12 @@ def build_summary(
     started_at: str,
     finished_at: str,
     wall_s: float,
+    figures: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The summary dict. A run is complete only when every selected sample was scored."""
+    """The summary dict. A run is complete only when every selected sample was scored in
+    every epoch. ``missing``: the ``(sample id, epoch)`` of every unscored unit;
+    ``figures``: intervals, counts, aggregation and repeat figures
+    (:mod:`evalkit.report.figures`), merged in."""
     complete = not missing
     usage = Counter()
     latencies = []
@@ -57,10 +63,12 @@ def build_summary(
         "mode": cfg.model.api,
         "pid": os.getpid(),
         "n_samples": len(samples),
+        "repeats": cfg.run.repeats,
+        "n_requested": len(samples) * cfg.run.repeats,
         "n_scored": len(records),
         "n_failed": len(missing),
         "failed_by_kind": dict(Counter(f.get("error_kind", "unknown") for f in failures.values())),
-        "failed_ids": missing,
+        "failed_ids": list(dict.fromkeys(sid for sid, _ in missing)),
         "status_counts": dict(statuses),
         "scorer_limit_ids": [r["sample_id"] for r in records if r.get("status") == "scorer_limit"],
         "headline": bench.headline_metric,
@@ -79,53 +87,96 @@ def build_summary(
     }
     if not complete:
         summary["partial_metrics"] = {f"partial_{k}": v for k, v in metrics.items()}
+    summary.update(figures or {})
     return summary
 
 
+def headline_text(summary: dict[str, Any]) -> str:
+    """``f1_macro = 0.5440 [0.4900, 0.6000] (n=170)``: the headline with its interval and the
+    number of units it rests on (a complete run's; ``""`` otherwise)."""
+    head = summary["headline"]
+    value = summary["metrics"].get(head)
+    if summary["status"] != "complete" or not isinstance(value, (int, float)):
+        return f"{head} = {_fmt(value)}"
+    ci = (summary.get("metrics_ci") or {}).get(head)
+    n = ci["n"] if ci else summary["n_scored"]
+    return f"{head} = {with_interval(value, ci)} (n={n})"
+
+
 def write_report(run_dir: Path, summary: dict[str, Any], bench: Any) -> Path:
-    """``report.md``: status line, counts, the benchmark's tables (partial when incomplete)."""
+    """``report.md``: status line with the headline and its interval, counts, the
+    benchmark's tables (with intervals and scored-of-requested counts; partial when
+    incomplete), how each metric aggregates, the answers stopped by the scoring bounds."""
     complete = summary["status"] == "complete"
     lines = [f"# {summary['benchmark']} × {summary['model']}", ""]
     if complete:
-        head = summary["headline"]
-        value = summary["metrics"].get(head)
-        lines.append(f"**Status: complete.** Headline `{head}` = **{_fmt(value)}**")
+        lines.append(f"**Status: complete.** Headline `{headline_text(summary)}`")
     else:
         lines.append(
-            f"**Status: INCOMPLETE** — {summary['n_failed']} of {summary['n_samples']} samples have no scored "
-            f"answer (see `failed.jsonl`). No headline score is published; figures below are partial."
+            f"**Status: INCOMPLETE** — {summary['n_failed']} of {summary['n_requested']} answers are not scored "
+            f"(see `failed.jsonl`). No headline score is published; figures below are partial."
         )
-    lines += [
-        "",
-        f"- samples: {summary['n_samples']}, scored: {summary['n_scored']}, failed: {summary['n_failed']}"
-        + (f" ({', '.join(f'{k}: {v}' for k, v in summary['failed_by_kind'].items())})" if summary["failed_by_kind"] else ""),
-        f"- data fingerprint: `{summary['data_fingerprint'][:16]}`, prompt hash: `{summary['prompt_hash'][:16]}`, "
-        f"code: `{summary['code_version']}`",
-        f"- statuses of the scored answers: {_counts(summary.get('status_counts') or {})}",
-        f"- generation: `{summary['generation_params']}`",
-        f"- wall time: {summary['wall_s']} s; tokens: {summary['usage'] or 'n/a'}",
-        "",
-    ]
-    metrics = summary["metrics"] if complete else {k[len("partial_") :]: v for k, v in summary.get("partial_metrics", {}).items()}
-    for title, headers, rows in bench.report_tables(metrics):
+    lines += _facts(summary)
+    prefix = "" if complete else "partial_"
+    metrics = summary["metrics"] if complete else {k.removeprefix(prefix): v for k, v in summary.get("partial_metrics", {}).items()}
+    ci = {k.removeprefix(prefix): v for k, v in (summary.get("metrics_ci") or {}).items()}
+    for title, headers, rows in bench.report_tables(metrics, ci, summary.get("category_counts")):
         lines += [f"## {title}{'' if complete else ' (partial)'}", "", tabulate(rows, headers=headers, tablefmt="github", floatfmt=".4f"), ""]
-    limited = summary.get("scorer_limit_ids") or []
-    if limited:
-        lines += [
-            "## Answers whose scoring hit a limit",
-            "",
-            f"{len(limited)} answers were stopped by the scoring bounds (`benchmark.score_timeout_s`, "
-            "`benchmark.score_memory_mb`) and scored 0 as wrong answers (status `scorer_limit`; the reason is each "
-            "row's `detail` in `predictions.jsonl`): " + ", ".join(f"`{sid}`" for sid in limited[:50])
-            + (f" and {len(limited) - 50} more" if len(limited) > 50 else ""),
-            "",
-        ]
+    lines += _repeats_and_rules(summary, metrics, ci)
+    lines += _limited(summary.get("scorer_limit_ids") or [])
     plots = sorted((Path(run_dir) / "plots").glob("*.png")) if (Path(run_dir) / "plots").is_dir() else []
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
     path = Path(run_dir) / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
+
+
+def _facts(summary: dict[str, Any]) -> list[str]:
+    kinds = summary["failed_by_kind"]
+    repeats = f" × {summary['repeats']} repeats" if summary.get("repeats", 1) > 1 else ""
+    return [
+        "",
+        f"- samples: {summary['n_samples']}{repeats}, scored: {summary['n_scored']}, failed: {summary['n_failed']}"
+        + (f" ({', '.join(f'{k}: {v}' for k, v in kinds.items())})" if kinds else ""),
+        f"- data fingerprint: `{summary['data_fingerprint'][:16]}`, prompt hash: `{summary['prompt_hash'][:16]}`, "
+        f"code: `{summary['code_version']}`",
+        f"- statuses of the scored answers: {_counts(summary.get('status_counts') or {})}",
+        f"- generation: `{summary['generation_params']}`",
+        f"- intervals: {int(round(100 * summary.get('ci_level', 0.95)))}% percentile bootstrap, seed {summary.get('seed', 0)} "
+        f"({next(iter((summary.get('metrics_ci') or {}).values()), {}).get('method', 'none computed')})",
+        f"- wall time: {summary['wall_s']} s; tokens: {summary['usage'] or 'n/a'}",
+        "",
+    ]
+
+
+def _repeats_and_rules(summary: dict[str, Any], metrics: dict[str, float], ci: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    repeat = [[k, with_interval(v, ci.get(k))] for k, v in metrics.items() if k.startswith(("pass@", "pass^", "within_sample"))]
+    if repeat:
+        lines += [f"## Repeats ({summary.get('repeats')} epochs)", "", tabulate(repeat, headers=["figure", "value"], tablefmt="github"), ""]
+    rules: dict[str, list[str]] = {}
+    for name, rule in (summary.get("aggregation") or {}).items():
+        rules.setdefault(rule, []).append(name.removeprefix("partial_"))
+    if rules:
+        rows = [[", ".join(f"`{n}`" for n in names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else ""), rule]
+                for rule, names in rules.items()]  # fmt: skip
+        lines += ["## How the figures aggregate", "", tabulate(rows, headers=["metrics", "rule"], tablefmt="github"), ""]
+    return lines
+
+
+def _limited(limited: list[str]) -> list[str]:
+    if not limited:
+        return []
+    return [
+        "## Answers whose scoring hit a limit",
+        "",
+        f"{len(limited)} answers were stopped by the scoring bounds (`benchmark.score_timeout_s`, "
+        "`benchmark.score_memory_mb`) and scored 0 as wrong answers (status `scorer_limit`; the reason is each "
+        "row's `detail` in `predictions.jsonl`): " + ", ".join(f"`{sid}`" for sid in limited[:50])
+        + (f" and {len(limited) - 50} more" if len(limited) > 50 else ""),
+        "",
+    ]
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -16,13 +16,14 @@ from evalkit.benchmarks.acebench.categories import (
     DEFAULT_CATEGORIES,
     GROUPS,
     LANGUAGES,
+    MULTI_TURN_CATEGORIES,
     family,
 )
 from evalkit.benchmarks.acebench.checker import check_special, score_normal
 from evalkit.benchmarks.acebench.data import category_files, language_fingerprint, load_category, resolve_layout
 from evalkit.benchmarks.acebench.download import ensure_downloaded
 from evalkit.benchmarks.acebench.jsonsafe import json_safe
-from evalkit.benchmarks.acebench.metrics import aggregate_records
+from evalkit.benchmarks.acebench.metrics import aggregate_records, dialogue_id, stat_plan
 from evalkit.benchmarks.acebench.prompts import (
     PromptTemplates,
     agent_template_keys,
@@ -33,6 +34,7 @@ from evalkit.benchmarks.acebench.prompts import (
 from evalkit.benchmarks.acebench.reference import normal_reference, special_reference
 from evalkit.benchmarks.acebench.settings import AceBenchSettings
 from evalkit.benchmarks.base import Benchmark, Generate, Solver, register
+from evalkit.stats import scored_of, with_interval
 from evalkit.types import Request, Sample, SampleScore, Trajectory
 
 
@@ -46,13 +48,30 @@ class AceBench(Benchmark):
     all_subsets = ALL_CATEGORIES
     default_subsets = DEFAULT_CATEGORIES
     supported_shots = (0,)
+    primary_score = "accuracy"
+    aggregation_rules = (
+        ("accuracy/*normal_multi_turn_*", "mean over dialogues of 1 when every turn of the dialogue is right, else 0 (spec §4.5)"),
+        ("process_acc/*normal_multi_turn_*", "mean over dialogues of the share of its turns that are right (spec §4.5)"),
+        ("process_acc/*agent_*", "mean over rollouts of the share of milestones reached (spec §4.4)"),
+        ("accuracy/*ATOM", "unweighted mean of the normal_atom_* categories evaluated (spec §4.6)"),
+        ("accuracy/*SINGLE_TURN", "unweighted mean of the two single-turn categories evaluated (spec §4.6)"),
+        ("accuracy/*MULTI_TURN", "unweighted mean of the two multi-turn categories evaluated (spec §4.6)"),
+        ("accuracy/*NORMAL", "unweighted mean of the normal categories evaluated (spec §4.6)"),
+        ("accuracy/*SPECIAL", "unweighted mean of the special categories evaluated (spec §4.6)"),
+        ("accuracy/*AGENT", "unweighted mean of the agent categories evaluated (spec §4.6)"),
+        ("accuracy/*", "mean over records (agent categories: over rollouts) of accuracy 0/1 (spec §4.2)"),
+        ("overall_upstream_rounded*", "the leaderboard's figure: 0.578·NORMAL + 0.2676·SPECIAL + 0.1545·AGENT rounded to 3 decimals, all three groups only"),
+        ("overall/*", "0.578·NORMAL + 0.2676·SPECIAL + 0.1545·AGENT of that language, renormalised over the groups evaluated (spec §4.6)"),
+        ("overall", "0.578·NORMAL + 0.2676·SPECIAL + 0.1545·AGENT, renormalised over the groups evaluated (spec §4.6); "
+                    "language=all: the unweighted mean of the languages' overall"),
+    )
 
     def __init__(self, settings: AceBenchSettings):
         super().__init__(settings)
         self.settings: AceBenchSettings = settings
         self._root: tuple[Path, Path] | None = None
         self._templates: PromptTemplates | None = None
-        #: scored units per (language, category) of the last aggregate() (for report_tables)
+        #: scored units per (language, category) of the last aggregate()
         self._counts: dict[tuple[str, str], int] = {}
         self._seeds: dict[str, SeedTexts] = {}
 
@@ -159,6 +178,38 @@ class AceBench(Benchmark):
         self._counts = {}
         return aggregate_records(samples, records, self.languages, self._counts)
 
+    def stat_plan(self, samples: list[Sample], epochs: list[list[dict[str, Any]]]) -> Any:
+        """Records, multi-turn dialogues and agent rollouts as units, by language × category
+        (:func:`evalkit.benchmarks.acebench.metrics.stat_plan`)."""
+        return stat_plan(samples, epochs, self.languages)
+
+    def category_counts(self, samples: list[Sample], records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+        """Per category (``<language>/<category>`` with language=all) and group: requested,
+        scored and failed samples; multi-turn categories also count dialogues (a dialogue is
+        scored when every one of its turns is)."""
+        scored = {r.get("sample_id") for r in records}
+        prefix = self.settings.language == "all"
+        counts: dict[str, dict[str, int]] = {}
+        dialogues: dict[str, dict[str, bool]] = {}
+        for s in samples:
+            key = f"{s.data['language']}/{s.subset}" if prefix else s.subset
+            c = counts.setdefault(key, {"n_requested": 0, "n_scored": 0, "n_failed": 0})
+            c["n_requested"] += 1
+            c["n_scored" if s.id in scored else "n_failed"] += 1
+            if s.subset in MULTI_TURN_CATEGORIES:
+                d = dialogues.setdefault(key, {})
+                did = dialogue_id(s.data["prompt"]["id"])
+                d[did] = d.get(did, True) and s.id in scored
+        for key, d in dialogues.items():
+            counts[key].update(dialogues_requested=len(d), dialogues_scored=sum(d.values()))
+        for lang in self.languages if prefix else [None]:
+            for group, members in GROUPS.items():
+                keys = [f"{lang}/{m}" if lang else m for m in members]
+                parts = [counts[k] for k in keys if k in counts]
+                if parts:
+                    counts[f"{lang}/{group}" if lang else group] = {n: sum(p[n] for p in parts) for n in ("n_requested", "n_scored", "n_failed")}
+        return counts
+
     # ---- agent rollouts ---------------------------------------------------------------------
     def is_rollout(self, sample: Sample) -> bool:
         return family(sample.subset) == "agent"
@@ -217,26 +268,31 @@ class AceBench(Benchmark):
             return special_reference(sample.subset, ground_truth)
         return normal_reference(sample.data["prompt"]["function"], ground_truth)
 
-    def report_tables(self, metrics: dict[str, float]) -> list[tuple[str, list[str], list[list[Any]]]]:
+    def report_tables(self, metrics: dict[str, float], ci: dict[str, Any] | None = None,
+                      counts: dict[str, dict[str, int]] | None = None) -> list[tuple[str, list[str], list[list[Any]]]]:  # fmt: skip
+        """Per language: the categories (scored of requested, accuracy and process_acc with
+        their intervals) and the groups with OVERALL."""
+        ci, counts = ci or {}, counts or {}
         tables = []
         prefixes = [""] if self.settings.language != "all" else [f"{lang}/" for lang in LANGUAGES]
         for prefix in prefixes:
             title_lang = f" ({prefix[:-1]})" if prefix else ""
-            language = prefix[:-1] or self.languages[0]
             rows = []
             for category in ALL_CATEGORIES:
                 acc = metrics.get(f"accuracy/{prefix}{category}")
                 if acc is None:
                     continue
                 process = metrics.get(f"process_acc/{prefix}{category}")
-                n = self._counts.get((language, category))
-                rows.append([category, n if n is not None else "", round(acc, 4), "" if process is None else round(process, 4)])
-            tables.append((f"ACEBench categories{title_lang}", ["category", "n", "accuracy", "process_acc"], rows))
-            group_rows = [[g, round(metrics[f"accuracy/{prefix}{g}"], 4)] for g in GROUPS if f"accuracy/{prefix}{g}" in metrics]
+                rows.append([category, scored_of(counts.get(f"{prefix}{category}")),
+                             with_interval(acc, ci.get(f"accuracy/{prefix}{category}")),
+                             "" if process is None else with_interval(process, ci.get(f"process_acc/{prefix}{category}"))])  # fmt: skip
+            tables.append((f"ACEBench categories{title_lang}", ["category", "scored", "accuracy", "process_acc"], rows))
+            group_rows = [[g, scored_of(counts.get(f"{prefix}{g}")), with_interval(metrics[f"accuracy/{prefix}{g}"], ci.get(f"accuracy/{prefix}{g}"))]
+                          for g in GROUPS if f"accuracy/{prefix}{g}" in metrics]  # fmt: skip
             overall_key = f"overall/{prefix[:-1]}" if prefix else "overall"
             if overall_key in metrics:
-                group_rows.append(["overall", round(metrics[overall_key], 4)])
-            tables.append((f"ACEBench groups{title_lang}", ["group", "accuracy"], group_rows))
+                group_rows.append(["overall", "", with_interval(metrics[overall_key], ci.get(overall_key))])
+            tables.append((f"ACEBench groups{title_lang}", ["group", "scored", "accuracy"], group_rows))
         if self.settings.language == "all" and "overall" in metrics:
-            tables.append(("ACEBench overall (mean of languages)", ["metric", "value"], [["overall", round(metrics["overall"], 4)]]))
+            tables.append(("ACEBench overall (mean of languages)", ["metric", "value"], [["overall", with_interval(metrics["overall"], ci.get("overall"))]]))
         return tables

@@ -178,3 +178,124 @@ def _merge_counts(out: dict[tuple[str, str], int] | None, per_language: dict[str
         for language, per in per_language.items():
             for category, n in per.items():
                 out[(language, category)] = n
+
+
+# ------------------------------------------------------------------------------------------
+# the same aggregation over independent units, vectorised for intervals (evalkit.stats)
+# ------------------------------------------------------------------------------------------
+def _metric_name(name: str, language: str, multi: bool) -> str:
+    """``accuracy/NORMAL`` → ``accuracy/en/NORMAL`` and ``overall`` → ``overall/en`` when the
+    run holds both languages (as :func:`aggregate_records` names them)."""
+    if not multi:
+        return name
+    kind, _, rest = name.partition("/")
+    return f"{kind}/{language}/{rest}" if rest else f"{kind}/{language}"
+
+
+def _units(samples: list[Any], epochs: list[list[dict[str, Any]]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Independent units per ``(language, category)``: a record, a multi-turn dialogue (its
+    turns together) or an agent rollout, with per-epoch ``accuracy`` / ``process_acc`` values
+    (``None`` where the epoch did not score it, as :func:`aggregate_records` leaves it out);
+    a unit no epoch scored is not a unit."""
+    by_id = {s.id: s for s in samples}
+    units: dict[tuple[str, str], dict[str, Any]] = {}
+    turns: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
+    for s in samples:
+        language, record_id = s.data["language"], s.data["prompt"]["id"]
+        if s.subset in MULTI_TURN_CATEGORIES:
+            turns[(language, s.subset, dialogue_id(record_id))].append(s)
+    for e, records in enumerate(epochs):
+        scored: dict[str, dict[str, float]] = {}
+        for r in records:
+            sample = by_id.get(r.get("sample_id"))
+            scores = r.get("scores") or {}
+            if sample is not None and "accuracy" in scores:
+                scored[sample.id] = scores
+        for s in samples:
+            language, record_id = s.data["language"], s.data["prompt"]["id"]
+            if s.subset in MULTI_TURN_CATEGORIES:
+                key = (language, s.subset, dialogue_id(record_id))
+                unit_id = f"{language}/{key[2]}"
+                steps = turns[key]
+                if any(t.id not in scored for t in steps):
+                    value = None
+                else:
+                    passed = [float(scored[t.id]["accuracy"]) >= 1.0 for t in steps]
+                    value = (1.0 if all(passed) else 0.0, sum(passed) / len(passed))
+            else:
+                unit_id = s.id
+                sc = scored.get(s.id)
+                value = None if sc is None else (float(sc["accuracy"]), float(sc.get("process_acc", 0.0)))
+            unit = units.setdefault((unit_id, s.subset), {"language": language, "category": s.subset, "values": {}})
+            unit["values"][e] = value
+    return {k: u for k, u in units.items() if any(v is not None for v in u["values"].values())}
+
+
+def stat_plan(samples: list[Any], epochs: list[list[dict[str, Any]]], languages: list[str]) -> Any:
+    """:class:`evalkit.stats.StatPlan` of ACEBench: units are records, multi-turn dialogues
+    and agent rollouts, stratified by (language, category); category metrics are means over
+    units, groups the unweighted mean of their categories, OVERALL the renormalised weighted
+    mean (spec §4.5, §4.6) — the rules of :func:`aggregate_records`, on arrays."""
+    import numpy as np
+
+    from evalkit.stats import BINARY, GRADED, Column, StatPlan
+
+    multi = len(languages) > 1
+    units = _units(samples, epochs)
+    ids = [u[0] for u in units]
+    info = list(units.values())
+    n_e = max(len(epochs), 1)
+    strata_keys = sorted({(u["language"], u["category"]) for u in info})
+    strata = np.array([strata_keys.index((u["language"], u["category"])) for u in info])
+    columns: dict[str, Column] = {}
+    present: dict[str, list[str]] = defaultdict(list)
+    for language, category in strata_keys:
+        idx = [i for i, u in enumerate(info) if u["language"] == language and u["category"] == category]
+        for k, metric in ((0, "accuracy"), (1, "process_acc")):
+            if metric == "process_acc" and category not in MULTI_TURN_CATEGORIES + AGENT_CATEGORIES:
+                continue
+            values, mask = np.zeros((n_e, len(ids))), np.zeros((n_e, len(ids)), dtype=bool)
+            for i in idx:
+                for e, v in info[i]["values"].items():
+                    if v is not None:
+                        values[e, i], mask[e, i] = v[k], True
+            if mask.any():
+                name = _metric_name(f"{metric}/{category}", language, multi)
+                columns[name] = Column(values, mask, BINARY if metric == "accuracy" else GRADED)
+                if metric == "accuracy":
+                    present[language].append(category)
+    selected = [lang for lang in languages if any(u["language"] == lang for u in info)]
+
+    def derive(base: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        overalls = []
+        for language in languages:
+            def acc(c: str) -> Any:
+                return base[_metric_name(f"accuracy/{c}", language, multi)]
+
+            groups = {g: np.mean([acc(c) for c in members if c in present[language]], axis=0)
+                      for g, members in GROUPS.items() if any(c in present[language] for c in members)}  # fmt: skip
+            for g, value in groups.items():
+                out[_metric_name(f"accuracy/{g}", language, multi)] = value
+            weights = {g: w for g, w in OVERALL_WEIGHTS.items() if g in groups}
+            if weights:
+                overall = sum(w * groups[g] for g, w in weights.items()) / sum(weights.values())
+                out[_metric_name("overall", language, multi)] = overall
+                overalls.append(overall)
+            if all(g in groups for g in OVERALL_WEIGHTS):
+                out[_metric_name("overall_upstream_rounded", language, multi)] = np.round(sum(w * groups[g] for g, w in OVERALL_WEIGHTS.items()), 3)
+        if multi and overalls and len(overalls) == len(selected):
+            out["overall"] = np.mean(overalls, axis=0)
+        return out
+
+    derived_n: dict[str, int] = {}
+    for language in languages:
+        per_cat = {c: sum(1 for u in info if u["language"] == language and u["category"] == c) for c in present[language]}
+        for g, members in GROUPS.items():
+            if any(c in per_cat for c in members):
+                derived_n[_metric_name(f"accuracy/{g}", language, multi)] = sum(per_cat.get(c, 0) for c in members)
+        if per_cat:
+            derived_n[_metric_name("overall", language, multi)] = sum(per_cat.values())
+            derived_n[_metric_name("overall_upstream_rounded", language, multi)] = sum(per_cat.values())
+    return StatPlan(ids, strata, columns, derive, derived_n=derived_n,
+                    unit_label="records, dialogues and rollouts", stratum_label="language × category")  # fmt: skip

@@ -8,10 +8,11 @@ from typing import Any
 from evalkit.benchmarks.base import Benchmark, register
 from evalkit.benchmarks.ke.baselines import BASELINES, baseline_prediction, render_answer
 from evalkit.benchmarks.ke.data import KEData, load_ke
-from evalkit.benchmarks.ke.metrics import MACRO, SCORE_NAMES, aggregate_scores, item_scores
+from evalkit.benchmarks.ke.metrics import MACRO, SCORE_NAMES, aggregate_scores, item_scores, stat_plan
 from evalkit.benchmarks.ke.parser import PARSER_VERSION, ParseResult, parse_answer, step_index
 from evalkit.benchmarks.ke.prompts import ANSWER_PREFIX, Truncation, load_template, render_icl_block, render_prompt
 from evalkit.benchmarks.ke.settings import DIFFICULTIES, KESettings
+from evalkit.stats import scored_of
 from evalkit.types import Request, Sample, SampleScore, sha256_hex
 
 CAVEATS = (
@@ -49,6 +50,13 @@ class KE(Benchmark):
     all_subsets = DIFFICULTIES
     default_subsets = DIFFICULTIES
     supported_shots = (0, 3)
+    primary_score = "f1"
+    aggregation_rules = (
+        ("*_macro/*", "mean over the items of that difficulty of the per-item score (spec §6)"),
+        ("f1_macro", "mean of per-item F1 (each item weighs equally; spec §6)"),
+        ("f05_macro", "mean of per-item F0.5, not F0.5 of the mean P and R (spec §6)"),
+        ("*_macro", "mean over items of the per-item score (spec §6)"),
+    )
     baselines = BASELINES
     supports_completion = True
 
@@ -169,6 +177,14 @@ class KE(Benchmark):
                 rows.append((difficulty.get(r["sample_id"], r.get("subset", "?")), sc))
         return aggregate_scores(rows)
 
+    def stat_plan(self, samples: list[Sample], epochs: list[list[dict[str, Any]]]) -> Any:
+        """Items as units, by difficulty (:func:`evalkit.benchmarks.ke.metrics.stat_plan`); the
+        rows :meth:`aggregate` reads, per epoch."""
+        difficulty = {s.id: s.subset for s in samples}
+        rows = [[(r["sample_id"], difficulty.get(r["sample_id"], r.get("subset", "?")), r["scores"]) for r in records
+                 if all(k in (r.get("scores") or {}) for k in SCORE_NAMES)] for records in epochs]  # fmt: skip
+        return stat_plan(rows)
+
     # ---- built-in models ------------------------------------------------------------------
     def reference_output(self, sample: Sample) -> str:
         """The gold ids as a chat answer, ``step_000, step_004, step_005``."""
@@ -186,18 +202,25 @@ class KE(Benchmark):
         return render_answer(baseline_prediction(name, sample.data["trajectory_steps"], self.settings.first_k))
 
     # ---- reporting ------------------------------------------------------------------------
-    def report_tables(self, metrics: dict[str, float]) -> list[tuple[str, list[str], list[list[Any]]]]:
-        """Macro P/R/F1/F0.5 (percent, 2 decimals) overall and per difficulty; provenance; caveats."""
+    def report_tables(self, metrics: dict[str, float], ci: dict[str, Any] | None = None,
+                      counts: dict[str, dict[str, int]] | None = None) -> list[tuple[str, list[str], list[list[Any]]]]:  # fmt: skip
+        """Macro P/R/F1/F0.5 (percent, 2 decimals, with intervals) overall and per difficulty,
+        items scored of requested; provenance; caveats."""
+        ci, counts = ci or {}, counts or {}
 
-        def pct(v: float | None) -> str:
-            return "—" if v is None else f"{100 * v:.2f}%"
+        def pct(name: str) -> str:
+            v, c = metrics.get(name), ci.get(name)
+            if v is None:
+                return "—"
+            return f"{100 * v:.2f}%" + (f" [{100 * c['low']:.2f}, {100 * c['high']:.2f}]" if c else "")
 
-        rows = [["all"] + [pct(metrics.get(MACRO[k])) for k in SCORE_NAMES]]
+        total = {k: sum(c.get(k, 0) for c in counts.values()) for k in ("n_requested", "n_scored")}
+        rows = [["all", scored_of(total if counts else None)] + [pct(MACRO[k]) for k in SCORE_NAMES]]
         for diff in DIFFICULTIES:
             if f"f1_macro/{diff}" in metrics:
-                rows.append([diff] + [pct(metrics.get(f"{MACRO[k]}/{diff}")) for k in SCORE_NAMES])
+                rows.append([diff, scored_of(counts.get(diff))] + [pct(f"{MACRO[k]}/{diff}") for k in SCORE_NAMES])
         tables: list[tuple[str, list[str], list[list[Any]]]] = [
-            ("KE per-item means", ["difficulty", "precision", "recall", "F1 (headline)", "F0.5"], rows)
+            ("KE per-item means", ["difficulty", "items", "precision", "recall", "F1 (headline)", "F0.5"], rows)
         ]
         prov: list[list[Any]] = [["parser_version", PARSER_VERSION], ["template_sha256", load_template().sha256],
                                  ["format", self.settings.format], ["truncation", self.truncation.as_dict()]]  # fmt: skip

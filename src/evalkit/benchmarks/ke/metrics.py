@@ -65,3 +65,27 @@ def scores_of(record: dict[str, Any]) -> dict[str, float] | None:
     if not all(isinstance(src.get(k), (int, float)) for k in SCORE_NAMES):
         return None
     return {k: float(src[k]) for k in SCORE_NAMES}
+
+
+def stat_plan(epochs: list[list[tuple[str, str, dict[str, float]]]]) -> Any:
+    """:class:`evalkit.stats.StatPlan` of KE: the unit is the item (a graded trajectory),
+    stratified by difficulty; every metric is a per-item mean (§6), overall or within a
+    difficulty. ``epochs``: per epoch, ``(sample id, difficulty, per-item scores)``."""
+    import numpy as np
+
+    from evalkit.stats import GRADED, Column, StatPlan
+
+    difficulty = {sid: diff for rows in epochs for sid, diff, _ in rows}
+    ids = sorted(difficulty)
+    pos = {sid: i for i, sid in enumerate(ids)}
+    n_e, n_u = max(len(epochs), 1), len(ids)
+    columns: dict[str, Column] = {}
+    for e, rows in enumerate(epochs):
+        for sid, diff, scores in rows:
+            for k in SCORE_NAMES:
+                for name in (MACRO[k], f"{MACRO[k]}/{diff}"):
+                    col = columns.setdefault(name, Column(np.zeros((n_e, n_u)), np.zeros((n_e, n_u), dtype=bool), GRADED))
+                    col.values[e, pos[sid]], col.mask[e, pos[sid]] = float(scores[k]), True
+    strata_keys = sorted(set(difficulty.values()))
+    strata = np.array([strata_keys.index(difficulty[sid]) for sid in ids])
+    return StatPlan(ids, strata, columns, unit_label="items", stratum_label="difficulty")

@@ -13,12 +13,13 @@ from evalkit.benchmarks.base import Benchmark, register
 from evalkit.benchmarks.sobhard import data as data_mod
 from evalkit.benchmarks.sobhard.constraints import CONSTRAINT_IDS, CONSTRAINTS, Context, Question, evaluate
 from evalkit.benchmarks.sobhard.data import Row
-from evalkit.benchmarks.sobhard.metrics import BREAKDOWNS, HEADLINE, aggregate, question_scores
+from evalkit.benchmarks.sobhard.metrics import BREAKDOWNS, HEADLINE, aggregate, question_scores, stat_plan
 from evalkit.benchmarks.sobhard.plots import write_heatmap
 from evalkit.benchmarks.sobhard.prompts import build_messages
 from evalkit.benchmarks.sobhard.readers import FENCE_TAGS, TARGETS, ParseError, probe, read_target
 from evalkit.benchmarks.sobhard.settings import CELLS, DIFFICULTIES, FAMILIES, SOBHardSettings
 from evalkit.errors import ConfigError, DataError
+from evalkit.stats import with_interval
 from evalkit.types import Request, Sample, SampleScore, sha256_hex
 
 log = logging.getLogger("evalkit.sobhard")
@@ -65,6 +66,17 @@ class SOBHard(Benchmark):
     all_subsets = FAMILIES + CELLS
     default_subsets = FAMILIES
     supported_shots = None
+    primary_score = "sample_pass"
+    aggregation_rules = (
+        ("balance_score", "geometric mean over the family × difficulty cells evaluated of each cell's sample_pass_rate, "
+                          "a cell under 0.01 counted as 0.01 (spec §10.2)"),
+        ("sample_pass_rate/cell/*", "mean of sample_pass over the questions of that family × difficulty cell (spec §10.2)"),
+        ("constraint/*", "mean over the questions where the constraint applied of its pass 0/1 (spec §10.2)"),
+        ("*/family/*", "mean over the questions of that family (spec §10.2)"),
+        ("sample_pass_rate/*", "mean of sample_pass over the questions with that value (spec §10.2)"),
+        ("constraint_pass_rate", "mean over questions of the share of applicable constraints passed (spec §10.1)"),
+        ("*_rate", "mean over questions of the 0/1 verdict; a session is one question, scored on its last turn (spec §10.1)"),
+    )
     baselines = ("echo",)
 
     def __init__(self, settings: SOBHardSettings):
@@ -248,6 +260,11 @@ class SOBHard(Benchmark):
             self._counts[r["subset"]] = self._counts.get(r["subset"], 0) + 1
         return aggregate(records, categories)
 
+    def stat_plan(self, samples: list[Sample], epochs: list[list[dict[str, Any]]]) -> Any:
+        """Questions as units, by family × difficulty cell (:func:`evalkit.benchmarks.sobhard.metrics.stat_plan`)."""
+        categories = {s.id: s.data["row"]["meta"]["categories"] for s in samples}
+        return stat_plan(samples, epochs, categories)
+
     # ---- built-in models ------------------------------------------------------------------
     def reference_output(self, sample: Sample) -> str:
         row = self._rows[sample.id]
@@ -266,9 +283,11 @@ class SOBHard(Benchmark):
             return []
         return [write_heatmap(Path(plot_dir), metrics)]
 
-    def report_tables(self, metrics: dict[str, float]) -> list[tuple[str, list[str], list[list[Any]]]]:
+    def report_tables(self, metrics: dict[str, float], ci: dict[str, Any] | None = None,
+                      counts: dict[str, dict[str, int]] | None = None) -> list[tuple[str, list[str], list[list[Any]]]]:  # fmt: skip
+        ci = ci or {}
         tables: list[tuple[str, list[str], list[list[Any]]]] = []
-        tables.append(("SOBHard metrics", ["metric", "value"], [[m, round(metrics[m], 4)] for m in HEADLINE if m in metrics]))
+        tables.append(("SOBHard metrics", ["metric", "value"], [[m, with_interval(metrics[m], ci.get(m))] for m in HEADLINE if m in metrics]))
         cell_rows = []
         for family in FAMILIES:
             row: list[Any] = [family]

@@ -111,3 +111,47 @@ def aggregate(records: list[dict[str, Any]], categories: dict[str, dict[str, str
         if per_constraint.get(cid):
             metrics[f"constraint/{cid}"] = fmean(per_constraint[cid])
     return metrics
+
+
+def stat_plan(samples: list[Any], epochs: list[list[dict[str, Any]]], categories: dict[str, dict[str, str]]) -> Any:
+    """:class:`evalkit.stats.StatPlan` of SOBHard: the unit is the question (a session is
+    scored on its last turn only, so it is one question), stratified by family × difficulty
+    cell; every metric of :func:`aggregate` is a mean over the questions it covers, and
+    ``balance_score`` is derived from the cell rates exactly as §10.2 computes it."""
+    import numpy as np
+
+    from evalkit.stats import BINARY, GRADED, Column, StatPlan
+
+    ids = sorted({r["sample_id"] for records in epochs for r in records}, key=lambda sid: (len(sid), sid))
+    pos = {sid: i for i, sid in enumerate(ids)}
+    n_e, n_u = max(len(epochs), 1), len(ids)
+    cells = [f"{categories.get(sid, {}).get('family', '?')}/{categories.get(sid, {}).get('difficulty', '?')}" for sid in ids]
+    columns: dict[str, Column] = {}
+
+    def column(name: str, kind: str) -> Column:
+        if name not in columns:
+            columns[name] = Column(np.zeros((n_e, n_u)), np.zeros((n_e, n_u), dtype=bool), kind)
+        return columns[name]
+
+    for e, records in enumerate(epochs):
+        for r in records:
+            i, cats, scores = pos[r["sample_id"]], categories.get(r["sample_id"], {}), r["scores"]
+            entries = [(name, float(scores.get(key, 0.0)), GRADED if key == "constraint_pass_rate" else BINARY) for key, name in RATES.items()]
+            sp = float(scores.get("sample_pass", 0.0))
+            entries.append((f"sample_pass_rate/cell/{cells[i]}", sp, BINARY))
+            entries += [(f"sample_pass_rate/{name}/{cats.get(key) or '?'}", sp, BINARY) for name, key in BREAKDOWNS.items()]
+            entries += [(f"{RATES[key]}/family/{cats.get('family', '?')}", float(scores.get(key, 0.0)), BINARY)
+                        for key in ("format_pass", "content_pass", "task_pass")]  # fmt: skip
+            entries += [(f"constraint/{cid}", float(bool(ok)), BINARY) for cid, ok in (r.get("checks") or {}).items() if cid in CONSTRAINT_IDS]
+            for name, value, kind in entries:
+                col = column(name, kind)
+                col.values[e, i], col.mask[e, i] = value, True
+    cell_names = [n for n in columns if n.startswith("sample_pass_rate/cell/")]
+
+    def derive(base: dict[str, Any]) -> dict[str, Any]:
+        rates = np.stack([base[n] for n in cell_names]) if cell_names else np.zeros((0, 1))
+        logs = np.log(np.maximum(rates, BALANCE_FLOOR))
+        return {"balance_score": np.exp(np.nanmean(logs, axis=0)) if cell_names else np.zeros(rates.shape[1])}
+
+    return StatPlan(ids, np.array([sorted(set(cells)).index(c) for c in cells]), columns, derive,
+                    unit_label="questions", stratum_label="family × difficulty cell")  # fmt: skip
