@@ -1,5 +1,8 @@
 """Hostile model outputs: a scorer reads text written by the model under evaluation, which
-may be adversarial. Model text never reaches the file system or the network."""
+may be adversarial. Model text never reaches the file system or the network, and scoring
+is bounded in time and memory: each class of attack below is scored in a child process
+with a 2 GiB address-space limit and a 30 s time limit, and must score 0 (or fail the
+check it targets) with a bounded ``detail`` and ``parsed`` (issue 17)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from evalkit.benchmarks.bounds import DETAIL_MAX_CHARS, PARSED_MAX_BYTES
 from evalkit.benchmarks.sobhard import SOBHard, SOBHardSettings
+from tests.support.bounded import run_bounded
 
 #: the SOBHard schema_gen question whose answer is used as a JSON Schema (#28)
 SCHEMA_GEN_ID = "16"
@@ -120,3 +125,117 @@ def test_internal_refs_still_resolve(schema_question):
     scored = bench.score(sample, "```yaml\n" + json.dumps(dangling) + "\n```")
     assert "schema.validates_source" in scored.failed_checks
     assert "unresolvable $ref" in scored.detail
+
+
+# ==========================================================================================
+# bounded in time and memory (issue 17): every case is scored in a child process limited to
+# 2 GiB of address space and 30 s (tests/support/bounded.py)
+# ==========================================================================================
+ACE_CATEGORY = "normal_single_turn_single_function"
+ACE_ID = "en/normal_single_turn_single_function_0"  # NightSkyAnalysis_performEclipseAnalysis(dateRange=..., ...)
+ACE_CALL = "NightSkyAnalysis_performEclipseAnalysis"
+
+KE_ID = "code_ke_834b34a9"  # gold step_000, step_004, step_005
+
+
+def score_cases(benchmark: str, data_dir: str, cases: list[tuple[str, str]]) -> list[dict]:
+    """Runs in the child: load ``benchmark`` from ``data_dir`` and score each
+    ``(sample_id, text)``; each result is the SampleScore as a dict plus ``record_bytes``,
+    the size of its JSON text as the journal writes it."""
+    import dataclasses
+
+    data = Path(data_dir)
+    if benchmark == "sobhard":
+        bench = SOBHard(SOBHardSettings(data_dir=data / "sobhard"))
+    elif benchmark == "acebench":
+        from evalkit.benchmarks.acebench import AceBench, AceBenchSettings
+
+        bench = AceBench(AceBenchSettings(data_dir=data / "acebench", language="en", subsets=[ACE_CATEGORY]))
+    else:
+        from evalkit.benchmarks.ke import KE
+        from evalkit.benchmarks.ke.settings import KESettings
+
+        bench = KE(KESettings(pilot_path=data / "ke" / "pilot.jsonl", icl_path=data / "ke" / "icl_examples.jsonl"))
+    by_id = {s.id: s for s in bench.load()}
+    out = []
+    for sample_id, text in cases:
+        record = dataclasses.asdict(bench.score(by_id[sample_id], text))
+        record["record_bytes"] = len(json.dumps(record, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+        out.append(record)
+    return out
+
+
+def scored_bounded(shared_data_dir: Path, benchmark: str, cases: list[tuple[str, str]]) -> list[dict]:
+    """``score_cases`` in a child under the memory and time budget; checks every result
+    against the record bounds of ``evalkit.benchmarks.bounds``."""
+    results = run_bounded(score_cases, benchmark, str(shared_data_dir), cases)
+    assert len(results) == len(cases)
+    for (sample_id, text), r in zip(cases, results):
+        where = (sample_id, text[:60])
+        assert r["detail"] is None or len(r["detail"]) <= DETAIL_MAX_CHARS, where
+        parsed_bytes = len(json.dumps(r["parsed"], ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+        assert parsed_bytes <= PARSED_MAX_BYTES, where
+        assert r["record_bytes"] <= PARSED_MAX_BYTES + 4 * DETAIL_MAX_CHARS + 4096, where
+        assert not (r["detail"] or "").startswith("internal scoring error"), (where, r["detail"])
+    return results
+
+
+# ---- record bounds and the never-raise guard (in process) ---------------------------------
+def test_bound_detail_and_bound_parsed() -> None:
+    import hashlib
+
+    from evalkit.benchmarks.bounds import bound_detail, bound_parsed, expanded_size, short_repr
+
+    assert bound_detail("x" * DETAIL_MAX_CHARS) == "x" * DETAIL_MAX_CHARS
+    cut = bound_detail("y" * 10**6)
+    assert len(cut) == DETAIL_MAX_CHARS and cut.endswith(f"… [+{10**6 - DETAIL_MAX_CHARS} chars]")
+    small = {"a": [1, 2.5, None, "ж"]}
+    assert bound_parsed(small) is small
+    big = ["é" * 1000] * 200  # 200 uses of one string: 400 kB of JSON text
+    data = json.dumps(big, ensure_ascii=False).encode()
+    assert bound_parsed(big) == {"truncated": True, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    bomb: list = ["x" * 100]
+    for _ in range(30):
+        bomb = [bomb, bomb]  # 2**30 strings written out, 31 lists in memory
+    assert expanded_size(bomb) is None and expanded_size(bomb, 10**12) == 2**30 * 103 - 1
+    assert bound_parsed(bomb) == {"truncated": True, "bytes": None, "sha256": None}
+    cyclic: list = [1]
+    cyclic.append(cyclic)
+    assert expanded_size(cyclic, 10**9) is None and bound_parsed(cyclic)["bytes"] is None
+    assert len(short_repr([["z" * 500] * 50] * 50)) <= 200
+
+
+def test_score_never_raises_on_memory_or_recursion_errors(monkeypatch, shared_data_dir: Path, schema_question) -> None:
+    """An error of the scorer itself, MemoryError and RecursionError included, is a zero
+    with the error as detail, on every benchmark."""
+    import evalkit.benchmarks.acebench.benchmark as ace_mod
+    import evalkit.benchmarks.ke.benchmark as ke_mod
+    import evalkit.benchmarks.sobhard.benchmark as sob_mod
+    from evalkit.benchmarks.acebench import AceBench, AceBenchSettings
+    from evalkit.benchmarks.ke import KE
+    from evalkit.benchmarks.ke.settings import KESettings
+
+    def raiser(exc: BaseException):
+        def boom(*args, **kwargs):
+            raise exc
+
+        return boom
+
+    sob, sample = schema_question
+    monkeypatch.setattr(sob_mod, "_json_safe", raiser(MemoryError()))
+    r = sob.score(sample, sob.reference_output(sample))
+    assert set(r.scores.values()) == {0.0} and r.detail == "internal scoring error: MemoryError: ''"
+
+    ace = AceBench(AceBenchSettings(data_dir=shared_data_dir / "acebench", language="en", subsets=[ACE_CATEGORY]))
+    ace_sample = {s.id: s for s in ace.load()}[ACE_ID]
+    monkeypatch.setattr(ace_mod, "score_normal", raiser(RecursionError("maximum recursion depth exceeded")))
+    r = ace.score(ace_sample, ace.reference_output(ace_sample))
+    assert r.scores == {"accuracy": 0.0} and r.detail.startswith("internal scoring error: RecursionError: 'maximum recursion")
+
+    ke_dir = shared_data_dir / "ke"
+    ke = KE(KESettings(pilot_path=ke_dir / "pilot.jsonl", icl_path=ke_dir / "icl_examples.jsonl"))
+    ke_sample = {s.id: s for s in ke.load()}[KE_ID]
+    monkeypatch.setattr(ke_mod, "item_scores", raiser(MemoryError("x" * 10**5)))
+    r = ke.score(ke_sample, ke.reference_output(ke_sample))
+    assert r.scores == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "f05": 0.0}
+    assert r.detail.startswith("internal scoring error: MemoryError: 'xxxx") and len(r.detail) < 500
