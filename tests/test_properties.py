@@ -476,6 +476,22 @@ def test_sob_reference_survives_normalisation(pick, lead: str, trail: str, crlf:
     assert bench.score(pick, text).scores == base.scores
 
 
+REASONING_PIECES = ["<think>", "</think>", "<THINK >", "</Think\n>", "<thinking>", "</thinking>", "<reason>", "</reasoning>",
+                    "<thin\u212a>", "</thin\u212a>", "x", " ", "\n", "<", ">", "/", "<thought>", "</thought>", "<scratchpad>",
+                    "</SCRATCHPAD>", "<reasoning>", "</reason>"]  # fmt: skip
+
+
+@_settings(600)
+@given(text=st.lists(st.sampled_from(REASONING_PIECES) | any_text, max_size=14).map("".join))
+def test_sob_reasoning_blocks_as_the_pairing_regex(text: str) -> None:
+    """The linear-time removal of paired reasoning blocks gives what the spec's regex
+    ``<(names)\\s*>.*?</\\1\\s*>`` (case-insensitive, dot-all) gives (§4 step 5)."""
+    from evalkit.benchmarks.sobhard.normalize import _NAMES, _strip_paired
+
+    paired = re.compile(rf"<({_NAMES})\s*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+    assert _strip_paired(text) == paired.sub("", text)
+
+
 # ------------------------------------------------------------------------------------------
 # KE
 # ------------------------------------------------------------------------------------------

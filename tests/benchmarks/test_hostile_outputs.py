@@ -239,3 +239,93 @@ def test_score_never_raises_on_memory_or_recursion_errors(monkeypatch, shared_da
     r = ke.score(ke_sample, ke.reference_output(ke_sample))
     assert r.scores == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "f05": 0.0}
     assert r.detail.startswith("internal scoring error: MemoryError: 'xxxx") and len(r.detail) < 500
+
+
+# ---- SOBHard: YAML documents and reasoning tags ------------------------------------------
+def yaml_answer(body: str) -> str:
+    return f"```yaml\n{body}\n```"
+
+
+def alias_bomb(levels: int, width: int = 9) -> str:
+    """"Billion laughs": level 0 is ``width`` strings, each further level ``width`` aliases
+    of the one below (9 levels of 9 are 431 bytes and 9**9 = 387 million strings)."""
+    lines = ["a0: &a0 [" + ",".join(['"lol"'] * width) + "]"]
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]" for i in range(1, levels)]
+    return "\n".join(lines)
+
+
+YAML_IDS = ("15", "7", "16")  # transform (the tester's), diff, schema_gen: all answer in YAML
+
+
+def test_yaml_cycles_fail_to_parse(shared_data_dir: Path) -> None:
+    """A self-referencing alias is a parse failure (it used to loop forever in
+    ``compare.scalars`` via ``transform.values_unchanged``)."""
+    bodies = ["&a [*a]", "&a {x: *a}", "&a {<<: *a}", "a: &x [1, [2, {k: *x}]]", "- &a\n  - b\n  - *a", "&a [&b [*a, *b]]", "&a {? *a : 1}"]
+    cases = [(sid, yaml_answer(b)) for sid in YAML_IDS for b in bodies]
+    for (sid, text), r in zip(cases, scored_bounded(shared_data_dir, "sobhard", cases)):
+        assert r["scores"]["sample_pass"] == 0.0 and r["status"] == "format_error", text
+        assert r["checks"]["syn.parses_target"] is False and r["parsed"] is None, text
+        assert "recursive document" in r["detail"], (text, r["detail"])
+
+
+def test_yaml_alias_expansion_is_bounded(shared_data_dir: Path) -> None:
+    """Alias bombs (nested, merge keys, one long string used many times) fail to parse
+    before anything is built; the 9-level bomb used to end the run with MemoryError."""
+    merge = "a: &a {" + ", ".join(f"k{i}: {i}" for i in range(60)) + "}\n"
+    merge += "\n".join(f"m{i}: &m{i} {{<<: [" + ", ".join([f"*{'a' if i == 0 else f'm{i - 1}'}"] * 8) + "]}" for i in range(6))
+    long_string = "s: &s " + "x" * 5000 + "\nl: [" + ", ".join(["*s"] * 100) + "]"
+    bodies = [alias_bomb(9), alias_bomb(8), alias_bomb(5), alias_bomb(3, 80), merge, long_string]
+    assert len(alias_bomb(9)) == 431
+    cases = [("15", yaml_answer(b)) for b in bodies] + [("16", yaml_answer(alias_bomb(9)))]
+    for (_, text), r in zip(cases, scored_bounded(shared_data_dir, "sobhard", cases)):
+        assert r["scores"]["sample_pass"] == 0.0 and r["checks"]["syn.parses_target"] is False, text[:80]
+        assert "aliases expand the document beyond 262,144" in r["detail"], r["detail"]
+
+
+def test_yaml_aliases_within_the_bound_still_load(shared_data_dir: Path) -> None:
+    """Anchors are YAML: a document whose expansion stays within the bound parses as
+    ``SafeLoader`` reads it (the alias becomes a copy of the anchored value)."""
+    cases = [("15", yaml_answer("a: &x {k: [1, 2]}\nb: *x\nc: [*x, *x]")), ("15", yaml_answer(alias_bomb(3)))]
+    first, bomb3 = scored_bounded(shared_data_dir, "sobhard", cases)
+    assert first["checks"]["syn.parses_target"] is True
+    assert first["parsed"] == {"a": {"k": [1, 2]}, "b": {"k": [1, 2]}, "c": [{"k": [1, 2]}, {"k": [1, 2]}]}
+    assert bomb3["checks"]["syn.parses_target"] is True and len(bomb3["parsed"]["a2"]) == 9
+
+
+def test_pathological_yaml_numbers_fail_before_conversion(shared_data_dir: Path) -> None:
+    """Huge sexagesimal, binary, hex, octal, decimal ints and floats are refused before
+    conversion (1M sexagesimal groups took 271 s of CPU); a body over the size limit is
+    refused before parsing."""
+    n = 120_000  # 240 kB: within the body limit, far over the number limit
+    bodies = {
+        "a: " + ":".join(["1"] * n): "a number of 239,999 characters",
+        "a: 1:" + ":".join(["59"] * (n // 2)) + ".5": "a number of",
+        "- 0b" + "1" * 200_000: "a number of 200,002 characters",
+        "- 0x" + "f" * 200_000: "a number of",
+        "- 0" + "7" * 200_000: "a number of",
+        "- " + "9" * 200_000: "a number of",
+        "- 1" + "0" * 200_000 + ".5e+3": "a number of",
+        'a: !!int "' + ":".join(["1"] * n) + '"': "a number of",
+        "a: " + ":".join(["59"] * 200) + ".5": "int too large to convert to float",  # within the number limit
+        "a: " + ":".join(["1"] * 1_000_000): "over the 262,144-character limit",
+    }
+    cases = [("15", yaml_answer(b)) for b in bodies]
+    for reason, r in zip(bodies.values(), scored_bounded(shared_data_dir, "sobhard", cases)):
+        assert r["checks"]["syn.parses_target"] is False and r["scores"]["sample_pass"] == 0.0
+        assert reason in r["detail"], (reason, r["detail"][:200])
+    ok = scored_bounded(shared_data_dir, "sobhard", [("15", yaml_answer("a: 1:30:15\nb: " + "7" * 4000))])[0]
+    assert ok["checks"]["syn.parses_target"] is True and ok["parsed"]["a"] == 5415
+
+
+#: catastrophic patterns (each runs for hours under Python's backtracking re on the
+#: gold document's keys and values) in every keyword that matches one
+
+
+def test_unpaired_reasoning_tags_are_stripped_in_linear_time(shared_data_dir: Path) -> None:
+    """§4 step 5 outside fences: 140,000 unpaired ``<think>`` tags (the pairing regex
+    searched to the end of the text from each one: minutes) are removed as lone tags, and
+    paired blocks still go."""
+    fence = yaml_answer("a: 1")
+    cases = [("15", "<think>" * 140_000 + "\n" + fence), ("15", "<thinking>x</thinking>" * 50_000 + "<reason>" * 50_000 + "\n" + fence)]
+    for r in scored_bounded(shared_data_dir, "sobhard", cases):
+        assert r["checks"]["pack.nothing_outside_fence"] is True and r["parsed"] == {"a": 1}, r["detail"]
