@@ -476,6 +476,52 @@ def test_sob_reference_survives_normalisation(pick, lead: str, trail: str, crlf:
     assert bench.score(pick, text).scores == base.scores
 
 
+#: pieces of Python regular expressions: Unicode classes, anchors, case folding, the
+#: constructs RE2 lacks, and Cyrillic / odd case-folding characters
+REGEX_ATOMS = [
+    "a", "A", "k", "s", "я", "Я", "ё", "é", "ß", "\u0130", ".", "\\d", "\\D", "\\w", "\\W", "\\s", "\\S", "\\b", "\\B",
+    "^", "$", "\\A", "\\Z", "[a-z]", "[^a-z]", "[\\w-]", "[^\\W\\d]", "[а-я]", "[^\\s]", "[\\u0130-\\u0131]", "#", "\\n",
+    "(a)\\1", "(?=a)", "(?<!b)a", "a{2,3}", "a{1001}", "\\.", "[.]", "(?>a+)", "a++", "(?P<n>x)(?P=n)",
+]  # fmt: skip
+REGEX_SUBJECT = ["a", "A", "b", "k", "K", "s", "S", "z", "0", "9", "_", " ", "\t", "\n", "\r", "\x0b", "\x1c", ".", "-", "#",
+                 "\u212a", "\u017f", "я", "Я", "ё", "٣", "\u2003", "\xa0", "\u0130", "\u0131", "é", "É", "ß", "\ud800"]  # fmt: skip
+
+
+@st.composite
+def python_regex(draw) -> str:
+    def group(depth: int) -> str:
+        parts = []
+        for _ in range(draw(st.integers(1, 3))):
+            if depth < 2 and draw(st.integers(0, 4)) == 0:
+                inner = "|".join(group(depth + 1) for _ in range(draw(st.integers(1, 3))))
+                parts.append("(" + inner + ")" + draw(st.sampled_from(["", "*", "+", "?", "{1,2}", "*?"])))
+            else:
+                parts.append(draw(st.sampled_from(REGEX_ATOMS)) + draw(st.sampled_from(["", "", "*", "+", "?"])))
+        return "".join(parts)
+
+    return draw(st.sampled_from(["", "", "(?i)", "(?m)", "(?s)", "(?a)", "(?im)", "(?x)"])) + group(0)
+
+
+@_settings(600)
+@given(pattern=python_regex(), string=st.lists(st.sampled_from(REGEX_SUBJECT), max_size=8).map("".join))
+@example(pattern="\\B", string="")
+@example(pattern="a$", string="a\n")
+@example(pattern="a$", string="a\nb\na\n")
+@example(pattern="\\bя", string=" я")
+def test_schema_regex_search_agrees_with_python_re(pattern: str, string: str) -> None:
+    """Issue 17: the linear-time matcher of schema patterns (RE2 where exact, else ``re``)
+    answers exactly as ``re.search`` does, Unicode classes and ``$`` included."""
+    from evalkit.benchmarks.sobhard.patterns import search
+
+    try:
+        expected = re.search(pattern, string) is not None
+    except re.error:
+        with pytest.raises(re.error):
+            search(pattern, string)
+        return
+    assert search(pattern, string) is expected
+
+
 REASONING_PIECES = ["<think>", "</think>", "<THINK >", "</Think\n>", "<thinking>", "</thinking>", "<reason>", "</reasoning>",
                     "<thin\u212a>", "</thin\u212a>", "x", " ", "\n", "<", ">", "/", "<thought>", "</thought>", "<scratchpad>",
                     "</SCRATCHPAD>", "<reasoning>", "</reason>"]  # fmt: skip

@@ -329,3 +329,39 @@ def test_unpaired_reasoning_tags_are_stripped_in_linear_time(shared_data_dir: Pa
     cases = [("15", "<think>" * 140_000 + "\n" + fence), ("15", "<thinking>x</thinking>" * 50_000 + "<reason>" * 50_000 + "\n" + fence)]
     for r in scored_bounded(shared_data_dir, "sobhard", cases):
         assert r["checks"]["pack.nothing_outside_fence"] is True and r["parsed"] == {"a": 1}, r["detail"]
+
+
+# ---- SOBHard: schema patterns -------------------------------------------------------------
+CATASTROPHIC = "(.|.|.|.)*#"
+
+
+def _schema_variants(gold: dict) -> dict[str, tuple[dict, bool]]:
+    """name -> (schema, does it validate the question's document?) for the pattern
+    keywords, the keywords that consult patternProperties, and a dialect switch."""
+    P = CATASTROPHIC
+    return {
+        "pattern": ({**gold, "items": {"additionalProperties": {"type": "string", "pattern": P}}}, False),
+        "patternProperties": ({**gold, "items": {"patternProperties": {P: {"type": "null"}}}}, True),
+        "additionalProperties": ({**gold, "items": {"patternProperties": {P: {}}, "additionalProperties": False}}, False),
+        "unevaluated_2020": ({"$schema": "https://json-schema.org/draft/2020-12/schema", **gold,
+                              "items": {"patternProperties": {P: {}}, "unevaluatedProperties": False}}, False),
+        "unevaluated_2019": ({"$schema": "https://json-schema.org/draft/2019-09/schema", **gold,
+                              "items": {"patternProperties": {P: {}}, "unevaluatedProperties": False}}, False),
+        "draft4": ({"$schema": "http://json-schema.org/draft-04/schema#", **gold, "items": {"patternProperties": {P: {}}, "additionalProperties": False}}, False),
+        "nested_dialect": ({**gold, "items": {"$schema": "http://json-schema.org/draft-07/schema#", "propertyNames": {"pattern": P}}}, False),
+        "ref": ({**gold, "$defs": {"p": {"pattern": P}}, "items": {"additionalProperties": {"$ref": "#/$defs/p"}}}, False),
+        "matching": ({**gold, "items": {"propertyNames": {"pattern": "^(a|a|[a-z_])*$"}}}, True),
+        "cyrillic_word": ({**gold, "items": {"properties": {"category": {"pattern": "^[\\w &]+$"}}}}, True),
+    }  # fmt: skip
+
+
+def test_schema_patterns_run_in_linear_time(shared_data_dir: Path, schema_question) -> None:
+    """``pattern``/``patternProperties`` (and ``additionalProperties``/
+    ``unevaluatedProperties``, which consult them, in any dialect, also after a ``$schema``
+    switch inside the schema) match in linear time, with Python's verdicts."""
+    bench, sample = schema_question
+    variants = _schema_variants(_reference_schema(bench, sample))
+    cases = [(SCHEMA_GEN_ID, yaml_answer(json.dumps(schema))) for schema, _ in variants.values()]
+    for (name, (_, validates)), r in zip(variants.items(), scored_bounded(shared_data_dir, "sobhard", cases)):
+        assert r["checks"]["schema.validates_source"] is validates, (name, r["detail"])
+        assert r["scores"]["sample_pass"] == 0.0  # pattern keywords are never allowed (schema.no_extra_keywords)
