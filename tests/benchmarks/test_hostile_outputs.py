@@ -365,3 +365,55 @@ def test_schema_patterns_run_in_linear_time(shared_data_dir: Path, schema_questi
     for (name, (_, validates)), r in zip(variants.items(), scored_bounded(shared_data_dir, "sobhard", cases)):
         assert r["checks"]["schema.validates_source"] is validates, (name, r["detail"])
         assert r["scores"]["sample_pass"] == 0.0  # pattern keywords are never allowed (schema.no_extra_keywords)
+
+
+# ---- ACEBench: repetition and failure messages --------------------------------------------
+def test_acebench_repetition_is_bounded_before_building(shared_data_dir: Path) -> None:
+    """Repetition and other arithmetic in a decoded answer is bounded before its result
+    is built: the tester's ``['x'*1048576]*1048576`` (a terabyte written out) and
+    ``[[0]*1048576]*1048576`` (grew to the memory cap while the checker wrote its
+    failure message) and variants are ``wrong_output_format``."""
+    f = ACE_CALL
+    texts = [
+        f"[{f}(city='New York', dateRange=['x'*1048576]*1048576)]",
+        f"[{f}(dateRange=[[0]*1048576]*1048576)]",
+        f"[{f}(dateRange=[[[0]*1024]*1024]*1024)]",
+        f"[{f}(dateRange='x'*2**20+'y'*2**20)]",
+        f"[{f}(dateRange=[0]*600000, location=[0]*600000)]",
+        f"[{f}(dateRange={{'startDate': [0]*2**19, 'endDate': [0]*2**19, 'x': [1]*2**19}})]",
+        f"[{f}(dateRange='%s%s%s%s'%((['x'*300000],)*4))]",
+        f"[{f}(dateRange=[2**65535]*100)]",
+        f"[{f}(dateRange=" + "[" * 50 + "0" + "]*2" * 50 + ")]",
+        f"[{f}(dateRange=[" + "0," * 150_000 + "])]",
+    ]
+    results = scored_bounded(shared_data_dir, "acebench", [(ACE_ID, t) for t in texts])
+    for text, r in zip(texts, results):
+        assert r["scores"] == {"accuracy": 0.0} and r["status"] == "format_error" and r["parsed"] is None, text[:80]
+        assert r["detail"].startswith("wrong_output_format"), r["detail"]
+        assert "too large" in r["detail"] or "character limit" in r["detail"], (text[:80], r["detail"])
+    small = scored_bounded(shared_data_dir, "acebench", [(ACE_ID, f"[{f}(dateRange='ab'*3, location=[[0]*2]*2)]")])[0]
+    assert small["status"] == "ok" and small["parsed"] == [{f: {"dateRange": "ababab", "location": [[0, 0], [0, 0]]}}]
+
+
+def test_acebench_failure_messages_and_parsed_are_bounded(shared_data_dir: Path) -> None:
+    """Answers that decode within the bounds but fail with large values: the detail quotes
+    them cut (reprlib), and a parsed value over 256 KiB becomes the truncation marker."""
+    import hashlib
+
+    f = ACE_CALL
+    texts = [
+        f"[{f}(dateRange={{'startDate': 'x'*300000, 'endDate': '2028-01-01'}}, location={{'latitude': 37.9838, 'longitude': 23.7275}})]",
+        f"[{f}(dateRange={{'startDate': '2023-01-01', 'endDate': '2028-01-01'}}, location={{'latitude': [[0]*1000]*1000, 'longitude': 23.7275}})]",
+        f"[{f}(dateRange={{'startDate': '2023-01-01', 'endDate': '2028-01-01'}}, location={{'latitude': 37.9838, 'longitude': 23.7275}}, eclipseType=['y'*1000]*1000)]",
+    ]
+    results = scored_bounded(shared_data_dir, "acebench", [(ACE_ID, t) for t in texts])
+    for text, r in zip(texts, results):
+        assert r["scores"] == {"accuracy": 0.0} and r["status"] == "ok", (text[:80], r["detail"])
+        assert len(r["detail"]) < 600, r["detail"]
+        assert r["parsed"]["truncated"] is True, text[:80]
+    assert "wrong value: expected '2023-01-01', got 'xxxxxxxxxxxx" in results[0]["detail"] and "..." in results[0]["detail"]
+    assert "wrong value: expected 37.9838, got [[0, 0, 0, 0, 0, 0, 0, 0, ...], [0, " in results[1]["detail"], results[1]["detail"]
+    assert "wrong type for parameter 'eclipseType'" in results[2]["detail"]
+    expected = [{f: {"dateRange": {"startDate": "x" * 300000, "endDate": "2028-01-01"}, "location": {"latitude": 37.9838, "longitude": 23.7275}}}]
+    data = json.dumps(expected, ensure_ascii=False).encode()
+    assert results[0]["parsed"] == {"truncated": True, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
