@@ -417,3 +417,22 @@ def test_acebench_failure_messages_and_parsed_are_bounded(shared_data_dir: Path)
     expected = [{f: {"dateRange": {"startDate": "x" * 300000, "endDate": "2028-01-01"}, "location": {"latitude": 37.9838, "longitude": 23.7275}}}]
     data = json.dumps(expected, ensure_ascii=False).encode()
     assert results[0]["parsed"] == {"truncated": True, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+# ---- KE: step ids ---------------------------------------------------------------------------
+def test_ke_distinct_step_ids_are_bounded(shared_data_dir: Path) -> None:
+    """An answer naming more than 10,000 distinct step ids scores 0 without building a
+    list of all of them (10M ids made a 417 MB record); one id of a million digits keeps
+    the record bounded; 10,000 ids exactly are still scored by §6."""
+    gold = ["step_000", "step_004", "step_005"]
+    over = ", ".join(f"step_{i}" for i in range(1_000_000))
+    exactly = ", ".join(gold + [f"step_{i}" for i in range(1000, 1000 + 9_997)])
+    long_id = "step_000, step_" + "7" * 1_000_000
+    results = scored_bounded(shared_data_dir, "ke", [(KE_ID, over), (KE_ID, exactly), (KE_ID, exactly + ", step_99999"), (KE_ID, long_id)])
+    r_over, r_exact, r_one_more, r_long = results
+    assert r_over["scores"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "f05": 0.0}
+    assert "more than 10,000 distinct step ids" in r_over["detail"] and len(r_over["parsed"]) == 10_000
+    assert r_exact["scores"]["recall"] == 1.0 and r_exact["scores"]["precision"] == 3 / 10_000
+    assert r_one_more["scores"]["f1"] == 0.0 and "more than 10,000" in r_one_more["detail"]
+    assert r_long["scores"]["precision"] == 0.5 and r_long["parsed"]["truncated"] is True
+    assert r_long["detail"].startswith("mode=chat TP=1 FP=1 FN=2 unknown_ids=step_777")

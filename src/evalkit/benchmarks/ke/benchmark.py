@@ -10,7 +10,7 @@ from evalkit.benchmarks.bounds import safe_score
 from evalkit.benchmarks.ke.baselines import BASELINES, baseline_prediction, render_answer
 from evalkit.benchmarks.ke.data import KEData, load_ke
 from evalkit.benchmarks.ke.metrics import MACRO, SCORE_NAMES, aggregate_scores, item_scores
-from evalkit.benchmarks.ke.parser import PARSER_VERSION, ParseResult, parse_answer, step_index
+from evalkit.benchmarks.ke.parser import MAX_PRED_IDS, PARSER_VERSION, ParseResult, parse_answer, step_index
 from evalkit.benchmarks.ke.prompts import ANSWER_PREFIX, Truncation, load_template, render_icl_block, render_prompt
 from evalkit.benchmarks.ke.settings import DIFFICULTIES, KESettings
 from evalkit.types import Request, Sample, SampleScore, sha256_hex
@@ -144,8 +144,9 @@ class KE(Benchmark):
         Never raises: an error of the scorer itself (``MemoryError`` included) scores 0
         with ``detail`` "internal scoring error: ...". A blank output (only possible when
         re-scoring) has no scores at all (§6: failed items are never 0) and status
-        ``format_error``. ``detail`` and ``parsed`` are bounded as
-        :mod:`evalkit.benchmarks.bounds` says.
+        ``format_error``. An answer naming more than
+        :data:`~evalkit.benchmarks.ke.parser.MAX_PRED_IDS` distinct step ids scores 0.
+        ``detail`` and ``parsed`` are bounded as :mod:`evalkit.benchmarks.bounds` says.
         """
         return safe_score(lambda: self._score(sample, output), {k: 0.0 for k in SCORE_NAMES})
 
@@ -155,6 +156,11 @@ class KE(Benchmark):
         if result.failed:
             return SampleScore(scores={}, parsed=None, status="format_error", detail="empty response (R1): not scorable")
         gold = sample.data["gold_step_ids"]
+        if result.over_limit:
+            return SampleScore(
+                scores={k: 0.0 for k in SCORE_NAMES}, parsed=result.pred,
+                detail=f"mode={mode} the answer names more than {MAX_PRED_IDS:,} distinct step ids: not a selection of steps, scored 0",
+            )  # fmt: skip
         scores = item_scores(result.pred, gold)
         tp = len(set(result.pred) & set(gold))
         detail = f"mode={mode} TP={tp} FP={len(result.pred) - tp} FN={len(gold) - tp}"
