@@ -603,3 +603,127 @@ def test_ke_gold_in_any_order_scores_one(pick, data) -> None:
     seps = data.draw(st.lists(st.sampled_from([", ", "\n- ", " ", ";", "\n"]), min_size=len(ids), max_size=len(ids)))
     text = "".join(i + s for i, s in zip(ids, seps)) + data.draw(whitespace)
     assert bench.score(pick, text).scores == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "f05": 1.0}
+
+
+# ------------------------------------------------------------------------------------------
+# hostile answers (issue 17): YAML aliases, repetition expressions, many ids, deep nesting.
+# Each property runs in a child process with 2 GiB of address space and a time limit
+# (tests/support/bounded.py); inside, every answer must score without an internal error,
+# with scores in range and a record under the size bounds of evalkit.benchmarks.bounds.
+# ------------------------------------------------------------------------------------------
+def assert_bounded_record(scored: Any) -> None:
+    import dataclasses
+
+    from evalkit.benchmarks.bounds import DETAIL_MAX_CHARS, PARSED_MAX_BYTES
+
+    assert not (scored.detail or "").startswith(INTERNAL), scored.detail
+    assert scored.detail is None or len(scored.detail) <= DETAIL_MAX_CHARS
+    for value in scored.scores.values():
+        assert 0.0 <= value <= 1.0
+    record = json.dumps(dataclasses.asdict(scored), ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")
+    assert len(record) <= PARSED_MAX_BYTES + 4 * DETAIL_MAX_CHARS + 4096
+
+
+def _alias_bomb(levels: int, width: int) -> str:
+    lines = ["a0: &a0 [" + ",".join(['"lol"'] * width) + "]"]
+    return "\n".join(lines + [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]" for i in range(1, levels)])
+
+
+yaml_hostile = st.one_of(
+    st.builds(_alias_bomb, st.integers(1, 10), st.integers(1, 12)),
+    st.sampled_from(["&a [*a]", "&a {x: *a}", "&a {<<: *a}", "a: &x [1, [2, {k: *x}]]", "&a [&b [*a, *b]]",
+                     "a: &a {k: 1}\nb: {<<: [*a, *a, *a]}", "s: &s xxxxxxxxxx\nl: [*s, *s, *s]"]),
+    st.builds(lambda n, tail: "a: " + ":".join(["59"] * n) + tail, st.integers(1, 3000), st.sampled_from(["", ".5", ":1"])),
+    st.builds(lambda p, n: "- " + p + "1" * n, st.sampled_from(["0b", "0x", "0", "", "+", "-0x"]), st.integers(1, 6000)),
+    st.builds(lambda s, n: "s: &s " + "x" * s + "\nl: [" + ", ".join(["*s"] * n) + "]", st.integers(1, 3000), st.integers(1, 400)),
+    deep_nesting,
+)  # fmt: skip
+
+
+@st.composite
+def sob_hostile_text(draw) -> str:
+    """One to three hostile YAML fragments, one under the other (mixed kinds often make the
+    document invalid, which must fail cleanly too), in a fence, after reasoning-tag noise."""
+    body = "\n".join(draw(st.lists(yaml_hostile, min_size=1, max_size=3)))
+    tag = draw(st.sampled_from(["yaml", "json", ""]))
+    noise = draw(st.sampled_from(["", "<think>" * 3000, "<think>x</think>\n", "<reason>" * 500 + "</reason>"]))
+    return f"{noise}\n```{tag}\n{body}\n```"
+
+
+@_settings(120)
+@given(pick=st.deferred(lambda: st.sampled_from(sob()[1])), text=sob_hostile_text())
+@example(pick=None, text="```yaml\na: " + ":".join(["59"] * 200) + ".5\n```")  # OverflowError in PyYAML
+def _sob_hostile(pick, text: str) -> None:
+    bench, samples, _ = sob()
+    assert_bounded_record(bench.score(pick if pick is not None else samples[14], text))
+
+
+_COUNTS = st.sampled_from(["0", "1", "2", "7", "1024", "2**20", "10**9", "-1", "True"])
+
+
+def _expr(leaf: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    return st.recursive(
+        leaf,
+        lambda inner: st.one_of(
+            st.builds(lambda e, n: f"[{e}]*{n}", inner, _COUNTS),
+            st.builds(lambda e, n: f"({e})*{n}", inner, _COUNTS),
+            st.builds(lambda a, b: f"{a}+{b}", inner, inner),
+            st.builds(lambda a, b: f"[{a},{b}]", inner, inner),
+            st.builds(lambda e: f"{{'k':{e}}}", inner),
+            st.builds(lambda e, n: f"'%s%s'%(({e},)*2)" if n == "2" else f"'%s'%({e},)", inner, _COUNTS),
+        ),
+        max_leaves=6,
+    )
+
+
+ace_repetition = _expr(st.sampled_from(["0", "'x'", "'xyz'*100", "[0]", "{'k':0}", "2**65535", "b'x'", "(1,)", "1.5", "'ж'"]))
+
+
+@st.composite
+def ace_hostile_text(draw) -> str:
+    name = draw(st.deferred(lambda: st.sampled_from(ace().call_names)))
+    params = draw(st.lists(st.deferred(lambda: st.sampled_from(ace().param_names)), min_size=1, max_size=3, unique=True))
+    return "[" + name + "(" + ", ".join(f"{p}={draw(ace_repetition)}" for p in params) + ")]"
+
+
+@_settings(150)
+@given(pick=st.deferred(lambda: st.sampled_from(ace().normal)), text=ace_hostile_text())
+@example(pick=None, text="[f(a=['x'*1048576]*1048576)]")
+def _ace_hostile(pick, text: str) -> None:
+    bench, sample = pick if pick is not None else ace().normal_refs[0][:2]
+    scored = bench.score(sample, text)
+    assert scored.scores["accuracy"] in (0.0, 1.0)
+    assert_bounded_record(scored)
+
+
+@st.composite
+def ke_hostile_text(draw) -> str:
+    count = draw(st.sampled_from([1, 50, 9_999, 10_000, 10_001, 30_000]))
+    start = draw(st.integers(0, 10**6))
+    style = draw(st.sampled_from(["step_{}", "STEP_{:07d}", "step\\_{}", "- step_{}: why\n"]))
+    ids = [style.format(start + i) for i in range(count)]
+    if draw(st.booleans()):
+        ids.append("step_" + "9" * draw(st.integers(1, 200_000)))
+    prefix = draw(st.sampled_from(["", "<think>" * 100, "</think>", ANSWER_PREFIX]))
+    return prefix + ", ".join(ids * draw(st.integers(1, 2)))
+
+
+@_settings(60)
+@given(pick=st.deferred(lambda: st.sampled_from(ke()[1])), text=ke_hostile_text())
+def _ke_hostile(pick, text: str) -> None:
+    bench, _ = ke()
+    assert_bounded_record(bench.score(pick, text))
+
+
+def run_property(name: str) -> None:
+    """Runs in the bounded child: the hypothesis property ``name`` of this module."""
+    globals()[name]()
+
+
+@pytest.mark.parametrize("prop", ["_sob_hostile", "_ace_hostile", "_ke_hostile"])
+def test_hostile_answers_score_within_budget(prop: str) -> None:
+    """Every hostile answer of the strategies above is scored within 2 GiB and the time
+    limit, never raises, and its record is under the size bounds."""
+    from tests.support.bounded import run_bounded
+
+    run_bounded(run_property, prop, timeout=120)
