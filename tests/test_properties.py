@@ -477,6 +477,68 @@ def test_sob_reference_survives_normalisation(pick, lead: str, trail: str, crlf:
     assert bench.score(pick, text).scores == base.scores
 
 
+#: pieces of Python regular expressions: Unicode classes, anchors, case folding, the
+#: constructs RE2 lacks, and Cyrillic / odd case-folding characters
+REGEX_ATOMS = [
+    "a", "A", "k", "s", "я", "Я", "ё", "é", "ß", "\u0130", ".", "\\d", "\\D", "\\w", "\\W", "\\s", "\\S", "\\b", "\\B",
+    "^", "$", "\\A", "\\Z", "[a-z]", "[^a-z]", "[\\w-]", "[^\\W\\d]", "[а-я]", "[^\\s]", "[\\u0130-\\u0131]", "#", "\\n",
+    "(a)\\1", "(?=a)", "(?<!b)a", "a{2,3}", "a{1001}", "\\.", "[.]", "(?>a+)", "a++", "(?P<n>x)(?P=n)",
+]  # fmt: skip
+REGEX_SUBJECT = ["a", "A", "b", "k", "K", "s", "S", "z", "0", "9", "_", " ", "\t", "\n", "\r", "\x0b", "\x1c", ".", "-", "#",
+                 "\u212a", "\u017f", "я", "Я", "ё", "٣", "\u2003", "\xa0", "\u0130", "\u0131", "é", "É", "ß", "\ud800"]  # fmt: skip
+
+
+@st.composite
+def python_regex(draw) -> str:
+    def group(depth: int) -> str:
+        parts = []
+        for _ in range(draw(st.integers(1, 3))):
+            if depth < 2 and draw(st.integers(0, 4)) == 0:
+                inner = "|".join(group(depth + 1) for _ in range(draw(st.integers(1, 3))))
+                parts.append("(" + inner + ")" + draw(st.sampled_from(["", "*", "+", "?", "{1,2}", "*?"])))
+            else:
+                parts.append(draw(st.sampled_from(REGEX_ATOMS)) + draw(st.sampled_from(["", "", "*", "+", "?"])))
+        return "".join(parts)
+
+    return draw(st.sampled_from(["", "", "(?i)", "(?m)", "(?s)", "(?a)", "(?im)", "(?x)"])) + group(0)
+
+
+@_settings(600)
+@given(pattern=python_regex(), string=st.lists(st.sampled_from(REGEX_SUBJECT), max_size=8).map("".join))
+@example(pattern="\\B", string="")
+@example(pattern="a$", string="a\n")
+@example(pattern="a$", string="a\nb\na\n")
+@example(pattern="\\bя", string=" я")
+def test_schema_regex_search_agrees_with_python_re(pattern: str, string: str) -> None:
+    """Issue 17: the linear-time matcher of schema patterns (RE2 where exact, else ``re``)
+    answers exactly as ``re.search`` does, Unicode classes and ``$`` included."""
+    from evalkit.benchmarks.sobhard.patterns import search
+
+    try:
+        expected = re.search(pattern, string) is not None
+    except re.error:
+        with pytest.raises(re.error):
+            search(pattern, string)
+        return
+    assert search(pattern, string) is expected
+
+
+REASONING_PIECES = ["<think>", "</think>", "<THINK >", "</Think\n>", "<thinking>", "</thinking>", "<reason>", "</reasoning>",
+                    "<thin\u212a>", "</thin\u212a>", "x", " ", "\n", "<", ">", "/", "<thought>", "</thought>", "<scratchpad>",
+                    "</SCRATCHPAD>", "<reasoning>", "</reason>"]  # fmt: skip
+
+
+@_settings(600)
+@given(text=st.lists(st.sampled_from(REASONING_PIECES) | any_text, max_size=14).map("".join))
+def test_sob_reasoning_blocks_as_the_pairing_regex(text: str) -> None:
+    """The linear-time removal of paired reasoning blocks gives what the spec's regex
+    ``<(names)\\s*>.*?</\\1\\s*>`` (case-insensitive, dot-all) gives (§4 step 5)."""
+    from evalkit.benchmarks.sobhard.normalize import _NAMES, _strip_paired
+
+    paired = re.compile(rf"<({_NAMES})\s*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+    assert _strip_paired(text) == paired.sub("", text)
+
+
 # ------------------------------------------------------------------------------------------
 # KE
 # ------------------------------------------------------------------------------------------
@@ -542,3 +604,127 @@ def test_ke_gold_in_any_order_scores_one(pick, data) -> None:
     seps = data.draw(st.lists(st.sampled_from([", ", "\n- ", " ", ";", "\n"]), min_size=len(ids), max_size=len(ids)))
     text = "".join(i + s for i, s in zip(ids, seps)) + data.draw(whitespace)
     assert bench.score(pick, text).scores == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "f05": 1.0}
+
+
+# ------------------------------------------------------------------------------------------
+# hostile answers (issue 17): YAML aliases, repetition expressions, many ids, deep nesting.
+# Each property runs in a child process with 2 GiB of address space and a time limit
+# (tests/support/bounded.py); inside, every answer must score without an internal error,
+# with scores in range and a record under the size bounds of evalkit.benchmarks.bounds.
+# ------------------------------------------------------------------------------------------
+def assert_bounded_record(scored: Any) -> None:
+    import dataclasses
+
+    from evalkit.benchmarks.bounds import DETAIL_MAX_CHARS, PARSED_MAX_BYTES
+
+    assert not (scored.detail or "").startswith(INTERNAL), scored.detail
+    assert scored.detail is None or len(scored.detail) <= DETAIL_MAX_CHARS
+    for value in scored.scores.values():
+        assert 0.0 <= value <= 1.0
+    record = json.dumps(dataclasses.asdict(scored), ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")
+    assert len(record) <= PARSED_MAX_BYTES + 4 * DETAIL_MAX_CHARS + 4096
+
+
+def _alias_bomb(levels: int, width: int) -> str:
+    lines = ["a0: &a0 [" + ",".join(['"lol"'] * width) + "]"]
+    return "\n".join(lines + [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]" for i in range(1, levels)])
+
+
+yaml_hostile = st.one_of(
+    st.builds(_alias_bomb, st.integers(1, 10), st.integers(1, 12)),
+    st.sampled_from(["&a [*a]", "&a {x: *a}", "&a {<<: *a}", "a: &x [1, [2, {k: *x}]]", "&a [&b [*a, *b]]",
+                     "a: &a {k: 1}\nb: {<<: [*a, *a, *a]}", "s: &s xxxxxxxxxx\nl: [*s, *s, *s]"]),
+    st.builds(lambda n, tail: "a: " + ":".join(["59"] * n) + tail, st.integers(1, 3000), st.sampled_from(["", ".5", ":1"])),
+    st.builds(lambda p, n: "- " + p + "1" * n, st.sampled_from(["0b", "0x", "0", "", "+", "-0x"]), st.integers(1, 6000)),
+    st.builds(lambda s, n: "s: &s " + "x" * s + "\nl: [" + ", ".join(["*s"] * n) + "]", st.integers(1, 3000), st.integers(1, 400)),
+    deep_nesting,
+)  # fmt: skip
+
+
+@st.composite
+def sob_hostile_text(draw) -> str:
+    """One to three hostile YAML fragments, one under the other (mixed kinds often make the
+    document invalid, which must fail cleanly too), in a fence, after reasoning-tag noise."""
+    body = "\n".join(draw(st.lists(yaml_hostile, min_size=1, max_size=3)))
+    tag = draw(st.sampled_from(["yaml", "json", ""]))
+    noise = draw(st.sampled_from(["", "<think>" * 3000, "<think>x</think>\n", "<reason>" * 500 + "</reason>"]))
+    return f"{noise}\n```{tag}\n{body}\n```"
+
+
+@_settings(120)
+@given(pick=st.deferred(lambda: st.sampled_from(sob()[1])), text=sob_hostile_text())
+@example(pick=None, text="```yaml\na: " + ":".join(["59"] * 200) + ".5\n```")  # OverflowError in PyYAML
+def _sob_hostile(pick, text: str) -> None:
+    bench, samples, _ = sob()
+    assert_bounded_record(bench.score(pick if pick is not None else samples[14], text))
+
+
+_COUNTS = st.sampled_from(["0", "1", "2", "7", "1024", "2**20", "10**9", "-1", "True"])
+
+
+def _expr(leaf: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    return st.recursive(
+        leaf,
+        lambda inner: st.one_of(
+            st.builds(lambda e, n: f"[{e}]*{n}", inner, _COUNTS),
+            st.builds(lambda e, n: f"({e})*{n}", inner, _COUNTS),
+            st.builds(lambda a, b: f"{a}+{b}", inner, inner),
+            st.builds(lambda a, b: f"[{a},{b}]", inner, inner),
+            st.builds(lambda e: f"{{'k':{e}}}", inner),
+            st.builds(lambda e, n: f"'%s%s'%(({e},)*2)" if n == "2" else f"'%s'%({e},)", inner, _COUNTS),
+        ),
+        max_leaves=6,
+    )
+
+
+ace_repetition = _expr(st.sampled_from(["0", "'x'", "'xyz'*100", "[0]", "{'k':0}", "2**65535", "b'x'", "(1,)", "1.5", "'ж'"]))
+
+
+@st.composite
+def ace_hostile_text(draw) -> str:
+    name = draw(st.deferred(lambda: st.sampled_from(ace().call_names)))
+    params = draw(st.lists(st.deferred(lambda: st.sampled_from(ace().param_names)), min_size=1, max_size=3, unique=True))
+    return "[" + name + "(" + ", ".join(f"{p}={draw(ace_repetition)}" for p in params) + ")]"
+
+
+@_settings(150)
+@given(pick=st.deferred(lambda: st.sampled_from(ace().normal)), text=ace_hostile_text())
+@example(pick=None, text="[f(a=['x'*1048576]*1048576)]")
+def _ace_hostile(pick, text: str) -> None:
+    bench, sample = pick if pick is not None else ace().normal_refs[0][:2]
+    scored = bench.score(sample, text)
+    assert scored.scores["accuracy"] in (0.0, 1.0)
+    assert_bounded_record(scored)
+
+
+@st.composite
+def ke_hostile_text(draw) -> str:
+    count = draw(st.sampled_from([1, 50, 9_999, 10_000, 10_001, 30_000]))
+    start = draw(st.integers(0, 10**6))
+    style = draw(st.sampled_from(["step_{}", "STEP_{:07d}", "step\\_{}", "- step_{}: why\n"]))
+    ids = [style.format(start + i) for i in range(count)]
+    if draw(st.booleans()):
+        ids.append("step_" + "9" * draw(st.integers(1, 200_000)))
+    prefix = draw(st.sampled_from(["", "<think>" * 100, "</think>", ANSWER_PREFIX]))
+    return prefix + ", ".join(ids * draw(st.integers(1, 2)))
+
+
+@_settings(60)
+@given(pick=st.deferred(lambda: st.sampled_from(ke()[1])), text=ke_hostile_text())
+def _ke_hostile(pick, text: str) -> None:
+    bench, _ = ke()
+    assert_bounded_record(bench.score(pick, text))
+
+
+def run_property(name: str) -> None:
+    """Runs in the bounded child: the hypothesis property ``name`` of this module."""
+    globals()[name]()
+
+
+@pytest.mark.parametrize("prop", ["_sob_hostile", "_ace_hostile", "_ke_hostile"])
+def test_hostile_answers_score_within_budget(prop: str) -> None:
+    """Every hostile answer of the strategies above is scored within 2 GiB and the time
+    limit, never raises, and its record is under the size bounds."""
+    from tests.support.bounded import run_bounded
+
+    run_bounded(run_property, prop, timeout=120)

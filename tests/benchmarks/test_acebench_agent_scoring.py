@@ -137,8 +137,9 @@ def test_aggregate_agent_metrics_and_overall_weight(agent_en, records):
     assert metrics["process_acc/agent_multi_turn"] == 0.25
     assert metrics["accuracy/AGENT"] == pytest.approx(sum(records) / 2)
     assert metrics["overall"] == pytest.approx(sum(records) / 2)  # AGENT alone, renormalised
-    rows_table = agent_en.bench.report_tables(metrics)[0][2]
-    assert rows_table[0] == ["agent_multi_step", 1, records[0], 1.0 if records[0] else 0.25]
+    counts = agent_en.bench.category_counts(samples, rows)
+    rows_table = agent_en.bench.report_tables(metrics, None, counts)[0][2]
+    assert rows_table[0] == ["agent_multi_step", "1", f"{records[0]:.4f}", "1.0000" if records[0] else "0.2500"]
 
 
 def test_overall_uses_agent_weight(acebench_dir):

@@ -101,11 +101,14 @@ def test_partial_records_only_count_scored_samples(acebench_en):
 
 def test_report_tables_rows(acebench_en):
     samples = acebench_en.samples
-    metrics = acebench_en.bench.aggregate(samples, _records(samples, lambda s: 1.0))
-    (title, headers, rows), (gtitle, gheaders, grows) = acebench_en.bench.report_tables(metrics)
-    assert headers == ["category", "n", "accuracy", "process_acc"]
-    assert rows[0] == ["normal_single_turn_single_function", 100, 1.0, ""]
-    assert rows[2] == ["normal_multi_turn_user_adjust", 50, 1.0, 1.0]
+    records = _records(samples, lambda s: 1.0)
+    metrics = acebench_en.bench.aggregate(samples, records)
+    counts = acebench_en.bench.category_counts(samples, records)
+    (title, headers, rows), (gtitle, gheaders, grows) = acebench_en.bench.report_tables(metrics, None, counts)
+    assert headers == ["category", "scored", "accuracy", "process_acc"]
+    assert rows[0] == ["normal_single_turn_single_function", "100", "1.0000", ""]
+    turns = sum(s.subset == "normal_multi_turn_user_adjust" for s in samples)
+    assert rows[2] == ["normal_multi_turn_user_adjust", f"{turns} (50 dialogues)", "1.0000", "1.0000"]
     assert [r[0] for r in grows] == ["ATOM", "SINGLE_TURN", "MULTI_TURN", "NORMAL", "SPECIAL", "overall"]
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from evalkit.benchmarks.sobhard import SOBHard, SOBHardSettings
 from evalkit.engine.journal import read_jsonl
-from evalkit.engine.scoring import MAX_DETAIL_CHARS, Scorer
+from evalkit.benchmarks.bounds import DETAIL_MAX_CHARS
+from evalkit.engine.scoring import Scorer
 from evalkit.types import Trajectory
 
 SCHEMA_GEN_ID = "16"  # the SOBHard question whose answer is used as a JSON Schema
@@ -45,13 +46,38 @@ def test_a_scorer_past_its_time_is_stopped_and_the_next_sample_is_scored(sob):
     assert after.status == "ok" and after.scores["sample_pass"] == 1.0  # the killed worker was replaced
 
 
-def test_verdicts_come_back_bounded(sob):
-    bench, samples = sob
-    answer = "```json\n" + json.dumps({f"k{i}": "v" * 100 for i in range(20_000)}) + "\n```"  # a 2.4 MB document
+def test_a_scorer_over_its_memory_is_stopped(acebench_dir):
+    """A 250 KB ACEBench answer (within the decoder's own bounds) takes a few hundred MB to
+    parse: under a 64 MiB bound it is stopped and recorded as scorer_limit, under the
+    default bound it is scored (a wrong answer)."""
+    from evalkit.benchmarks.acebench import AceBench, AceBenchSettings
+
+    bench = AceBench(AceBenchSettings(data_dir=acebench_dir, subsets=["normal_atom_list"]))
+    sample = bench.load()[0]
+    name = bench.reference_output(sample)[1:].split("(", 1)[0]
+    big = f"[{name}(x=[" + ",".join(["[0,0,0,0,0,0,0,0]"] * 14_000) + "])]"
+    with Scorer(bench, memory_mb=64) as scorer:
+        limited = scorer.score_sync(sample, Trajectory(final_output=big))
+    assert limited.status == "scorer_limit" and "score_memory_mb" in limited.detail, limited.detail
+    assert limited.scores == {"accuracy": 0.0}
     with Scorer(bench) as scorer:
-        scored = scorer.score_sync(samples["1"], Trajectory(final_output=answer))
-    assert scored.parsed["truncated"] is True and scored.parsed["bytes"] > 2_000_000 and len(scored.parsed["sha256"]) == 64
-    assert scored.detail is None or len(scored.detail) <= MAX_DETAIL_CHARS + 40
+        scored = scorer.score_sync(sample, Trajectory(final_output=big))
+    assert scored.status == "ok" and scored.scores == {"accuracy": 0.0} and "missing required parameter" in scored.detail
+
+
+def test_verdicts_come_back_bounded(acebench_dir):
+    """A short answer whose decoded value is 500 kB (a repetition within the decoder's
+    arithmetic budget) comes back with ``parsed`` replaced by its size and digest."""
+    from evalkit.benchmarks.acebench import AceBench, AceBenchSettings
+
+    bench = AceBench(AceBenchSettings(data_dir=acebench_dir, subsets=["normal_atom_list"]))
+    sample = bench.load()[0]
+    name = bench.reference_output(sample)[1:].split("(", 1)[0]
+    with Scorer(bench) as scorer:
+        scored = scorer.score_sync(sample, Trajectory(final_output=f"[{name}(x='y'*500000)]"))
+    assert scored.scores == {"accuracy": 0.0}
+    assert scored.parsed["truncated"] is True and scored.parsed["bytes"] > 500_000 and len(scored.parsed["sha256"]) == 64
+    assert scored.detail is None or len(scored.detail) <= DETAIL_MAX_CHARS
 
 
 def _limit_memory() -> None:

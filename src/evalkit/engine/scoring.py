@@ -12,9 +12,12 @@ small pool of worker processes (pebble's ``ProcessPool``), and every worker:
 * runs with its address space capped at what it had after start-up plus
   ``benchmark.score_memory_mb`` (``RLIMIT_AS``), so an alias bomb or a repetition bomb
   ends in a ``MemoryError`` inside the worker, never in the run;
-* returns a verdict of bounded size (:func:`bound_score`).
+* returns a verdict of bounded size (:func:`evalkit.benchmarks.bounds.bounded`: ``detail``
+  at most 2,000 characters, a ``parsed`` value over 256 KiB of JSON replaced by its size
+  and digest).
 
-A sample that hits one of these limits is recorded with status ``scorer_limit``. Under the
+A sample that hits one of these limits is recorded with status ``scorer_limit`` (a
+benchmark's own guard reports a ``MemoryError`` the same way). Under the
 failure protocol it is a non-empty answer that could not be scored, so it is a wrong
 answer and every score is 0 (:meth:`~evalkit.benchmarks.base.Benchmark.limit_score`).
 ``report.md`` names it. Runs and ``rescore`` score through the same :class:`Scorer`.
@@ -31,31 +34,13 @@ import resource
 from typing import Any
 
 from evalkit.benchmarks.base import Benchmark
-from evalkit.jsonl import dumps_line
-from evalkit.types import Sample, SampleScore, Trajectory, sha256_hex
+from evalkit.benchmarks.bounds import bounded
+from evalkit.types import Sample, SampleScore, Trajectory
 
-#: longest ``detail`` a verdict keeps (characters); the rest is cut with a marker
-MAX_DETAIL_CHARS = 2000
-#: largest ``parsed`` value a verdict keeps (bytes of its JSON text); a larger one is replaced
-#: by ``{"truncated": true, "bytes": N, "sha256": hex}``
-MAX_PARSED_BYTES = 256 * 1024
 #: worker processes of the pool (scoring is CPU-bound; more than the cores buys nothing)
 WORKERS = max(1, min(2, os.cpu_count() or 1))
 
 _BENCH: Benchmark | None = None
-
-
-def bound_score(scored: SampleScore) -> SampleScore:
-    """``scored`` with ``detail`` cut to :data:`MAX_DETAIL_CHARS` and a ``parsed`` value whose
-    JSON text exceeds :data:`MAX_PARSED_BYTES` replaced by its size and digest."""
-    if isinstance(scored.detail, str) and len(scored.detail) > MAX_DETAIL_CHARS:
-        scored.detail = scored.detail[:MAX_DETAIL_CHARS] + f"… [{len(scored.detail) - MAX_DETAIL_CHARS} more characters]"
-    if scored.parsed is not None:
-        text = dumps_line(scored.parsed)
-        size = len(text.encode("utf-8", errors="surrogatepass"))
-        if size > MAX_PARSED_BYTES:
-            scored.parsed = {"truncated": True, "bytes": size, "sha256": sha256_hex(text.encode("utf-8", errors="surrogatepass"))}
-    return scored
 
 
 def _address_space_bytes() -> int:
@@ -83,7 +68,7 @@ def _score_in_worker(sample: Sample, trajectory: Trajectory) -> tuple[str, Any]:
     """``("ok", SampleScore)``, or ``("memory" | "error", message)``: never raises."""
     assert _BENCH is not None
     try:
-        return "ok", bound_score(_BENCH.score_sample(sample, trajectory))
+        return "ok", bounded(_BENCH.score_sample(sample, trajectory))
     except MemoryError:
         return "memory", "scoring ran out of its memory limit"
     except RecursionError:

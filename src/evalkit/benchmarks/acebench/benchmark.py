@@ -34,6 +34,7 @@ from evalkit.benchmarks.acebench.prompts import (
 from evalkit.benchmarks.acebench.reference import normal_reference, special_reference
 from evalkit.benchmarks.acebench.settings import AceBenchSettings
 from evalkit.benchmarks.base import Benchmark, Generate, Solver, register
+from evalkit.benchmarks.bounds import safe_score
 from evalkit.stats import scored_of, with_interval
 from evalkit.types import Request, Sample, SampleScore, Trajectory
 
@@ -156,10 +157,15 @@ class AceBench(Benchmark):
 
     # ---- scoring --------------------------------------------------------------------------
     def score(self, sample: Sample, output: str) -> SampleScore:
-        try:
-            return self._score(sample, output)
-        except Exception as exc:  # noqa: BLE001 - score must never raise
-            return SampleScore(scores={"accuracy": 0.0}, status="ok", detail=f"internal scoring error: {exc!r}")
+        """Check one answer (spec §4.1 normal, §4.3 special).
+
+        Never raises: an error of the scorer itself (``MemoryError``, ``RecursionError``
+        included) scores 0 with ``detail`` "internal scoring error: ..."; ``detail`` and
+        ``parsed`` are bounded as :mod:`evalkit.benchmarks.bounds` says. Answers are
+        bounded as the decoder says (:mod:`evalkit.benchmarks.acebench.decoder`: length and
+        arithmetic).
+        """
+        return safe_score(lambda: self._score(sample, output), {"accuracy": 0.0})
 
     def _score(self, sample: Sample, output: str) -> SampleScore:
         output = output if isinstance(output, str) else str(output)
@@ -237,10 +243,11 @@ class AceBench(Benchmark):
     def score_sample(self, sample: Sample, trajectory: Trajectory) -> SampleScore:
         """Agent samples: the end state against the ground truth (§6.3) and process_acc over
         the milestones (§4.4), from ``trajectory.data``; other categories: :meth:`score` of the
-        final output."""
+        final output. Never raises, and bounds ``detail`` and ``parsed`` (as :meth:`score`)."""
         if family(sample.subset) != "agent":
             return self.score(sample, trajectory.final_output)
-        try:
+
+        def compute() -> SampleScore:
             data = trajectory.data if isinstance(trajectory.data, dict) else {}
             end_state = data.get("end_state") or []
             answer = sample.data["answer"]
@@ -251,8 +258,8 @@ class AceBench(Benchmark):
                 parsed=json_safe(end_state),
                 detail=verdict.detail,
             )
-        except Exception as exc:  # noqa: BLE001 - scoring must never raise
-            return SampleScore(scores={"accuracy": 0.0, "process_acc": 0.0}, detail=f"internal scoring error: {exc!r}")
+
+        return safe_score(compute, {"accuracy": 0.0, "process_acc": 0.0})
 
     def reference_agents(self, sample: Sample) -> tuple[ScriptedAgent, ScriptedUser]:
         record, answer = sample.data["prompt"], sample.data["answer"]

@@ -3,7 +3,9 @@
 Every rule here is the observable behaviour of the upstream scorer
 (ACEBench/ACEBench ``model_eval/checker.py`` + ``eval_main.py``). Where the upstream scorer
 would crash on the data (unknown schema type, missing ``required``...), the verdict is a
-fail whose detail says so. The public functions never raise.
+fail whose detail says so. The public functions never raise. Values of the answer quoted
+in a detail are cut by :func:`evalkit.benchmarks.bounds.short_repr` (at most 8 items per
+level, 80 characters per string), so a failure message never renders an unbounded value.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalkit.benchmarks.acebench.decoder import DecodeError, decode_calls
+from evalkit.benchmarks.bounds import short_repr
 
 
 class _NoValueType:
@@ -125,13 +128,13 @@ def _check_candidate(functions: list[dict[str, Any]], calls: list[dict[Any, Any]
     want = Counter(canonical_name(key) for key in candidate)
     for name in got:
         if name not in want:
-            return _fail(f"function {name!r} is not in the ground truth")
+            return _fail(f"function {short_repr(name)} is not in the ground truth")
     for name in want:
         if name not in got:
             return _fail(f"function {name!r} is missing")
     for name, count in got.items():
         if count != want[name]:
-            return _fail(f"function {name!r} called {count} times, expected {want[name]}")
+            return _fail(f"function {short_repr(name)} called {count} times, expected {want[name]}")
     for key, expected in candidate.items():
         name = canonical_name(key)
         schema = next((f for f in functions if f["name"] in key), None)
@@ -164,7 +167,7 @@ def _check_call(schema: dict[str, Any], call: dict[Any, Any], expected: Any) -> 
         return _fail("ground truth has no arguments")
     func_name = schema["name"]
     if func_name not in call:
-        return _fail(f"wrong function name: expected {func_name!r}, got {next(iter(call))!r}")
+        return _fail(f"wrong function name: expected {func_name!r}, got {short_repr(next(iter(call)))}")
     if "required" not in params:
         raise _UpstreamCrash(f"schema of {func_name!r} has no 'required' list")
     for param in params["required"]:
@@ -172,7 +175,7 @@ def _check_call(schema: dict[str, Any], call: dict[Any, Any], expected: Any) -> 
             return _fail(f"{func_name}: missing required parameter {param!r}")
     for param, value in model_args.items():
         if param not in properties or param not in expected:
-            return _fail(f"{func_name}: unexpected parameter {param!r}")
+            return _fail(f"{func_name}: unexpected parameter {short_repr(param)}")
         spec = properties[param]
         type_name = spec["type"]
         if not isinstance(type_name, str) or type_name not in TYPE_MAP:
@@ -250,28 +253,28 @@ def _check_value(func_name: str, param: str, type_name: str, py_type: type, inne
         return PASS
     if py_type is str:
         if norm(gold) not in norm(value):
-            return _fail(f"{func_name}.{param}: wrong value: expected {gold!r}, got {value!r}")
+            return _fail(f"{func_name}.{param}: wrong value: expected {short_repr(gold)}, got {short_repr(value)}")
         return PASS
     if py_type is list:
         got = [norm(v) if type(v) is str else v for v in value]
         want = [norm(g) if type(g) is str else g for g in gold]
         if got != want:
-            return _fail(f"{func_name}.{param}: wrong list: expected {gold!r}, got {value!r}")
+            return _fail(f"{func_name}.{param}: wrong list: expected {short_repr(gold)}, got {short_repr(value)}")
     return PASS
 
 
 def _check_object(func_name: str, param: str, value: Any, gold: Any) -> Verdict:
     """Spec §4.1 object rule: same key count, known keys, text-substring leaf comparison."""
     if not isinstance(value, dict):
-        return _fail(f"{func_name}.{param}: expected an object, got {value!r}")
+        return _fail(f"{func_name}.{param}: expected an object, got {short_repr(value)}")
     if not isinstance(gold, dict):
-        raise _UpstreamCrash(f"{func_name}.{param}: expected object is {gold!r}")
+        raise _UpstreamCrash(f"{func_name}.{param}: expected object is {short_repr(gold)}")
     if len(value) != len(gold):
         return _fail(f"{func_name}.{param}: object has {len(value)} keys, expected {len(gold)}")
     for key, item in value.items():
         item = _coerce_bool_text(item)
         if key not in gold:
-            return _fail(f"{func_name}.{param}: unexpected key {key!r}")
+            return _fail(f"{func_name}.{param}: unexpected key {short_repr(key)}")
         gold_item = gold[key]
         if isinstance(gold_item, dict):
             verdict = _check_object(func_name, param, item, gold_item)
@@ -281,7 +284,7 @@ def _check_object(func_name: str, param: str, value: Any, gold: Any) -> Verdict:
         got_text = str(norm(item) if type(item) is str else item)
         want_text = str(norm(gold_item) if type(gold_item) is str else gold_item)
         if want_text not in got_text:
-            return _fail(f"{func_name}.{param}.{key}: wrong value: expected {gold_item!r}, got {item!r}")
+            return _fail(f"{func_name}.{param}.{key}: wrong value: expected {short_repr(gold_item)}, got {short_repr(item)}")
     return PASS
 
 

@@ -5,6 +5,20 @@ expression and turns a list/tuple/set display of calls into ``[{name: {kw: value
 This module reproduces its observable behaviour on top of :func:`ast.parse` without ever
 executing model text: binary operations are computed by a small evaluator that accepts
 literal operands only (constants and container displays) and refuses oversized results.
+
+Bounds on hostile answers (issue 17; upstream computes whatever it is given, so each bound
+is a deviation for answers no real model writes, and each makes the answer a
+``wrong_output_format`` with the reason):
+
+- the answer, after whitespace deletion, is at most :data:`MAX_SOURCE_CHARS` characters
+  (the longest reference answer of the data is 1,807; parsing costs about 470 bytes of
+  syntax tree per character of a literal list);
+- everything the arithmetic of one answer produces (``[x]*n``, ``'x'*n``, ``a+b``,
+  ``'%s'%x``, nested or not) is at most :data:`MAX_ARITHMETIC_UNITS` units in total,
+  measured *before* each result is built and counting shared objects once per use
+  (:func:`evalkit.benchmarks.bounds.expanded_size`): ``[[0]*2**20]*2**20`` would be a
+  thousand billion elements once written out (by ``repr``, JSON or a comparison), though
+  Python holds it in 16 MB. No reference answer uses arithmetic at all.
 """
 
 from __future__ import annotations
@@ -15,6 +29,14 @@ import operator
 import re
 import warnings
 from typing import Any
+
+from evalkit.benchmarks.bounds import expanded_size
+
+#: longest answer (characters, after whitespace deletion) the decoder parses
+MAX_SOURCE_CHARS = 256 * 1024
+#: most units (see :func:`evalkit.benchmarks.bounds.expanded_size`) the arithmetic of one
+#: answer may produce, all operations together
+MAX_ARITHMETIC_UNITS = 1 << 20
 
 
 class DecodeError(Exception):
@@ -31,17 +53,27 @@ def decode_calls(text: str) -> list[dict[str, dict[Any, Any]]]:
 
     Steps of spec §3.1: whitespace deletion, one expression, a list/tuple/set display whose
     elements are all calls, keyword arguments only (``**x`` gives the key ``None``).
-    Raises DecodeError for anything else; never raises another exception.
+    Raises DecodeError for anything else, and for an answer over the bounds of the module
+    docstring; never raises another exception but ``MemoryError`` when memory runs out
+    (CPython's parser reports a too deeply nested answer as a ``MemoryError`` "too complex
+    to parse": that one is a format error, as everything the parser refuses).
     """
     try:
-        return _decode(delete_whitespace(text))
+        source = delete_whitespace(text)
+        if len(source) > MAX_SOURCE_CHARS:
+            raise DecodeError(f"answer of {len(source):,} characters is over the {MAX_SOURCE_CHARS:,}-character limit")
+        return _decode(source, Budget())
     except DecodeError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any failure is a format error (RecursionError, MemoryError...)
+    except MemoryError as exc:
+        if "too complex" not in str(exc) and "stack overflow" not in str(exc):
+            raise  # out of memory: the scoring's own bound (benchmark.score_memory_mb), not a verdict
+        raise DecodeError(f"MemoryError: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - any failure is a format error (RecursionError...)
         raise DecodeError(f"{type(exc).__name__}: {exc}") from None
 
 
-def _decode(source: str) -> list[dict[str, dict[Any, Any]]]:
+def _decode(source: str, budget: Budget) -> list[dict[str, dict[Any, Any]]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -55,7 +87,7 @@ def _decode(source: str) -> list[dict[str, dict[Any, Any]]]:
     for element in body.elts:
         if not isinstance(element, ast.Call):
             raise DecodeError(f"list element is {type(element).__name__}, not a call")
-        calls.append(_call_value(element))
+        calls.append(_call_value(element, budget))
     return calls
 
 
@@ -71,14 +103,14 @@ def call_name(node: ast.Call) -> str:
     return ".".join(reversed(parts))
 
 
-def _call_value(node: ast.Call) -> dict[str, dict[Any, Any]]:
+def _call_value(node: ast.Call, budget: Budget) -> dict[str, dict[Any, Any]]:
     args: dict[Any, Any] = {}
     for kw in node.keywords:  # positional arguments are ignored (never looked at)
-        args[kw.arg] = _value(kw.value)
+        args[kw.arg] = _value(kw.value, budget)
     return {call_name(node): args}
 
 
-def _value(node: ast.AST) -> Any:
+def _value(node: ast.AST, budget: Budget) -> Any:
     """Decoded value of an argument node (the table of spec §3.1 step 7)."""
     if isinstance(node, ast.Constant):
         return "..." if node.value is Ellipsis else node.value
@@ -89,23 +121,23 @@ def _value(node: ast.AST) -> Any:
             return -operand.value
         raise DecodeError("unary operator on a non-numeric operand")
     if isinstance(node, ast.List):
-        return [_value(v) for v in node.elts]
+        return [_value(v, budget) for v in node.elts]
     if isinstance(node, ast.Dict):
         out = {}
         for k, v in zip(node.keys, node.values):
             if k is None:
                 raise DecodeError("dict unpacking (**) is not supported")
-            key = _value(k)
-            out[key] = _value(v)
+            key = _value(k, budget)
+            out[key] = _value(v, budget)
         return out
     if isinstance(node, ast.BinOp):
-        return literal_eval_node(node)
+        return literal_eval_node(node, budget)
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Call):
-        return _call_value(node) if node.keywords else {call_name(node): {}}
+        return _call_value(node, budget) if node.keywords else {call_name(node): {}}
     if isinstance(node, ast.Tuple):
-        return tuple(_value(v) for v in node.elts)
+        return tuple(_value(v, budget) for v in node.elts)
     if isinstance(node, ast.Subscript):
         return ast.unparse(node.value) + "[" + ast.unparse(node.slice) + "]"
     raise DecodeError(f"unsupported value {type(node).__name__}")
@@ -114,7 +146,6 @@ def _value(node: ast.AST) -> Any:
 # ---- literal arithmetic ---------------------------------------------------------------------
 
 _MAX_INT_BITS = 1 << 16  # results larger than this are refused (upstream would compute them)
-_MAX_LEN = 1 << 20  # longest sequence / string a binary operation may produce
 
 _BINOPS = {
     ast.Add: operator.add,
@@ -134,35 +165,58 @@ _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_
 _FORMAT_WIDTH = re.compile(r"\d{5,}")
 
 
-def literal_eval_node(node: ast.AST) -> Any:
+class Budget:
+    """Units the arithmetic of one answer may still produce (:data:`MAX_ARITHMETIC_UNITS`
+    at first); :meth:`charge` refuses a result that would overdraw it."""
+
+    def __init__(self, units: int = MAX_ARITHMETIC_UNITS) -> None:
+        self.left = units
+
+    def size(self, value: Any) -> int:
+        """``expanded_size(value)``; refused when it alone is over what is left."""
+        size = expanded_size(value, self.left)
+        if size is None:
+            raise DecodeError("arithmetic result too large")
+        return size
+
+    def charge(self, units: int) -> None:
+        if units > self.left:
+            raise DecodeError("arithmetic result too large")
+        self.left -= units
+
+
+def literal_eval_node(node: ast.AST, budget: Budget | None = None) -> Any:
     """Python's value of a literal-only expression (constants, displays, unary/binary operators).
 
     Gives what ``eval`` would give for such an expression; raises DecodeError for names, calls,
     attribute access or any other non-literal node, for errors Python would raise (e.g. division
-    by zero) and for results too large to compute safely.
+    by zero) and for results too large to compute safely: an int over 65,536 bits, a
+    ``%``-format with a ``*`` or a 5-digit width, or results over what ``budget`` has left
+    (a new :class:`Budget` of :data:`MAX_ARITHMETIC_UNITS` when not given).
     """
+    budget = Budget() if budget is None else budget
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.List):
-        return [literal_eval_node(v) for v in node.elts]
+        return [literal_eval_node(v, budget) for v in node.elts]
     if isinstance(node, ast.Tuple):
-        return tuple(literal_eval_node(v) for v in node.elts)
+        return tuple(literal_eval_node(v, budget) for v in node.elts)
     if isinstance(node, ast.Set):
-        return {literal_eval_node(v) for v in node.elts}
+        return {literal_eval_node(v, budget) for v in node.elts}
     if isinstance(node, ast.Dict):
         if any(k is None for k in node.keys):
             raise DecodeError("dict unpacking (**) is not supported")
-        return {literal_eval_node(k): literal_eval_node(v) for k, v in zip(node.keys, node.values)}
+        return {literal_eval_node(k, budget): literal_eval_node(v, budget) for k, v in zip(node.keys, node.values)}
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        operand = literal_eval_node(node.operand)
+        operand = literal_eval_node(node.operand, budget)
         try:
             return _UNARY[type(node.op)](operand)
         except Exception as exc:  # noqa: BLE001
             raise DecodeError(f"{type(exc).__name__}: {exc}") from None
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        left = literal_eval_node(node.left)
-        right = literal_eval_node(node.right)
-        _guard(type(node.op), left, right)
+        left = literal_eval_node(node.left, budget)
+        right = literal_eval_node(node.right, budget)
+        _guard(type(node.op), left, right, budget)
         try:
             return _BINOPS[type(node.op)](left, right)
         except Exception as exc:  # noqa: BLE001
@@ -174,21 +228,37 @@ def _int_bits(x: Any) -> int:
     return abs(int(x)).bit_length() if isinstance(x, (int, bool)) else 0
 
 
-def _guard(op: type, left: Any, right: Any) -> None:
-    """Refuse operations whose result would be huge (time or memory)."""
-    too_big = False
+def _guard(op: type, left: Any, right: Any, budget: Budget) -> None:
+    """Refuse operations whose result would be huge (time or memory), and charge the
+    result's size, predicted from the operands' sizes, to ``budget``:
+
+    - ``seq * n`` (str, bytes, list, tuple): ``size(seq) * n``;
+    - ``fmt % args`` (str, bytes): ``len(fmt) + 4 * size(args)`` per ``%`` of ``fmt`` (a
+      ``repr`` is at most 4 characters per unit); a ``*`` or a width of 5+ digits is refused;
+    - ``**`` and ``<<`` on ints: refused over 65,536 bits;
+    - anything else: ``size(left) + size(right)``.
+    """
     if op is ast.Pow and isinstance(left, int) and isinstance(right, int) and right > 0:
-        too_big = abs(left) > 1 and right * math.log2(abs(left)) > _MAX_INT_BITS
-    elif op is ast.LShift and isinstance(right, int) and isinstance(left, int):
-        too_big = right > 0 and left != 0 and _int_bits(left) + right > _MAX_INT_BITS
-    elif op is ast.Mult:
+        if abs(left) > 1 and right * math.log2(abs(left)) > _MAX_INT_BITS:
+            raise DecodeError("arithmetic result too large")
+        budget.charge(1 + int(right * math.log2(abs(left) or 1)) // 3)
+        return
+    if op is ast.LShift and isinstance(right, int) and isinstance(left, int):
+        if right > 0 and left != 0 and _int_bits(left) + right > _MAX_INT_BITS:
+            raise DecodeError("arithmetic result too large")
+        budget.charge(1 + (_int_bits(left) + max(right, 0)) // 3)
+        return
+    if op is ast.Mult:
         for seq, count in ((left, right), (right, left)):
             if isinstance(seq, (str, bytes, list, tuple)) and isinstance(count, int):
-                too_big = too_big or len(seq) * max(count, 0) > _MAX_LEN
-        if isinstance(left, int) and isinstance(right, int):
-            too_big = too_big or _int_bits(left) + _int_bits(right) > _MAX_INT_BITS
-    elif op is ast.Mod and isinstance(left, (str, bytes)):
+                budget.charge(budget.size(seq) * max(count, 1) if count <= budget.left else budget.left + 1)
+                return
+        if isinstance(left, int) and isinstance(right, int) and _int_bits(left) + _int_bits(right) > _MAX_INT_BITS:
+            raise DecodeError("arithmetic result too large")
+    if op is ast.Mod and isinstance(left, (str, bytes)):
         fmt = left if isinstance(left, str) else left.decode("latin-1")
-        too_big = "*" in fmt or bool(_FORMAT_WIDTH.search(fmt))
-    if too_big:
-        raise DecodeError("arithmetic result too large")
+        if "*" in fmt or _FORMAT_WIDTH.search(fmt):
+            raise DecodeError("arithmetic result too large")
+        budget.charge(len(fmt) + 4 * budget.size(right) * fmt.count("%"))
+        return
+    budget.charge(budget.size(left) + budget.size(right))

@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.benchmarks.base import Benchmark, register
+from evalkit.benchmarks.bounds import safe_score
 from evalkit.benchmarks.ke.baselines import BASELINES, baseline_prediction, render_answer
 from evalkit.benchmarks.ke.data import KEData, load_ke
 from evalkit.benchmarks.ke.metrics import MACRO, SCORE_NAMES, aggregate_scores, item_scores, stat_plan
-from evalkit.benchmarks.ke.parser import PARSER_VERSION, ParseResult, parse_answer, step_index
+from evalkit.benchmarks.ke.parser import MAX_PRED_IDS, PARSER_VERSION, ParseResult, parse_answer, step_index
 from evalkit.benchmarks.ke.prompts import ANSWER_PREFIX, Truncation, load_template, render_icl_block, render_prompt
 from evalkit.benchmarks.ke.settings import DIFFICULTIES, KESettings
 from evalkit.stats import scored_of
@@ -148,23 +149,32 @@ class KE(Benchmark):
     def score(self, sample: Sample, output: str) -> SampleScore:
         """Per-item P/R/F1/F0.5 of one non-empty output (§5, §6); ``parsed`` = predicted ids.
 
-        Never raises. A blank output (only possible when re-scoring) has no scores at all
-        (§6: failed items are never 0) and status ``format_error``.
+        Never raises: an error of the scorer itself (``MemoryError`` included) scores 0
+        with ``detail`` "internal scoring error: ...". A blank output (only possible when
+        re-scoring) has no scores at all (§6: failed items are never 0) and status
+        ``format_error``. An answer naming more than
+        :data:`~evalkit.benchmarks.ke.parser.MAX_PRED_IDS` distinct step ids scores 0.
+        ``detail`` and ``parsed`` are bounded as :mod:`evalkit.benchmarks.bounds` says.
         """
-        try:
-            raw, mode = split_output(output if isinstance(output, str) else str(output))
-            result = self.parse(sample, raw, mode)
-            if result.failed:
-                return SampleScore(scores={}, parsed=None, status="format_error", detail="empty response (R1): not scorable")
-            gold = sample.data["gold_step_ids"]
-            scores = item_scores(result.pred, gold)
-            tp = len(set(result.pred) & set(gold))
-            detail = f"mode={mode} TP={tp} FP={len(result.pred) - tp} FN={len(gold) - tp}"
-            if result.unknown_ids:
-                detail += f" unknown_ids={','.join(result.unknown_ids)}"
-            return SampleScore(scores=scores, parsed=result.pred, detail=detail)
-        except Exception as exc:  # noqa: BLE001 - score must never raise
-            return SampleScore(scores={k: 0.0 for k in SCORE_NAMES}, status="ok", detail=f"internal scoring error: {exc!r}")
+        return safe_score(lambda: self._score(sample, output), {k: 0.0 for k in SCORE_NAMES})
+
+    def _score(self, sample: Sample, output: str) -> SampleScore:
+        raw, mode = split_output(output if isinstance(output, str) else str(output))
+        result = self.parse(sample, raw, mode)
+        if result.failed:
+            return SampleScore(scores={}, parsed=None, status="format_error", detail="empty response (R1): not scorable")
+        gold = sample.data["gold_step_ids"]
+        if result.over_limit:
+            return SampleScore(
+                scores={k: 0.0 for k in SCORE_NAMES}, parsed=result.pred,
+                detail=f"mode={mode} the answer names more than {MAX_PRED_IDS:,} distinct step ids: not a selection of steps, scored 0",
+            )  # fmt: skip
+        scores = item_scores(result.pred, gold)
+        tp = len(set(result.pred) & set(gold))
+        detail = f"mode={mode} TP={tp} FP={len(result.pred) - tp} FN={len(gold) - tp}"
+        if result.unknown_ids:
+            detail += f" unknown_ids={','.join(result.unknown_ids)}"
+        return SampleScore(scores=scores, parsed=result.pred, detail=detail)
 
     def aggregate(self, samples: list[Sample], records: list[dict[str, Any]]) -> dict[str, float]:
         """Per-item means over the scored records (§6): ``f1_macro`` (headline),

@@ -14,6 +14,13 @@ _STEP_ID = re.compile(r"(?i)(?<![A-Za-z0-9])step\\?_([0-9]+)", re.ASCII)
 _CANON = re.compile(r"step_([0-9]+)", re.ASCII)
 
 MODES = ("chat", "completion")
+#: most distinct step ids an answer may name (issue 17: hostile outputs). Real trajectories
+#: reach 274 steps (spec §2.2; the pilot's longest has 23), so an answer naming more
+#: distinct ids than 36 times that is no selection of steps; its reading stops there and
+#: it scores 0 (its exact F1 would be below 2 * 274 / (10,000 + 274) = 0.053). Ids are kept
+#: as written (an unknown id keeps all its digits, R6): their total length is at most the
+#: answer's, and the record is bounded by ``evalkit.benchmarks.bounds``.
+MAX_PRED_IDS = 10_000
 
 
 @dataclass
@@ -22,12 +29,14 @@ class ParseResult:
 
     ``failed``: R1 (``None``/blank output; the item is not scored). ``pred``: canonical ids
     in order of first appearance (R6/R7). ``unknown_ids``: the ids of ``pred`` that name no
-    step of the trajectory (they count as false positives).
+    step of the trajectory (they count as false positives). ``over_limit``: the answer
+    names more than ``max_ids`` distinct ids; ``pred`` holds the first ``max_ids``.
     """
 
     failed: bool
     pred: list[str] = field(default_factory=list)
     unknown_ids: list[str] = field(default_factory=list)
+    over_limit: bool = False
 
 
 def step_index(step_ids: Iterable[str]) -> dict[int, str]:
@@ -65,13 +74,17 @@ def visible_text(raw: str, mode: str) -> str:
     return text
 
 
-def parse_answer(raw: str | None, mode: str, step_ids: Iterable[str] | dict[int, str]) -> ParseResult:
+def parse_answer(
+    raw: str | None, mode: str, step_ids: Iterable[str] | dict[int, str], max_ids: int = MAX_PRED_IDS
+) -> ParseResult:
     """Parse one raw model output (spec §5, R1–R7).
 
     Args:
         raw: the text content returned (the bare continuation in completion mode), or None.
         mode: ``chat`` | ``completion``.
         step_ids: the sample's step ids (or a prebuilt :func:`step_index`).
+        max_ids: reading stops at the first id beyond this many distinct ones
+            (``over_limit``; :data:`MAX_PRED_IDS`).
 
     Returns:
         ``ParseResult(failed=True)`` for ``None``/blank text (R1); otherwise the canonical
@@ -98,9 +111,15 @@ def parse_answer(raw: str | None, mode: str, step_ids: Iterable[str] | dict[int,
             sid = None
         if sid is None:
             sid = "step_" + digits.zfill(3)  # == "step_%03d" % n, without int <-> str limits
-            if sid not in seen:
-                unknown.append(sid)
-        if sid not in seen:  # R7
-            seen.add(sid)
-            pred.append(sid)
+            if sid in seen:
+                continue
+            if len(pred) >= max_ids:
+                return ParseResult(failed=False, pred=pred, unknown_ids=unknown, over_limit=True)
+            unknown.append(sid)
+        elif sid in seen:  # R7
+            continue
+        elif len(pred) >= max_ids:
+            return ParseResult(failed=False, pred=pred, unknown_ids=unknown, over_limit=True)
+        seen.add(sid)
+        pred.append(sid)
     return ParseResult(failed=False, pred=pred, unknown_ids=unknown)

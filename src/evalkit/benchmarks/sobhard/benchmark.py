@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.benchmarks.base import Benchmark, register
+from evalkit.benchmarks.bounds import safe_score
 from evalkit.benchmarks.sobhard import data as data_mod
 from evalkit.benchmarks.sobhard.constraints import CONSTRAINT_IDS, CONSTRAINTS, Context, Question, evaluate
 from evalkit.benchmarks.sobhard.data import Row
@@ -226,18 +227,27 @@ class SOBHard(Benchmark):
         )  # fmt: skip
 
     def score(self, sample: Sample, output: str, registry: tuple = CONSTRAINTS) -> SampleScore:
-        """Normalise, parse and grade one answer (§4–§10.1). Never raises."""
-        try:
-            ctx = self.context(sample, output)
-            results = evaluate(ctx, registry)
-        except Exception as exc:  # noqa: BLE001 - score must never raise
-            log.exception("SOBHard: scoring %s failed", sample.id)
-            return SampleScore(scores=question_scores([], True, False), status="ok", detail=f"internal scoring error: {exc!r}")
+        """Normalise, parse and grade one answer (§4–§10.1).
+
+        Never raises: an error of the scorer itself (``MemoryError`` and
+        ``RecursionError`` included) scores 0 on everything with ``detail`` "internal
+        scoring error: ..."; ``detail`` and ``parsed`` are bounded as
+        :mod:`evalkit.benchmarks.bounds` says. Answers are bounded as the readers say
+        (:mod:`evalkit.benchmarks.sobhard.readers`: body length, YAML aliases and numbers).
+        """
+        return safe_score(
+            lambda: self._score(sample, output, registry), question_scores([], True, False),
+            log=log, what=f"SOBHard: scoring {sample.id}",
+        )  # fmt: skip
+
+    def _score(self, sample: Sample, output: str, registry: tuple) -> SampleScore:
+        ctx = self.context(sample, output)
+        results = evaluate(ctx, registry)
         if not results:
             log.warning("SOBHard: question %s has no applicable constraint", sample.id)
         scores = question_scores(results, not ctx.text, ctx.parse_ok)
         failed = [r for r in results if not r.passed]
-        detail = "; ".join(f"{r.id}: {r.detail}" for r in failed)[:4000] or None
+        detail = "; ".join(f"{r.id}: {r.detail}" for r in failed) or None
         if not ctx.text:
             detail = "empty answer" + (f"; {detail}" if detail else "")
         try:

@@ -345,16 +345,26 @@ def _refuse_retrieval(uri: str) -> Any:
 def _validates(c: Context) -> tuple[bool, str | None]:
     """#28: the answer, used as a JSON Schema, validates ``base``. The dialect comes from the
     schema's ``$schema`` (the validator's default draft otherwise, spec §8.4); references
-    resolve only inside the schema (and to the validator's bundled meta-schemas)."""
+    resolve only inside the schema (and to the validator's bundled meta-schemas).
+
+    Hardening (issue 17): the validator class is the dialect's, extended so that
+    ``pattern``, ``patternProperties`` (and the ``additionalProperties`` /
+    ``unevaluatedProperties`` that consult them) match in linear time where RE2 gives
+    Python's answer (:mod:`evalkit.benchmarks.sobhard.patterns`); a catastrophic pattern
+    such as ``(.|.|.|.)*#`` no longer runs for hours."""
     import jsonschema
+    from jsonschema.validators import validator_for
     from referencing import Registry
     from referencing.exceptions import Unresolvable
+
+    from evalkit.benchmarks.sobhard.patterns import linear_time_validator
 
     schema = c.parsed
     if not isinstance(schema, (dict, bool)):
         return False, f"answer is a {type(schema).__name__}, not a schema"
     try:
-        jsonschema.validate(instance=c.q.base, schema=schema, registry=Registry(retrieve=_refuse_retrieval))
+        cls = linear_time_validator(validator_for(schema))
+        jsonschema.validate(instance=c.q.base, schema=schema, cls=cls, registry=Registry(retrieve=_refuse_retrieval))
     except jsonschema.ValidationError as exc:
         return False, f"does not validate the document: {exc.message[:200]} at {list(exc.absolute_path)[:6]}"
     except jsonschema.SchemaError as exc:

@@ -6,14 +6,15 @@ fences and surrounding whitespace. Packaging is part of what SOBHard measures.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
 #: a fence line: indentation, 3+ backticks or 3+ tildes, optional tag, nothing else (§4.1)
 FENCE_RE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([A-Za-z0-9_+\-]*)[ \t]*$")
 _NAMES = "think|thinking|reason|reasoning|thought|scratchpad"
-#: a paired reasoning block; the backreference keeps <think>…</thinking> unpaired (§13.16)
-_PAIRED_RE = re.compile(rf"<({_NAMES})\s*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+#: the opening tag of a reasoning block (§4 step 5)
+_OPEN_RE = re.compile(rf"<({_NAMES})\s*>", re.IGNORECASE)
 _LONE_RE = re.compile(rf"</?(?:{_NAMES})\s*>", re.IGNORECASE)
 
 
@@ -99,11 +100,40 @@ def extract_blocks(text: str, pairing: str = "sequential") -> Extraction:
     return ex
 
 
+@functools.cache
+def _closing_re(name: str) -> re.Pattern[str]:
+    return re.compile(rf"</{re.escape(name)}\s*>", re.IGNORECASE)
+
+
+def _strip_paired(text: str) -> str:
+    """Remove every paired reasoning block, left to right: an opening tag, the text up to
+    the first closing tag of the same name (any case; ``<think>…</thinking>`` is not a
+    pair, §13.16) and that tag. The same as ``re.sub(r"<(names)\\s*>.*?</\\1\\s*>", "",
+    text, flags=re.I | re.S)``, in linear time: that regex searches to the end of the text
+    for every unpaired opening tag (quadratic: 140,000 ``<think>`` ran for minutes).
+    Once a name has no closing tag after some point, none of its later tags has one."""
+    out: list[str] = []
+    pos = 0
+    unpaired: set[str] = set()
+    for m in _OPEN_RE.finditer(text):
+        name = m.group(1).lower()
+        if m.start() < pos or name in unpaired:
+            continue
+        close = _closing_re(name).search(text, m.end())
+        if close is None:
+            unpaired.add(name)
+            continue
+        out.append(text[pos : m.start()])
+        pos = close.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def strip_reasoning(text: str) -> str:
     """Remove paired reasoning blocks, then lone reasoning tags (§4 step 5)."""
     if "<" not in text:
         return text
-    return _LONE_RE.sub("", _PAIRED_RE.sub("", text))
+    return _LONE_RE.sub("", _strip_paired(text))
 
 
 def normalize_answer(raw: str | None, pairing: str = "sequential") -> str:

@@ -7,10 +7,19 @@ for YAML answers) and ``tomllib`` (TOML 1.0). ``.properties`` and SQL INSERT are
 small home-made readers because the stated conventions deliberately differ from what the
 libraries do (see their docstrings). A parser missing from the environment is a
 :class:`MissingParserError` — fatal at load time, never a zero (§5.7).
+
+Hostile answers (issue 17; hardening [P] of §5, none of it changes a verdict of the
+fixtures): a body longer than :data:`MAX_BODY_CHARS` is a parse failure before any reader
+runs; YAML documents are refused when an alias refers to its own ancestor (a cycle) or
+when aliases expand the document beyond :data:`MAX_YAML_UNITS`, and a YAML number scalar
+longer than :data:`MAX_NUMBER_CHARS` is refused before it is converted (see
+:func:`read_yaml`). Every refusal is a :class:`ParseError`, so ``syn.parses_target``
+fails with the reason as its detail.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any, Callable
@@ -22,6 +31,27 @@ TYPELESS = frozenset({"properties", "sqlinsert", "ini", "csv", "tsv"})
 #: fence tag per target notation (§1.2); ``meta.fence_tag`` wins when present
 FENCE_TAGS = {"json": "json", "jsonl": "jsonl", "yaml": "yaml", "toml": "toml", "properties": "properties", "sqlinsert": "sql"}
 TARGETS = tuple(FENCE_TAGS)
+
+#: longest answer body any reader is given (characters). The largest reference of the
+#: fixtures (test and shots splits) has 12,981 characters, 4,797 for YAML; the spec's
+#: "long" tier starts at 8,000 (§16.5) and a 32k-token generation is about 130,000
+#: characters. A longer body is a parse failure. It bounds the work of every later
+#: check: the pure-Python YAML parser reads flow-style text at about 80,000 characters
+#: a second here (3.3 s for a full body).
+MAX_BODY_CHARS = 256 * 1024
+#: largest size a YAML document may have once its aliases are expanded, in units of one
+#: per node plus one per scalar character (an alias counts its target's full size every
+#: time it is used). Without aliases a document has about one unit per character of its
+#: text, so this is the size of the longest body one could write out in full
+#: (:data:`MAX_BODY_CHARS`); the largest reference of the fixtures has 8,533 units, the
+#: largest YAML one 3,962. It refuses "billion laughs" alias bombs before anything is built.
+MAX_YAML_UNITS = MAX_BODY_CHARS
+#: longest YAML scalar converted to an int or a float (characters, ``_`` and signs
+#: included): Python's own limit on decimal int text (``sys.int_info.default_max_str_digits``),
+#: applied to every notation YAML 1.1 has (``0b``, ``0x``, octal and sexagesimal ``1:2:3``,
+#: whose conversion is quadratic in its length: 2 MB took 271 s). The longest number of
+#: the fixtures' references and answers has 15 characters.
+MAX_NUMBER_CHARS = 4300
 
 
 class ParseError(ValueError):
@@ -65,17 +95,97 @@ def read_jsonl(body: str, strict: bool = False) -> list[Any]:
     return out
 
 
+@functools.cache
+def _bounded_loader() -> type:
+    """PyYAML's ``SafeLoader`` with the bounds of :func:`read_yaml` (built once; PyYAML is
+    imported only when a YAML answer is read, as :func:`probe` expects)."""
+    import yaml
+    from yaml.constructor import ConstructorError
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    class _Refused(yaml.YAMLError):
+        pass
+
+    def children(node: Any) -> list[Any]:
+        if isinstance(node, SequenceNode):
+            return list(node.value)
+        if isinstance(node, MappingNode):
+            return [n for pair in node.value for n in pair]
+        return []
+
+    def check_graph(root: Any) -> None:
+        """Refuse a node graph with a cycle or an expanded size over MAX_YAML_UNITS;
+        iterative (deep documents cannot overflow the stack), each node visited once."""
+        size: dict[int, int] = {}
+        active: set[int] = set()
+        stack: list[tuple[Any, bool]] = [(root, False)]
+        while stack:
+            node, done = stack.pop()
+            key = id(node)
+            if done:
+                active.discard(key)
+                total = 1 + sum(size[id(c)] for c in children(node))
+                if total > MAX_YAML_UNITS:
+                    raise _Refused(f"aliases expand the document beyond {MAX_YAML_UNITS:,} nodes and characters")
+                size[key] = total
+            elif key in size:
+                continue
+            elif key in active:
+                raise _Refused("an alias refers to a node that contains it (a recursive document)")
+            elif isinstance(node, ScalarNode):
+                size[key] = 1 + len(node.value)
+            else:
+                active.add(key)
+                stack.append((node, True))
+                stack.extend((c, False) for c in children(node))
+
+    class BoundedLoader(yaml.SafeLoader):
+        def compose_document(self) -> Any:
+            node = super().compose_document()
+            if node is not None:
+                check_graph(node)
+            return node
+
+        def _number(self, node: Any, construct: Any) -> Any:
+            if isinstance(node, ScalarNode) and len(node.value) > MAX_NUMBER_CHARS:
+                problem = f"a number of {len(node.value):,} characters (over {MAX_NUMBER_CHARS:,})"
+                raise ConstructorError(None, None, problem, node.start_mark)
+            return construct(self, node)
+
+        def construct_yaml_int(self, node: Any) -> Any:
+            return self._number(node, yaml.SafeLoader.construct_yaml_int)
+
+        def construct_yaml_float(self, node: Any) -> Any:
+            return self._number(node, yaml.SafeLoader.construct_yaml_float)
+
+    BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
+    BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
+    return BoundedLoader
+
+
 def read_yaml(body: str, strict: bool = False) -> Any:
-    """YAML 1.1 safe loading (PyYAML ``SafeLoader``); empty body is a failure; one document."""
+    """YAML 1.1 safe loading (PyYAML ``SafeLoader``); empty body is a failure; one document.
+
+    Bounds (issue 17, hardening [P]), each a :class:`ParseError` before anything is built:
+    a node that is its own ancestor through an alias (``&a [*a]``: a cycle, which would
+    send every later walk of the document round forever); a document whose size with
+    every alias expanded is over :data:`MAX_YAML_UNITS` (alias bombs: 9 levels of 9
+    aliases are about 420 bytes of text and 387 million strings written out); an int or
+    float scalar longer than :data:`MAX_NUMBER_CHARS` characters. Merge keys (``<<: *a``)
+    count as aliases. The checks run on PyYAML's node graph between composing and
+    constructing, each node visited once. Documents within the bounds load exactly as with
+    ``SafeLoader``; a sexagesimal float beyond the float range (``OverflowError`` in
+    PyYAML) is a parse failure too.
+    """
     import yaml
 
     if not body:
         raise ParseError("empty body")
     try:
-        return yaml.load(body, Loader=yaml.SafeLoader)  # noqa: S506 - SafeLoader
+        return yaml.load(body, Loader=_bounded_loader())  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         raise ParseError(f"YAML: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    except (TypeError, ValueError, RecursionError) as exc:  # e.g. unhashable keys
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:  # unhashable keys; 1:2:…:3.5 over float range
         raise ParseError(f"YAML: {exc}") from None
 
 
@@ -204,9 +314,14 @@ READERS: dict[str, Callable[..., Any]] = {
 
 
 def read_target(target: str, body: str, strict_json: bool = False) -> Any:
-    """Parse ``body`` (trimmed first) in ``target``. Raises :class:`ParseError`, or
-    ``KeyError`` for a notation without a reader (callers probe with :func:`probe`)."""
-    return READERS[target](body.strip(), strict_json)
+    """Parse ``body`` (trimmed first) in ``target``. Raises :class:`ParseError` (also for
+    a body over :data:`MAX_BODY_CHARS` characters), or ``KeyError`` for a notation without
+    a reader (callers probe with :func:`probe`)."""
+    reader = READERS[target]
+    body = body.strip()
+    if len(body) > MAX_BODY_CHARS:
+        raise ParseError(f"answer body of {len(body):,} characters is over the {MAX_BODY_CHARS:,}-character limit")
+    return reader(body, strict_json)
 
 
 def probe(targets: set[str], need_jsonschema: bool = False) -> None:

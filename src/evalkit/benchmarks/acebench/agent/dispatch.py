@@ -27,7 +27,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalkit.benchmarks.acebench.decoder import DecodeError, call_name, literal_eval_node
+from evalkit.benchmarks.acebench.decoder import MAX_SOURCE_CHARS, Budget, DecodeError, call_name, literal_eval_node
 from evalkit.benchmarks.acebench.jsonsafe import json_safe
 
 #: str() of the error upstream raises when an unknown method is the first call of a message
@@ -93,11 +93,17 @@ def prepare(text: str) -> str:
 def decode_message(text: str, strict: bool) -> list[Call]:
     """The calls of an agent message (§3.3). ``strict``: a non-call element in a list makes
     the message undecodable (multi-step executor, multi-turn routing); otherwise such
-    elements are skipped (multi-turn executor). Raises :class:`Undecodable`."""
+    elements are skipped (multi-turn executor). Raises :class:`Undecodable`, also for a
+    message over the decoder's bounds (:data:`~evalkit.benchmarks.acebench.decoder.MAX_SOURCE_CHARS`
+    characters; arithmetic over one :class:`~evalkit.benchmarks.acebench.decoder.Budget`
+    per message)."""
     if not isinstance(text, str):
         raise Undecodable("not text")
     try:
-        return _decode(prepare(text), strict)
+        source = prepare(text)
+        if len(source) > MAX_SOURCE_CHARS:
+            raise Undecodable(f"message of {len(source):,} characters is over the {MAX_SOURCE_CHARS:,}-character limit")
+        return _decode(source, strict)
     except Undecodable:
         raise
     except Exception as exc:  # noqa: BLE001 - RecursionError, MemoryError, ... -> undecodable
@@ -122,18 +128,19 @@ def _decode(source: str, strict: bool) -> list[Call]:
                 raise Undecodable(f"list element is {type(element).__name__}, not a call")
     else:
         nodes = []  # a name, a number...: zero calls, still decodable
-    return [_call(node) for node in nodes]
+    budget = Budget()
+    return [_call(node, budget) for node in nodes]
 
 
-def _resolve(node: ast.Call) -> tuple[str, dict[Any, Any]]:
+def _resolve(node: ast.Call, budget: Budget) -> tuple[str, dict[Any, Any]]:
     arguments: dict[Any, Any] = {}
     for kw in node.keywords:  # positional arguments are ignored
-        arguments[kw.arg] = _value(kw.value)
+        arguments[kw.arg] = _value(kw.value, budget)
     return call_name(node), arguments
 
 
-def _call(node: ast.Call) -> Call:
-    name, arguments = _resolve(node)
+def _call(node: ast.Call, budget: Budget) -> Call:
+    name, arguments = _resolve(node, budget)
     call = Call(name=name, arguments=arguments)
     # the rebuilt call text: repr of every value, dicts re-rendered as nested calls
     for key, value in arguments.items():
@@ -162,7 +169,7 @@ def _check_nested(value: dict[Any, Any]) -> None:
             _check_nested(inner)
 
 
-def _value(node: ast.AST) -> Any:
+def _value(node: ast.AST, budget: Budget) -> Any:
     """Argument value of §3.1 step 7 with the executor's differences (§3.3 step 5)."""
     if isinstance(node, ast.Constant):
         return "..." if node.value is Ellipsis else node.value
@@ -172,17 +179,17 @@ def _value(node: ast.AST) -> Any:
             return -operand.value  # whatever the operator (upstream negates)
         raise Undecodable("unary operator on a non-numeric operand")
     if isinstance(node, ast.List):
-        return [_value(v) for v in node.elts]
+        return [_value(v, budget) for v in node.elts]
     if isinstance(node, ast.Dict):
         out = {}
         for k, v in zip(node.keys, node.values):
             if k is None:
                 raise Undecodable("dict unpacking")
-            out[_value(k)] = _value(v)
+            out[_value(k, budget)] = _value(v, budget)
         return out
     if isinstance(node, ast.BinOp):
         try:
-            return literal_eval_node(node)
+            return literal_eval_node(node, budget)
         except DecodeError as exc:
             raise Undecodable(str(exc)) from None
     if isinstance(node, ast.Name):
@@ -190,10 +197,10 @@ def _value(node: ast.AST) -> Any:
     if isinstance(node, ast.Call):
         if not node.keywords:
             return ast.unparse(node)  # source text
-        name, arguments = _resolve(node)
+        name, arguments = _resolve(node, budget)
         return {name: arguments}
     if isinstance(node, ast.Tuple):
-        return tuple(_value(v) for v in node.elts)
+        return tuple(_value(v, budget) for v in node.elts)
     if isinstance(node, ast.Subscript):
         return ast.unparse(node.value) + "[" + ast.unparse(node.slice) + "]"
     raise Undecodable(f"unsupported value {type(node).__name__}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from evalkit.benchmarks.bounds import short_str
+
 
 @dataclass
 class EndStateVerdict:
@@ -14,7 +16,8 @@ class EndStateVerdict:
 
 def _class_errors(name: str, model_attrs: Any, expected_attrs: Any) -> list[str]:
     """Compare one class: iterate the model's attributes; dict values compare the expected
-    keys only (extra model keys are ignored); anything else must be equal."""
+    keys only (extra model keys are ignored); anything else must be equal. The model's
+    values are quoted cut (:func:`evalkit.benchmarks.bounds.short_str`)."""
     errors: list[str] = []
     if not isinstance(model_attrs, dict):
         return [f"class({name}) has no attribute mapping"]
@@ -32,11 +35,11 @@ def _class_errors(name: str, model_attrs: Any, expected_attrs: Any) -> list[str]
                 except Exception:  # noqa: BLE001 - model value of another shape
                     present = equal = False
                 if not present:
-                    errors.append(f"class({name}) attributes({attr}) wrong, [expected: {expected}, real: {model_value}]")
+                    errors.append(f"class({name}) attributes({attr}) wrong, [expected: {expected}, real: {short_str(model_value)}]")
                 elif not equal:
-                    errors.append(f"class({name}) attributes({attr}.{key}) wrong, [expected: {value}, real: {model_value[key]}]")
+                    errors.append(f"class({name}) attributes({attr}.{key}) wrong, [expected: {value}, real: {short_str(model_value[key])}]")
         elif expected != model_value:
-            errors.append(f"class({name}) attributes({attr}) wrong, [expected: {expected}, real: {model_value}]")
+            errors.append(f"class({name}) attributes({attr}) wrong, [expected: {expected}, real: {short_str(model_value)}]")
     return errors
 
 
