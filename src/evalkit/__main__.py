@@ -87,6 +87,13 @@ def main() -> None:
     console.setLevel(logging.WARNING)
     console.setFormatter(_OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[console])
+    # what is starting (Ray, model workers, llama.cpp's server): `evalkit: <message>` lines on
+    # the console (INFO only; warnings keep the format above); they propagate to evalkit.log
+    status = logging.StreamHandler(sys.stderr)
+    status.addFilter(lambda record: record.levelno < logging.WARNING)
+    status.setFormatter(_OneLineFormatter("evalkit: %(message)s"))
+    logging.getLogger("evalkit.status").addHandler(status)
+    logging.getLogger("evalkit.status").setLevel(logging.INFO)
 
     sys.argv[1:] = hide_secret_overrides(quote_numeric_groups(sys.argv[1:]))
     try:

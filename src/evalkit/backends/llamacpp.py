@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import logging
 import os
 import signal
 import socket
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.errors import ConfigError
+
+status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main__ shows them)
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SIZE = 98_362_432
@@ -180,6 +183,8 @@ class ServerPool:
                 n_threads=backend.n_threads, fresh_prompt_eval=backend.fresh_prompt_eval,
                 startup_timeout_s=backend.startup_timeout_s, log_file=backend.log_file or log_file,
             )  # fmt: skip
+            status.info("starting llama.cpp's server for %s (%s; its log: %s)…",
+                        backend.model_alias, server.gguf.name, server.log_file)  # fmt: skip
             self._bases[key] = server.start()
             self._servers[key] = server
         return self._bases[key]
