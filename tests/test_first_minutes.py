@@ -1,9 +1,15 @@
-"""A newcomer's first minutes (issue 12, item 9): what the console says while things start."""
+"""A newcomer's first minutes (issue 12, item 9): what the console says while things start,
+a fully cached re-run that starts no server, ``--help``, and what report.md claims."""
 
 from __future__ import annotations
 
 import subprocess
 
+import pytest
+
+from evalkit.engine.calls import Unit, all_cached, open_cache
+from evalkit.engine.journal import read_jsonl
+from evalkit.types import Request, Sample
 from tests.conftest import REPO_ROOT, base_overrides, evalkit_cmd
 
 
@@ -26,3 +32,48 @@ def test_the_console_says_what_is_starting(fake_openai, ray_address, acebench_di
     assert said == [f"evalkit: joining the Ray cluster at {ray_address}…", "evalkit: starting 2 model workers (Ray actors)…"]
     (run_dir,) = (root / "runs" / "acebench" / "openai_compatible").iterdir()
     assert "INFO evalkit.status: starting 2 model workers (Ray actors)…" in (run_dir / "evalkit.log").read_text()
+
+
+# ------------------------------------------------------------------------------------------
+# a fully cached re-run starts no server of evalkit's own
+# ------------------------------------------------------------------------------------------
+def _unit(sid: str, text: str, rollout: bool = False) -> Unit:
+    request = Request(sample_id=sid, subset="s", messages=[{"role": "user", "content": text}], params={"max_tokens": 8})
+    return Unit(Sample(sid, "s"), request, rollout)
+
+
+def test_all_cached_needs_every_single_turn_answer_in_the_cache(tmp_path):
+    """A hit for every unit: True; one miss, a rollout among them, or no cache: False."""
+    a, b = _unit("a", "first"), _unit("b", "second")
+    cache_dir = tmp_path / "cache"
+    assert not all_cached(cache_dir, [a], "m@x")  # no cache made yet (and none is made)
+    assert not cache_dir.exists()
+    cache = open_cache(cache_dir)
+    cache.set(a.request.request_hash("m@x"), {"text": "[]"})
+    cache.close()
+    assert all_cached(cache_dir, [a], "m@x")
+    assert not all_cached(cache_dir, [a, b], "m@x")  # b is not cached
+    assert not all_cached(cache_dir, [a], "other@x")  # another model's key
+    assert not all_cached(cache_dir, [_unit("a", "first", rollout=True)], "m@x")  # a rollout needs the model
+    assert not all_cached(None, [a], "m@x")
+
+
+@pytest.mark.llm
+def test_a_fully_cached_rerun_of_the_embedded_model_starts_no_server(llama_api_base, ray_address, run_eval, tmp_path):
+    """The first run asks the session's SmolLM2 server (attached with backend.api_base: the
+    model id is the served weights', whatever the address); the second is the plain
+    embedded configuration, which would start its own server and log into
+    ``<run dir>/llama-server.log``: every answer is cached, so it starts none."""
+    root = tmp_path / "out"
+    args = ["model=smollm2", "run.sample_ids=[en/normal_atom_object_short_43]",  # a short prompt (~600 tokens)
+            "model.dataset_args.acebench.generation.max_tokens=4"]  # fmt: skip
+    first = run_eval([*args, f"backend.api_base={llama_api_base}"], output_root=root)
+    second = run_eval(args, output_root=root)
+    assert first.summary["status"] == second.summary["status"] == "complete"
+    assert first.summary["model_id"] == second.summary["model_id"]
+    assert not (second.run_dir / "llama-server.log").exists()
+    assert second.summary["endpoints"] == {"agent": None}
+    rows = list(read_jsonl(second.run_dir / "predictions.jsonl"))
+    assert [r["cached"] for r in rows] == [True]
+    assert {r["sample_id"]: r["output"] for r in rows} == {r["sample_id"]: r["output"] for r in read_jsonl(first.run_dir / "predictions.jsonl")}
+    assert "every request is in the response cache (1): llama.cpp's server is not started" in (second.run_dir / "evalkit.log").read_text()
