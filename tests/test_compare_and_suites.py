@@ -202,12 +202,12 @@ def test_schema_accepts_real_summaries_and_rejects_violations(two_runs, run_eval
 # ------------------------------------------------------------------------------------------
 def test_suite_files_are_well_formed():
     for name in ("smoke", "acebench_full", "all"):
-        entries = yaml.safe_load((REPO_ROOT / "conf" / "suite" / f"{name}.yaml").read_text(encoding="utf-8"))
+        entries = yaml.safe_load((REPO_ROOT / "suites" / f"{name}.yaml").read_text(encoding="utf-8"))
         assert isinstance(entries, list) and entries
         for e in entries:
             assert set(e) <= {"name", "benchmark", "subsets", "overrides"}
             assert (REPO_ROOT / "conf" / "benchmark" / f"{e['benchmark']}.yaml").is_file()
-    smoke = yaml.safe_load((REPO_ROOT / "conf" / "suite" / "smoke.yaml").read_text(encoding="utf-8"))
+    smoke = yaml.safe_load((REPO_ROOT / "suites" / "smoke.yaml").read_text(encoding="utf-8"))
     assert {e["benchmark"] for e in smoke} == {"acebench", "ke"}
     assert all(any(o.startswith("run.limit=") for o in e["overrides"]) for e in smoke)
 
@@ -282,10 +282,10 @@ def test_run_suite_smoke_then_check_report(tmp_path: Path):
 def test_run_suite_checks_every_entry_before_running_any(tmp_path: Path):
     out_root = tmp_path / "suite"
     cases = [
-        (["--model", "nosuch"], "conf/suite/smoke.yaml: entry 1 (acebench_atom_bool): model=nosuch: unknown model; available: "),
-        (["--model", "reference", "run.limit=abc"], "conf/suite/smoke.yaml: entry 1 (acebench_atom_bool): run.limit: Input should be a valid integer"),
+        (["--model", "nosuch"], "suites/smoke.yaml: entry 1 (acebench_atom_bool): model=nosuch: unknown model; available: "),
+        (["--model", "reference", "run.limit=abc"], "suites/smoke.yaml: entry 1 (acebench_atom_bool): run.limit: Input should be a valid integer"),
         # a KE-only baseline: the ACEBench entries cannot run it
-        (["--model", "baseline_file_read"], "conf/suite/smoke.yaml: entry 1 (acebench_atom_bool): model.baseline: acebench has no baseline 'file_read'"),
+        (["--model", "baseline_file_read"], "suites/smoke.yaml: entry 1 (acebench_atom_bool): model.baseline: acebench has no baseline 'file_read'"),
     ]  # fmt: skip
     for args, line in cases:
         for dry in ([], ["--dry-run"]):

@@ -77,3 +77,18 @@ def test_a_fully_cached_rerun_of_the_embedded_model_starts_no_server(llama_api_b
     assert [r["cached"] for r in rows] == [True]
     assert {r["sample_id"]: r["output"] for r in rows} == {r["sample_id"]: r["output"] for r in read_jsonl(first.run_dir / "predictions.jsonl")}
     assert "every request is in the response cache (1): llama.cpp's server is not started" in (second.run_dir / "evalkit.log").read_text()
+
+
+# ------------------------------------------------------------------------------------------
+# --help opens with a usage line and examples; suites are not a config group
+# ------------------------------------------------------------------------------------------
+def test_help_starts_with_usage_and_examples_and_lists_no_suite_group():
+    proc = subprocess.run(evalkit_cmd("--help"), cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("usage: python -m evalkit [GROUP=OPTION ...] [KEY=VALUE ...]")
+    assert "  bash bash/run_suite.sh smoke --model reference" in proc.stdout
+    assert any(ln.startswith("  python -m evalkit benchmark=acebench model=smollm2 run.limit=10 ") for ln in lines)
+    groups = lines[lines.index("== Configuration groups ==") + 2 : lines.index("== Config ==")]
+    assert sorted(ln.split(":")[0] for ln in groups if ln) == ["backend", "benchmark", "model", "runner", "shots", "tracking"]
+    assert "powered by Hydra." not in proc.stdout  # Hydra's default header ("__main__ is powered by Hydra.")

@@ -68,7 +68,7 @@ def _precheck(argv: list[str]) -> None:
         return  # --help, --cfg, --info, -c ...: Hydra's own handling
     overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra.")]
     for a in overrides:
-        if a.lstrip("+~").partition("=")[0] == "suite":  # conf/suite/ holds bash/run_suite.sh's lists
+        if a.lstrip("+~").partition("=")[0] == "suite":  # suites/ holds bash/run_suite.sh's lists
             raise ConfigError(
                 f"{a}: suites are not a config group; run one with: bash bash/run_suite.sh "
                 f"{a.partition('=')[2] or 'SUITE'} --model M (README: Suites)"
