@@ -7,6 +7,8 @@ import subprocess
 
 import pytest
 
+from evalkit.benchmarks.ke.benchmark import CAVEAT_3SHOT
+from evalkit.benchmarks.ke.parser import PARSER_VERSION
 from evalkit.engine.calls import Unit, all_cached, open_cache
 from evalkit.engine.journal import read_jsonl
 from evalkit.types import Request, Sample
@@ -92,3 +94,29 @@ def test_help_starts_with_usage_and_examples_and_lists_no_suite_group():
     groups = lines[lines.index("== Configuration groups ==") + 2 : lines.index("== Config ==")]
     assert sorted(ln.split(":")[0] for ln in groups if ln) == ["backend", "benchmark", "model", "runner", "shots", "tracking"]
     assert "powered by Hydra." not in proc.stdout  # Hydra's default header ("__main__ is powered by Hydra.")
+
+
+# ------------------------------------------------------------------------------------------
+# report.md says what the run did: generation parameters only for models that generate,
+# KE's 3-shot caveat only on a 3-shot run
+# ------------------------------------------------------------------------------------------
+def _ke(shared_data_dir) -> list[str]:
+    ke = shared_data_dir / "ke"
+    return ["benchmark=ke", f"benchmark.pilot_path={ke / 'pilot.jsonl'}", f"benchmark.icl_path={ke / 'icl_examples.jsonl'}", "run.limit=2"]
+
+
+def test_a_ke_rule_baseline_report_names_no_generation_and_no_3shot_caveat(run_eval, shared_data_dir):
+    report = (run_eval([*_ke(shared_data_dir), "model=baseline_file_read", "shots=0"]).run_dir / "report.md").read_text()
+    assert "- generation:" not in report
+    assert CAVEAT_3SHOT not in report
+    assert "| Scores measure agreement with model-made labels" in report  # the other caveats stay
+    assert f"| Parser {PARSER_VERSION} (spec §5)" in report
+
+
+def test_a_3shot_ke_run_of_a_generating_model_shows_both(fake_openai, ray_address, run_eval, shared_data_dir):
+    fake_openai.set_plan({"default": {"content": "- step_1"}})
+    res = run_eval([*_ke(shared_data_dir), "model=openai_compatible", "model.provider_model=openai/fake",
+                    f"backend.api_base={fake_openai.api_base}", "shots=3", "benchmark.generation.max_tokens=64"])  # fmt: skip
+    report = (res.run_dir / "report.md").read_text()
+    assert "- generation: `{'temperature': 0.0, 'max_tokens': 64}`" in report
+    assert f"| {CAVEAT_3SHOT}" in report

@@ -82,8 +82,10 @@ def build_summary(
     return summary
 
 
-def write_report(run_dir: Path, summary: dict[str, Any], bench: Any) -> Path:
-    """``report.md``: status line, counts, the benchmark's tables (partial when incomplete)."""
+def write_report(run_dir: Path, summary: dict[str, Any], bench: Any, generates: bool = True) -> Path:
+    """``report.md``: status line, counts, the benchmark's tables (partial when incomplete).
+    The generation parameters are shown only when ``generates`` (a model that is sent
+    requests; offline models — reference, replay, baselines — send nothing)."""
     complete = summary["status"] == "complete"
     lines = [f"# {summary['benchmark']} × {summary['model']}", ""]
     if complete:
@@ -102,7 +104,7 @@ def write_report(run_dir: Path, summary: dict[str, Any], bench: Any) -> Path:
         f"- data fingerprint: `{summary['data_fingerprint'][:16]}`, prompt hash: `{summary['prompt_hash'][:16]}`, "
         f"code: `{summary['code_version']}`",
         f"- statuses of the scored answers: {_counts(summary.get('status_counts') or {})}",
-        f"- generation: `{summary['generation_params']}`",
+        *([f"- generation: `{summary['generation_params']}`"] if generates else []),
         f"- wall time: {summary['wall_s']} s; tokens: {summary['usage'] or 'n/a'}",
         "",
     ]

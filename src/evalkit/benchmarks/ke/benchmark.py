@@ -14,10 +14,12 @@ from evalkit.benchmarks.ke.prompts import ANSWER_PREFIX, Truncation, load_templa
 from evalkit.benchmarks.ke.settings import DIFFICULTIES, KESettings
 from evalkit.types import Request, Sample, SampleScore, sha256_hex
 
+#: the 3-shot caveat: in report.md only when the run built 3-shot prompts
+CAVEAT_3SHOT = "3-shot uses evalkit's stand-in example layout (spec §3.4): not comparable to historical 3-shot runs."
 CAVEATS = (
     "Scores measure agreement with model-made labels (Claude Opus 4.7 extracted tasks and labelled steps), "
     "not coding-task success; same-source bias for Opus (spec §1).",
-    "3-shot uses evalkit's stand-in example layout (spec §3.4): not comparable to historical 3-shot runs.",
+    CAVEAT_3SHOT,
     f"Parser {PARSER_VERSION} (spec §5); the original scorer's regex is unknown.",
 )
 
@@ -57,6 +59,8 @@ class KE(Benchmark):
         self.settings: KESettings = settings
         self._data: KEData | None = None
         self._index_cache: dict[str, dict[int, str]] = {}
+        #: shot counts of the prompts this instance rendered (the run's ``shots``)
+        self.shots_rendered: set[int] = set()
 
     # ---- data -----------------------------------------------------------------------------
     @property
@@ -113,6 +117,7 @@ class KE(Benchmark):
         if shots not in self.supported_shots:
             raise ValueError(f"KE supports shots 0 or 3, got {shots}")
         examples = self.data.icl.samples if shots == 3 else ()
+        self.shots_rendered.add(shots)
         return render_prompt(sample.data, examples, self.truncation)
 
     def build(self, sample: Sample, shots: int) -> Request:
@@ -187,7 +192,8 @@ class KE(Benchmark):
 
     # ---- reporting ------------------------------------------------------------------------
     def report_tables(self, metrics: dict[str, float]) -> list[tuple[str, list[str], list[list[Any]]]]:
-        """Macro P/R/F1/F0.5 (percent, 2 decimals) overall and per difficulty; provenance; caveats."""
+        """Macro P/R/F1/F0.5 (percent, 2 decimals) overall and per difficulty; provenance; caveats
+        (the 3-shot one only when this run rendered 3-shot prompts)."""
 
         def pct(v: float | None) -> str:
             return "—" if v is None else f"{100 * v:.2f}%"
@@ -206,7 +212,8 @@ class KE(Benchmark):
                 if k not in {"parser_version", "truncation"}:
                     prov.append([k, v])
         tables.append(("Provenance", ["field", "value"], prov))
-        tables.append(("Caveats", ["caveat"], [[c] for c in CAVEATS]))
+        caveats = [c for c in CAVEATS if c != CAVEAT_3SHOT or 3 in self.shots_rendered]
+        tables.append(("Caveats", ["caveat"], [[c] for c in caveats]))
         return tables
 
     def write_plots(self, plot_dir: Any, metrics: dict[str, float], records: list[dict[str, Any]]) -> list[Any]:
