@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a named suite of evaluations: one `python -m evalkit` run per entry of
-# conf/suite/SUITE.yaml (a list of {name, benchmark, subsets, overrides}; see smoke.yaml).
+# suites/SUITE.yaml (a list of {name, benchmark, subsets, overrides}; see smoke.yaml).
 #
 #   bash bash/run_suite.sh SUITE [--model M] [--dry-run] [hydra overrides...]
 #   bash bash/run_suite.sh smoke --model reference tracking=none
@@ -8,7 +8,7 @@
 # Each entry runs as
 #   ${VENV:-.venv}/bin/python -m evalkit benchmark=B [model=M] [benchmark.subsets=[...]] <entry overrides> <extra overrides>
 # from the repository root (relative paths are relative to it). SUITE is a name in
-# conf/suite/ or a path to a suite YAML. --dry-run prints the commands and runs nothing.
+# suites/ or a path to a suite YAML. --dry-run prints the commands and runs nothing.
 # Every entry is composed and validated first (an unknown model, a bad override, missing
 # data: one line, exit 2, nothing runs; also with --dry-run).
 # Every run gets EVALKIT_SUITE=<suite name> in its environment (config key run.suite: the
@@ -52,7 +52,7 @@ if [[ ! -x $py ]]; then
   echo "evalkit: error: $py not found (run bash/setup.sh or set VENV)" >&2
   exit 2
 fi
-if [[ $suite == *.yaml || $suite == */* ]]; then suite_file=$suite; else suite_file="conf/suite/$suite.yaml"; fi
+if [[ $suite == *.yaml || $suite == */* ]]; then suite_file=$suite; else suite_file="suites/$suite.yaml"; fi
 suite_name=$(basename "$suite_file" .yaml)
 export EVALKIT_SUITE=$suite_name
 stamp=$(date +%Y%m%d-%H%M%S)
@@ -84,7 +84,7 @@ def fail(msg):
 
 
 if not suite_file.is_file():
-    names = sorted(p.stem for p in Path("conf/suite").glob("*.yaml"))
+    names = sorted(p.stem for p in Path("suites").glob("*.yaml"))
     fail(f"{suite_file}: no such suite (available: {', '.join(names) or 'none'})")
 try:
     entries = yaml.safe_load(suite_file.read_text(encoding="utf-8"))

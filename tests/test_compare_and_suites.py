@@ -202,13 +202,13 @@ def test_schema_accepts_real_summaries_and_rejects_violations(two_runs, run_eval
 # ------------------------------------------------------------------------------------------
 def test_suite_files_are_well_formed():
     for name in ("smoke", "acebench_full", "all"):
-        entries = yaml.safe_load((REPO_ROOT / "conf" / "suite" / f"{name}.yaml").read_text(encoding="utf-8"))
+        entries = yaml.safe_load((REPO_ROOT / "suites" / f"{name}.yaml").read_text(encoding="utf-8"))
         assert isinstance(entries, list) and entries
         for e in entries:
             assert set(e) <= {"name", "benchmark", "subsets", "overrides"}
             assert (REPO_ROOT / "conf" / "benchmark" / f"{e['benchmark']}.yaml").is_file()
-    smoke = yaml.safe_load((REPO_ROOT / "conf" / "suite" / "smoke.yaml").read_text(encoding="utf-8"))
-    assert {e["benchmark"] for e in smoke} == {"acebench", "ke"}
+    smoke = yaml.safe_load((REPO_ROOT / "suites" / "smoke.yaml").read_text(encoding="utf-8"))
+    assert {e["benchmark"] for e in smoke} == {"acebench", "ke", "sobhard"}  # every benchmark
     assert all(any(o.startswith("run.limit=") for o in e["overrides"]) for e in smoke)
 
 
@@ -226,18 +226,22 @@ def test_run_suite_dry_run_prints_commands(tmp_path: Path):
         f"{py} -m evalkit benchmark=acebench model=reference 'benchmark.subsets=[normal_atom_bool]' {data} "
         f"benchmark.language=en run.limit=3 run.output_root={out_root} tracking=none run.dir={suite_dir}/1-acebench_atom_bool"
     )
-    assert len(lines) == 4
-    assert lines[-1].startswith(f"{py} -m evalkit benchmark=ke model=reference ")
-    assert lines[-1].endswith(f"run.limit=5 run.output_root={out_root} tracking=none run.dir={suite_dir}/4-ke")
+    assert len(lines) == 5
+    assert lines[3].startswith(f"{py} -m evalkit benchmark=ke model=reference ")
+    assert lines[3].endswith(f"run.limit=5 run.output_root={out_root} tracking=none run.dir={suite_dir}/4-ke")
+    assert lines[4] == (
+        f"{py} -m evalkit benchmark=sobhard model=reference 'benchmark.data_dir=${{oc.env:EVALKIT_SHARED_DIR,../shared}}/data/sobhard' "
+        f"run.limit=3 run.output_root={out_root} tracking=none run.dir={suite_dir}/5-sobhard"
+    )
     # an explicit run.dir on the command line replaces the suite's
     mine = _bash("run_suite.sh", "smoke", "--dry-run", f"run.output_root={out_root}", f"run.dir={tmp_path / 'mine'}")
-    assert [ln.count("run.dir=") for ln in mine.stdout.splitlines()] == [1, 1, 1, 1]
+    assert [ln.count("run.dir=") for ln in mine.stdout.splitlines()] == [1, 1, 1, 1, 1]
     assert all(ln.endswith(f"run.dir={tmp_path / 'mine'}") for ln in mine.stdout.splitlines())
     # a key on the command line is never printed
     keyed = _bash("run_suite.sh", "smoke", "--model", "openai_compatible", "--dry-run", "backend.api_key=sk-SUITE-SECRET-1",
                   "backend.api_base=http://127.0.0.1:9/v1", f"run.output_root={out_root}")  # fmt: skip
     assert keyed.returncode == 0, keyed.stderr
-    assert "sk-SUITE-SECRET-1" not in keyed.stdout + keyed.stderr and keyed.stdout.count("'backend.api_key=***'") == 4
+    assert "sk-SUITE-SECRET-1" not in keyed.stdout + keyed.stderr and keyed.stdout.count("'backend.api_key=***'") == 5
     assert not out_root.exists()  # nothing ran
 
 
@@ -247,13 +251,13 @@ def test_run_suite_smoke_then_check_report(tmp_path: Path):
     # (<output root>/mlartifacts/<run id>/artifacts/) are not runs, and check_report skips them
     res = _bash("run_suite.sh", "smoke", "--model", "reference", f"run.output_root={out_root}", "run.progress=false")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert len(list((out_root / "mlartifacts").glob("*/artifacts/summary.json"))) == 4
+    assert len(list((out_root / "mlartifacts").glob("*/artifacts/summary.json"))) == 5
     (suite_dir,) = (out_root / "suites").iterdir()
     summaries = sorted(suite_dir.glob("*/summary.json"))
-    assert [p.parent.name for p in summaries] == ["1-acebench_atom_bool", "2-acebench_multi_turn", "3-acebench_special", "4-ke"]
+    assert [p.parent.name for p in summaries] == ["1-acebench_atom_bool", "2-acebench_multi_turn", "3-acebench_special", "4-ke", "5-sobhard"]
     benches = [json.loads(p.read_text(encoding="utf-8"))["benchmark"] for p in summaries]
-    assert benches == ["acebench", "acebench", "acebench", "ke"]
-    assert res.stdout.strip().splitlines()[-1] == f"run_suite: smoke: all 4 entries complete → {suite_dir}"
+    assert benches == ["acebench", "acebench", "acebench", "ke", "sobhard"]
+    assert res.stdout.strip().splitlines()[-1] == f"run_suite: smoke: all 5 entries complete → {suite_dir}"
 
     check = _bash("check_report.sh", out_root)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -268,7 +272,7 @@ def test_run_suite_smoke_then_check_report(tmp_path: Path):
     assert check.returncode == 1
     fails = [ln for ln in check.stdout.splitlines() if ln.startswith("FAIL")]
     assert len(fails) == 1 and fails[0].startswith(f"FAIL {victim.parent}: data_fingerprint: ")
-    assert sum(ln.startswith("OK ") for ln in check.stdout.splitlines()) == 3
+    assert sum(ln.startswith("OK ") for ln in check.stdout.splitlines()) == 4
 
     # a missing required field is named too
     doc.pop("prompt_hash")
@@ -282,10 +286,10 @@ def test_run_suite_smoke_then_check_report(tmp_path: Path):
 def test_run_suite_checks_every_entry_before_running_any(tmp_path: Path):
     out_root = tmp_path / "suite"
     cases = [
-        (["--model", "nosuch"], "conf/suite/smoke.yaml: entry 1 (acebench_atom_bool): model=nosuch: unknown model; available: "),
-        (["--model", "reference", "run.limit=abc"], "conf/suite/smoke.yaml: entry 1 (acebench_atom_bool): run.limit: Input should be a valid integer"),
+        (["--model", "nosuch"], "suites/smoke.yaml: entry 1 (acebench_atom_bool): model=nosuch: unknown model; available: "),
+        (["--model", "reference", "run.limit=abc"], "suites/smoke.yaml: entry 1 (acebench_atom_bool): run.limit: Input should be a valid integer"),
         # a KE-only baseline: the ACEBench entries cannot run it
-        (["--model", "baseline_file_read"], "conf/suite/smoke.yaml: entry 1 (acebench_atom_bool): model.baseline: acebench has no baseline 'file_read'"),
+        (["--model", "baseline_file_read"], "suites/smoke.yaml: entry 1 (acebench_atom_bool): model.baseline: acebench has no baseline 'file_read'"),
     ]  # fmt: skip
     for args, line in cases:
         for dry in ([], ["--dry-run"]):

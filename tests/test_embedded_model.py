@@ -37,6 +37,8 @@ def test_smollm2_run_from_the_cli_starts_and_stops_its_own_server(ray_address, a
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = next((root / "runs" / "acebench" / "smollm2").iterdir())
+    server_line = f"evalkit: starting llama.cpp's server for smollm2 (SmolLM2-135M-Instruct.Q4_1.gguf; its log: {run_dir / 'llama-server.log'})…"
+    assert server_line in proc.stderr.splitlines()  # what the first seconds are spent on is said
     preds = list(read_jsonl(run_dir / "predictions.jsonl"))
     assert sorted(p["sample_id"] for p in preds) == sorted(SHORT)
     for p in preds:

@@ -1,7 +1,9 @@
 """The MLflow UI as a person uses it: two finished evalkit runs in an MLflow store, the
 real ``mlflow server`` on 127.0.0.1, Debian's headless chromium on the compare view of
 both runs. The test reads the rendered page (run ids, run names, each run's metric
-values) and keeps a screenshot at ``outputs/test-artifacts/mlflow_compare.png``.
+values) and keeps a screenshot and the page's DOM in the test's temporary directory
+(``mlflow_compare.png`` / ``.html``; the test prints their paths, and a failure names them),
+never among the user's runs in ``outputs/``.
 
 Chromium comes from ``bash bash/setup.sh``; without it the test fails (CI installs it).
 """
@@ -23,12 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
 from tests.support import chromium
 
-ARTIFACT_DIR = REPO_ROOT / "outputs" / "test-artifacts"
-SCREENSHOT = ARTIFACT_DIR / "mlflow_compare.png"
-DOM_DUMP = ARTIFACT_DIR / "mlflow_compare.html"
+SCREENSHOT = "mlflow_compare.png"  # in the test's tmp_path
+DOM_DUMP = "mlflow_compare.html"
 
 RUN_ARGS = ["tracking=mlflow", "benchmark.subsets=[normal_atom_bool]", "run.limit=10"]
 N_WRONG = 3  # replayed outputs replaced by "[]" (no call): 7 of 10 correct
@@ -141,9 +141,9 @@ def metrics_table(dom: str) -> dict[str, list[str]]:
 def _read_compare_page(url: str, tmp_path: Path) -> tuple[str, dict, dict]:
     """Render the page (a second, longer try if the app had not rendered the tables yet)."""
     for attempt, budget in enumerate((15000, 30000)):
-        dom = chromium.render(url, profile_dir=tmp_path / f"chromium-profile-{attempt}", screenshot=SCREENSHOT,
+        dom = chromium.render(url, profile_dir=tmp_path / f"chromium-profile-{attempt}", screenshot=tmp_path / SCREENSHOT,
                               window=(1600, 2100), budget_ms=budget, timeout=90)  # fmt: skip
-        DOM_DUMP.write_text(dom, encoding="utf-8")
+        (tmp_path / DOM_DUMP).write_text(dom, encoding="utf-8")
         details, metrics = run_details(dom), metrics_table(dom)
         if details.get("Run ID:") and metrics:
             break
@@ -152,6 +152,7 @@ def _read_compare_page(url: str, tmp_path: Path) -> tuple[str, dict, dict]:
 
 # ------------------------------------------------------------------------------------------
 def test_compare_view_shows_both_runs_and_their_metrics(run_eval, tmp_path):
+    screenshot = tmp_path / SCREENSHOT
     if chromium.chromium_binary() is None:
         pytest.fail(f"Debian's chromium is not installed (no `chromium` on PATH); {chromium.SETUP_HINT}")
     from mlflow.tracking import MlflowClient
@@ -187,15 +188,15 @@ def test_compare_view_shows_both_runs_and_their_metrics(run_eval, tmp_path):
         started = time.monotonic()
         dom, details, metrics = _read_compare_page(url, tmp_path)
         print(f"\ncompare view {url} rendered in {time.monotonic() - started:.1f} s")
-        print(f"screenshot: {SCREENSHOT}\nDOM: {DOM_DUMP}")
+        print(f"screenshot: {screenshot}\nDOM: {tmp_path / DOM_DUMP}")
 
-    assert SCREENSHOT.is_file() and SCREENSHOT.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", "no screenshot written"
-    assert "Comparing 2 Runs" in _text(dom), f"not the compare view; see {SCREENSHOT}"
+    assert screenshot.is_file() and screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", "no screenshot written"
+    assert "Comparing 2 Runs" in _text(dom), f"not the compare view; see {screenshot}"
     # one column per run, in the order asked for
-    assert details.get("Run ID:") == ids, f"run ids shown: {details.get('Run ID:')}; see {SCREENSHOT}"
+    assert details.get("Run ID:") == ids, f"run ids shown: {details.get('Run ID:')}; see {screenshot}"
     assert details.get("Run Name:") == names, f"run names shown: {details.get('Run Name:')}"
     # each run's metric values as the UI shows them
     for key, want in expected.items():
         shown = metrics.get(key)
-        assert shown is not None and len(shown) == 2, f"metric {key} not in the compare table {metrics}; see {SCREENSHOT}"
+        assert shown is not None and len(shown) == 2, f"metric {key} not in the compare table {metrics}; see {screenshot}"
         assert [float(v) for v in shown] == pytest.approx(want), f"{key}: UI shows {shown}, store has {want}"

@@ -68,7 +68,7 @@ def _precheck(argv: list[str]) -> None:
         return  # --help, --cfg, --info, -c ...: Hydra's own handling
     overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra.")]
     for a in overrides:
-        if a.lstrip("+~").partition("=")[0] == "suite":  # conf/suite/ holds bash/run_suite.sh's lists
+        if a.lstrip("+~").partition("=")[0] == "suite":  # suites/ holds bash/run_suite.sh's lists
             raise ConfigError(
                 f"{a}: suites are not a config group; run one with: bash bash/run_suite.sh "
                 f"{a.partition('=')[2] or 'SUITE'} --model M (README: Suites)"
@@ -87,6 +87,13 @@ def main() -> None:
     console.setLevel(logging.WARNING)
     console.setFormatter(_OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[console])
+    # what is starting (Ray, model workers, llama.cpp's server): `evalkit: <message>` lines on
+    # the console (INFO only; warnings keep the format above); they propagate to evalkit.log
+    status = logging.StreamHandler(sys.stderr)
+    status.addFilter(lambda record: record.levelno < logging.WARNING)
+    status.setFormatter(_OneLineFormatter("evalkit: %(message)s"))
+    logging.getLogger("evalkit.status").addHandler(status)
+    logging.getLogger("evalkit.status").setLevel(logging.INFO)
 
     sys.argv[1:] = hide_secret_overrides(quote_numeric_groups(sys.argv[1:]))
     try:

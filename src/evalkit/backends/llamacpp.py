@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import logging
 import os
 import signal
 import socket
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.errors import ConfigError
+
+status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main__ shows them)
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SIZE = 98_362_432
@@ -153,6 +156,18 @@ def served_weights_identity(backend: Any) -> str | None:
     return f"llamacpp:{backend.model_alias}:{gguf.name}:{size}{':fresh' if backend.fresh_prompt_eval else ''}"
 
 
+def starts_server(backend: Any) -> bool:
+    """True when evalkit starts a server for ``backend`` itself: ``backend=llamacpp`` without
+    an ``api_base`` to attach to."""
+    return getattr(backend, "kind", None) == "llamacpp" and not backend.api_base
+
+
+#: the address given to a client whose server was not started because every request of the
+#: run is answered from the response cache: a request sent there fails at once (connection
+#: refused) and is recorded as a failure, never sent anywhere else
+NOT_STARTED = "http://127.0.0.1:0/v1"
+
+
 class ServerPool:
     """The llama.cpp servers evalkit started, one per distinct backend configuration (an
     agent and a user simulator with the same backend config share one server). Closing the
@@ -171,7 +186,7 @@ class ServerPool:
             ConfigError: llama-cpp-python or the GGUF file is missing.
             RuntimeError: the server did not become ready.
         """
-        if getattr(backend, "kind", None) != "llamacpp" or backend.api_base:
+        if not starts_server(backend):
             return getattr(backend, "api_base", None)
         key = backend.model_dump_json()
         if key not in self._bases:
@@ -180,6 +195,8 @@ class ServerPool:
                 n_threads=backend.n_threads, fresh_prompt_eval=backend.fresh_prompt_eval,
                 startup_timeout_s=backend.startup_timeout_s, log_file=backend.log_file or log_file,
             )  # fmt: skip
+            status.info("starting llama.cpp's server for %s (%s; its log: %s)…",
+                        backend.model_alias, server.gguf.name, server.log_file)  # fmt: skip
             self._bases[key] = server.start()
             self._servers[key] = server
         return self._bases[key]

@@ -74,6 +74,25 @@ def _cache_get(cache: Any, key: str) -> Completion | None:
         return None
 
 
+def all_cached(cache_dir: str | Path | None, units: list[Unit], model_id: str) -> bool:
+    """True when every unit's answer is in the response cache at ``cache_dir``, so that
+    solving them asks no model: each is single-turn (one call, its ``request``) and
+    ``request.request_hash(model_id)`` holds a readable completion. False without a cache
+    (``None`` or not made yet), for no units, or when any unit is a rollout (its later turns
+    are not known before it runs). Reading the cache writes nothing.
+
+    Raises:
+        ConfigError: ``cache_dir`` is not a cache diskcache can open.
+    """
+    if cache_dir is None or not Path(cache_dir).is_dir() or not units or any(u.rollout for u in units):
+        return False
+    cache = open_cache(cache_dir)
+    try:
+        return all(_cache_get(cache, u.request.request_hash(model_id)) is not None for u in units)
+    finally:
+        cache.close()
+
+
 def _cache_set(cache: Any, key: str, value: dict[str, Any]) -> None:
     try:
         cache.set(key, value)

@@ -16,11 +16,14 @@ Scheduling rules of this module (the window and retries are in
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from evalkit.engine.calls import Unit, open_cache, solve_unit
 from evalkit.types import Failure, Trajectory
+
+status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main__ shows them)
 
 
 class Executor(Protocol):
@@ -119,6 +122,7 @@ class RayExecutor:
         n = max(1, min(num_workers, concurrency))
         per_actor = -(-concurrency // n)
         cache = str(cache_dir) if cache_dir else None
+        status.info("starting %s…", "1 model worker (a Ray actor)" if n == 1 else f"{n} model workers (Ray actors)")
         self.workers = [
             worker_cls.options(
                 max_concurrency=per_actor,

@@ -80,6 +80,6 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
         plan.bench.write_plots(run_dir / "plots", metrics, records)
     except Exception:  # noqa: BLE001 - a figure must never cost the run its summary
         log.exception("plotting failed")
-    write_report(run_dir, summary, plan.bench)
+    write_report(run_dir, summary, plan.bench, generates=not plan.models.offline)
     observer.run_finished(RunInfo(plan.cfg, run_dir, state.resumed), summary)
     return summary

@@ -10,6 +10,8 @@ from typing import Any
 
 from evalkit.errors import ConfigError
 
+status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main__ shows them)
+
 
 def ensure_ray(address: str | None, num_cpus: int | None) -> bool:
     """Connect to Ray (an existing cluster when ``address`` is set, else a local instance;
@@ -30,6 +32,7 @@ def ensure_ray(address: str | None, num_cpus: int | None) -> bool:
     )
     if address:
         _check_reachable(address)
+        status.info("joining the Ray cluster at %s…", address)
         try:
             ray.init(address=address, **kwargs)
         except ConnectionError as exc:
@@ -39,6 +42,7 @@ def ensure_ray(address: str | None, num_cpus: int | None) -> bool:
             first = (str(exc).strip().splitlines() or ["connection refused"])[0][:200]
             raise ConfigError(f"runner.address: cannot connect to the Ray cluster at {address} ({first}){hint}") from None
     else:
+        status.info("starting a local Ray instance (a few seconds)…")
         ray.init(num_cpus=num_cpus, object_store_memory=256 * 1024 * 1024, **kwargs)
     return True
 

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from evalkit import secrets
 from evalkit.config import EvalConfig
-from evalkit.engine.calls import Unit, open_cache
+from evalkit.engine.calls import Unit, all_cached, open_cache
 from evalkit.engine.executor import Executor, LocalExecutor, RayExecutor
 from evalkit.engine.finalize import finalize
 from evalkit.engine.journal import read_journal
@@ -42,6 +42,7 @@ from evalkit.tracking.base import NullObserver, Observer, RunInfo
 from evalkit.types import Trajectory
 
 log = logging.getLogger("evalkit")
+status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main__ shows them)
 
 
 @dataclass
@@ -108,7 +109,10 @@ def execute(plan: RunPlan, state: RunState, observer: Observer) -> dict[str, Any
     cfg = plan.cfg
     with ExitStack() as stack:
         scorer = stack.enter_context(Scorer(plan.bench))
-        agents_factory = stack.enter_context(plan.models.open(state.run_dir))
+        serve = not (plan.models.starts_servers and all_cached(_cache_dir(cfg), pending, plan.models.model_id))
+        if not serve:  # the workers never call the model on a hit
+            status.info("every request is in the response cache (%d): llama.cpp's server is not started", len(pending))
+        agents_factory = stack.enter_context(plan.models.open(state.run_dir, serve=serve))
         executor = _executor(plan, agents_factory)
         stack.callback(executor.close)
         journaler = stack.enter_context(Journaler(plan, state, observer, scorer, len(pending)))

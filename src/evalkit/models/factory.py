@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from evalkit.backends.llamacpp import ServerPool, served_weights_identity
+from evalkit.backends.llamacpp import NOT_STARTED, ServerPool, served_weights_identity, starts_server
 from evalkit.benchmarks.base import Benchmark
 from evalkit.models.base import endpoint_model_id, strip_credentials
 from evalkit.models.offline import TableModel, file_digest, load_replay_file
@@ -63,6 +63,8 @@ class _Endpoint:
 
     def client_kwargs(self, api_base: str | None) -> dict[str, Any]:
         b = self.backend
+        if api_base is None and starts_server(b):  # its server was not started (ModelPlan.open)
+            api_base = NOT_STARTED
         return dict(
             provider_model=self.model.provider_model, api=self.model.api, api_base=api_base, api_key=self.api_key,
             timeout_s=self.timeout_s, max_retries=b.max_retries, retry_initial_wait_s=b.retry_initial_wait_s,
@@ -97,29 +99,45 @@ class ModelPlan:
     _agent: _Endpoint | None = None
     _user: _Endpoint | None = None
 
+    @property
+    def starts_servers(self) -> bool:
+        """True when :meth:`open` starts a server of evalkit's own (llama.cpp) for the agent
+        or the user simulator."""
+        return any(e is not None and starts_server(e.backend) for e in (self._agent, self._user))
+
     @contextmanager
-    def open(self, log_dir: Path, pool: ServerPool | None = None) -> Iterator[Callable[[], Agents]]:
+    def open(self, log_dir: Path, pool: ServerPool | None = None, serve: bool = True) -> Iterator[Callable[[], Agents]]:
         """Start evalkit's own servers (in ``pool``, a new one when ``None``: stopped on exit)
-        and yield the factory of :class:`Agents` (picklable for network models)."""
+        and yield the factory of :class:`Agents` (picklable for network models).
+
+        ``serve=False`` starts none (every request is answered from the response cache): the
+        endpoint is recorded as ``None`` and the client is given
+        :data:`~evalkit.backends.llamacpp.NOT_STARTED`, where a request fails at once."""
         if self._offline is not None:
             offline = self._offline
             yield lambda: offline
             return
         own = pool is None
-        pool = pool or ServerPool()
+        servers = pool or ServerPool()
+
+        def endpoint(e: _Endpoint, log_name: str) -> str | None:
+            if not serve and starts_server(e.backend):
+                return None  # not started: nothing will be asked of it
+            return servers.endpoint(e.backend, Path(log_dir) / log_name)
+
         try:
             assert self._agent is not None
-            agent_base = pool.endpoint(self._agent.backend, Path(log_dir) / "llama-server.log")
+            agent_base = endpoint(self._agent, "llama-server.log")
             self.endpoints["agent"] = strip_credentials(agent_base)
             user_kwargs = None
             if self._user is not None:
-                user_base = pool.endpoint(self._user.backend, Path(log_dir) / "llama-server-user.log")
+                user_base = endpoint(self._user, "llama-server-user.log")
                 self.endpoints["user"] = strip_credentials(user_base)
                 user_kwargs = self._user.client_kwargs(user_base)
             yield functools.partial(_network_agents, self._agent.client_kwargs(agent_base), user_kwargs)
         finally:
             if own:
-                pool.close()
+                servers.close()
 
 
 def plan_models(cfg: Any, bench: Benchmark, samples: list[Sample], with_user: bool) -> ModelPlan:

@@ -103,10 +103,12 @@ def headline_text(summary: dict[str, Any]) -> str:
     return f"{head} = {with_interval(value, ci)} (n={n})"
 
 
-def write_report(run_dir: Path, summary: dict[str, Any], bench: Any) -> Path:
+def write_report(run_dir: Path, summary: dict[str, Any], bench: Any, generates: bool = True) -> Path:
     """``report.md``: status line with the headline and its interval, counts, the
     benchmark's tables (with intervals and scored-of-requested counts; partial when
-    incomplete), how each metric aggregates, the answers stopped by the scoring bounds."""
+    incomplete), how each metric aggregates, the answers stopped by the scoring bounds.
+    The generation parameters are shown only when ``generates`` (a model that is sent
+    requests; offline models — reference, replay, baselines — send nothing)."""
     complete = summary["status"] == "complete"
     lines = [f"# {summary['benchmark']} × {summary['model']}", ""]
     if complete:
@@ -116,7 +118,7 @@ def write_report(run_dir: Path, summary: dict[str, Any], bench: Any) -> Path:
             f"**Status: INCOMPLETE** — {summary['n_failed']} of {summary['n_requested']} answers are not scored "
             f"(see `failed.jsonl`). No headline score is published; figures below are partial."
         )
-    lines += _facts(summary)
+    lines += _facts(summary, generates)
     prefix = "" if complete else "partial_"
     metrics = summary["metrics"] if complete else {k.removeprefix(prefix): v for k, v in summary.get("partial_metrics", {}).items()}
     ci = {k.removeprefix(prefix): v for k, v in (summary.get("metrics_ci") or {}).items()}
@@ -132,7 +134,7 @@ def write_report(run_dir: Path, summary: dict[str, Any], bench: Any) -> Path:
     return path
 
 
-def _facts(summary: dict[str, Any]) -> list[str]:
+def _facts(summary: dict[str, Any], generates: bool) -> list[str]:
     kinds = summary["failed_by_kind"]
     repeats = f" × {summary['repeats']} repeats" if summary.get("repeats", 1) > 1 else ""
     return [
@@ -142,7 +144,7 @@ def _facts(summary: dict[str, Any]) -> list[str]:
         f"- data fingerprint: `{summary['data_fingerprint'][:16]}`, prompt hash: `{summary['prompt_hash'][:16]}`, "
         f"code: `{summary['code_version']}`",
         f"- statuses of the scored answers: {_counts(summary.get('status_counts') or {})}",
-        f"- generation: `{summary['generation_params']}`",
+        *([f"- generation: `{summary['generation_params']}`"] if generates else []),
         f"- intervals: {int(round(100 * summary.get('ci_level', 0.95)))}% percentile bootstrap, seed {summary.get('seed', 0)} "
         f"({next(iter((summary.get('metrics_ci') or {}).values()), {}).get('method', 'none computed')})",
         f"- wall time: {summary['wall_s']} s; tokens: {summary['usage'] or 'n/a'}",

@@ -16,10 +16,12 @@ from evalkit.benchmarks.ke.settings import DIFFICULTIES, KESettings
 from evalkit.stats import scored_of
 from evalkit.types import Request, Sample, SampleScore, sha256_hex
 
+#: the 3-shot caveat: in report.md only when the run built 3-shot prompts
+CAVEAT_3SHOT = "3-shot uses evalkit's stand-in example layout (spec §3.4): not comparable to historical 3-shot runs."
 CAVEATS = (
     "Scores measure agreement with model-made labels (Claude Opus 4.7 extracted tasks and labelled steps), "
     "not coding-task success; same-source bias for Opus (spec §1).",
-    "3-shot uses evalkit's stand-in example layout (spec §3.4): not comparable to historical 3-shot runs.",
+    CAVEAT_3SHOT,
     f"Parser {PARSER_VERSION} (spec §5); the original scorer's regex is unknown.",
 )
 
@@ -66,6 +68,8 @@ class KE(Benchmark):
         self.settings: KESettings = settings
         self._data: KEData | None = None
         self._index_cache: dict[str, dict[int, str]] = {}
+        #: shot counts of the prompts this instance rendered (the run's ``shots``)
+        self.shots_rendered: set[int] = set()
 
     # ---- data -----------------------------------------------------------------------------
     @property
@@ -122,6 +126,7 @@ class KE(Benchmark):
         if shots not in self.supported_shots:
             raise ValueError(f"KE supports shots 0 or 3, got {shots}")
         examples = self.data.icl.samples if shots == 3 else ()
+        self.shots_rendered.add(shots)
         return render_prompt(sample.data, examples, self.truncation)
 
     def build(self, sample: Sample, shots: int) -> Request:
@@ -215,7 +220,8 @@ class KE(Benchmark):
     def report_tables(self, metrics: dict[str, float], ci: dict[str, Any] | None = None,
                       counts: dict[str, dict[str, int]] | None = None) -> list[tuple[str, list[str], list[list[Any]]]]:  # fmt: skip
         """Macro P/R/F1/F0.5 (percent, 2 decimals, with intervals) overall and per difficulty,
-        items scored of requested; provenance; caveats."""
+        items scored of requested; provenance; caveats (the 3-shot one only when this run
+        rendered 3-shot prompts)."""
         ci, counts = ci or {}, counts or {}
 
         def pct(name: str) -> str:
@@ -239,7 +245,8 @@ class KE(Benchmark):
                 if k not in {"parser_version", "truncation"}:
                     prov.append([k, v])
         tables.append(("Provenance", ["field", "value"], prov))
-        tables.append(("Caveats", ["caveat"], [[c] for c in CAVEATS]))
+        caveats = [c for c in CAVEATS if c != CAVEAT_3SHOT or 3 in self.shots_rendered]
+        tables.append(("Caveats", ["caveat"], [[c] for c in caveats]))
         return tables
 
     def write_plots(self, plot_dir: Any, metrics: dict[str, float], records: list[dict[str, Any]]) -> list[Any]:
