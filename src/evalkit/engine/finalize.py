@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +33,16 @@ def code_version() -> str:
 
 
 def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The run's summary (secrets scrubbed) and its scored records, from the journal."""
+    """The run's summary (secrets scrubbed) and its scored records, from the journal.
+    ``wall_s`` is the interval from ``started_at`` to ``finished_at`` (milliseconds)."""
     hashes = plan.request_hashes()
     done = read_journal(state.run_dir / PREDICTIONS, hashes).rows
     records = [done[s.id] for s in plan.samples if s.id in done]
     failures = {
         r["sample_id"]: r for r in read_jsonl(state.run_dir / FAILED) if r.get("sample_id") in hashes and r["sample_id"] not in done
     }
-    finished_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    finished_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+    wall_s = (dt.datetime.fromisoformat(finished_at) - dt.datetime.fromisoformat(state.started_at)).total_seconds()
     summary = build_summary(
         cfg=plan.cfg,
         bench=plan.bench,
@@ -56,7 +57,7 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> 
         model_id=plan.models.model_id,
         started_at=state.started_at,
         finished_at=finished_at,
-        wall_s=time.perf_counter() - state.t0,
+        wall_s=wall_s,
     )
     summary["endpoints"] = dict(plan.models.endpoints)
     if engine is not None:
