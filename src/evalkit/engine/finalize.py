@@ -78,5 +78,6 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
     except Exception:  # noqa: BLE001 - a figure must never cost the run its summary
         log.exception("plotting failed")
     write_report(run_dir, summary, plan.bench)
-    observer.run_finished(RunInfo(plan.cfg, run_dir, state.resumed), summary)
+    requests = [u.request for u in plan.units]  # the selection, in order, with each prompt
+    observer.run_finished(RunInfo(plan.cfg, run_dir, state.resumed, extra={"requests": requests}), summary)
     return summary
