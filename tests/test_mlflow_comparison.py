@@ -357,3 +357,16 @@ def test_description_says_headline_interval_and_n_or_how_to_resume(tmp_path: Pat
     text = description(failed, tmp_path / "run")
     assert "**INCOMPLETE** — 3 of 170 samples failed (timeout: 2, auth: 1)" in text
     assert f"`run.resume={(tmp_path / 'run').resolve()}`" in text and "headline `" not in text
+
+
+def test_tracking_traces_false_logs_the_run_without_traces(tmp_path: Path, acebench_dir: Path):
+    root = tmp_path / "out"
+    res = _run(root, acebench_dir, "model=reference", "tracking.traces=false", "benchmark.language=all",
+               "benchmark.subsets=[normal_atom_bool]", "run.limit=3")  # fmt: skip
+    client, _ = _store(root)
+    run = client.get_run(_run_id(res.run_dir))
+    assert run.data.metrics["headline"] == 1.0 and _traces(root, res.run_dir) == {}
+    assert run.inputs.dataset_inputs[0].dataset.name == "acebench all languages normal_atom_bool"
+    assert [r["sample_id"] for r in _table(root, run.info.run_id, "samples.json")] == [
+        r["sample_id"] for r in read_jsonl(res.run_dir / "predictions.jsonl")
+    ]

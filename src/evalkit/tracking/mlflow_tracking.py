@@ -168,13 +168,14 @@ def _sha256(obj: Any) -> str:
 
 def dataset_input(summary: dict[str, Any], recorded: dict[str, Any]) -> Any:
     """The run's evaluation data as an MLflow ``DatasetInput`` (context ``eval``): named
-    ``<benchmark> <language> <subsets>``, digest = the data fingerprint's first 36 hex
+    ``<benchmark> <language> <subsets>`` (``acebench en all subsets``), digest = the data fingerprint's first 36 hex
     characters, source = where the data was read, profile = the number of samples."""
     from mlflow.entities import Dataset, DatasetInput, InputTag  # deferred: heavy import
 
     bench = recorded.get("benchmark") or {}
     subsets = bench.get("subsets")
-    parts = [str(summary.get("benchmark")), *([str(bench["language"])] if bench.get("language") else []),
+    language = bench.get("language")
+    parts = [str(summary.get("benchmark")), *(["all languages" if language == "all" else str(language)] if language else []),
              "+".join(map(str, subsets)) if subsets else "all subsets"]  # fmt: skip
     where = next((str(bench[k]) for k in ("data_dir", "dataset", "pilot_path", "source_url") if bench.get(k)), "")
     dataset = Dataset(name=cut(" ".join(parts), 200), digest=str(summary.get("data_fingerprint"))[:36], source_type="local",
