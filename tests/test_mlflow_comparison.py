@@ -126,6 +126,9 @@ def test_run_has_one_headline_curated_params_the_dataset_and_its_own_times(ace):
         assert (run.info.end_time - run.info.start_time) / 1000 == pytest.approx(res.summary["wall_s"], abs=0.002)
     note = ref.data.tags["mlflow.note.content"]
     assert "headline `overall` = **1.0000**" in note and "n = 8 samples" in note
+    experiment = client.get_experiment(ref.info.experiment_id)
+    assert experiment.tags["mlflow.note.content"].startswith("evalkit evaluations.")
+    assert experiment.tags["mlflow.experiment.primaryMetric.name"] == "headline"
     note = rep.data.tags["mlflow.note.content"]
     assert "INCOMPLETE" in note and "1 of 6 samples failed (missing_output: 1)" in note
     assert f"`run.resume={replay.run_dir.resolve()}`" in note

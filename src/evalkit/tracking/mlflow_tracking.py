@@ -6,7 +6,8 @@ chosen by :mod:`~evalkit.tracking.curate` (params, metrics, tables, description,
 Per run (logged when it finishes, from its run directory):
 
 * an MLflow run whose start and end are the run's ``started_at`` / ``finished_at`` (so its
-  Duration is the run's ``wall_s``); tags: benchmark, model, shots, status, data
+  Duration is the run's ``wall_s``; a resumed run keeps its first start and gets the last
+  attempt's end); tags: benchmark, model, shots, status, data
   fingerprint, prompt hash, code version, ``headline_name``, ``evalkit.kind=run``,
   ``suite``, and for a job of a sweep ``sweep`` + ``sweep_dir`` + ``mlflow.parentRunId``
   (named after its point: ``model=a shots=3``); a one-paragraph description
@@ -386,6 +387,7 @@ class MlflowObserver(Observer):
     def _log_tables(self, mlflow_client: Any, run_id: str, summary: dict[str, Any], outs: list[Outcome]) -> None:
         """``tables/``: written whole (what an earlier logging left there is removed first,
         since ``log_table`` appends to an existing table)."""
+        import pandas as pd  # deferred: MLflow's own dependency, loaded by log_table anyway
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository  # deferred: heavy
 
         if any(a.path == "tables" for a in mlflow_client.list_artifacts(run_id)):
@@ -393,8 +395,6 @@ class MlflowObserver(Observer):
         headline = str(summary.get("headline"))
         tables = {"samples": samples_table(outs, headline), "subsets": subsets_table(outs, headline)}
         tables.update({f"breakdown_{curate.mlflow_name(k).replace('/', '_')}": v for k, v in curate.breakdown_tables(summary).items()})
-        import pandas as pd  # deferred: MLflow's own dependency, loaded with log_table anyway
-
         for name, table in tables.items():  # object columns: values as they are (no string dtype)
             mlflow_client.log_table(run_id, data=pd.DataFrame(table, dtype=object), artifact_file=f"tables/{name}.json")
 
