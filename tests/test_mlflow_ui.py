@@ -1,9 +1,10 @@
 """The MLflow UI as a person uses it: two finished evalkit runs in an MLflow store, the
-real ``mlflow server`` on 127.0.0.1, Debian's headless chromium on the compare view of
-both runs. The test reads the rendered page (run ids, run names, each run's metric
-values) and keeps a screenshot and the page's DOM in the test's temporary directory
-(``mlflow_compare.png`` / ``.html``; the test prints their paths, and a failure names them),
-never among the user's runs in ``outputs/``.
+real ``mlflow server`` on 127.0.0.1, Debian's headless chromium on one page: the replay
+run's evaluation page (its traces, one per sample) compared to the reference run. The test
+reads the rendered page (the runs, one row per sample, the ``accuracy`` assessment column
+with its average and its change) and keeps a screenshot and the page's DOM in the test's
+temporary directory (``mlflow_evaluation.png`` / ``.html``; the test prints their paths, and
+a failure names them), never among the user's runs in ``outputs/``.
 
 Chromium comes from ``bash bash/setup.sh``; without it the test fails (CI installs it).
 """
@@ -27,8 +28,8 @@ import pytest
 
 from tests.support import chromium
 
-SCREENSHOT = "mlflow_compare.png"  # in the test's tmp_path
-DOM_DUMP = "mlflow_compare.html"
+SCREENSHOT = "mlflow_evaluation.png"  # in the test's tmp_path
+DOM_DUMP = "mlflow_evaluation.html"
 
 RUN_ARGS = ["tracking=mlflow", "benchmark.subsets=[normal_atom_bool]", "run.limit=10"]
 N_WRONG = 3  # replayed outputs replaced by "[]" (no call): 7 of 10 correct
@@ -93,66 +94,41 @@ def mlflow_server(store_uri: str, artifacts: Path, workdir: Path):
 
 
 # ------------------------------------------------------------------------------------------
-# reading the rendered compare page
+# reading the rendered evaluation page
 # ------------------------------------------------------------------------------------------
 def _text(fragment: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", fragment)).strip()
 
 
-def _section(dom: str, title: str, next_title: str) -> str:
-    """The DOM between the collapsible section ``title`` and the next one."""
-    start = dom.find(f'aria-label="collapse {title}"')
-    end = dom.find(f'aria-label="collapse {next_title}"', start + 1)
-    if start < 0 or end < 0:
-        return ""
-    return dom[start:end]
+def assessment_summary(dom: str, name: str) -> tuple[str, str | None] | None:
+    """``(average, change against the compared run)`` shown in the header of assessment
+    column ``name`` ("AVG 0.7 -0.3"), or ``None`` when the page has no such column."""
+    m = re.search(rf'<div title="{re.escape(name)}"[^>]*>{re.escape(name)}</div>(.{{0,3000}})', dom, flags=re.S)
+    if not m:
+        return None
+    avg = re.search(r">AVG</div><div[^>]*>((?:<div[^>]*>[^<]*</div>)+)</div>", m.group(1))
+    if not avg:
+        return None
+    values = [_text(v) for v in re.findall(r"<div[^>]*>[^<]*</div>", avg.group(1))]
+    return values[0], (values[1] if len(values) > 1 else None)
 
 
-def run_details(dom: str) -> dict[str, list[str]]:
-    """``{"Run ID:": [id of column 1, id of column 2], "Run Name:": [...], ...}``."""
-    rows = {}
-    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", _section(dom, "Run details", "Parameters"), flags=re.S):
-        cells = [_text(c) for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, flags=re.S)]
-        if cells:
-            rows[cells[0]] = cells[1:]
-    return rows
-
-
-def metrics_table(dom: str) -> dict[str, list[str]]:
-    """``{metric: [value shown in column 1, value shown in column 2]}`` from the Metrics
-    section, a virtualised grid of absolutely placed cells: the key column's cells link
-    to the metric's chart ("Plot chart"), the value cells sit at the same ``top`` with a
-    ``left`` per run column."""
-    names: dict[int, str] = {}
-    values: dict[int, dict[int, str]] = {}
-    cell = r'<div[^>]*style="([^"]*position: absolute;[^"]*)"[^>]*>(.*?)</div>'
-    for style, inner in re.findall(cell, _section(dom, "Metrics", "Artifacts"), flags=re.S):
-        top = re.search(r"top: (\d+)px", style)
-        left = re.search(r"left: (\d+)px", style)
-        if not (top and left):
-            continue
-        if 'title="Plot chart"' in inner:
-            names[int(top.group(1))] = _text(inner)
-        else:
-            values.setdefault(int(top.group(1)), {})[int(left.group(1))] = _text(inner)
-    return {name: [v for _, v in sorted(values.get(top, {}).items())] for top, name in names.items()}
-
-
-def _read_compare_page(url: str, tmp_path: Path) -> tuple[str, dict, dict]:
-    """Render the page (a second, longer try if the app had not rendered the tables yet)."""
+def _read_evaluation_page(url: str, tmp_path: Path) -> str:
+    """Render the page (a second, longer try if the app had not rendered the table yet)."""
+    dom = ""
     for attempt, budget in enumerate((15000, 30000)):
         dom = chromium.render(url, profile_dir=tmp_path / f"chromium-profile-{attempt}", screenshot=tmp_path / SCREENSHOT,
-                              window=(1600, 2100), budget_ms=budget, timeout=90)  # fmt: skip
+                              window=(1600, 1400), budget_ms=budget, timeout=90)  # fmt: skip
         (tmp_path / DOM_DUMP).write_text(dom, encoding="utf-8")
-        details, metrics = run_details(dom), metrics_table(dom)
-        if details.get("Run ID:") and metrics:
+        if assessment_summary(dom, "accuracy"):
             break
-    return dom, details, metrics
+    return dom
 
 
 # ------------------------------------------------------------------------------------------
-def test_compare_view_shows_both_runs_and_their_metrics(run_eval, tmp_path):
-    screenshot = tmp_path / SCREENSHOT
+def test_evaluation_page_shows_each_sample_with_its_assessment_and_the_average(run_eval, tmp_path):
+    """A replay run's evaluation page (its traces) compared to the reference run: the
+    ``accuracy`` assessment column with the replay's average and its change."""
     if chromium.chromium_binary() is None:
         pytest.fail(f"Debian's chromium is not installed (no `chromium` on PATH); {chromium.SETUP_HINT}")
     from mlflow.tracking import MlflowClient
@@ -179,24 +155,27 @@ def test_compare_view_shows_both_runs_and_their_metrics(run_eval, tmp_path):
         assert [s.info.status for s in stored] == ["FINISHED", "FINISHED"]
         names = [s.data.tags["mlflow.runName"] for s in stored]
         assert names[0].startswith("acebench-reference-") and names[1].startswith("acebench-replay-")
-        expected = {"accuracy/normal_atom_bool": [1.0, 0.7], "overall": [1.0, 0.7], "n_samples": [10, 10], "n_failed": [0, 0]}
+        expected = {"accuracy/normal_atom_bool": [1.0, 0.7], "overall": [1.0, 0.7], "headline": [1.0, 0.7],
+                    "n_samples": [10, 10], "n_failed": [0, 0]}  # fmt: skip
         for key, want in expected.items():
             assert [s.data.metrics[key] for s in stored] == pytest.approx(want), key
 
         exp_id = stored[0].info.experiment_id
-        url = f"{base_url}/#/compare-runs?runs={json.dumps(ids)}&experiments={json.dumps([exp_id])}".replace(" ", "")
+        url = f"{base_url}/#/experiments/{exp_id}/runs/{ids[1]}/evaluations?compareToRunUuid={ids[0]}"
         started = time.monotonic()
-        dom, details, metrics = _read_compare_page(url, tmp_path)
-        print(f"\ncompare view {url} rendered in {time.monotonic() - started:.1f} s")
-        print(f"screenshot: {screenshot}\nDOM: {tmp_path / DOM_DUMP}")
+        dom = _read_evaluation_page(url, tmp_path)
+        print(f"\nevaluation page {url} rendered in {time.monotonic() - started:.1f} s")
+        shot = tmp_path / SCREENSHOT
+        print(f"screenshot: {shot}\nDOM: {tmp_path / DOM_DUMP}")
 
-    assert screenshot.is_file() and screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", "no screenshot written"
-    assert "Comparing 2 Runs" in _text(dom), f"not the compare view; see {screenshot}"
-    # one column per run, in the order asked for
-    assert details.get("Run ID:") == ids, f"run ids shown: {details.get('Run ID:')}; see {screenshot}"
-    assert details.get("Run Name:") == names, f"run names shown: {details.get('Run Name:')}"
-    # each run's metric values as the UI shows them
-    for key, want in expected.items():
-        shown = metrics.get(key)
-        assert shown is not None and len(shown) == 2, f"metric {key} not in the compare table {metrics}; see {screenshot}"
-        assert [float(v) for v in shown] == pytest.approx(want), f"{key}: UI shows {shown}, store has {want}"
+    assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", "no screenshot written"
+    text = _text(dom)
+    # the replay run's page, compared to the reference run
+    assert f'data-testid="runs-header">{names[1]}</span>' in dom, f"not the replay run's page; see {shot}"
+    assert "compare to" in text and names[0] in text, f"the reference run is not the comparison; see {shot}"
+    assert "10 of 10" in text, f"not one row per sample; see {shot}"
+    assert all(r["sample_id"] in text for r in recorded), f"a sample's trace is missing; see {shot}"
+    # the assessment column: 7 of 10 right, 0.3 below the reference
+    shown = assessment_summary(dom, "accuracy")
+    assert shown is not None, f"no accuracy assessment column with an average; see {shot}"
+    assert float(shown[0]) == pytest.approx(0.7) and shown[1] is not None and float(shown[1]) == pytest.approx(-0.3), shown

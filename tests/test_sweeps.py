@@ -101,9 +101,15 @@ def test_four_job_sweep_has_run_dirs_child_runs_and_a_summary(good_sweep):
     assert parent.data.tags["sweep"] == sweep_dir.name and parent.info.status == "FINISHED"
     assert sweep["parent_run_id"] == parent.info.run_id
     assert parent.data.metrics["n_jobs"] == 4 and parent.data.metrics["n_failed_jobs"] == 0
+    # each job's headline is named by its point (characters MLflow accepts: ':' for '=')
     for job in sweep["jobs"]:
-        assert parent.data.metrics[f"job{job['num']}.f1_macro"] == job["headline_value"]
-    assert {a.path for a in _client(out).list_artifacts(parent.info.run_id)} == {"sweep_summary.json", "sweep_report.md"}
+        assert parent.data.metrics[f"f1_macro/{' '.join(job['point']).replace('=', ':')}"] == job["headline_value"]
+    assert parent.data.metrics["f1_macro/model:baseline_file_read shots:3"] == sweep["jobs"][3]["headline_value"]
+    assert {a.path for a in _client(out).list_artifacts(parent.info.run_id)} == {"sweep_summary.json", "sweep_report.md", "tables"}
+    table = json.loads((out / "mlartifacts" / parent.info.run_id / "artifacts" / "tables" / "sweep.json").read_text())
+    rows = [dict(zip(table["columns"], row)) for row in table["data"]]
+    assert [(r["job"], r["point"], r["status"]) for r in rows] == [(j["num"], " ".join(j["point"]), "complete") for j in sweep["jobs"]]
+    assert [r["value"] for r in rows] == pytest.approx([j["headline_value"] for j in sweep["jobs"]], abs=1e-9)  # JSON: 10 digits
     by_dir = {}
     for child in children:
         tags = child.data.tags
@@ -117,7 +123,8 @@ def test_four_job_sweep_has_run_dirs_child_runs_and_a_summary(good_sweep):
         assert (tags["benchmark"], tags["model"], tags["shots"]) == ("ke", s["model"], str(s["shots"]))
         assert (tags["data_fingerprint"], tags["prompt_hash"]) == (s["data_fingerprint"], s["prompt_hash"])
         assert child.data.metrics["f1_macro"] == s["metrics"]["f1_macro"]
-        assert child.info.run_name == f"{sweep_dir.name}/{name}"
+        job = next(j for j in sweep["jobs"] if Path(j["run_dir"]).name == name)
+        assert child.info.run_name == " ".join(job["point"])  # e.g. "model=reference shots=3"
     # the same data in every job; the prompts differ by shots, not by model
     assert len({c.data.tags["data_fingerprint"] for c in children}) == 1
     prompt = {(c.data.tags["model"], c.data.tags["shots"]): c.data.tags["prompt_hash"] for c in children}
@@ -190,7 +197,8 @@ def test_a_failing_job_does_not_stop_the_others(shared_data_dir: Path, tmp_path:
     (parent,) = [r for r in runs if r.data.tags.get("evalkit.kind") == "sweep"]
     assert parent.info.status == "FAILED"
     assert (parent.data.metrics["n_jobs"], parent.data.metrics["n_failed_jobs"]) == (4, 2)
-    assert set(parent.data.metrics) == {"n_jobs", "n_complete_jobs", "n_failed_jobs", "job0.f1_macro", "job3.f1_macro"}
+    points = [" ".join(j["point"]).replace("=", ":").replace("[", "_").replace("]", "_").replace(",", "_") for j in sweep["jobs"]]
+    assert set(parent.data.metrics) == {"n_jobs", "n_complete_jobs", "n_failed_jobs", f"f1_macro/{points[0]}", f"f1_macro/{points[3]}"}
     children = sorted((r for r in runs if r.data.tags.get("evalkit.kind") == "run"), key=lambda r: r.data.tags["run_dir"])
     assert [(Path(c.data.tags["run_dir"]).name[0], c.info.status) for c in children] == [("0", "FINISHED"), ("1", "FAILED"), ("3", "FINISHED")]
     assert all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id for c in children)

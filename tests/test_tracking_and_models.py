@@ -72,6 +72,31 @@ def test_secret_key_never_written(fake_openai, ray_address, run_eval, tmp_path, 
     assert cfg["model"]["api_key_env"] == "EVALKIT_TEST_KEY"
 
 
+def test_secret_key_never_reaches_mlflow_traces(fake_openai, ray_address, run_eval, tmp_path, monkeypatch):
+    """A model that repeats the API key: the journal, the artifacts and mlflow.db (runs,
+    traces, assessments) hold ``***`` in its place. (The response cache is off here: it keeps
+    the provider's answers as they came.)"""
+    import mlflow
+
+    secret = "sk-evalkit-trace-SECRET-5647382910"
+    monkeypatch.setenv("EVALKIT_TEST_KEY", secret)
+    fake_openai.set_plan({"default": {"content": f"[] echoing {secret}"}})
+    root = tmp_path / "out"
+    res = run_eval(
+        ["model=openai_compatible", "model.provider_model=openai/fake", "+model.api_key_env=EVALKIT_TEST_KEY", "run.cache=false",
+         f"backend.api_base={fake_openai.api_base}", "tracking=mlflow", "benchmark.subsets=[normal_atom_bool]", "run.limit=2"],
+        output_root=root,
+    )  # fmt: skip
+    assert res.summary["status"] == "complete"
+    leaked = [p for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaked == []
+    mlflow.set_tracking_uri(f"sqlite:///{root.resolve() / 'mlflow.db'}")
+    run_id = json.loads((res.run_dir / "tracking.json").read_text())["mlflow_run_id"]
+    traces = mlflow.search_traces(run_id=run_id, locations=[mlflow.get_run(run_id).info.experiment_id], return_type="list")
+    assert len(traces) == 2 and all(t.info.response_preview == "[] echoing ***" for t in traces)
+    assert not [t for t in traces if secret in t.to_json()]
+
+
 def test_cli_override_key_is_redacted(fake_openai, ray_address, run_eval, tmp_path):
     secret = "sk-evalkit-cli-SECRET-9876543210"
     fake_openai.set_plan({"default": {"content": "[]"}})

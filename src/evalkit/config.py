@@ -197,12 +197,15 @@ class RunnerConfig(_Strict):
 
 
 class TrackingConfig(_Strict):
-    """``tracking.*``: MLflow store (``None`` tracking_uri = ``sqlite:///<output_root>/mlflow.db``)."""
+    """``tracking.*``: MLflow store (``None`` tracking_uri = ``sqlite:///<output_root>/mlflow.db``).
+    ``traces``: one MLflow trace per selected sample (``false``: runs, tables and the dataset
+    only — the escape hatch when per-sample logging costs too much)."""
 
     kind: Literal["mlflow", "none"] = "mlflow"
     tracking_uri: str | None = None
     experiment: str = Field(default="evalkit", min_length=1)
     artifact_root: str | None = None
+    traces: bool = True
 
 
 class RunSettings(_Strict):

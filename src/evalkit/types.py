@@ -154,7 +154,8 @@ class Trajectory:
             request and ``final_output`` are the whole exchange).
         turns: one entry per model call, filled by the engine: ``{"actor": "agent"|"user",
             "latency_s", "usage", "attempts", "throttled", "cached", "finish_reason",
-            "reasoning"}``.
+            "reasoning", "started_at", "ended_at"}`` (the last two: Unix seconds when the
+            call began and ended, retries included; absent in journals written before them).
         final_output: the answer to score: the model's text (with a completion-mode answer
             prefix in front of it), or the last message of a rollout (``output`` in the
             journal).

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,8 @@ async def execute(model: Any, request: Request, cache: Any = None) -> Completion
 
 class ActorModel:
     """A model as a solver sees it: parameters filled in, every call through :func:`execute`
-    (cache, retries, failure conversion), per-call statistics appended to ``turns``; a failed
+    (cache, retries, failure conversion), per-call statistics appended to ``turns`` (with
+    ``started_at`` / ``ended_at``, Unix seconds, of the call, retries included); a failed
     call raises :class:`ModelCallError` naming ``actor``."""
 
     def __init__(self, model: Any, cache: Any, actor: str, params: dict[str, Any], turns: list[dict[str, Any]], epoch: int = 0):
@@ -149,6 +151,7 @@ class ActorModel:
         if not request.params:
             request.params = dict(self.params)
         request.epoch = self.epoch  # every turn of epoch e carries e in its identity
+        started_at = time.time()
         result = await execute(self.model, request, self.cache)
         if isinstance(result, Failure):
             result.actor = self.actor
@@ -163,6 +166,8 @@ class ActorModel:
                 "cached": result.cached,
                 "finish_reason": result.finish_reason,
                 "reasoning": result.reasoning,
+                "started_at": round(started_at, 6),
+                "ended_at": round(time.time(), 6),
             }
         )
         return result

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,8 @@ def code_version() -> str:
 def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The run's summary (secrets scrubbed) and its scored records, from the journal: the
     metrics of each epoch by the benchmark's rules, averaged; intervals on them (``partial_*``
-    ones when incomplete), counts per category, aggregation rules and repeat figures."""
+    ones when incomplete), counts per category, aggregation rules and repeat figures.
+    ``wall_s`` is the interval from ``started_at`` to ``finished_at`` (milliseconds)."""
     cfg, bench, samples = plan.cfg, plan.bench, plan.samples
     hashes = plan.request_hashes()
     journal = read_journal(state.run_dir / PREDICTIONS, hashes)
@@ -50,15 +50,15 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> 
             failures[key] = r
     missing = [u.key for u in plan.units if u.key not in journal.rows]
     metrics = epoch_mean([bench.aggregate(samples, rows) for rows in epochs])
-    figures: dict[str, Any] = repeat_figures(bench, epochs)
-    metrics.update(figures)
+    metrics.update(repeat_figures(bench, epochs))
     ci = metric_intervals(bench, samples, epochs, cfg.run, prefix="" if not missing else "partial_")
     names = list(metrics) if not missing else [f"partial_{k}" for k in metrics]
+    finished_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+    wall_s = (dt.datetime.fromisoformat(finished_at) - dt.datetime.fromisoformat(state.started_at)).total_seconds()
     summary = build_summary(
         cfg=cfg, bench=bench, samples=samples, records=records, failures=failures, missing=missing, metrics=metrics,
         fingerprint=data_fingerprint(samples), prompt_hash=plan.prompt_hash(), code_version=code_version(),
-        model_id=plan.models.model_id, started_at=state.started_at,
-        finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), wall_s=time.perf_counter() - state.t0,
+        model_id=plan.models.model_id, started_at=state.started_at, finished_at=finished_at, wall_s=wall_s,
         figures={"metrics_ci": ci, "ci_level": cfg.run.ci_level, "seed": cfg.run.seed,
                  "category_counts": category_counts(bench, samples, epochs), "aggregation": aggregation(bench, names)},
     )  # fmt: skip
@@ -81,5 +81,6 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
     except Exception:  # noqa: BLE001 - a figure must never cost the run its summary
         log.exception("plotting failed")
     write_report(run_dir, summary, plan.bench, generates=not plan.models.offline)
-    observer.run_finished(RunInfo(plan.cfg, run_dir, state.resumed), summary)
+    requests = [u.request for u in plan.units]  # the selection, in order, with each prompt
+    observer.run_finished(RunInfo(plan.cfg, run_dir, state.resumed, extra={"requests": requests}), summary)
     return summary

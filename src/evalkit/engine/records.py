@@ -5,7 +5,8 @@ Record contract (ARCHITECTURE.md; extend, don't rename): ``sample_id``, ``subset
 ``status``, ``output``, ``parsed``, ``scores``, ``checks``, ``failed_checks``, ``detail``,
 ``request_hash``, ``prompt_hash``, then ``raw_output`` (completion mode), ``usage``,
 ``latency_s``, ``attempts``, ``throttled``, ``cached``, ``finish_reason``, ``reasoning``
-(never scored), ``n_turns``, ``epoch`` (the repeat, 0 for the first) and, for a rollout, the whole ``trajectory`` (so that
+(never scored), ``started_at`` / ``ended_at`` (Unix seconds of the model calls), ``n_turns``,
+``epoch`` (the repeat, 0 for the first) and, for a rollout, the whole ``trajectory`` (so that
 ``rescore`` needs nothing else; a readable copy goes to ``trajectories/<sample id>.json``).
 
 A row is at most :data:`MAX_LINE_BYTES` of JSON: over it, the model's texts (``output``,
@@ -34,8 +35,10 @@ KEPT_CHARS = 4096
 
 def turn_totals(turns: list[dict[str, Any]]) -> dict[str, Any]:
     """Totals over a trajectory's model calls: ``usage`` (summed per key), ``latency_s``,
-    ``attempts``, ``throttled``, ``cached`` (every call answered from the cache), and of the
-    model under evaluation's calls the last ``finish_reason`` and the ``reasoning`` texts."""
+    ``attempts``, ``throttled``, ``cached`` (every call answered from the cache), of the
+    model under evaluation's calls the last ``finish_reason`` and the ``reasoning`` texts,
+    and ``started_at`` / ``ended_at`` (Unix seconds: the first call's start, the last call's
+    end; ``None`` without calls)."""
     usage: dict[str, int] = {}
     for turn in turns:
         for k, v in (turn.get("usage") or {}).items():
@@ -50,6 +53,8 @@ def turn_totals(turns: list[dict[str, Any]]) -> dict[str, Any]:
         "cached": bool(turns) and all(t.get("cached") for t in turns),
         "finish_reason": agent[-1].get("finish_reason") if agent else None,
         "reasoning": "\n\n".join(reasoning) if reasoning else None,
+        "started_at": min((t["started_at"] for t in turns if "started_at" in t), default=None),
+        "ended_at": max((t["ended_at"] for t in turns if "ended_at" in t), default=None),
     }
 
 

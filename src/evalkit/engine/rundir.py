@@ -41,7 +41,7 @@ RESUMABLE_KEYS = {"run", "tracking", "runner", "hydra", "layers"} | {
 @dataclass
 class RunState:
     """An open run directory: where, whether resumed, and when this attempt started
-    (``started_at`` ISO 8601 UTC, ``t0`` a ``perf_counter`` reading)."""
+    (``started_at`` ISO 8601 UTC to the millisecond, ``t0`` a ``perf_counter`` reading)."""
 
     run_dir: Path
     resumed: bool
@@ -165,7 +165,7 @@ def open_run(cfg: EvalConfig, run_dir: Path, resumed: bool) -> Iterator[RunState
         text = yaml.safe_dump(recorded_config(cfg), sort_keys=False, allow_unicode=True)
         (run_dir / CONFIG).write_text(text, encoding="utf-8")
         _keep_earlier_failures(run_dir)
-        started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
         yield RunState(run_dir, resumed, started_at, time.perf_counter())
     except KeyboardInterrupt as exc:
         if isinstance(exc, RunInterrupted):

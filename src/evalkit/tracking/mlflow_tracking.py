@@ -1,25 +1,51 @@
-"""MLflow, as an observer of runs and sweeps (:class:`MlflowObserver`).
+"""MLflow, as an observer of runs and sweeps (:class:`MlflowObserver`) — the comparison UI of
+evalkit's runs. The MLflow client and the experiment set-up live here only; what is shown is
+chosen by :mod:`~evalkit.tracking.curate` (params, metrics, tables, description, names),
+:mod:`~evalkit.tracking.samples` and :mod:`~evalkit.tracking.traces` (one trace per sample).
 
-Per run: params = the resolved config that ran, flattened to dotted keys (secrets redacted;
-the provenance ``layers`` are not params); tags = benchmark, model, shots, status, data
-fingerprint, prompt hash, code version, ``evalkit.kind=run``, ``suite`` (``run.suite``, when
-set) and, for a job of a sweep, ``sweep=<sweep id>`` + ``sweep_dir`` +
-``mlflow.parentRunId`` = the sweep's parent run; metrics = the summary's metrics
-(``partial_*`` when incomplete); artifacts = every file of the run directory. A resumed
-run logs into the MLflow run it started (``tracking.json`` in the run directory keeps its
-id). Per sweep: one parent run (``evalkit.kind=sweep``) holding the sweep's counts, each
-job's headline and the sweep summary and report.
+Per run (logged when it finishes, from its run directory):
+
+* an MLflow run whose start and end are the run's ``started_at`` / ``finished_at`` (so its
+  Duration is the run's ``wall_s``; a resumed run keeps its first start and gets the last
+  attempt's end); tags: benchmark, model, shots, status, data
+  fingerprint, prompt hash, code version, ``headline_name``, ``evalkit.kind=run``,
+  ``suite``, and for a job of a sweep ``sweep`` + ``sweep_dir`` + ``mlflow.parentRunId``
+  (named after its point: ``model=a shots=3``); a one-paragraph description
+  (``mlflow.note.content``);
+* the curated params (at most 25) and metrics (``headline`` in a complete run) of
+  :mod:`~evalkit.tracking.curate`;
+* the evaluation data as an MLflow dataset (context ``eval``): named after the benchmark,
+  language and subsets, digest = the data fingerprint's first 36 hex characters;
+* tables (``log_table``, replaced whole on every logging): ``tables/samples.json`` (one row
+  per selected sample: sample_id, subset, status, the primary score, the output cut),
+  ``tables/subsets.json`` (counts per subset), ``tables/breakdown_<dimension>.json``;
+* every file of the run directory as an artifact;
+* one trace per selected sample (``tracking.traces=false``: none), linked to the run
+  (``mlflow.sourceRun``): scores as assessments, rollouts as spans. Each trace is written
+  with its assessments in one ``start_trace`` call and the spans of a batch of traces in one
+  ``log_spans`` call, synchronously, and the store's count is checked afterwards.
+
+Logging again (a resumed run, ``python -m evalkit.track``) adds only what is new:
+``tracking.json`` (:mod:`~evalkit.tracking.ledger`) records the MLflow run and every trace
+logged; a sample that failed and now scored has its error trace replaced. A run resumed into
+another tracking store gets a new MLflow run there.
+
+Per sweep: one parent run (``evalkit.kind=sweep``) with the counts, each job's headline
+named by its point (``f1_macro/model:baseline_first_k shots:3``), the sweep summary as a
+table and the summary and report files.
 
 Default store: ``sqlite:///<run.output_root>/mlflow.db`` with artifacts under
-``<run.output_root>/mlartifacts``. The MLflow client and the experiment set-up live here
-only.
+``<run.output_root>/mlartifacts``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 import json
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,12 +54,29 @@ import yaml
 
 from evalkit import secrets
 from evalkit.errors import TrackingError, first_line
+import evalkit.tracking.curate as curate
 from evalkit.tracking.base import Observer, RunInfo
+from evalkit.tracking.ledger import FILE as LEDGER_FILE
+from evalkit.tracking.ledger import Ledger
+from evalkit.tracking.samples import Outcome, outcomes, primary_score
 from evalkit.tracking.store import open_client
+from evalkit.tracking.traces import build_trace, cut, trace_id_of
 
 log = logging.getLogger(__name__)
 
 SWEEP_FILES = ("sweep_summary.json", "sweep_report.md")
+#: traces written per batch (one ``log_spans`` call and one ``tracking.json`` update each)
+TRACE_BATCH = 200
+#: characters of each output in the per-sample table
+TABLE_OUTPUT_CHARS = 500
+#: the experiment's description (``mlflow.note.content``), set when it has none
+EXPERIMENT_NOTE = (
+    "evalkit evaluations. One run per evaluation of a model on a benchmark (a sweep: a parent run with one child "
+    "per point). Compare runs by the `headline` metric (every complete run has one; `headline_name` says which "
+    "benchmark metric it is, incomplete runs have only `partial_*` figures). Each run holds one trace per sample "
+    "(request, output, each score as an assessment; agent rollouts span by span), the per-sample table "
+    "`tables/samples.json`, the benchmark's breakdown tables and the run directory's files."
+)
 
 
 def tracking_uri(cfg: Any) -> str:
@@ -50,17 +93,6 @@ def artifact_root(cfg: Any) -> str:
     return (Path(str(cfg.run.output_root)).resolve() / "mlartifacts").as_uri()
 
 
-def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dict → ``{"a.b.c": value}`` (lists kept as their JSON text)."""
-    out: dict[str, Any] = {}
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-    else:
-        out[prefix[:-1]] = json.dumps(obj, ensure_ascii=False) if isinstance(obj, (list, tuple)) else obj
-    return out
-
-
 def client(uri: str) -> Any:
     """An ``MlflowClient`` of the store at ``uri`` (synchronous logging, quiet loggers); a
     SQLite store is created or migrated by one process at a time (:func:`open_client`)."""
@@ -70,14 +102,28 @@ def client(uri: str) -> Any:
     return open_client(uri)
 
 
+def trace_client(uri: str) -> Any:
+    """MLflow's ``TracingClient`` of the store at ``uri`` (open it with :func:`client` first):
+    ``start_trace`` of a ``TraceInfo`` with its assessments, ``log_spans`` of many traces."""
+    from mlflow.tracing.client import TracingClient  # deferred: heavy import
+
+    return TracingClient(uri)
+
+
 def experiment_id(mlflow_client: Any, name: str, location: str) -> str:
     """The id of experiment ``name``, created (artifacts at ``location``) when it is new —
-    also when another process creates it at the same moment."""
+    also when another process creates it at the same moment. An experiment without a
+    description gets evalkit's, and ``headline`` as its primary metric."""
+    tags = {"mlflow.note.content": EXPERIMENT_NOTE, "mlflow.experiment.primaryMetric.name": "headline",
+            "mlflow.experiment.primaryMetric.greaterIsBetter": "True"}  # fmt: skip
     exp = mlflow_client.get_experiment_by_name(name)
     if exp is not None:
+        if "mlflow.note.content" not in exp.tags:
+            for key, value in tags.items():
+                mlflow_client.set_experiment_tag(exp.experiment_id, key, value)
         return exp.experiment_id
     try:
-        return mlflow_client.create_experiment(name, artifact_location=location)
+        return mlflow_client.create_experiment(name, artifact_location=location, tags=tags)
     except Exception:  # noqa: BLE001 - created meanwhile by another process
         exp = mlflow_client.get_experiment_by_name(name)
         if exp is None:
@@ -85,17 +131,28 @@ def experiment_id(mlflow_client: Any, name: str, location: str) -> str:
         return exp.experiment_id
 
 
-def log_values(mlflow_client: Any, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None) -> None:
-    """Log params and numeric metrics in MLflow's batch sizes (100 params, 500 metrics)."""
-    from mlflow.entities import Metric, Param
+def log_values(mlflow_client: Any, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
+               tags: dict[str, str] | None = None, timestamp_ms: int | None = None) -> None:  # fmt: skip
+    """Log params, numeric metrics (at ``timestamp_ms``, default now) and tags in MLflow's
+    batch sizes (100 params, 1000 metrics and tags per call)."""
+    from mlflow.entities import Metric, Param, RunTag
 
     items = [Param(k[:250], str(v)[:6000]) for k, v in (params or {}).items()]
     for i in range(0, len(items), 100):
         mlflow_client.log_batch(run_id, params=items[i : i + 100])
-    now = int(time.time() * 1000)
+    now = timestamp_ms or int(time.time() * 1000)
     entries = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if isinstance(v, (int, float))]
-    for i in range(0, len(entries), 500):
-        mlflow_client.log_batch(run_id, metrics=entries[i : i + 500])
+    run_tags = [RunTag(k, str(v)[:8000]) for k, v in (tags or {}).items()]
+    for i in range(0, max(len(entries), len(run_tags)), 1000):
+        mlflow_client.log_batch(run_id, metrics=entries[i : i + 1000], tags=run_tags[i : i + 1000])
+
+
+def _ms(timestamp: str | None) -> int | None:
+    """Milliseconds since the epoch of an ISO 8601 time (``None`` when absent or unreadable)."""
+    try:
+        return int(dt.datetime.fromisoformat(str(timestamp)).timestamp() * 1000) if timestamp else None
+    except ValueError:
+        return None
 
 
 def _local_path(location: str) -> Path | None:
@@ -106,28 +163,85 @@ def _local_path(location: str) -> Path | None:
     return None if "://" in location else Path(location)
 
 
+def _sha256(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+def dataset_input(summary: dict[str, Any], recorded: dict[str, Any]) -> Any:
+    """The run's evaluation data as an MLflow ``DatasetInput`` (context ``eval``): named
+    ``<benchmark> <language> <subsets>`` (``acebench en all subsets``), digest = the data fingerprint's first 36 hex
+    characters, source = where the data was read, profile = the number of samples."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag  # deferred: heavy import
+
+    bench = recorded.get("benchmark") or {}
+    subsets = bench.get("subsets")
+    language = bench.get("language")
+    parts = [str(summary.get("benchmark")), *(["all languages" if language == "all" else str(language)] if language else []),
+             "+".join(map(str, subsets)) if subsets else "all subsets"]  # fmt: skip
+    where = next((str(bench[k]) for k in ("data_dir", "dataset", "pilot_path", "source_url") if bench.get(k)), "")
+    dataset = Dataset(name=cut(" ".join(parts), 200), digest=str(summary.get("data_fingerprint"))[:36], source_type="local",
+                      source=json.dumps({"uri": where}), profile=json.dumps({"num_rows": summary.get("n_samples")}))  # fmt: skip
+    return DatasetInput(dataset=dataset, tags=[InputTag(key="mlflow.data.context", value="eval")])
+
+
+def samples_table(outs: list[Outcome], headline: str) -> dict[str, list[Any]]:
+    """The per-sample table: sample_id, subset, status (``failed: <kind>`` for a failure),
+    the primary score (column named after it) and the output cut to
+    :data:`TABLE_OUTPUT_CHARS` characters; ``epoch`` when the run repeats samples."""
+    names = list(dict.fromkeys(k for o in outs if o.row for k in (o.row.get("scores") or {})))
+    primary = primary_score(names, headline) or "score"
+    table: dict[str, list[Any]] = {"sample_id": [], "subset": [], "status": [], primary: [], "output": []}
+    if any(o.epoch for o in outs):
+        table["epoch"] = [o.epoch for o in outs]
+    for o in outs:
+        row = o.row or {}
+        table["sample_id"].append(o.sample_id)
+        table["subset"].append(o.subset)
+        table["status"].append(row.get("status") if o.ok else f"failed: {(o.failure or {}).get('error_kind')}")
+        table[primary].append((row.get("scores") or {}).get(primary))
+        table["output"].append(secrets.scrub(cut(row.get("output") or "", TABLE_OUTPUT_CHARS)) if o.ok else None)
+    return table
+
+
+def subsets_table(outs: list[Outcome], headline: str) -> dict[str, list[Any]]:
+    """Counts per subset: samples, scored, failed, and the mean primary score of the scored."""
+    names = list(dict.fromkeys(k for o in outs if o.row for k in (o.row.get("scores") or {})))
+    primary = primary_score(names, headline) or "score"
+    groups: dict[str, list[Outcome]] = {}
+    for o in outs:
+        groups.setdefault(o.subset, []).append(o)
+    rows = []
+    for subset, members in groups.items():
+        values = [float(v) for o in members if o.ok and isinstance(v := (o.row or {}).get("scores", {}).get(primary), (int, float))]
+        rows.append((subset, len(members), sum(o.ok for o in members), values))
+    return {"subset": [r[0] for r in rows], "n_samples": [r[1] for r in rows], "n_scored": [r[2] for r in rows],
+            "n_failed": [r[1] - r[2] for r in rows], f"mean_{primary}": [sum(r[3]) / len(r[3]) if r[3] else None for r in rows]}  # fmt: skip
+
+
 class MlflowObserver(Observer):
     """Records runs and sweeps in an MLflow store.
 
     ``uri`` / ``experiment`` / ``artifact_root``: the store (:meth:`from_config` reads them
     from a config); ``suite``: the ``suite`` tag; ``sweep``: the ``sweep.json`` of the sweep
-    this run is a job of (``None`` outside a sweep).
+    this run is a job of (``None`` outside a sweep); ``traces``: log one trace per sample.
     """
 
     def __init__(self, uri: str, experiment: str, artifact_root: str, suite: str | None = None,
-                 sweep: dict[str, Any] | None = None):  # fmt: skip
+                 sweep: dict[str, Any] | None = None, traces: bool = True):  # fmt: skip
         self.uri = uri
         self.experiment = experiment
         self.artifact_root = artifact_root
         self.suite = suite
         self.sweep = sweep
+        self.traces = traces
 
     @classmethod
     def from_config(cls, cfg: Any, sweep: dict[str, Any] | None = None) -> "MlflowObserver":
         """The observer of ``cfg``'s ``tracking.*`` settings (a validated or a composed config)."""
         run = cfg.run
         suite = run.get("suite") if isinstance(run, dict) or hasattr(run, "get") else getattr(run, "suite", None)
-        return cls(tracking_uri(cfg), str(cfg.tracking.experiment), artifact_root(cfg), suite, sweep)
+        traces = cfg.tracking.get("traces", True) if hasattr(cfg.tracking, "get") else getattr(cfg.tracking, "traces", True)
+        return cls(tracking_uri(cfg), str(cfg.tracking.experiment), artifact_root(cfg), suite, sweep, bool(traces))
 
     # ---- runs ---------------------------------------------------------------------------
     def run_started(self, run: RunInfo) -> None:
@@ -170,16 +284,16 @@ class MlflowObserver(Observer):
                 raise TrackingError(f"tracking.experiment: cannot create {self.experiment!r} ({first_line(exc)})") from None
 
     def run_finished(self, run: RunInfo, summary: dict[str, Any]) -> None:
-        """Log the finished run (:meth:`log_run`); any failure is one line naming the run
-        directory and how to log it again."""
+        """Log the finished run (:meth:`log_run`). A failure does not fail the run (its
+        results are on disk): it is one line on stderr naming the command that logs the run
+        again, ``python -m evalkit.track <run dir>``; the traceback goes to the run's log."""
         try:
-            self.log_run(run.run_dir, summary)
+            self.log_run(run.run_dir, summary, run.extra.get("requests"))
         except Exception as exc:  # noqa: BLE001 - any tracking failure becomes one line
-            log.exception("MLflow logging failed")
-            raise TrackingError(
-                f"tracking: MLflow logging failed ({type(exc).__name__}: {first_line(exc)}); the run's results are in "
-                f"{run.run_dir} — fix tracking.tracking_uri and log them again with run.resume={run.run_dir}"
-            ) from None
+            log.info("MLflow logging of %s failed", run.run_dir, exc_info=True)  # evalkit.log only
+            line = retry_line(run.run_dir, exc)
+            log.info("%s", line)
+            print(line, file=sys.stderr)
 
     def sweep_tags(self) -> dict[str, str]:
         """Tags that put a sweep's job under the sweep's parent run (none outside a sweep).
@@ -192,62 +306,137 @@ class MlflowObserver(Observer):
             tags["mlflow.parentRunId"] = str(info["parent_run_id"])
         return tags
 
+    def run_name(self, run_dir: Path, summary: dict[str, Any]) -> str:
+        """``<benchmark>-<model>-<run dir name>``; a sweep's job is named by its point
+        (``model=a shots=3``), its number being its directory's ``<num>-`` prefix."""
+        name = Path(run_dir).name
+        if self.sweep:
+            num = name.split("-", 1)[0]
+            label = curate.point_label(curate.swept_point(self.sweep.get("points"), int(num))) if num.isdigit() else ""
+            return label or name
+        return f"{summary['benchmark']}-{summary['model']}-{name}"
+
     def _run_tags(self, run_dir: Path, summary: dict[str, Any]) -> dict[str, str]:
-        tags = {
+        return {
             "benchmark": summary["benchmark"],
             "model": summary["model"],
             "shots": str(summary["shots"]),
             "status": summary["status"],
+            "headline_name": str(summary.get("headline")),
             "data_fingerprint": summary["data_fingerprint"],
             "prompt_hash": summary["prompt_hash"],
             "code_version": summary["code_version"],
             "run_dir": str(Path(run_dir).resolve()),
             "user_model": str(summary.get("user_model")),
-            "mlflow.runName": f"{summary['benchmark']}-{summary['model']}-{Path(run_dir).name}",
+            "mlflow.runName": self.run_name(run_dir, summary),
+            "mlflow.note.content": curate.description(summary, run_dir),
             "evalkit.kind": "run",
             **({"suite": str(self.suite)} if self.suite else {}),
             **self.sweep_tags(),
         }
-        if "sweep" in tags:  # the job's directory name already says <num>-<benchmark>-<model>-shots<k>
-            tags["mlflow.runName"] = f"{tags['sweep']}/{Path(run_dir).name}"
-        return tags
 
-    def _existing_run(self, run_dir: Path) -> str | None:
-        state_file = Path(run_dir) / "tracking.json"
-        if state_file.exists():
-            state = json.loads(state_file.read_text(encoding="utf-8"))
-            if state.get("tracking_uri") == self.uri:
-                return state.get("mlflow_run_id")
-        return None
+    def log_run(self, run_dir: Path, summary: dict[str, Any], requests: list[Any] | None = None) -> str:
+        """Log (or complete the logging of) the finished run in ``run_dir`` whose
+        ``summary.json`` is ``summary``; returns the MLflow run id. ``requests``: the run's
+        requests (the selection and its prompts; see :func:`~evalkit.tracking.samples.outcomes`).
 
-    def log_run(self, run_dir: Path, summary: dict[str, Any]) -> str:
-        """Log ``run_dir`` to MLflow; returns the MLflow run id. A run resumed into another
-        tracking store (``run.output_root`` or ``tracking.tracking_uri`` changed) gets a new
-        MLflow run there."""
+        Raises:
+            TrackingError: the store holds another number of traces for the run than it
+                has selected samples.
+            Any MLflow or file error.
+        """
+        run_dir = Path(run_dir)
         mlflow_client = client(self.uri)
-        exp_id = experiment_id(mlflow_client, self.experiment, self.artifact_root)
+        ledger = Ledger.load(run_dir, self.uri)
+        exp_id = ledger.experiment_id or experiment_id(mlflow_client, self.experiment, self.artifact_root)
         tags = self._run_tags(run_dir, summary)
-        run_id = self._existing_run(run_dir)
-        if run_id is None:
-            run_id = mlflow_client.create_run(exp_id, tags=tags).info.run_id
-            state = {"mlflow_run_id": run_id, "tracking_uri": self.uri}
-            (Path(run_dir) / "tracking.json").write_text(json.dumps(state) + "\n", encoding="utf-8")
-            recorded = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
-            recorded = {k: v for k, v in secrets.redact_config(recorded).items() if k not in ("layers", "hydra")}
-            log_values(mlflow_client, run_id, params=flatten(recorded))
+        if ledger.run_id is None:
+            run = mlflow_client.create_run(exp_id, start_time=_ms(summary.get("started_at")), tags=tags)
+            ledger.run_id, ledger.experiment_id = run.info.run_id, exp_id
+            ledger.save()
         else:
-            for k, v in tags.items():
-                mlflow_client.set_tag(run_id, k, v)
-        metrics = summary["metrics"] if summary["status"] == "complete" else summary.get("partial_metrics", {})
-        counts = {"n_samples": summary["n_samples"], "n_scored": summary["n_scored"], "n_failed": summary["n_failed"]}
-        log_values(mlflow_client, run_id, metrics={**metrics, **counts})
-        for path in sorted(Path(run_dir).iterdir()):
-            if path.is_file() and path.name != "tracking.json":
+            log_values(mlflow_client, ledger.run_id, tags=tags)
+        outs = outcomes(run_dir, summary, requests)
+        digest = _sha256(summary)
+        if ledger.summary_sha256 != digest:
+            self._log_record(mlflow_client, ledger.run_id, run_dir, summary, outs)
+        if self.traces:
+            self._log_traces(mlflow_client, ledger, run_dir, summary, outs)
+        status = "FINISHED" if summary["status"] == "complete" else "FAILED"
+        mlflow_client.set_terminated(ledger.run_id, status=status, end_time=_ms(summary.get("finished_at")))
+        ledger.summary_sha256 = digest
+        ledger.save()
+        return ledger.run_id
+
+    def _log_record(self, mlflow_client: Any, run_id: str, run_dir: Path, summary: dict[str, Any], outs: list[Outcome]) -> None:
+        """Params (those not logged yet), metrics, the dataset, the tables and the files."""
+        recorded = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+        recorded = secrets.redact_config(recorded)
+        logged = mlflow_client.get_run(run_id).data.params
+        params = {k: v for k, v in curate.run_params(recorded, summary).items() if k not in logged}
+        log_values(mlflow_client, run_id, params=params, metrics=curate.run_metrics(summary),
+                   timestamp_ms=_ms(summary.get("finished_at")))  # fmt: skip
+        mlflow_client.log_inputs(run_id, datasets=[dataset_input(summary, recorded)])
+        self._log_tables(mlflow_client, run_id, summary, outs)
+        for path in sorted(run_dir.iterdir()):
+            if path.is_file() and path.name != LEDGER_FILE and not path.name.startswith("."):
                 mlflow_client.log_artifact(run_id, str(path))
             elif path.is_dir():
                 mlflow_client.log_artifacts(run_id, str(path), artifact_path=path.name)
-        mlflow_client.set_terminated(run_id, status="FINISHED" if summary["status"] == "complete" else "FAILED")
-        return run_id
+
+    def _log_tables(self, mlflow_client: Any, run_id: str, summary: dict[str, Any], outs: list[Outcome]) -> None:
+        """``tables/``: written whole (what an earlier logging left there is removed first,
+        since ``log_table`` appends to an existing table)."""
+        import pandas as pd  # deferred: MLflow's own dependency, loaded by log_table anyway
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository  # deferred: heavy
+
+        if any(a.path == "tables" for a in mlflow_client.list_artifacts(run_id)):
+            get_artifact_repository(mlflow_client.get_run(run_id).info.artifact_uri).delete_artifacts("tables")
+        headline = str(summary.get("headline"))
+        tables = {"samples": samples_table(outs, headline), "subsets": subsets_table(outs, headline)}
+        tables.update({f"breakdown_{curate.mlflow_name(k).replace('/', '_')}": v for k, v in curate.breakdown_tables(summary).items()})
+        for name, table in tables.items():  # object columns: values as they are (no string dtype)
+            mlflow_client.log_table(run_id, data=pd.DataFrame(table, dtype=object), artifact_file=f"tables/{name}.json")
+
+    def _log_traces(self, mlflow_client: Any, ledger: Ledger, run_dir: Path, summary: dict[str, Any], outs: list[Outcome]) -> None:
+        """One trace per outcome that the store does not hold as it is now (see the module
+        docstring); traces of samples no longer selected, or whose outcome changed, are
+        deleted. The ledger is saved after every batch."""
+        tracer, run_id, exp_id = trace_client(self.uri), str(ledger.run_id), str(ledger.experiment_id)
+        if not ledger.has_traces:
+            ledger.traces = self.logged_traces(tracer, exp_id, run_id)
+        wanted = {o.key: (o, trace_id_of(run_id, o)) for o in outs}
+        stale = [tid for key, tid in ledger.traces.items() if key not in wanted or wanted[key][1] != tid]
+        for i in range(0, len(stale), 100):
+            tracer.delete_traces(exp_id, trace_ids=stale[i : i + 100])
+        ledger.traces = {k: t for k, t in ledger.traces.items() if k in wanted and wanted[k][1] == t}
+        ledger.save()
+        todo = [(o, tid) for key, (o, tid) in wanted.items() if key not in ledger.traces]
+        start_s = (_ms(summary.get("started_at")) or int(time.time() * 1000)) / 1000
+        for i in range(0, len(todo), TRACE_BATCH):
+            batch = todo[i : i + TRACE_BATCH]
+            built = [build_trace(o, run_dir, run_id, exp_id, summary, start_s) for o, _ in batch]
+            for info, _ in built:
+                tracer.start_trace(info)
+            tracer.log_spans(exp_id, [span for _, spans in built for span in spans])
+            ledger.traces.update({o.key: tid for o, tid in batch})
+            ledger.save()
+        held = self.logged_traces(tracer, exp_id, run_id)
+        if held != ledger.traces:
+            raise TrackingError(f"tracking: the store holds {len(held)} traces of the run, {len(outs)} expected")
+
+    @staticmethod
+    def logged_traces(tracer: Any, exp_id: str, run_id: str) -> dict[str, str]:
+        """``{sample key: trace id}`` of the traces the store links to MLflow run ``run_id``."""
+        found: dict[str, str] = {}
+        token = None
+        while True:
+            page = tracer.search_traces(locations=[exp_id], run_id=run_id, max_results=1000, include_spans=False, page_token=token)
+            for trace in page:
+                found[trace.info.tags.get("evalkit.key", trace.info.trace_id)] = trace.info.trace_id
+            token = page.token
+            if not token:
+                return found
 
     # ---- sweeps -------------------------------------------------------------------------
     def sweep_started(self, sweep_dir: Path, info: dict[str, Any]) -> dict[str, Any]:
@@ -259,24 +448,35 @@ class MlflowObserver(Observer):
             "evalkit.kind": "sweep",
             "sweep_dir": info["sweep_dir"],
             "mlflow.runName": f"sweep-{info['sweep_id']}",
+            "mlflow.note.content": f"Sweep `{info['sweep_id']}` over `{' '.join(info['overrides'])[:2000]}`; one child run per point.",
             "overrides": " ".join(info["overrides"])[:5000],
             **({"suite": str(info["suite"])} if info.get("suite") else {}),
         }
-        run = mlflow_client.create_run(exp_id, tags=tags)
+        run = mlflow_client.create_run(exp_id, start_time=_ms(info.get("started_at")), tags=tags)
         return {"tracking_uri": self.uri, "experiment": self.experiment, "parent_run_id": run.info.run_id}
 
     def sweep_finished(self, sweep_dir: Path, info: dict[str, Any], summary: dict[str, Any], status: str) -> None:
-        """Log the sweep's counts, each job's headline (``job<num>.<headline>``), its summary
-        and report to the parent run, and end it with ``status``."""
+        """Log the sweep's counts, each job's headline named by its point
+        (:func:`~evalkit.tracking.curate.sweep_metrics`), the sweep summary as a table
+        (``tables/sweep.json``) and its files to the parent run, and end it with ``status``."""
         run_id = info.get("parent_run_id")
         if not run_id:
             return
         mlflow_client = client(info.get("tracking_uri") or self.uri)
-        values: dict[str, float] = {k: summary[k] for k in ("n_jobs", "n_complete_jobs", "n_failed_jobs")}
-        for j in summary["jobs"]:
-            if isinstance(j.get("headline_value"), (int, float)):
-                values[f"job{j['num']}.{j['headline']}"] = j["headline_value"]
-        log_values(mlflow_client, run_id, metrics=values)
+        log_values(mlflow_client, run_id, metrics=curate.sweep_metrics(summary))
+        import pandas as pd  # deferred: MLflow's own dependency
+
+        mlflow_client.log_table(run_id, data=pd.DataFrame(curate.sweep_table(summary), dtype=object), artifact_file="tables/sweep.json")
         for name in SWEEP_FILES:
             mlflow_client.log_artifact(run_id, str(Path(sweep_dir) / name))
         mlflow_client.set_terminated(run_id, status=status)
+
+
+def retry_line(run_dir: Path, exc: BaseException) -> str:
+    """The one line a run prints when its MLflow logging fails: the cause and the command
+    that logs the run again."""
+    what = secrets.scrub(f"{type(exc).__name__}: {first_line(exc)}")
+    return (
+        f"evalkit: warning: tracking: MLflow logging failed ({what}); the run's results are in {run_dir} — "
+        f"log them with: python -m evalkit.track {run_dir}"
+    )

@@ -1,0 +1,271 @@
+"""What a run shows in MLflow: its params, metrics, breakdown tables, description and names,
+chosen from the run directory's ``config.yaml`` and ``summary.json`` (pure functions; no
+MLflow import, no store access).
+
+* **params** (:func:`run_params`, at most :data:`MAX_PARAMS`): the benchmark and its knobs,
+  the model's name, provider model and model id, shots and repeats, the generation
+  parameters as sent (``config.yaml``'s top-level ``generation``), the backend kind, and the
+  user simulator's model and generation when there is one. Never: paths and directories,
+  ``run.*`` / ``tracking.*`` / ``runner.*``, scheduling and scoring bounds, ``None`` or empty
+  values, the ``layers`` provenance. The whole resolved config is the ``config.yaml`` artifact.
+* **metrics** (:func:`run_metrics`): ``headline`` (+ ``headline_ci_low`` / ``headline_ci_high``
+  when ``summary.metrics_ci`` has the headline's interval) in a complete run only; each
+  benchmark's named metrics (:data:`NAMED_ONLY` limits a benchmark with many breakdowns to
+  the names without ``/``), ``<name>_ci_low`` / ``<name>_ci_high`` for the group-level ones
+  (:func:`is_group`); the counts; the run's token totals (``tokens/<key>``) and ``cost_usd``
+  when the summary has them. An incomplete run has its ``partial_*`` figures and no headline.
+* **breakdown tables** (:func:`breakdown_tables`): every metric that is not an MLflow metric,
+  one table per dimension (``sample_pass_rate/family/x`` → table ``family``, row ``x``,
+  column ``sample_pass_rate``), with ``n`` and the interval where ``metrics_ci`` has them.
+* **names** (:func:`mlflow_name`): only what MLflow 3.17 accepts in a metric or param name
+  (letters, digits, ``_ - . / :`` and space; no empty, ``.`` or ``..`` path segment).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+#: MLflow refuses more than this many characters in a metric or param name
+MAX_NAME = 250
+#: the most params a run logs
+MAX_PARAMS = 25
+#: benchmark settings that are not knobs of what is evaluated: where data lives, scheduling
+#: and the scorer's resource bounds (they stay in the ``config.yaml`` artifact)
+NOT_KNOBS = frozenset({"name", "data_dir", "cache_dir", "source_url", "request_timeout_s", "score_timeout_s",
+                       "score_memory_mb", "user_overrides", "pilot_path", "icl_path"})  # fmt: skip
+#: benchmarks whose MLflow metrics are only the names without ``/`` (the rest: breakdown tables)
+NAMED_ONLY = frozenset({"sobhard"})
+
+_BAD_NAME_CHARS = re.compile(r"[^\w.\- :/]")
+
+
+def mlflow_name(text: str, limit: int = MAX_NAME) -> str:
+    """``text`` as a name MLflow 3.17 accepts for a metric or param (``validate_param_and_
+    metric_name`` and ``path_not_unique``): other characters become ``_``, empty / ``.`` /
+    ``..`` path segments are dropped, at most ``limit`` characters (never empty)."""
+    text = _BAD_NAME_CHARS.sub("_", str(text))
+    parts = [p for p in text.split("/") if p not in ("", ".", "..")]
+    name = "/".join(parts)[:limit].rstrip("/")
+    return name or "_"
+
+
+def _param_value(value: Any) -> str:
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return str(value)
+
+
+def _is_path_key(key: str) -> bool:
+    return key.endswith(("_dir", "_path", "_url", "_file"))
+
+
+def run_params(recorded: dict[str, Any], summary: dict[str, Any]) -> dict[str, str]:
+    """The curated params of a run (see the module docstring), in priority order, at most
+    :data:`MAX_PARAMS`: ``recorded`` is ``config.yaml`` (secrets already redacted),
+    ``summary`` the run's ``summary.json``. Values are strings (JSON for lists and dicts)."""
+    model = recorded.get("model") or {}
+    candidates: list[tuple[str, Any]] = [
+        ("benchmark.name", (recorded.get("benchmark") or {}).get("name")),
+        ("model.name", model.get("name")),
+        ("model.provider_model", model.get("provider_model")),
+        ("model.id", summary.get("model_id")),
+        ("model.api", model.get("api")),
+        ("model.baseline", model.get("baseline")),
+        ("model.extra_body", model.get("extra_body")),
+        ("shots.n", (recorded.get("shots") or {}).get("n")),
+        ("run.repeats", (recorded.get("run") or {}).get("repeats")),
+        *((f"generation.{k}", v) for k, v in (recorded.get("generation") or {}).items()),
+        ("backend.kind", (recorded.get("backend") or {}).get("kind")),
+    ]
+    for key, value in (recorded.get("benchmark") or {}).items():
+        if key not in NOT_KNOBS and not _is_path_key(key):
+            candidates.append((f"benchmark.{key}", value))
+    user = recorded.get("user") or {}
+    if user:
+        user_model = user.get("model") or {}
+        candidates += [("user.model.name", user_model.get("name")), ("user.model.provider_model", user_model.get("provider_model"))]
+        candidates += [(f"user.generation.{k}", v) for k, v in (user.get("generation") or {}).items()]
+    params: dict[str, str] = {}
+    for key, value in candidates:
+        if value is None or value in ("", [], {}) or key in params:
+            continue
+        params[mlflow_name(key)] = _param_value(value)[:6000]
+    return dict(list(params.items())[:MAX_PARAMS])
+
+
+def is_named(benchmark: str, name: str) -> bool:
+    """Whether metric ``name`` (without ``partial_``) of ``benchmark`` is an MLflow metric
+    rather than a row of a breakdown table."""
+    return benchmark not in NAMED_ONLY or "/" not in name
+
+
+def is_group(name: str) -> bool:
+    """Whether a metric is group-level (its interval is an MLflow metric too): a name
+    without ``/`` (SOBHard's rates, KE's macro means, ACEBench's ``overall``), an
+    upper-case group (``accuracy/NORMAL``, ``accuracy/en/AGENT``) or ``overall/<lang>``."""
+    last = name.rsplit("/", 1)[-1]
+    return "/" not in name or last.isupper() or name.startswith("overall")
+
+
+def _interval(cis: dict[str, Any], name: str) -> tuple[float, float] | None:
+    ci = cis.get(name)
+    if isinstance(ci, dict) and isinstance(ci.get("low"), (int, float)) and isinstance(ci.get("high"), (int, float)):
+        return float(ci["low"]), float(ci["high"])
+    return None
+
+
+def headline(summary: dict[str, Any]) -> tuple[str, float | None, tuple[float, float] | None]:
+    """``(headline metric name, value, interval)`` of a run; value and interval are ``None``
+    when the run is incomplete (no headline is published) or the figure is missing."""
+    name = str(summary.get("headline"))
+    if summary.get("status") != "complete":
+        return name, None, None
+    value = (summary.get("metrics") or {}).get(name)
+    if not isinstance(value, (int, float)):
+        return name, None, None
+    return name, float(value), _interval(summary.get("metrics_ci") or {}, name)
+
+
+def run_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """The run's MLflow metrics ``{name: value}`` (see the module docstring)."""
+    complete = summary.get("status") == "complete"
+    figures = (summary.get("metrics") if complete else summary.get("partial_metrics")) or {}
+    prefix = "" if complete else "partial_"
+    cis = summary.get("metrics_ci") or {}
+    out: dict[str, float] = {}
+    head, value, interval = headline(summary)
+    if value is not None:
+        out["headline"] = value
+        if interval:
+            out["headline_ci_low"], out["headline_ci_high"] = interval
+    for name, figure in figures.items():
+        base = name[len(prefix) :] if name.startswith(prefix) else name
+        if not isinstance(figure, (int, float)) or not is_named(str(summary.get("benchmark")), base):
+            continue
+        out[mlflow_name(name)] = float(figure)
+        ci = _interval(cis, name) if is_group(base) else None
+        if ci:
+            out[mlflow_name(f"{name}_ci_low")], out[mlflow_name(f"{name}_ci_high")] = ci
+    for key in ("n_samples", "n_scored", "n_failed"):
+        out[key] = float(summary.get(key) or 0)
+    for key, tokens in (summary.get("usage") or {}).items():
+        if isinstance(tokens, (int, float)) and not isinstance(tokens, bool):
+            out[mlflow_name(f"tokens/{key}")] = float(tokens)
+    if isinstance(summary.get("cost_usd"), (int, float)):
+        out["cost_usd"] = float(summary["cost_usd"])
+    return out
+
+
+def breakdown_tables(summary: dict[str, Any]) -> dict[str, dict[str, list[Any]]]:
+    """``{table name: {column: values}}`` of the metrics :func:`run_metrics` leaves out.
+
+    A name ``<metric>/<dimension>/<value…>`` is row ``<value…>`` of table ``<dimension>``
+    in column ``<metric>``; a name ``<dimension>/<value>`` (SOBHard's ``constraint/<id>``)
+    is row ``<value>`` of table ``<dimension>`` in column ``value``. Columns ``n``,
+    ``ci_low``, ``ci_high`` (of the table's first metric) come from ``metrics_ci``."""
+    complete = summary.get("status") == "complete"
+    figures = (summary.get("metrics") if complete else summary.get("partial_metrics")) or {}
+    prefix = "" if complete else "partial_"
+    cis = summary.get("metrics_ci") or {}
+    cells: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, figure in figures.items():
+        base = name[len(prefix) :] if name.startswith(prefix) else name
+        if is_named(str(summary.get("benchmark")), base) or not isinstance(figure, (int, float)):
+            continue
+        parts = base.split("/")
+        metric, dimension, label = ("value", parts[0], "/".join(parts[1:])) if len(parts) == 2 else (parts[0], parts[1], "/".join(parts[2:]))
+        row = cells.setdefault(dimension, {}).setdefault(label, {dimension: label})
+        row[prefix + metric] = figure
+        ci = cis.get(name) if isinstance(cis.get(name), dict) else None
+        if ci and "n" not in row:
+            row.update(n=ci.get("n"), ci_low=ci.get("low"), ci_high=ci.get("high"))
+    tables = {}
+    for dimension, rows in cells.items():
+        columns = list(dict.fromkeys(k for row in rows.values() for k in row))
+        tables[dimension] = {c: [row.get(c) for row in rows.values()] for c in columns}
+    return tables
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4f}"
+
+
+def description(summary: dict[str, Any], run_dir: Path) -> str:
+    """One paragraph (Markdown) for ``mlflow.note.content``: benchmark, model, headline with
+    its interval and n, status; an incomplete run says how many samples failed, of which
+    kinds, and the exact ``run.resume=…`` that continues it."""
+    who = f"**{summary.get('benchmark')}** × **{summary.get('model')}** (model id `{summary.get('model_id')}`)"
+    n, scored = summary.get("n_samples"), summary.get("n_scored")
+    head, value, interval = headline(summary)
+    if value is not None:
+        ci_rec = (summary.get("metrics_ci") or {}).get(head) or {}
+        method = f" ({ci_rec['method']})" if interval and ci_rec.get("method") else ""
+        ci = f", interval {_fmt(interval[0])}–{_fmt(interval[1])}{method}" if interval else ""
+        units = ci_rec.get("n") if interval and isinstance(ci_rec.get("n"), int) else n
+        text = f"{who}: headline `{head}` = **{_fmt(value)}**{ci} over n = {units} samples; status complete ({scored} of {n} scored)."
+    elif summary.get("status") == "complete":
+        text = f"{who}: status complete ({scored} of {n} scored); the headline `{head}` has no value."
+    else:
+        kinds = ", ".join(f"{k}: {v}" for k, v in (summary.get("failed_by_kind") or {}).items()) or "never ran"
+        text = (
+            f"{who}: status **INCOMPLETE** — {summary.get('n_failed')} of {n} samples failed ({kinds}); no headline is "
+            f"published (figures are `partial_*`). Continue it by repeating its command with "
+            f"`run.resume={Path(run_dir).resolve()}`."
+        )
+    return (
+        f"{text} Data fingerprint `{str(summary.get('data_fingerprint'))[:16]}`, prompt hash "
+        f"`{str(summary.get('prompt_hash'))[:16]}`, code `{summary.get('code_version')}`; run directory "
+        f"`{Path(run_dir).resolve()}`."
+    )
+
+
+def point_label(point: list[str] | None, sep: str = "=") -> str:
+    """A sweep point (``["model=a", "shots=3"]``) as one label, ``key<sep>value`` joined by
+    spaces; ``shots='3'`` loses Hydra's quotes."""
+    out = []
+    for override in point or []:
+        key, _, value = str(override).partition("=")
+        if len(value) >= 2 and value[0] == value[-1] == "'":
+            value = value[1:-1]
+        out.append(f"{key.lstrip('+~')}{sep}{value}")
+    return " ".join(out)
+
+
+def swept_point(points: list[list[str]] | None, num: int) -> list[str]:
+    """The overrides of point ``num`` whose key takes more than one value in the sweep."""
+    if not points or not 0 <= num < len(points):
+        return []
+    values: dict[str, set[str]] = {}
+    for point in points:
+        for override in point:
+            values.setdefault(override.partition("=")[0], set()).add(override)
+    return [o for o in points[num] if len(values.get(o.partition("=")[0], ())) > 1]
+
+
+def sweep_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """The sweep parent's metrics: the counts and each complete job's headline, named by
+    its point (``f1_macro/model:baseline_first_k shots:3``; ``<headline>/job<num>`` for a
+    job whose point is empty)."""
+    values: dict[str, float] = {k: float(summary[k]) for k in ("n_jobs", "n_complete_jobs", "n_failed_jobs")}
+    for job in summary.get("jobs") or []:
+        if isinstance(job.get("headline_value"), (int, float)):
+            label = point_label(job.get("point"), sep=":") or f"job{job.get('num')}"
+            values[mlflow_name(f"{job.get('headline')}/{label}")] = float(job["headline_value"])
+    return values
+
+
+def sweep_table(summary: dict[str, Any]) -> dict[str, list[Any]]:
+    """The sweep summary as a table: one row per job."""
+    jobs = summary.get("jobs") or []
+    return {
+        "job": [j.get("num") for j in jobs],
+        "point": [point_label(j.get("point")) or " ".join(j.get("overrides") or []) for j in jobs],
+        "status": [j.get("status") for j in jobs],
+        "headline": [j.get("headline") for j in jobs],
+        "value": [j.get("headline_value") for j in jobs],
+        "run_dir": [Path(j["run_dir"]).name if j.get("run_dir") else None for j in jobs],
+        "error": [j.get("error") for j in jobs],
+    }

@@ -1,0 +1,116 @@
+"""What each selected sample of a finished run came to, read from its run directory: a
+scored row of ``predictions.jsonl`` or a failure of ``failed.jsonl`` — one
+:class:`Outcome` per selected sample (and epoch), which a tracker turns into one trace and
+one row of the per-sample table.
+
+The selection comes from the run's requests (the engine hands them to the observer; the
+``evalkit.track`` command rebuilds them from the data): a journal row counts only when its
+``request_hash`` is the request's (the engine's own rule), and the first such row wins.
+Without the requests (data no longer at hand) the selection is every sample the journal
+holds plus the summary's ``failed_ids``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalkit.jsonl import iter_objects
+from evalkit.types import Request, canonical_json, sha256_hex
+
+#: what a selected sample without a scored row and without a failure record failed of
+NOT_RUN = {"error_kind": "not_run", "message": "no result and no failure was recorded for this sample", "actor": None}
+
+
+def key_of(sample_id: str, epoch: int = 0) -> str:
+    """A sample's key in a run: its id, or ``<id>@<epoch>`` for a repeat (epoch > 0)."""
+    return f"{sample_id}@{epoch}" if epoch else str(sample_id)
+
+
+@dataclass
+class Outcome:
+    """One selected sample of a run: its ``row`` (scored) or its ``failure`` (a
+    ``failed.jsonl`` row, or :data:`NOT_RUN`), and the prompt it was sent (``messages`` for
+    chat, ``prompt`` for completion mode; both ``None`` when unknown)."""
+
+    sample_id: str
+    subset: str
+    epoch: int = 0
+    row: dict[str, Any] | None = None
+    failure: dict[str, Any] | None = None
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+
+    @property
+    def key(self) -> str:
+        return key_of(self.sample_id, self.epoch)
+
+    @property
+    def ok(self) -> bool:
+        return self.row is not None
+
+    def digest(self) -> str:
+        """SHA-256 (hex) of what the sample's trace shows: the scored row's request hash,
+        status, scores and output, or the failure's kind, actor and message. A trace whose
+        digest is unchanged is not logged again."""
+        if self.row is not None:
+            r = self.row
+            shown = ["ok", r.get("request_hash"), r.get("status"), r.get("scores"), r.get("output")]
+        else:
+            f = self.failure or NOT_RUN
+            shown = ["failed", f.get("error_kind"), f.get("actor"), f.get("message"), f.get("request_hash")]
+        return sha256_hex(canonical_json(shown))
+
+
+def _first_rows(path: Path) -> dict[str, dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+    for row in iter_objects(path):
+        sid, epoch = row.get("sample_id"), row.get("epoch", 0)
+        if isinstance(sid, str) and isinstance(epoch, int):
+            rows.setdefault(key_of(sid, epoch), row)
+    return rows
+
+
+def _last_failures(path: Path) -> dict[str, dict[str, Any]]:
+    failures: dict[str, dict[str, Any]] = {}
+    for row in iter_objects(path):
+        sid, epoch = row.get("sample_id"), row.get("epoch", 0)
+        if isinstance(sid, str) and isinstance(epoch, int):
+            failures[key_of(sid, epoch)] = row
+    return failures
+
+
+def outcomes(run_dir: Path, summary: dict[str, Any], requests: list[Request] | None = None) -> list[Outcome]:
+    """Every selected sample of the finished run in ``run_dir`` (its ``summary.json`` is
+    ``summary``), in selection order. ``requests``: the run's requests, one per selected
+    sample and epoch (see the module docstring for what happens without them)."""
+    run_dir = Path(run_dir)
+    journal = _first_rows(run_dir / "predictions.jsonl")
+    failures = _last_failures(run_dir / "failed.jsonl") if (run_dir / "failed.jsonl").exists() else {}
+    if requests is None:
+        out = [Outcome(str(r["sample_id"]), str(r.get("subset")), r.get("epoch", 0), row=r) for r in journal.values()]
+        for sid in summary.get("failed_ids") or []:
+            failure = failures.get(key_of(sid)) or NOT_RUN
+            out.append(Outcome(str(sid), str(failure.get("subset")), failure=failure))
+        return out
+    model_id = str(summary.get("model_id"))
+    out = []
+    for req in requests:
+        key = key_of(req.sample_id, req.epoch)
+        row = journal.get(key)
+        if row is not None and row.get("request_hash") != req.request_hash(model_id):
+            row = None
+        failure = None if row is not None else failures.get(key) or NOT_RUN
+        out.append(Outcome(req.sample_id, req.subset, req.epoch, row=row, failure=failure, messages=req.messages, prompt=req.prompt))
+    return out
+
+
+def primary_score(names: list[str], headline: str) -> str | None:
+    """The per-sample score a run's headline is built from: the longest score name that
+    begins the headline metric's name (``f1`` of ``f1_macro``, ``sample_pass`` of
+    ``sample_pass_rate``), else the first score (ACEBench's ``accuracy`` of ``overall``)."""
+    matching = [n for n in names if headline.startswith(n)]
+    if matching:
+        return max(matching, key=len)
+    return names[0] if names else None

@@ -1,0 +1,272 @@
+"""One MLflow trace per selected sample, built as MLflow entities (``TraceInfo`` with its
+``Feedback`` assessments, ``Span`` objects) from an :class:`~evalkit.tracking.samples.Outcome`.
+Nothing here writes: :mod:`evalkit.tracking.mlflow_tracking` hands the entities to the store
+(``start_trace`` writes a trace with its assessments in one transaction, ``log_spans`` the
+spans of many traces in one).
+
+A scored sample's trace (state ``OK``):
+
+* request (the root span's inputs) = ``{"sample_id", "subset", "messages"}`` (or
+  ``"prompt"`` in completion mode; ``"epoch"`` for a repeat), each message cut to
+  :data:`PROMPT_CHARS` characters for display (the full prompt is identified by the row's
+  ``prompt_hash``); response (outputs) = the output, cut to :data:`OUTPUT_CHARS`;
+* one ``Feedback`` per per-sample score (value = the journal's number; source ``CODE``
+  ``evalkit.<benchmark>``; the primary score carries the scorer's ``detail`` as rationale);
+* a single-turn sample is one ``LLM`` span; an agent rollout is an ``AGENT`` root span with,
+  in order, one span per agent turn (``LLM``, ``agent turn <k>``), per environment call
+  (``TOOL``, ``environment: <api names>``: the executed calls and their result) and per
+  user-simulator turn (``LLM``, ``user turn <k>``), each at the time its model call ran
+  (the turn's ``started_at`` / ``ended_at``; an environment call lies between the turns
+  around it). A journal written before turns had times gets times laid end to end from the
+  run's start, each turn ``latency_s`` long.
+
+A failed sample's trace (state ``ERROR``): the request, no assessment, the root span in
+error with ``<error kind> (<actor>): <message>``, tags ``error_kind`` and ``actor``.
+
+Ids are derived, not random: the trace id from (MLflow run id, sample key, the outcome's
+digest), span and assessment ids from the trace id. Writing the same outcome twice is the
+same trace (the store merges it); a changed outcome is a new trace id.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from evalkit import secrets
+from evalkit.jsonl import with_side_file
+from evalkit.tracking.samples import Outcome, primary_score
+from evalkit.types import sha256_hex
+
+#: characters of each prompt message a trace shows
+PROMPT_CHARS = 2000
+#: characters of the output (and of each turn's text) a trace shows
+OUTPUT_CHARS = 4000
+#: MLflow's (OSS) length of a trace's request / response preview
+PREVIEW_CHARS = 1000
+
+
+def cut(text: Any, limit: int) -> str:
+    """``text`` (a string; anything else as JSON) at most ``limit`` characters, plus a note
+    of how many were cut."""
+    text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False, default=str)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit} more characters]"
+
+
+def trace_id_of(run_id: str, outcome: Outcome) -> str:
+    """``tr-<32 hex>`` of ``outcome`` in MLflow run ``run_id`` (see the module docstring)."""
+    return "tr-" + sha256_hex(f"{run_id}\0{outcome.key}\0{outcome.digest()}")[:32]
+
+
+def request_of(outcome: Outcome) -> dict[str, Any]:
+    """The request a trace shows (see the module docstring)."""
+    request: dict[str, Any] = {"sample_id": outcome.sample_id, "subset": outcome.subset}
+    if outcome.epoch:
+        request["epoch"] = outcome.epoch
+    if outcome.messages is not None:
+        request["messages"] = [{**m, "content": cut(m.get("content") or "", PROMPT_CHARS)} for m in outcome.messages]
+    elif outcome.prompt is not None:
+        request["prompt"] = cut(outcome.prompt, PROMPT_CHARS)
+    return secrets.scrub_obj(request)
+
+
+def _preview(outcome: Outcome) -> str:
+    last = ""
+    for message in reversed(outcome.messages or []):
+        if message.get("role") == "user":
+            last = str(message.get("content") or "")
+            break
+    text = f"{outcome.key} [{outcome.subset}] {last or outcome.prompt or ''}".strip()
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
+
+
+class _Spans:
+    """Span dicts of one trace (MLflow's ``Span.to_dict`` layout), in order, each starting
+    after the one before (by at least a microsecond, so that order survives equal clocks)."""
+
+    def __init__(self, trace_id: str):
+        self.trace_id = trace_id
+        self.dicts: list[dict[str, Any]] = []
+        self.last_start = 0
+
+    def add(self, name: str, kind: str, start_s: float, end_s: float, parent: str | None = None, inputs: Any = None,
+            outputs: Any = None, attributes: dict[str, Any] | None = None, error: str | None = None) -> str:  # fmt: skip
+        span_id = sha256_hex(f"{self.trace_id}\0{len(self.dicts)}")[:16]
+        start = max(int(start_s * 1e9), self.last_start + 1000 if self.dicts else 0)
+        self.last_start = start
+        attrs = {"mlflow.traceRequestId": self.trace_id, "mlflow.spanType": kind, **(attributes or {})}
+        if inputs is not None:
+            attrs["mlflow.spanInputs"] = inputs
+        if outputs is not None:
+            attrs["mlflow.spanOutputs"] = outputs
+        self.dicts.append({
+            "trace_id": self.trace_id, "span_id": span_id, "parent_span_id": parent, "name": name,
+            "start_time_unix_nano": start, "end_time_unix_nano": max(int(end_s * 1e9), start), "events": [],
+            "status": {"code": "STATUS_CODE_ERROR" if error else "STATUS_CODE_OK", "message": error or ""},
+            "attributes": {k: json.dumps(v, ensure_ascii=False, default=str) for k, v in attrs.items()},
+        })  # fmt: skip
+        return span_id
+
+    def close_root(self) -> None:
+        """The root span (the first) covers all its children."""
+        if len(self.dicts) > 1:
+            root = self.dicts[0]
+            root["end_time_unix_nano"] = max(root["end_time_unix_nano"], *(d["end_time_unix_nano"] for d in self.dicts[1:]))
+
+
+def _turn_times(turns: list[dict[str, Any]], start_s: float) -> list[tuple[float, float]]:
+    """``(start, end)`` Unix seconds of each model call: recorded, or laid end to end from
+    ``start_s`` by ``latency_s`` when the journal has no times."""
+    times, clock = [], start_s
+    for turn in turns:
+        began = turn.get("started_at")
+        if isinstance(began, (int, float)):
+            ended = turn.get("ended_at")
+            times.append((float(began), float(ended) if isinstance(ended, (int, float)) else float(began)))
+        else:
+            times.append((clock, clock + float(turn.get("latency_s") or 0.0)))
+        clock = times[-1][1]
+    return times
+
+
+def _usage(usage: dict[str, Any] | None) -> dict[str, int] | None:
+    """evalkit's ``usage`` (OpenAI names) as MLflow's token usage (``input_tokens``…)."""
+    usage = usage or {}
+    names = {"prompt_tokens": "input_tokens", "completion_tokens": "output_tokens", "total_tokens": "total_tokens"}
+    out = {mine: int(usage[theirs]) for theirs, mine in names.items() if isinstance(usage.get(theirs), (int, float))}
+    if out and "total_tokens" not in out:
+        out["total_tokens"] = out.get("input_tokens", 0) + out.get("output_tokens", 0)
+    return out or None
+
+
+def _turn_attributes(turn: dict[str, Any]) -> dict[str, Any]:
+    attrs: dict[str, Any] = {f"evalkit.{k}": turn[k] for k in ("latency_s", "attempts", "cached", "finish_reason") if k in turn}
+    usage = _usage(turn.get("usage"))
+    if usage:
+        attrs["mlflow.chat.tokenUsage"] = usage
+    return attrs
+
+
+def _shown(value: Any) -> Any:
+    """``value`` as a span shows it: as it is when its JSON is short, else cut text."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return value if len(text) <= OUTPUT_CHARS else cut(text, OUTPUT_CHARS)
+
+
+def rollout_spans(spans: _Spans, root: str, trajectory: dict[str, Any], start_s: float) -> None:
+    """The child spans of an agent rollout, in transcript order (see the module docstring).
+    The model calls (``turns``, in the order they ran) are matched to the transcript's
+    ``agent`` and ``user`` messages party by party; messages of a party beyond its calls (the
+    task a rollout starts from) are the request, not spans."""
+    turns = [t for t in trajectory.get("turns") or [] if isinstance(t, dict)]
+    times = _turn_times(turns, start_s)
+    queue = {"agent": [i for i, t in enumerate(turns) if t.get("actor") != "user"],
+             "user": [i for i, t in enumerate(turns) if t.get("actor") == "user"]}  # fmt: skip
+    messages = [m for m in trajectory.get("messages") or [] if isinstance(m, dict)]
+    given_user = sum(m.get("role") == "user" for m in messages) - len(queue["user"])
+    done: set[int] = set()
+    counts = {"agent": 0, "user": 0}
+    clock = start_s
+    for message in messages:
+        role = message.get("role")
+        if role == "user" and given_user > 0:
+            given_user -= 1
+        elif role in queue and queue[role]:
+            k = queue[role].pop(0)
+            done.add(k)
+            counts[role] += 1
+            began, clock = times[k]
+            outputs = {"content": cut(message.get("content") or "", OUTPUT_CHARS), "recipient": message.get("recipient")}
+            spans.add(f"{role} turn {counts[role]}", "LLM", began, clock, root, outputs=outputs, attributes=_turn_attributes(turns[k]))
+        elif role == "execution":
+            following = next((times[k][0] for k in range(len(turns)) if k not in done), clock)
+            calls = message.get("calls") if isinstance(message.get("calls"), list) else None
+            names = ", ".join(str(c.get("name")) for c in calls or [] if isinstance(c, dict)) or "call"
+            inputs = {"calls": calls} if calls is not None else {"text": cut(message.get("content") or "", OUTPUT_CHARS)}
+            result = _shown(message.get("observation", message.get("content")))
+            spans.add(f"environment: {names}", "TOOL", clock, max(following, clock), root, inputs=inputs, outputs=result)
+
+
+def feedbacks(outcome: Outcome, trace_id: str, benchmark: str, headline: str) -> list[Any]:
+    """One ``Feedback`` per numeric per-sample score of a scored outcome (none for a failure)."""
+    from mlflow.entities import AssessmentSource, Feedback  # deferred: MLflow's import is heavy
+
+    if outcome.row is None:
+        return []
+    scores = {k: v for k, v in (outcome.row.get("scores") or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    primary = primary_score(list(scores), headline)
+    detail = outcome.row.get("detail")
+    source = AssessmentSource(source_type="CODE", source_id=f"evalkit.{benchmark}")
+    out = []
+    for name, value in scores.items():
+        rationale = cut(secrets.scrub(str(detail)), PREVIEW_CHARS) if name == primary and detail else None
+        fb = Feedback(name=name, value=float(value), source=source, trace_id=trace_id, rationale=rationale,
+                      metadata={"status": str(outcome.row.get("status"))})  # fmt: skip
+        fb.assessment_id = "a-" + sha256_hex(f"{trace_id}\0{name}")[:32]
+        out.append(fb)
+    return out
+
+
+def _scored_spans(spans: _Spans, key: str, row: dict[str, Any], request: dict[str, Any], start_s: float) -> dict[str, str]:
+    """The spans of a scored sample (one ``LLM`` span, or a rollout's tree); returns the
+    trace metadata they imply (token usage)."""
+    output = secrets.scrub(cut(row.get("output") or "", OUTPUT_CHARS))
+    began = row["started_at"] if isinstance(row.get("started_at"), (int, float)) else start_s
+    ended = row["ended_at"] if isinstance(row.get("ended_at"), (int, float)) else began + float(row.get("latency_s") or 0.0)
+    attrs = {"evalkit.status": row.get("status"), "evalkit.detail": cut(str(row.get("detail") or ""), PREVIEW_CHARS)}
+    usage = _usage(row.get("usage"))
+    trajectory = row.get("trajectory") if isinstance(row.get("trajectory"), dict) else None
+    if trajectory is None:
+        spans.add(key, "LLM", began, ended, inputs=request, outputs=output, attributes={**attrs, **({"mlflow.chat.tokenUsage": usage} if usage else {})})
+    else:
+        root = spans.add(key, "AGENT", began, ended, inputs=request, outputs=output, attributes=attrs)
+        rollout_spans(spans, root, secrets.scrub_obj(trajectory), began)
+        spans.close_root()
+    return {"mlflow.trace.tokenUsage": json.dumps(usage)} if usage else {}
+
+
+def _failed_span(spans: _Spans, key: str, failure: dict[str, Any], request: dict[str, Any], start_s: float) -> dict[str, str]:
+    """The one span, in error, of a failed sample; returns the trace tags it implies."""
+    why = f"{failure.get('error_kind')} ({failure.get('actor')}): {secrets.scrub(str(failure.get('message') or ''))}"
+    attrs = {f"evalkit.{k}": failure.get(k) for k in ("error_kind", "actor", "attempts")}
+    spans.add(key, "CHAIN", start_s, start_s, inputs=request, attributes=attrs, error=cut(why, PREVIEW_CHARS))
+    return {"status": "failed", "error_kind": str(failure.get("error_kind")), "actor": str(failure.get("actor"))}
+
+
+def build_trace(outcome: Outcome, run_dir: Path, run_id: str, experiment_id: str, summary: dict[str, Any], start_s: float) -> tuple[Any, list[Any]]:
+    """``(TraceInfo with its assessments, [Span, …])`` of one outcome of the run in
+    ``run_dir`` (MLflow run ``run_id`` in experiment ``experiment_id``); ``start_s``: Unix
+    seconds to lay untimed calls out from (the run's start)."""
+    from mlflow.entities import Span, TraceInfo, TraceLocation, TraceState  # deferred: heavy import
+
+    trace_id = trace_id_of(run_id, outcome)
+    spans = _Spans(trace_id)
+    tags = {"mlflow.traceName": outcome.key, "evalkit.key": outcome.key, "sample_id": outcome.sample_id, "subset": outcome.subset}
+    metadata = {"mlflow.sourceRun": run_id}
+    if outcome.epoch:
+        tags["epoch"] = str(outcome.epoch)
+    if outcome.row is not None:
+        row = with_side_file(outcome.row, run_dir)
+        tags["status"] = str(row.get("status"))
+        metadata.update(_scored_spans(spans, outcome.key, row, request_of(outcome), start_s))
+        state, response = TraceState.OK, secrets.scrub(str(row.get("output") or ""))[:PREVIEW_CHARS]
+    else:
+        tags.update(_failed_span(spans, outcome.key, outcome.failure or {}, request_of(outcome), start_s))
+        state, response = TraceState.ERROR, None
+    root = spans.dicts[0]
+    info = TraceInfo(
+        trace_id=trace_id,
+        trace_location=TraceLocation.from_experiment_id(experiment_id),
+        request_time=root["start_time_unix_nano"] // 1_000_000,
+        execution_duration=(root["end_time_unix_nano"] - root["start_time_unix_nano"]) // 1_000_000,
+        state=state,
+        request_preview=secrets.scrub(_preview(outcome)),
+        response_preview=response,
+        trace_metadata=metadata,
+        tags=tags,
+        assessments=feedbacks(outcome, trace_id, str(summary.get("benchmark")), str(summary.get("headline"))),
+    )
+    return info, [Span.from_dict(d) for d in spans.dicts]
