@@ -25,7 +25,7 @@ from tabulate import tabulate
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import resolve_layers
 from evalkit.engine.journal import damaged_journal, latest_by_sample
-from evalkit.engine.records import trajectory_of_row
+from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
 from evalkit.errors import ConfigError, EvalkitError, RunDirError
 
@@ -79,7 +79,8 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
     with Scorer(bench) as scorer:  # the run's own bounds on time and memory per sample
         for sample in selected:
             row = dict(rows[sample.id])
-            scored = scorer.score_sync(sample, trajectory_of_row(row, run_dir))
+            view, _ = scored_view(bench, trajectory_of_row(row, run_dir))  # the run's reasoning rule, as it ran
+            scored = scorer.score_sync(sample, view)
             if scored.scores != row.get("scores"):
                 changed.append(sample.id)
             row["scores"] = scored.scores

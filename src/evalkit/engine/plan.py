@@ -6,7 +6,8 @@ one line before the run directory exists.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalkit import secrets
@@ -16,7 +17,10 @@ from evalkit.config import EvalConfig
 from evalkit.engine.calls import Unit
 from evalkit.errors import ConfigError, DataError
 from evalkit.models.factory import ModelPlan, plan_models
+from evalkit.providers import Price, model_price
 from evalkit.types import Request, Sample, canonical_json, sha256_hex
+
+log = logging.getLogger("evalkit")
 
 
 @dataclass
@@ -30,6 +34,9 @@ class RunPlan:
     samples: list[Sample]
     units: list[Unit]
     models: ModelPlan
+    #: ``{"agent": price, "user": price}`` (the user only when a user simulator takes part);
+    #: ``None`` = no price known (costs are then null, never 0)
+    prices: dict[str, Price | None] = field(default_factory=dict)
 
     def request_hashes(self) -> dict[str, str]:
         """``{sample id: request hash}``: what identifies each sample's result (resume)."""
@@ -63,8 +70,25 @@ def prepare(cfg: EvalConfig) -> RunPlan:
     if cfg.model.kind == "replay" and rollouts:
         raise ConfigError("model=replay: agent rollouts cannot be replayed from single outputs; deselect those subsets")
     units = [Unit(s, build_request(bench, cfg, s), bench.is_rollout(s)) for s in samples]
-    models = plan_models(cfg, bench, samples, with_user=cfg.user is not None and bool(rollouts))
-    return RunPlan(cfg, bench, samples, units, models)
+    with_user = cfg.user is not None and bool(rollouts)
+    models = plan_models(cfg, bench, samples, with_user=with_user)
+    return RunPlan(cfg, bench, samples, units, models, run_prices(cfg, with_user))
+
+
+def run_prices(cfg: EvalConfig, with_user: bool) -> dict[str, Price | None]:
+    """The price of each model taking part (:func:`evalkit.providers.model_price`); a model
+    without one is said in one warning line (its costs are null, never 0)."""
+    prices = {"agent": model_price(cfg.model, cfg.backend.kind)}
+    if with_user and cfg.user is not None:
+        prices["user"] = model_price(cfg.user.model, cfg.user.backend.kind)
+    for actor, price in prices.items():
+        if price is None:
+            model = cfg.model if actor == "agent" else cfg.user.model  # type: ignore[union-attr]
+            log.warning(
+                "no price for %s model %s (%s) in litellm's price map: cost_usd is null; set model.pricing to have it",
+                actor, model.name, model.provider_model,
+            )  # fmt: skip
+    return prices
 
 
 def build_request(bench: Benchmark, cfg: EvalConfig, sample: Sample) -> Request:

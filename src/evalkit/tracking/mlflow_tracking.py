@@ -5,7 +5,8 @@ the provenance ``layers`` are not params); tags = benchmark, model, shots, statu
 fingerprint, prompt hash, code version, ``evalkit.kind=run``, ``suite`` (``run.suite``, when
 set) and, for a job of a sweep, ``sweep=<sweep id>`` + ``sweep_dir`` +
 ``mlflow.parentRunId`` = the sweep's parent run; metrics = the summary's metrics
-(``partial_*`` when incomplete); artifacts = every file of the run directory. A resumed
+(``partial_*`` when incomplete), the counts, the token totals (``tokens.<key>``) and
+``cost_usd`` when known; artifacts = every file of the run directory. A resumed
 run logs into the MLflow run it started (``tracking.json`` in the run directory keeps its
 id). Per sweep: one parent run (``evalkit.kind=sweep``) holding the sweep's counts, each
 job's headline and the sweep summary and report.
@@ -240,6 +241,7 @@ class MlflowObserver(Observer):
                 mlflow_client.set_tag(run_id, k, v)
         metrics = summary["metrics"] if summary["status"] == "complete" else summary.get("partial_metrics", {})
         counts = {"n_samples": summary["n_samples"], "n_scored": summary["n_scored"], "n_failed": summary["n_failed"]}
+        counts.update({f"tokens.{k}": v for k, v in (summary.get("usage") or {}).items()}, cost_usd=summary.get("cost_usd"))
         log_values(mlflow_client, run_id, metrics={**metrics, **counts})
         for path in sorted(Path(run_dir).iterdir()):
             if path.is_file() and path.name != "tracking.json":
