@@ -160,7 +160,7 @@ def _cfg(*overrides: str):
 
 
 def test_reasoning_settings_fold_like_any_generation_parameter():
-    cfg = _cfg("model=openai_compatible", "+benchmark.generation.reasoning_effort=high",
+    cfg = _cfg("model=openai_compatible", "benchmark.generation.reasoning_effort=high",
                "+model.dataset_args.acebench.generation.reasoning_effort=low")  # fmt: skip
     assert cfg.generation.reasoning_effort == "low" and cfg.sent_params()["reasoning_effort"] == "low"
     assert cfg.record()["generation"]["reasoning_effort"] == "low"
@@ -171,9 +171,9 @@ def test_reasoning_settings_fold_like_any_generation_parameter():
     "model, override, message",
     [
         ("gpt4o", "+model.generation.reasoning_effort=high", "generation.reasoning_effort: openai model gpt-4o-2024-11-20 does not accept reasoning_effort"),
-        ("openai_compatible", "+benchmark.generation.thinking_budget_tokens=512", "generation.thinking_budget_tokens: openai model model does not accept thinking"),
-        ("dsv4_reasoner", "+model.generation.thinking_budget_tokens=512", "generation.thinking_budget_tokens: deepseek model deepseek-reasoner takes no thinking budget"),
-        ("openai_compatible", "+benchmark.generation.thinking_budget_tokens=2000", "generation.thinking_budget_tokens: 2000 is not below generation.max_tokens=1200"),
+        ("openai_compatible", "benchmark.generation.thinking_budget_tokens=512", "generation.thinking_budget_tokens: openai model model does not accept thinking"),
+        ("dsv4_reasoner", "model.generation.thinking_budget_tokens=512", "generation.thinking_budget_tokens: deepseek model deepseek-reasoner takes no thinking budget"),
+        ("openai_compatible", "benchmark.generation.thinking_budget_tokens=2000", "generation.thinking_budget_tokens: 2000 is not below generation.max_tokens=1200"),
         ("openai_compatible", "+generation.reasoning_effort=high", "generation: the run's generation block is folded from its layers"),
         ("openai_compatible", "+model.generation.reasoning_effort=extreme", "model.generation.reasoning_effort: Input should be"),
     ],
@@ -189,7 +189,7 @@ def test_an_unsupported_reasoning_setting_is_one_config_line(monkeypatch, model,
 def test_dsv4_stays_the_chat_endpoint_and_dsv4_reasoner_takes_an_effort(monkeypatch):
     monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-test")
     assert _cfg("model=dsv4").model.provider_model == "deepseek/deepseek-chat"
-    cfg = _cfg("model=dsv4_reasoner", "+model.generation.reasoning_effort=high")
+    cfg = _cfg("model=dsv4_reasoner", "model.generation.reasoning_effort=high")
     assert cfg.model.provider_model == "deepseek/deepseek-reasoner"
     assert cfg.sent_params() == {"temperature": 0.0, "max_tokens": 32768, "reasoning_effort": "high"}
     assert model_price(cfg.model, cfg.backend.kind).source == "litellm"
@@ -296,3 +296,11 @@ def test_budget_is_reached_at_its_limit_and_when_the_spend_is_unknown():
     tokens.charge(Trajectory(turns=[{"actor": "agent", "usage": None}]))
     assert tokens.exhausted() and "unknown" in tokens.reason()
     assert not Budget(None, None, {"agent": None}, cost_usd=None, tokens=None).exhausted()  # no limit: never reached
+
+
+def test_a_sweep_is_not_dry_run():
+    from evalkit.cli import precheck_sweep
+
+    with pytest.raises(ConfigError, match=r"^run.dry_run: a sweep \(-m\) is not dry-run"):
+        precheck_sweep([f"benchmark.data_dir={SHARED_DIR / 'data' / 'acebench'}", "model=reference", "tracking=none",
+                        "run.dry_run=true", "run.limit=1,2"])  # fmt: skip

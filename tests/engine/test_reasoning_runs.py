@@ -104,12 +104,12 @@ def test_reasoning_effort_reaches_the_server_and_is_part_of_the_request_identity
     fake_openai.set_plan({"default": {"content": "[]"}})
     root = tmp_path / "out"
     base = _api(fake_openai, "benchmark.subsets=[normal_atom_bool]", "run.limit=2")
-    run_eval([*base, "+benchmark.generation.reasoning_effort=high"], output_root=root)
+    run_eval([*base, "benchmark.generation.reasoning_effort=high"], output_root=root)
     assert [e["reasoning"] for e in fake_openai.log] == [{"reasoning_effort": "high"}] * 2
     fake_openai.set_plan({"default": {"content": "[]"}})
-    run_eval([*base, "+benchmark.generation.reasoning_effort=high"], output_root=root)
+    run_eval([*base, "benchmark.generation.reasoning_effort=high"], output_root=root)
     assert fake_openai.log == []  # the same effort: answered from the cache
-    res = run_eval([*base, "+benchmark.generation.reasoning_effort=low"], output_root=root)
+    res = run_eval([*base, "benchmark.generation.reasoning_effort=low"], output_root=root)
     assert [e["reasoning"] for e in fake_openai.log] == [{"reasoning_effort": "low"}] * 2  # another effort: a miss
     assert res.summary["generation_params"]["reasoning_effort"] == "low"
     assert all(r["cost_usd"] is None for r in read_jsonl(res.run_dir / "predictions.jsonl"))  # openai/fake has no price

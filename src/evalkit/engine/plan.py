@@ -42,6 +42,16 @@ class RunPlan:
         """``{sample id: request hash}``: what identifies each sample's result (resume)."""
         return {u.sample.id: u.request.request_hash(self.models.model_id) for u in self.units}
 
+    def warn_unpriced(self) -> None:
+        """One warning line per model without a price (its costs are null, never 0)."""
+        for actor, price in self.prices.items():
+            if price is None:
+                model = self.cfg.model if actor == "agent" else self.cfg.user.model  # type: ignore[union-attr]
+                log.warning(
+                    "no price for %s model %s (%s) in litellm's price map: cost_usd is null; set model.pricing to have it",
+                    actor, model.name, model.provider_model,
+                )  # fmt: skip
+
     def prompt_hash(self) -> str:
         """SHA-256 over every selected sample's id and prompt hash, in selection order."""
         return sha256_hex("".join(f"{u.sample.id}\0{u.request.prompt_hash()}\n" for u in self.units))
@@ -76,18 +86,10 @@ def prepare(cfg: EvalConfig) -> RunPlan:
 
 
 def run_prices(cfg: EvalConfig, with_user: bool) -> dict[str, Price | None]:
-    """The price of each model taking part (:func:`evalkit.providers.model_price`); a model
-    without one is said in one warning line (its costs are null, never 0)."""
+    """The price of each model taking part (:func:`evalkit.providers.model_price`)."""
     prices = {"agent": model_price(cfg.model, cfg.backend.kind)}
     if with_user and cfg.user is not None:
         prices["user"] = model_price(cfg.user.model, cfg.user.backend.kind)
-    for actor, price in prices.items():
-        if price is None:
-            model = cfg.model if actor == "agent" else cfg.user.model  # type: ignore[union-attr]
-            log.warning(
-                "no price for %s model %s (%s) in litellm's price map: cost_usd is null; set model.pricing to have it",
-                actor, model.name, model.provider_model,
-            )  # fmt: skip
     return prices
 
 

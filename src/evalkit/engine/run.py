@@ -106,6 +106,7 @@ def execute(plan: RunPlan, state: RunState, observer: Observer) -> dict[str, Any
     log.info("run %s: %d samples, %d already journaled, %d to run", state.run_dir, len(plan.units), len(journal.rows), len(pending))
     if not pending:
         return None
+    plan.warn_unpriced()
     cfg = plan.cfg
     with ExitStack() as stack:
         scorer = stack.enter_context(Scorer(plan.bench))
