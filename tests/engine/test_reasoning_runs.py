@@ -91,6 +91,19 @@ def test_reasoning_tokens_and_cost_are_recorded_apart_from_the_answer(fake_opena
     assert metrics["tokens.reasoning_tokens"] == 120 and metrics["cost_usd"] == pytest.approx(res.summary["cost_usd"])
 
 
+def test_an_orphan_closing_tag_from_a_served_model_is_stripped_when_asked(fake_openai, ray_address, gold, run_eval):
+    """A served reasoning model whose chat template swallowed <think>: its content starts
+    with the reasoning and an orphan </think>."""
+    sid = "en/normal_atom_enum_1"
+    question, answer = gold[sid]
+    fake_openai.set_plan({"rules": [{"match": question, "content": answer, "think_prefix": "Let me see. [wrong_call()]"}]})
+    res = run_eval(_api(fake_openai, f"run.sample_ids=[{sid}]", "run.cache=false", "benchmark.strip_reasoning_prefix=true"))
+    row = next(read_jsonl(res.run_dir / "predictions.jsonl"))
+    assert row["output_unstripped"] == f"Let me see. [wrong_call()]\n</think>\n\n{answer}"
+    assert row["output"] == f"\n\n{answer}" and row["scores"]["accuracy"] == 1.0
+    assert row["reasoning_rule"].startswith("strip_reasoning_prefix") and res.summary["reasoning"]["n_stripped"] == 1
+
+
 def test_a_provider_without_usage_gives_null_never_zero(fake_openai, ray_address, gold, run_eval):
     fake_openai.set_plan({"default": {"content": "[]", "no_usage": True}})
     res = run_eval(_api(fake_openai, "run.sample_ids=[en/normal_atom_bool_0]", "run.cache=false", *PRICING))
