@@ -283,7 +283,7 @@ def test_tracking_failure_is_one_line_naming_the_retry_and_the_exit_code_says_co
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 0, out + err
-    lines = [ln for ln in err.splitlines() if ln.startswith("evalkit:")]
+    lines = [ln for ln in err.splitlines() if ln.startswith("evalkit:") and not ln.endswith("…")]  # status lines end with …
     assert len(lines) == 1 and lines[0].startswith("evalkit: warning: tracking: MLflow logging failed ("), err
     assert "Traceback" not in err
     assert lines[0].endswith(f"log them with: python -m evalkit.track {run_dir}")

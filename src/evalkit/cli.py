@@ -81,6 +81,8 @@ def precheck_sweep(overrides: Sequence[str]) -> int:
     for point in checked:
         try:
             valid.append((point, resolve(compose(point))[1]))
+            if valid[-1][1].run.dry_run:
+                raise ConfigError("run.dry_run: a sweep (-m) is not dry-run; dry-run its points one at a time (without -m)")
         except ConfigError as exc:
             raise at_point(exc, point) from None
     stores: set[tuple[str, str, str]] = set()

@@ -20,6 +20,7 @@ from pydantic_core import PydanticCustomError
 from evalkit.benchmarks import get_benchmark_class, known_benchmarks
 from evalkit.benchmarks.base import BenchmarkSettings, GenerationParams
 from evalkit.errors import ConfigError
+from evalkit.providers import model_price, reasoning_problem
 
 
 class _Strict(BaseModel):
@@ -32,11 +33,21 @@ class _Strict(BaseModel):
 #: the keys each model kind uses besides ``name`` and ``kind`` (any other one set is refused);
 #: ``generation`` and ``dataset_args`` are layers (:func:`resolve_layers`)
 MODEL_KEYS: dict[str, set[str]] = {
-    "litellm": {"provider_model", "api", "api_key_env", "extra_body"},
+    "litellm": {"provider_model", "api", "api_key_env", "extra_body", "pricing"},
     "replay": {"path", "api"},
     "reference": set(),
     "baseline": {"baseline"},
 }
+
+
+class ModelPricing(_Strict):
+    """``model.pricing``: what the model's tokens cost, in USD per million tokens; wins over
+    litellm's price map (:func:`evalkit.providers.model_price`). ``cached_input_per_mtok``:
+    prompt tokens served from the provider's prompt cache (``None`` = the input price)."""
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+    cached_input_per_mtok: float | None = Field(default=None, ge=0)
 
 
 class ModelConfig(_Strict):
@@ -48,7 +59,9 @@ class ModelConfig(_Strict):
     ``baseline``). ``provider_model`` is litellm's model string
     (``deepseek/deepseek-chat``, ``openai/smollm2``). ``api_key_env`` names the environment
     variable holding the key (never the key itself). ``extra_body``: provider request fields
-    sent with every request (part of the request's identity). The model's ``generation``
+    sent with every request (part of the request's identity). ``pricing``: its price
+    (:class:`ModelPricing`), for a model litellm's price map does not know or prices
+    otherwise; never sent. The model's ``generation``
     defaults and ``dataset_args.<benchmark>`` are layers that :func:`resolve_layers` folds
     into the run's effective settings; they are not fields of the validated model.
     """
@@ -63,6 +76,7 @@ class ModelConfig(_Strict):
     api_key_env: str | None = None
     path: Path | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
+    pricing: ModelPricing | None = None
 
     @field_validator("name")
     @classmethod
@@ -220,6 +234,12 @@ class RunSettings(_Strict):
     identity). ``seed``: evalkit's own randomness (the bootstrap) — not the provider's
     ``generation.seed``. ``ci_level``: the level of every interval. ``bootstrap_resamples``:
     resamples of each interval (0: no intervals).
+
+    ``max_cost_usd`` (USD) / ``max_total_tokens`` (prompt + completion tokens): the run's
+    budget, across resumes; once what it spent reaches either, no new sample is sent and
+    the unsent ones are failures of kind ``budget_exceeded`` (:mod:`evalkit.engine.budget`).
+    ``dry_run``: compose, validate and build every request, print their count and
+    estimated prompt tokens and cost, send and write nothing (:mod:`evalkit.job`).
     """
 
     limit: int | None = Field(default=None, ge=1, strict=True)
@@ -237,6 +257,9 @@ class RunSettings(_Strict):
     progress: bool = True
     suite: str | None = None
     sweep_dir: Path | None = None
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_total_tokens: int | None = Field(default=None, ge=1, strict=True)
+    dry_run: bool = False
 
     @field_validator("sample_ids", mode="before")
     @classmethod
@@ -311,8 +334,10 @@ class EvalConfig(_Strict):
 
     def sent_params(self) -> dict[str, Any]:
         """Every parameter sent with the agent's requests besides the prompt (its identity):
-        the generation parameters and, when set, ``extra_body``."""
-        return _with_extra_body(self.generation_params(), self.model.extra_body)
+        the generation parameters as litellm takes them
+        (:meth:`~evalkit.benchmarks.base.GenerationParams.sent_params`) and, when set,
+        ``extra_body``."""
+        return _with_extra_body(self.generation.sent_params(), self.model.extra_body)
 
     def user_generation_params(self) -> dict[str, Any]:
         """The effective generation parameters of the user simulator (set values only)."""
@@ -322,7 +347,7 @@ class EvalConfig(_Strict):
         """:meth:`sent_params` of the user simulator."""
         if self.user is None:
             return {}
-        return _with_extra_body(self.user_generation_params(), self.user.model.extra_body)
+        return _with_extra_body(self.user.generation.sent_params(), self.user.model.extra_body)
 
     def record(self) -> dict[str, Any]:
         """The resolved configuration as ``config.yaml`` records it (secrets not yet
@@ -479,6 +504,11 @@ def validate(raw: dict[str, Any]) -> EvalConfig:
             ``model.generation.temperature: Input should be a valid number (got 'hot')``.
     """
     if raw.get("config_format") is None:
+        if raw.get("generation") is not None:  # +generation.x=... would be replaced by the folded layers
+            raise ConfigError(
+                "generation: the run's generation block is folded from its layers; set model.generation.<key>, "
+                "benchmark.generation.<key> or model.dataset_args.<benchmark>.generation.<key> instead"
+            )
         model = raw.get("model") or {}
         if model.get("kind", "litellm") != "litellm" and model.get("generation"):
             raise ConfigError(f"model.generation: a {model.get('kind')} model generates nothing (model={model.get('name')}); remove it")
@@ -525,7 +555,46 @@ def _check_cross(cfg: EvalConfig, bench_cls: Any) -> None:
                 f"benchmark.user_model: environment variable {cfg.user.model.api_key_env} is not set "
                 f"(user model {cfg.user.model.name} needs it)"
             )
+    _check_reasoning(cfg.model, cfg.generation, "generation")
+    if cfg.user is not None:
+        _check_reasoning(cfg.user.model, cfg.user.generation, "user.generation")
+    _check_budget(cfg)
     if cfg.run.dir is not None and cfg.run.resume is not None:
         raise ConfigError("run.dir: give either run.dir (a new directory) or run.resume (an existing run), not both")
     if cfg.run.dir is not None and Path(cfg.run.dir).exists():
         raise ConfigError(f"run.dir: {cfg.run.dir} already exists; pick a new directory or use run.resume={cfg.run.dir}")
+
+
+def _check_reasoning(model: ModelConfig, generation: GenerationParams, key: str) -> None:
+    """The reasoning settings of ``generation`` (``key``: where they are) against what
+    litellm says ``model`` accepts (:func:`evalkit.providers.reasoning_problem`); litellm
+    is asked only when one is set."""
+    if model.kind != "litellm":
+        return
+    budget = generation.thinking_budget_tokens
+    if budget is not None and generation.max_tokens is not None and budget >= generation.max_tokens:
+        raise ConfigError(
+            f"{key}.thinking_budget_tokens: {budget} is not below {key}.max_tokens={generation.max_tokens} "
+            "(the thinking is part of the answer's tokens)"
+        )
+    sent = generation.sent_params()
+    if sent.get("reasoning_effort") is None and sent.get("thinking") is None:
+        return
+    problem = reasoning_problem(str(model.provider_model), sent)
+    if problem is not None:
+        param, why = problem
+        name = "thinking_budget_tokens" if param == "thinking" else param
+        raise ConfigError(f"{key}.{name}: {why} (model={model.name}); remove it or pick another model")
+
+
+def _check_budget(cfg: EvalConfig) -> None:
+    """``run.max_cost_usd`` needs a price for every model that may be called."""
+    if cfg.run.max_cost_usd is None:
+        return
+    models = [(cfg.model, cfg.backend)] + ([(cfg.user.model, cfg.user.backend)] if cfg.user is not None else [])
+    for model, backend in models:
+        if model_price(model, backend.kind) is None:
+            raise ConfigError(
+                f"run.max_cost_usd: model {model.name} ({model.provider_model}) has no price in litellm's price map; "
+                "give it one (model.pricing.input_per_mtok / output_per_mtok) or drop the budget"
+            )

@@ -181,7 +181,7 @@ class JsonlAppender:
 
 
 #: fields of a journal row that may live in a side file (the model's texts)
-SIDE_FILE_FIELDS = ("output", "raw_output", "reasoning", "trajectory")
+SIDE_FILE_FIELDS = ("output", "raw_output", "output_unstripped", "reasoning", "trajectory")
 
 
 def with_side_file(row: dict[str, Any], base_dir: Path) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from tabulate import tabulate
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import resolve_layers
 from evalkit.engine.journal import damaged_journal, read_journal
-from evalkit.engine.records import trajectory_of_row
+from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
 from evalkit.errors import ConfigError, EvalkitError, RunDirError
 from evalkit.report.figures import epoch_mean, repeat_figures
@@ -59,7 +59,8 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
             if sid not in by_id:
                 continue
             row = dict(row)
-            scored = scorer.score_sync(by_id[sid], trajectory_of_row(row, run_dir))
+            view, _ = scored_view(bench, trajectory_of_row(row, run_dir))  # the run's reasoning rule, as it ran
+            scored = scorer.score_sync(by_id[sid], view)
             if scored.scores != row.get("scores"):
                 changed.append(sid if repeats == 1 else f"{sid}@{epoch}")
             row["scores"] = scored.scores

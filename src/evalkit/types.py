@@ -82,8 +82,10 @@ class Completion:
     """A model's answer to one request.
 
     ``text`` is the final content (reasoning returned in a separate provider field goes
-    to ``reasoning``, never into ``text``). ``usage`` holds token counts
-    (``prompt_tokens``, ``completion_tokens``); ``latency_s`` is wall seconds of the
+    to ``reasoning``, never into ``text``). ``usage`` holds the provider's token counts
+    (``prompt_tokens``, ``completion_tokens``, and ``reasoning_tokens`` /
+    ``cached_prompt_tokens`` when reported, see :mod:`evalkit.providers`), ``None`` when it
+    reported none (offline models report none); ``latency_s`` is wall seconds of the
     successful attempt; ``attempts`` counts tries including the successful one (0 for a
     cache hit); ``throttled`` counts the attempts the provider answered with HTTP 429 (the
     engine's concurrency control backs off on them).
@@ -92,7 +94,7 @@ class Completion:
     text: str | None
     finish_reason: str | None = None
     reasoning: str | None = None
-    usage: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, int] | None = None
     latency_s: float = 0.0
     attempts: int = 1
     cached: bool = False
@@ -109,9 +111,13 @@ class Failure:
     ``error_kind`` is one of: ``connection``, ``timeout``, ``rate_limit``, ``server_error``,
     ``malformed_response``, ``client_error``, ``client_config`` (the request could not
     be built, nothing was sent), ``context_window``, ``auth``, ``empty``,
-    ``truncated_empty``, ``missing_output``, ``internal`` (and ``environment`` for a
-    crashing rollout environment). ``actor`` names who failed (``agent``, ``user``,
-    ``environment``, ``model``). ``throttled`` counts HTTP 429 answers among the attempts.
+    ``truncated_empty``, ``missing_output``, ``internal``, ``budget_exceeded`` (and
+    ``environment`` for a crashing rollout environment). ``actor`` names who failed
+    (``agent``, ``user``, ``environment``, ``model``). ``throttled`` counts HTTP 429
+    answers among the attempts. ``usage``: the tokens the failed answer reported (an empty
+    answer still read its prompt and may have reasoned), ``None`` when none were
+    reported. ``budget_exceeded``: the sample was never sent because the run's budget was
+    spent (``run.max_cost_usd`` / ``run.max_total_tokens``; ``attempts`` 0).
     """
 
     error_kind: str
@@ -119,6 +125,7 @@ class Failure:
     attempts: int = 1
     actor: str = "model"
     throttled: int = 0
+    usage: dict[str, int] | None = None
 
 
 @dataclass

@@ -10,6 +10,16 @@ Python (:meth:`FakeOpenAI.set_plan`):
                 "retry_after": 1,                #   behaves so, later attempts succeed
                 "always_status": 400,            # every attempt behaves so (status or fault)
                 "content": "...", "empty": false, "null_with_reasoning": false,
+                "reasoning_content": "...",      # the provider's reasoning field beside content
+                "think_prefix": "...",           # content = think_prefix + "\n</think>\n\n" + content
+                                                 #   (an orphan closing tag: a served reasoning model
+                                                 #   whose chat template swallowed the opening one)
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5,
+                          "reasoning_tokens": 3, "cached_tokens": 4},
+                                                 # reported as given (a count left out is made
+                                                 #   up from the text, see below), the last two
+                                                 #   in completion_tokens_details / prompt_tokens_details
+                "no_usage": false,               # true: the answer carries no usage block
                 "finish_reason": "stop", "latency_s": 0.0,
                 "hang_s": 300,                   # longest a "hang" holds the request
                 "malformed_body": "<html>",      # body of a "malformed" answer
@@ -38,8 +48,14 @@ evalkit never sends ``stream=true``; a streamed request is answered 400 so that 
 there shows up as failures instead of passing unnoticed.
 
 Every request is logged (``GET /_log`` or :attr:`FakeOpenAI.log`) with the hash of its
-messages, its attempt number for that hash, its parameters and the status (or fault name)
-it got.
+messages, its attempt number for that hash, the whole ``messages`` list it carried (chat),
+its sampling parameters (``params``), the reasoning controls it carried (``reasoning``:
+``reasoning_effort`` / ``thinking`` when sent), the other non-standard body fields
+(``extra``: what ``extra_body`` adds), the usage it was answered with (``usage``) and the
+status (or fault name) it got.
+
+Without a scripted ``usage`` an answer reports ``prompt_tokens`` = characters of the last
+message // 4 (at least 1) and ``completion_tokens`` = characters of the content // 4.
 """
 
 from __future__ import annotations
@@ -61,7 +77,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 FAULTS = ("reset", "hang", "malformed", "trickle")
 _TRANSPORT = "fake_openai.transport"
 #: request body fields of the OpenAI API the log keeps apart; anything else (extra_body) is "extra"
-_STANDARD_FIELDS = {"model", "messages", "prompt", "temperature", "max_tokens", "top_p", "stop", "seed", "stream", "n"}
+_PARAMS = ("temperature", "max_tokens", "top_p", "stop", "seed")
+#: the reasoning controls litellm sends (``reasoning_effort``; Anthropic-style ``thinking``)
+_REASONING = ("reasoning_effort", "thinking")
+_STANDARD_FIELDS = {"model", "messages", "prompt", "stream", "n", *_PARAMS, *_REASONING}
 
 
 def _free_port() -> int:
@@ -130,8 +149,9 @@ class FakeOpenAI:
         status = status if status in FAULTS else int(status)
         entry = {
             "key": key, "attempt": n + 1, "status": status, "last": last, "t": time.time(),
-            "params": {k: body.get(k) for k in ("temperature", "max_tokens", "top_p", "stop", "seed")},
-            "model": body.get("model"),
+            "params": {k: body.get(k) for k in _PARAMS},
+            "reasoning": {k: body[k] for k in _REASONING if k in body},
+            "model": body.get("model"), "messages": body.get("messages") if chat else None,
             "extra": {k: v for k, v in body.items() if k not in _STANDARD_FIELDS},
         }  # fmt: skip
         with self._lock:
@@ -177,14 +197,16 @@ class FakeOpenAI:
                 headers=headers,
             )
         content: Any = rule.get("content", "")
-        reasoning = None
+        reasoning = rule.get("reasoning_content")
+        if rule.get("think_prefix") is not None:
+            content = f"{rule['think_prefix']}\n</think>\n\n{content}"
         if rule.get("empty"):
             content = ""
         if rule.get("null_with_reasoning"):
             content, reasoning = None, "thinking..."
         finish = rule.get("finish_reason", "stop")
-        usage = {"prompt_tokens": len(last) // 4, "completion_tokens": len(content or "") // 4}
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        usage = _usage(rule.get("usage"), last, content)
+        entry["usage"] = None if rule.get("no_usage") else usage
         if chat:
             message: dict[str, Any] = {"role": "assistant", "content": content}
             if reasoning is not None:
@@ -196,6 +218,8 @@ class FakeOpenAI:
             obj = "text_completion"
         answer = {"id": f"fake-{key}-{n}", "object": obj, "created": int(time.time()), "model": body.get("model", "fake"),
                   "choices": [choice], "usage": usage}  # fmt: skip
+        if rule.get("no_usage"):
+            del answer["usage"]
         if status == "trickle":
             return _trickle(json.dumps(answer).encode(), int(rule.get("trickle_bytes", 16)), float(rule.get("trickle_delay_s", 0.05)))
         return JSONResponse(answer)
@@ -261,6 +285,23 @@ class FakeOpenAI:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+
+def _usage(scripted: dict[str, Any] | None, last: str, content: str | None) -> dict[str, Any]:
+    """The answer's usage block: the scripted counts (``reasoning_tokens`` and
+    ``cached_tokens`` put where OpenAI puts them); a count not scripted is made up from
+    the text."""
+    scripted = scripted or {}
+    usage: dict[str, Any] = {
+        "prompt_tokens": int(scripted.get("prompt_tokens", max(1, len(last) // 4))),
+        "completion_tokens": int(scripted.get("completion_tokens", len(content or "") // 4)),
+    }
+    if scripted.get("reasoning_tokens") is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": int(scripted["reasoning_tokens"])}
+    if scripted.get("cached_tokens") is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": int(scripted["cached_tokens"])}
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return usage
 
 
 async def _disconnected(request: Request) -> bool:

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from evalkit import __version__, secrets
+from evalkit.engine.budget import BUDGET_EXCEEDED, journal_spend
 from evalkit.engine.journal import read_journal, read_jsonl, row_key
 from evalkit.engine.plan import RunPlan, data_fingerprint
+from evalkit.engine.records import reasoning_rule
 from evalkit.engine.rundir import FAILED, PREDICTIONS, SUMMARY, RunState
 from evalkit.report.figures import aggregation, category_counts, epoch_mean, metric_intervals, repeat_figures
-from evalkit.report.summary import build_summary, write_report
+from evalkit.report.summary import build_summary, spend_fields, write_report
 from evalkit.tracking.base import Observer, RunInfo
 from evalkit.types import sha256_hex
 
@@ -63,9 +65,24 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> 
                  "category_counts": category_counts(bench, samples, epochs), "aggregation": aggregation(bench, names)},
     )  # fmt: skip
     summary["endpoints"] = dict(plan.models.endpoints)
+    summary.update(_spend(plan, state, records, failures))
     if engine is not None:
         summary["engine"] = engine
     return secrets.scrub_obj(summary), records
+
+
+def _spend(plan: RunPlan, state: RunState, records: list[dict[str, Any]], failures: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The summary's reasoning, token, cost and budget fields (:func:`spend_fields`)."""
+    run, settings = plan.cfg.run, plan.cfg.benchmark
+    return spend_fields(
+        records=records,
+        spent=journal_spend(state.run_dir),
+        prices={actor: price.describe() if price is not None else None for actor, price in plan.prices.items()},
+        limits={"max_cost_usd": run.max_cost_usd, "max_total_tokens": run.max_total_tokens},
+        not_sent=sum(1 for f in failures.values() if f.get("error_kind") == BUDGET_EXCEEDED),
+        rule=reasoning_rule(plan.bench),
+        strip_prefix=settings.strip_reasoning_prefix,
+    )
 
 
 def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, observer: Observer) -> dict[str, Any]:

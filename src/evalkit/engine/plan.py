@@ -7,7 +7,7 @@ one line before the run directory exists.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from evalkit import secrets
@@ -17,6 +17,7 @@ from evalkit.config import EvalConfig
 from evalkit.engine.calls import Unit
 from evalkit.errors import ConfigError, DataError
 from evalkit.models.factory import ModelPlan, plan_models
+from evalkit.providers import Price, model_price
 from evalkit.types import Request, Sample, canonical_json, sha256_hex
 
 log = logging.getLogger("evalkit")
@@ -33,10 +34,23 @@ class RunPlan:
     samples: list[Sample]
     units: list[Unit]
     models: ModelPlan
+    #: ``{"agent": price, "user": price}`` (the user only when a user simulator takes part);
+    #: ``None`` = no price known (costs are then null, never 0)
+    prices: dict[str, Price | None] = field(default_factory=dict)
 
     def request_hashes(self) -> dict[tuple[str, int], str]:
         """``{(sample id, epoch): request hash}``: what identifies each result (resume)."""
         return {u.key: u.request.request_hash(self.models.model_id) for u in self.units}
+
+    def warn_unpriced(self) -> None:
+        """One warning line per model without a price (its costs are null, never 0)."""
+        for actor, price in self.prices.items():
+            if price is None:
+                model = self.cfg.model if actor == "agent" else self.cfg.user.model  # type: ignore[union-attr]
+                log.warning(
+                    "no price for %s model %s (%s) in litellm's price map: cost_usd is null; set model.pricing to have it",
+                    actor, model.name, model.provider_model,
+                )  # fmt: skip
 
     def prompt_hash(self) -> str:
         """SHA-256 over every selected sample's id and prompt hash, in selection order."""
@@ -69,8 +83,17 @@ def prepare(cfg: EvalConfig) -> RunPlan:
     units = [Unit(u.sample, replace(u.request, epoch=e), u.rollout) for e in range(cfg.run.repeats) for u in first]
     if cfg.run.repeats > 1 and cfg.generation_params().get("temperature") == 0:
         log.warning("run.repeats=%d at temperature 0: the repeats measure only the provider's nondeterminism", cfg.run.repeats)
-    models = plan_models(cfg, bench, samples, with_user=cfg.user is not None and bool(rollouts))
-    return RunPlan(cfg, bench, samples, units, models)
+    with_user = cfg.user is not None and bool(rollouts)
+    models = plan_models(cfg, bench, samples, with_user=with_user)
+    return RunPlan(cfg, bench, samples, units, models, run_prices(cfg, with_user))
+
+
+def run_prices(cfg: EvalConfig, with_user: bool) -> dict[str, Price | None]:
+    """The price of each model taking part (:func:`evalkit.providers.model_price`)."""
+    prices = {"agent": model_price(cfg.model, cfg.backend.kind)}
+    if with_user and cfg.user is not None:
+        prices["user"] = model_price(cfg.user.model, cfg.user.backend.kind)
+    return prices
 
 
 def build_request(bench: Benchmark, cfg: EvalConfig, sample: Sample) -> Request:

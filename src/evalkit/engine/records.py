@@ -9,23 +9,42 @@ Record contract (ARCHITECTURE.md; extend, don't rename): ``sample_id``, ``subset
 ``epoch`` (the repeat, 0 for the first) and, for a rollout, the whole ``trajectory`` (so that
 ``rescore`` needs nothing else; a readable copy goes to ``trajectories/<sample id>.json``).
 
+Tokens and money (:mod:`evalkit.providers`): ``usage`` sums the provider's counts over the
+sample's calls (``prompt_tokens``, ``completion_tokens``, ``reasoning_tokens``,
+``cached_prompt_tokens``; ``null`` when no call reported any), ``usage_by_actor`` splits
+a rollout's between ``agent`` and ``user``; ``cost_usd`` (USD) and ``spent_tokens``
+(prompt + completion) are what this run spent on the sample (:func:`spend`: a cache hit
+costs nothing; ``null`` when a price or a count is unknown, never 0). A ``failed.jsonl``
+row carries the same three, for the calls its sample made before failing.
+
+Reasoning rule (:func:`scored_view`): ``reasoning_rule`` names the rule the scored
+``output`` went through; with ``benchmark.strip_reasoning_prefix`` a stripped answer keeps
+its whole text as ``output_unstripped``.
+
 A row is at most :data:`MAX_LINE_BYTES` of JSON: over it, the model's texts (``output``,
-``raw_output``, ``reasoning``, ``trajectory``) move whole to ``large/<sample id>.json`` and
-the row keeps their first :data:`KEPT_CHARS` characters plus ``large`` = ``{"file",
-"bytes", "sha256", "fields"}``; :func:`evalkit.jsonl.with_side_file` puts them back for every
-reader that scores (``rescore``, ``model=replay`` of a ``predictions.jsonl``).
+``raw_output``, ``output_unstripped``, ``reasoning``, ``trajectory``) move whole to
+``large/<sample id>.json`` and the row keeps their first :data:`KEPT_CHARS` characters
+plus ``large`` = ``{"file", "bytes", "sha256", "fields"}``;
+:func:`evalkit.jsonl.with_side_file` puts them back for every reader that scores
+(``rescore``, ``model=replay`` of a ``predictions.jsonl``).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from evalkit import secrets
+from evalkit.benchmarks.base import Benchmark, strip_reasoning_prefix
 from evalkit.engine.calls import Unit
 from evalkit.jsonl import SIDE_FILE_FIELDS, dumps_line, with_side_file
+from evalkit.providers import Price, add_usage, total_tokens
 from evalkit.types import Failure, SampleScore, Trajectory, sha256_hex
+
+#: ``{"agent": price, "user": price}`` of a run's models (``None``: no price known)
+Prices = dict[str, Price | None]
 
 #: the largest ``predictions.jsonl`` line evalkit writes (bytes of UTF-8)
 MAX_LINE_BYTES = 1024 * 1024
@@ -33,16 +52,72 @@ MAX_LINE_BYTES = 1024 * 1024
 KEPT_CHARS = 4096
 
 
+def reasoning_rule(bench: Benchmark) -> str:
+    """The reasoning rule a run of ``bench`` scores under (``reasoning_rule`` of its rows)."""
+    if bench.settings.strip_reasoning_prefix:
+        return f"strip_reasoning_prefix (text up to the last </think> removed), then {bench.reasoning_rule}"
+    return bench.reasoning_rule
+
+
+def scored_view(bench: Benchmark, trajectory: Trajectory) -> tuple[Trajectory, dict[str, Any]]:
+    """The trajectory as the benchmark scores it, and the row fields that say so.
+
+    The one place a reasoning rule is chosen, for runs and ``rescore`` alike: here rather
+    than in ``Benchmark.score_sample``, which benchmarks override (ACEBench does), and
+    beside the record builder, which must say which rule ran and keep what was removed.
+    ``reasoning_rule`` names the benchmark's own rule (:attr:`Benchmark.reasoning_rule`),
+    preceded by ``strip_reasoning_prefix`` when ``benchmark.strip_reasoning_prefix`` is
+    on; then an answer holding ``</think>`` is scored without everything up to its last
+    one, and ``output_unstripped`` keeps the whole answer. Stripping twice changes nothing,
+    so ``rescore`` of the stripped ``output`` agrees with the run.
+    """
+    rule: dict[str, Any] = {"reasoning_rule": reasoning_rule(bench)}
+    if not bench.settings.strip_reasoning_prefix:
+        return trajectory, rule
+    stripped = strip_reasoning_prefix(trajectory.final_output)
+    if stripped is None:
+        return trajectory, rule
+    rule["output_unstripped"] = trajectory.final_output
+    return replace(trajectory, final_output=stripped), rule
+
+
+def usage_of(turns: list[dict[str, Any]], actor: str | None = None) -> dict[str, int] | None:
+    """The calls' ``usage`` summed per key (of ``actor``'s calls only when given: ``agent``
+    or ``user``); ``None`` when none of them reported usage."""
+    usage: dict[str, int] | None = None
+    for turn in turns:
+        if actor is None or (turn.get("actor") == "user") == (actor == "user"):
+            usage = add_usage(usage, turn.get("usage"))
+    return usage
+
+
+def spend(trajectory: Trajectory, prices: Prices) -> dict[str, Any]:
+    """What this run spent on one unit: ``cost_usd`` (USD) and ``spent_tokens`` (prompt +
+    completion tokens) over the model calls it sent — a response-cache hit costs nothing —
+    plus the usage a failed call reported. Each call is priced by its actor's model
+    (``prices["agent"]`` / ``prices["user"]``). ``None`` (never 0) when a sent call's count
+    or its model's price is unknown; an offline model (free, no counts) spends 0 of both."""
+    calls = [(t.get("actor"), t.get("usage")) for t in trajectory.turns if not t.get("cached")]
+    if trajectory.failure is not None and trajectory.failure.usage is not None:
+        calls.append((trajectory.failure.actor, trajectory.failure.usage))
+    cost: float | None = 0.0
+    tokens: int | None = 0
+    for actor, usage in calls:
+        price = prices.get("user" if actor == "user" else "agent")
+        call_cost = price.cost(usage) if price is not None else None
+        call_tokens = 0 if usage is None and price is not None and price.source == "offline" else total_tokens(usage)
+        cost = None if cost is None or call_cost is None else cost + call_cost
+        tokens = None if tokens is None or call_tokens is None else tokens + call_tokens
+    return {"cost_usd": cost, "spent_tokens": tokens}
+
+
 def turn_totals(turns: list[dict[str, Any]]) -> dict[str, Any]:
-    """Totals over a trajectory's model calls: ``usage`` (summed per key), ``latency_s``,
+    """Totals over a trajectory's model calls: ``usage`` (:func:`usage_of`), ``latency_s``,
     ``attempts``, ``throttled``, ``cached`` (every call answered from the cache), of the
     model under evaluation's calls the last ``finish_reason`` and the ``reasoning`` texts,
     and ``started_at`` / ``ended_at`` (Unix seconds: the first call's start, the last call's
     end; ``None`` without calls)."""
-    usage: dict[str, int] = {}
-    for turn in turns:
-        for k, v in (turn.get("usage") or {}).items():
-            usage[k] = usage.get(k, 0) + int(v)
+    usage = usage_of(turns)
     agent = [t for t in turns if t.get("actor") != "user"]
     reasoning = [t["reasoning"] for t in agent if t.get("reasoning")]
     return {
@@ -58,9 +133,11 @@ def turn_totals(turns: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def prediction_record(unit: Unit, model_id: str, trajectory: Trajectory, scored: SampleScore) -> dict[str, Any]:
-    """One ``predictions.jsonl`` row. A single-turn answer cut at the token limit
-    (``finish_reason=length``) that scored ``ok`` has status ``truncated``."""
+def prediction_record(unit: Unit, model_id: str, trajectory: Trajectory, scored: SampleScore, prices: Prices,
+                      rule: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """One ``predictions.jsonl`` row of a unit whose scored view (``trajectory``) and rule
+    fields (``rule``) come from :func:`scored_view`. A single-turn answer cut at the token
+    limit (``finish_reason=length``) that scored ``ok`` has status ``truncated``."""
     totals = turn_totals(trajectory.turns)
     status = scored.status
     if status == "ok" and not unit.rollout and totals["finish_reason"] == "length":
@@ -81,7 +158,11 @@ def prediction_record(unit: Unit, model_id: str, trajectory: Trajectory, scored:
     }
     if "raw_output" in trajectory.data:
         row["raw_output"] = trajectory.data["raw_output"]
+    row.update(rule)
     row.update(totals)
+    if unit.rollout:
+        row["usage_by_actor"] = {actor: usage_of(trajectory.turns, actor) for actor in ("agent", "user")}
+    row.update(spend(trajectory, prices))
     row["n_turns"] = len(trajectory.turns)
     if unit.rollout:
         row["trajectory"] = trajectory.to_dict()
@@ -129,8 +210,10 @@ def write_transcript(run_dir: Path, sample_id: str, trajectory: Trajectory) -> N
     )
 
 
-def failure_record(unit: Unit, model_id: str, failure: Failure) -> dict[str, Any]:
-    """One ``failed.jsonl`` row: the sample is not scored."""
+def failure_record(unit: Unit, model_id: str, trajectory: Trajectory, prices: Prices) -> dict[str, Any]:
+    """One ``failed.jsonl`` row of a unit whose ``trajectory.failure`` is set: the sample is
+    not scored; the tokens its calls reported and what they cost are kept."""
+    failure: Failure = trajectory.failure  # type: ignore[assignment]
     return {
         "sample_id": unit.sample.id,
         "subset": unit.sample.subset,
@@ -140,6 +223,8 @@ def failure_record(unit: Unit, model_id: str, failure: Failure) -> dict[str, Any
         "actor": failure.actor,
         "request_hash": unit.request.request_hash(model_id),
         "epoch": unit.request.epoch,
+        "usage": add_usage(usage_of(trajectory.turns), failure.usage),
+        **spend(trajectory, prices),
     }
 
 

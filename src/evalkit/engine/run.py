@@ -27,13 +27,14 @@ from typing import Any, Callable
 
 from evalkit import secrets
 from evalkit.config import EvalConfig
+from evalkit.engine.budget import Budget
 from evalkit.engine.calls import Unit, all_cached, open_cache
 from evalkit.engine.executor import Executor, LocalExecutor, RayExecutor
 from evalkit.engine.finalize import finalize
 from evalkit.engine.journal import read_journal
 from evalkit.engine.plan import RunPlan, prepare
 from evalkit.engine.ray_session import ensure_ray, shutdown_ray
-from evalkit.engine.records import cap_record, failure_record, prediction_record, write_transcript
+from evalkit.engine.records import cap_record, failure_record, prediction_record, scored_view, write_transcript
 from evalkit.engine.rundir import FAILED, PREDICTIONS, RunState, choose_run_dir, open_run
 from evalkit.engine.scheduling import run_units
 from evalkit.engine.scoring import Scorer
@@ -106,6 +107,7 @@ def execute(plan: RunPlan, state: RunState, observer: Observer) -> dict[str, Any
     log.info("run %s: %d samples, %d already journaled, %d to run", state.run_dir, len(plan.units), len(journal.rows), len(pending))
     if not pending:
         return None
+    plan.warn_unpriced()
     cfg = plan.cfg
     with ExitStack() as stack:
         scorer = stack.enter_context(Scorer(plan.bench))
@@ -116,7 +118,9 @@ def execute(plan: RunPlan, state: RunState, observer: Observer) -> dict[str, Any
         executor = _executor(plan, agents_factory)
         stack.callback(executor.close)
         journaler = stack.enter_context(Journaler(plan, state, observer, scorer, len(pending)))
-        engine = asyncio.run(run_units(executor, pending, cfg.backend.concurrency, journaler.on_result, cfg.backend.adaptive_concurrency))
+        budget = Budget.of_run(cfg, plan.prices, state.run_dir)
+        engine = asyncio.run(run_units(executor, pending, cfg.backend.concurrency, journaler.on_result,
+                                       cfg.backend.adaptive_concurrency, budget))  # fmt: skip
     engine["units"] = len(pending)
     return engine
 
@@ -167,17 +171,18 @@ class Journaler:
             await self._journal(unit, trajectory)
 
     async def _journal(self, unit: Unit, trajectory: Trajectory) -> None:
-        model_id = self.plan.models.model_id
+        model_id, prices = self.plan.models.model_id, self.plan.prices
         if trajectory.failure is None:
-            scored = await self.scorer.score(unit.sample, trajectory)
-            row = cap_record(prediction_record(unit, model_id, trajectory, scored), self.state.run_dir)
+            view, rule = scored_view(self.plan.bench, trajectory)
+            scored = await self.scorer.score(unit.sample, view)
+            row = cap_record(prediction_record(unit, model_id, view, scored, prices, rule), self.state.run_dir)
             if unit.rollout:
                 write_transcript(self.state.run_dir, unit.sample.id, trajectory)
             self.predictions.append(row)
             self.observer.sample_journaled(self.info, row)
         else:
             self.n_failed += 1
-            self.failed.append(failure_record(unit, model_id, trajectory.failure))
+            self.failed.append(failure_record(unit, model_id, trajectory, prices))
         self.progress.update(1)
         if self.n_failed:
             self.progress.set_postfix(failed=self.n_failed, refresh=False)

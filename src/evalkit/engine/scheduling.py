@@ -4,7 +4,8 @@
   throttles: an AIMD window (:class:`AdaptiveWindow`) halves on a unit that met HTTP 429
   and grows back by one per window of unthrottled results;
 * units are dispatched in selection order, and each result is handed to the driver's
-  ``on_result`` (which journals it) the moment it arrives.
+  ``on_result`` (which journals it) the moment it arrives;
+* no unit is dispatched once the run's budget is spent (:mod:`evalkit.engine.budget`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import time
 from typing import Any, Awaitable, Callable
 
+from evalkit.engine.budget import Budget
 from evalkit.engine.calls import Unit
 from evalkit.engine.executor import Executor
 from evalkit.types import Failure, Trajectory
@@ -82,35 +84,49 @@ def throttled_count(trajectory: Trajectory) -> int:
     return own + sum(int(t.get("throttled", 0)) for t in trajectory.turns)
 
 
+class _Solving:
+    """One unit solved: its throttling counted, the budget charged, its slot freed, then
+    its result handed to ``on_result``."""
+
+    def __init__(self, executor: Executor, window: AdaptiveWindow, on_result: Callable[[Unit, Trajectory], Awaitable[None]],
+                 budget: Budget | None):  # fmt: skip
+        self.executor, self.window, self.on_result, self.budget = executor, window, on_result, budget
+        self.throttled = 0
+
+    async def one(self, seq: int, unit: Unit) -> None:
+        result = Trajectory(failure=Failure("internal", "not run"))
+        try:
+            result = await self.executor.submit(unit)
+        finally:
+            n = throttled_count(result)
+            self.throttled += n
+            if self.budget is not None:
+                self.budget.charge(result)  # before the slot is freed: the next dispatch sees it
+            await self.window.release(seq, n)
+        await self.on_result(unit, result)
+
+
 async def run_units(
     executor: Executor,
     units: list[Unit],
     concurrency: int,
     on_result: Callable[[Unit, Trajectory], Awaitable[None]],
     adaptive: bool = True,
+    budget: Budget | None = None,
 ) -> dict[str, Any]:
     """Solve ``units`` with at most ``concurrency`` in flight (a rollout counts as one; fewer
     while throttled, see :class:`AdaptiveWindow`); ``on_result`` is awaited in the driver as
     soon as each one finishes (it scores and journals the sample; the unit's slot is free
-    by then, so scoring overlaps the next units' requests).
+    by then, so scoring overlaps the next units' requests). With a ``budget``, each unit is
+    charged before its slot is freed, and once the budget is spent no further unit is
+    dispatched: each one left is handed to ``on_result`` as a ``budget_exceeded`` failure.
 
     Returns the engine figures of the run: ``requests_wall_s`` (first dispatch to last
-    result, seconds), ``throttled`` (HTTP 429 answers), and the window's statistics.
+    result, seconds), ``throttled`` (HTTP 429 answers), and the window's statistics
+    (plus ``not_sent_budget`` when the budget stopped the run).
     """
-    window = AdaptiveWindow(concurrency, adaptive)
-    throttled = 0
-
-    async def one(seq: int, unit: Unit) -> None:
-        nonlocal throttled
-        result = Trajectory(failure=Failure("internal", "not run"))
-        try:
-            result = await executor.submit(unit)
-        finally:
-            n = throttled_count(result)
-            throttled += n
-            await window.release(seq, n)
-        await on_result(unit, result)
-
+    solving = _Solving(executor, AdaptiveWindow(concurrency, adaptive), on_result, budget)
+    window, not_sent = solving.window, []
     start = time.perf_counter()
     running: set[asyncio.Future[None]] = set()
     crashed: list[BaseException] = []
@@ -121,17 +137,24 @@ async def run_units(
             crashed.append(task.exception())  # type: ignore[arg-type]
 
     try:
-        for unit in units:  # units are dispatched in order, one waiter at a time
+        for i, unit in enumerate(units):  # units are dispatched in order, one waiter at a time
             if crashed:  # journaling failed (a full disk): stop dispatching
                 break
             seq = await window.acquire()
-            task = asyncio.ensure_future(one(seq, unit))
+            if budget is not None and budget.exhausted():
+                await window.release(seq, 0)
+                not_sent = units[i:]
+                break
+            task = asyncio.ensure_future(solving.one(seq, unit))
             running.add(task)
             task.add_done_callback(finished)
+        for unit in not_sent:
+            await on_result(unit, budget.not_sent())  # type: ignore[union-attr]
         await asyncio.gather(*list(running))
         if crashed:
             raise crashed[0]
     finally:
         for task in list(running):
             task.cancel()
-    return {"requests_wall_s": round(time.perf_counter() - start, 3), "throttled": throttled, **window.stats()}
+    figures = {"requests_wall_s": round(time.perf_counter() - start, 3), "throttled": solving.throttled, **window.stats()}
+    return {**figures, "not_sent_budget": len(not_sent)} if not_sent else figures

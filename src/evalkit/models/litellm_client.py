@@ -42,6 +42,7 @@ from tenacity import (  # noqa: E402
 )
 
 from evalkit.models.base import ModelCallError, endpoint_model_id  # noqa: E402
+from evalkit.providers import UNPRICED_MARK, usage_counts  # noqa: E402
 from evalkit.types import Completion, Failure, Request  # noqa: E402
 
 litellm.suppress_debug_info = True
@@ -116,17 +117,12 @@ class LiteLLMModel:
             text = choice.message.content
             reasoning = getattr(choice.message, "reasoning_content", None)
         latency = time.perf_counter() - start
-        usage = {}
-        if getattr(resp, "usage", None) is not None:
-            usage = {
-                "prompt_tokens": int(getattr(resp.usage, "prompt_tokens", 0) or 0),
-                "completion_tokens": int(getattr(resp.usage, "completion_tokens", 0) or 0),
-            }
+        usage = usage_counts(getattr(resp, "usage", None))
         finish = getattr(choice, "finish_reason", None)
         if text is None or not str(text).strip():
             kind = "truncated_empty" if finish == "length" else "empty"
             detail = "reasoning only, no final answer" if reasoning else "no content"
-            raise ModelCallError(Failure(kind, f"{detail} (finish_reason={finish})"))
+            raise ModelCallError(Failure(kind, f"{detail} (finish_reason={finish})", usage=usage))
         return Completion(
             text=str(text), finish_reason=finish, reasoning=reasoning, usage=usage, latency_s=latency
         )
@@ -176,8 +172,9 @@ def _price_unknown_model(provider_model: str) -> None:
 
     litellm prices every response; for an unknown model that lookup misses and falls back
     to a fuzzy search of the whole cost map on every call, about a tenth of a call's CPU
-    time (measured with ``benchmarks/throughput.py``). evalkit records token counts, never
-    cost, so nothing it reports changes.
+    time (measured with ``benchmarks/throughput.py``). The entry carries
+    :data:`~evalkit.providers.UNPRICED_MARK`, so evalkit's own price lookup
+    (:func:`evalkit.providers.litellm_price`) never reads it as a price of 0.
     """
     if provider_model in _PRICED:
         return
@@ -187,7 +184,7 @@ def _price_unknown_model(provider_model: str) -> None:
     except Exception:  # noqa: BLE001 - litellm raises a bare Exception for an unknown model
         provider = provider_model.split("/", 1)[0] if "/" in provider_model else "openai"
         litellm.register_model(
-            {provider_model: dict(_ZERO_COST, litellm_provider=provider, mode="chat")}
+            {provider_model: dict(_ZERO_COST, litellm_provider=provider, mode="chat", **{UNPRICED_MARK: True})}
         )
 
 

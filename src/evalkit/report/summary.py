@@ -119,6 +119,7 @@ def write_report(run_dir: Path, summary: dict[str, Any], bench: Any, generates: 
             f"(see `failed.jsonl`). No headline score is published; figures below are partial."
         )
     lines += _facts(summary, generates)
+    lines += spend_lines(summary)
     prefix = "" if complete else "partial_"
     metrics = summary["metrics"] if complete else {k.removeprefix(prefix): v for k, v in summary.get("partial_metrics", {}).items()}
     ci = {k.removeprefix(prefix): v for k, v in (summary.get("metrics_ci") or {}).items()}
@@ -179,6 +180,86 @@ def _limited(limited: list[str]) -> list[str]:
         + (f" and {len(limited) - 50} more" if len(limited) > 50 else ""),
         "",
     ]
+
+
+# ---- reasoning, tokens, cost and budget (issue 15) -------------------------------------------
+def spend_fields(
+    *,
+    records: list[dict[str, Any]],
+    spent: tuple[float | None, int | None],
+    prices: dict[str, str | None],
+    limits: dict[str, Any],
+    not_sent: int,
+    rule: str,
+    strip_prefix: bool,
+) -> dict[str, Any]:
+    """The summary's fields on reasoning, tokens, cost and budget (``usage``, the token
+    totals of the scored answers, is :func:`build_summary`'s).
+
+    ``usage_by_subset``: ``{subset: {"n": answers that reported usage, <usage key>: mean
+    tokens per such answer}}``; ``cost_usd`` (USD) and ``spent_tokens`` (prompt + completion):
+    what the run spent across its attempts, read back from its journal (``spent``), ``null``
+    when unknown; ``prices``: each model's price (``null``: none known); ``budget`` (when
+    ``run.max_cost_usd`` / ``run.max_total_tokens`` is set): the limits, whether the spend
+    reached one, and ``not_sent`` (samples failed as ``budget_exceeded``); ``reasoning``:
+    the rule the scored outputs went through, whether ``benchmark.strip_reasoning_prefix``
+    was on (scores are then not the official rule's), how many answers it stripped, and
+    how many carried reasoning in the provider's separate field.
+    """
+    by_subset: dict[str, Counter] = {}
+    counted: Counter = Counter()
+    for r in records:
+        usage = r.get("usage")
+        if isinstance(usage, dict):
+            by_subset.setdefault(r.get("subset", "?"), Counter()).update({k: int(v) for k, v in usage.items() if isinstance(v, int)})
+            counted[r.get("subset", "?")] += 1
+    cost, tokens = spent
+    out: dict[str, Any] = {
+        "usage_by_subset": {
+            sub: {"n": counted[sub], **{k: round(v / counted[sub], 2) for k, v in sorted(sums.items())}}
+            for sub, sums in sorted(by_subset.items())
+        },
+        "cost_usd": round(cost, 8) if cost is not None else None,
+        "spent_tokens": tokens,
+        "prices": prices,
+        "reasoning": {
+            "rule": rule,
+            "strip_reasoning_prefix": strip_prefix,
+            "n_stripped": sum(1 for r in records if r.get("output_unstripped") is not None),
+            "n_with_reasoning": sum(1 for r in records if r.get("reasoning")),
+        },
+    }
+    if limits.get("max_cost_usd") is not None or limits.get("max_total_tokens") is not None:
+        reached = (limits.get("max_cost_usd") is not None and (cost is None or cost >= limits["max_cost_usd"])) or (
+            limits.get("max_total_tokens") is not None and (tokens is None or tokens >= limits["max_total_tokens"])
+        )
+        out["budget"] = {**limits, "reached": reached, "not_sent": not_sent}
+    return out
+
+
+def spend_lines(summary: dict[str, Any]) -> list[str]:
+    """``report.md``'s lines on reasoning, cost and budget (after the counts)."""
+    lines: list[str] = []
+    reasoning = summary.get("reasoning") or {}
+    if reasoning.get("strip_reasoning_prefix"):
+        lines.append(
+            f"**Reasoning prefix stripped** (`benchmark.strip_reasoning_prefix=true`): {reasoning.get('n_stripped', 0)} "
+            "answers were scored without their text up to the last `</think>` (each keeps it as `output_unstripped`); "
+            "these scores are not the benchmark's official rule's."
+        )
+    if "cost_usd" in summary:
+        cost = summary["cost_usd"]
+        shown = f"${cost:.4f}" if isinstance(cost, (int, float)) else "unknown (a model without a price, or usage not reported)"
+        prices = ", ".join(f"{k}: {v or 'no price'}" for k, v in (summary.get("prices") or {}).items())
+        lines.append(f"- cost: {shown}; tokens spent: {summary.get('spent_tokens', 'n/a')} ({prices})")
+    budget = summary.get("budget")
+    if budget:
+        limits = ", ".join(f"run.{k}={budget[k]}" for k in ("max_cost_usd", "max_total_tokens") if budget.get(k) is not None)
+        state = f"spent; {budget['not_sent']} samples not sent (`budget_exceeded`)" if budget.get("reached") else "not reached"
+        lines.append(f"- budget: {limits}: {state}")
+    if reasoning.get("rule"):
+        lines.append(f"- reasoning rule: {reasoning['rule']}; {reasoning.get('n_with_reasoning', 0)} answers came with separate reasoning (kept, never scored)")
+    return lines + [""] if lines else []
 
 
 def _counts(counts: dict[str, int]) -> str:

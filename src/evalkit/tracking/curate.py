@@ -76,7 +76,7 @@ def run_params(recorded: dict[str, Any], summary: dict[str, Any]) -> dict[str, s
         ("model.baseline", model.get("baseline")),
         ("model.extra_body", model.get("extra_body")),
         ("shots.n", (recorded.get("shots") or {}).get("n")),
-        ("run.repeats", (recorded.get("run") or {}).get("repeats")),
+        ("repeats", (recorded.get("run") or {}).get("repeats")),
         *((f"generation.{k}", v) for k, v in (recorded.get("generation") or {}).items()),
         ("backend.kind", (recorded.get("backend") or {}).get("kind")),
     ]

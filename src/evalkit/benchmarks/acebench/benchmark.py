@@ -46,6 +46,7 @@ class AceBench(Benchmark):
     name = "acebench"
     settings_model = AceBenchSettings
     headline_metric = "overall"
+    reasoning_rule = "acebench: the text after the first </think> (spec §9.6)"
     all_subsets = ALL_CATEGORIES
     default_subsets = DEFAULT_CATEGORIES
     supported_shots = (0,)

@@ -62,6 +62,7 @@ class KE(Benchmark):
     )
     baselines = BASELINES
     supports_completion = True
+    reasoning_rule = "ke R3: the text after the last </think>, else the text before an unclosed <think>"
 
     def __init__(self, settings: KESettings):
         super().__init__(settings)

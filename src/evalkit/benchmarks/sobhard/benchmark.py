@@ -64,6 +64,7 @@ class SOBHard(Benchmark):
     name = "sobhard"
     settings_model = SOBHardSettings
     headline_metric = "sample_pass_rate"
+    reasoning_rule = "sobhard §4 step 5: reasoning blocks and lone tags removed outside fences"
     all_subsets = FAMILIES + CELLS
     default_subsets = FAMILIES
     supported_shots = None

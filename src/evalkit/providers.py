@@ -1,0 +1,256 @@
+"""What litellm knows about a provider, asked in one place: the reasoning parameters a
+model accepts, its price, the token counts of an answer, and a prompt's token count.
+
+Everything here goes through litellm's own helpers (``get_supported_openai_params``,
+``get_optional_params``, ``get_model_info``, ``cost_per_token``, ``token_counter``);
+litellm is imported on first use (:func:`litellm_module`), so a run of offline models and
+a config without reasoning settings never import it.
+
+Token counts (``usage``) are a dict of non-negative integers: ``prompt_tokens``,
+``completion_tokens`` and, when the provider reports them, ``reasoning_tokens`` (inside
+``completion_tokens``) and ``cached_prompt_tokens`` (inside ``prompt_tokens``); ``None``
+when the provider reported no usage at all — never zeros.
+
+Prices are USD per token (:class:`Price`); a cost is
+``(prompt − cached)·input + cached·cached_input + completion·output`` (reasoning tokens are
+inside completion tokens, cached ones inside prompt tokens), as litellm's
+``cost_per_token`` computes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+log = logging.getLogger("evalkit")
+
+#: the keys of a ``usage`` dict, in the order they are reported
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_prompt_tokens")
+#: a ``model_cost`` entry evalkit registered at zero cost only to spare litellm's lookups
+#: (``models/litellm_client._price_unknown_model``): never a price
+UNPRICED_MARK = "evalkit_unpriced"
+
+
+def litellm_module() -> Any:
+    """litellm, imported with its local cost map (no remote fetch at import)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm  # deferred: litellm's import is heavy; offline runs never need it
+
+    litellm.suppress_debug_info = True
+    litellm.telemetry = False
+    return litellm
+
+
+@contextmanager
+def _quiet_litellm() -> Iterator[None]:
+    """litellm's own logger silenced (it warns on the console about what it drops)."""
+    logger = logging.getLogger("LiteLLM")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+# ------------------------------------------------------------------------------------------
+# tokens
+# ------------------------------------------------------------------------------------------
+def usage_counts(usage: Any) -> dict[str, int] | None:
+    """The ``usage`` dict of a litellm response's ``usage`` object (or a plain dict of the
+    OpenAI shape). litellm fills a missing usage block with zeros, so a block whose prompt
+    and completion counts are both 0 reported nothing (every request has a prompt): ``None``."""
+    if usage is None:
+        return None
+    get = usage.get if isinstance(usage, dict) else lambda k, d=None: getattr(usage, k, d)
+    prompt, completion = int(get("prompt_tokens", 0) or 0), int(get("completion_tokens", 0) or 0)
+    if prompt == 0 and completion == 0:
+        return None
+    out = {"prompt_tokens": prompt, "completion_tokens": completion}
+    for key, details, field in (("reasoning_tokens", "completion_tokens_details", "reasoning_tokens"),
+                                ("cached_prompt_tokens", "prompt_tokens_details", "cached_tokens")):  # fmt: skip
+        block = get(details, None)
+        value = block.get(field) if isinstance(block, dict) else getattr(block, field, None)
+        if value is not None:
+            out[key] = int(value)
+    return out
+
+
+def add_usage(total: dict[str, int] | None, usage: dict[str, int] | None) -> dict[str, int] | None:
+    """``total + usage`` per key (a key only one side has is kept); ``None`` + ``None`` is ``None``."""
+    if usage is None:
+        return None if total is None else dict(total)
+    out = dict(total or {})
+    for key, value in usage.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = out.get(key, 0) + int(value)
+    return out
+
+
+def total_tokens(usage: dict[str, int] | None) -> int | None:
+    """Prompt plus completion tokens (reasoning and cached are inside them), or ``None``."""
+    if usage is None:
+        return None
+    return int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+
+
+def estimate_prompt_tokens(provider_model: str, messages: list[dict[str, Any]] | None, prompt: str | None) -> int:
+    """Tokens of a request's prompt by litellm's ``token_counter`` (the model's tokenizer
+    where litellm knows it, else tiktoken's cl100k): an estimate, not the provider's count."""
+    litellm = litellm_module()
+    with _quiet_litellm():
+        if messages is not None:
+            return int(litellm.token_counter(model=provider_model, messages=messages))
+        return int(litellm.token_counter(model=provider_model, text=prompt or ""))
+
+
+# ------------------------------------------------------------------------------------------
+# prices
+# ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Price:
+    """What one model's tokens cost, in USD per token.
+
+    ``source``: ``litellm`` (litellm's price map, looked up under ``model``),
+    ``model.pricing`` (the model config's ``pricing``, per million tokens there),
+    ``offline`` (reference, replay, baselines) or ``embedded`` (evalkit's own llama.cpp
+    server) — the last two cost 0 by declaration. ``cached_input_per_token`` ``None``:
+    cached prompt tokens cost the input price.
+    """
+
+    source: str
+    model: str | None = None
+    input_per_token: float = 0.0
+    output_per_token: float = 0.0
+    cached_input_per_token: float | None = None
+
+    @property
+    def free(self) -> bool:
+        return self.source in ("offline", "embedded")
+
+    def describe(self) -> str:
+        """``$2.5/$10 per Mtok (litellm)``: a line's worth of this price."""
+        if self.free:
+            return f"free ({self.source})"
+        cached = "" if self.cached_input_per_token is None else f", cached ${self.cached_input_per_token * 1e6:g}"
+        return f"${self.input_per_token * 1e6:g} in / ${self.output_per_token * 1e6:g} out{cached} per Mtok ({self.source})"
+
+    def cost(self, usage: dict[str, int] | None) -> float | None:
+        """USD of an answer's ``usage`` (litellm's ``cost_per_token``; our usage follows
+        OpenAI's convention — cached tokens inside the prompt tokens — hence the ``openai``
+        cost path for a ``model.pricing`` price); ``None`` when the usage is unknown or
+        litellm cannot price it (never 0 for an unknown). A free model costs 0."""
+        if self.free:
+            return 0.0
+        if usage is None:
+            return None
+        litellm = litellm_module()
+        from litellm.types.utils import CompletionTokensDetailsWrapper, PromptTokensDetailsWrapper, Usage
+
+        prompt, completion = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+        block = Usage(
+            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+            prompt_tokens_details=PromptTokensDetailsWrapper(cached_tokens=int(usage.get("cached_prompt_tokens", 0))),
+            completion_tokens_details=CompletionTokensDetailsWrapper(reasoning_tokens=usage.get("reasoning_tokens")),
+        )  # fmt: skip
+        kwargs: dict[str, Any] = {"model": self.model or "priced-model", "prompt_tokens": prompt,
+                                  "completion_tokens": completion, "usage_object": block}  # fmt: skip
+        if self.source != "litellm":
+            info = {"input_cost_per_token": self.input_per_token, "output_cost_per_token": self.output_per_token}
+            if self.cached_input_per_token is not None:
+                info["cache_read_input_token_cost"] = self.cached_input_per_token
+            kwargs.update(requested_model_info_override=info, custom_llm_provider="openai")
+        try:
+            with _quiet_litellm():
+                prompt_cost, completion_cost = litellm.cost_per_token(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - a cost litellm cannot compute is unknown, never 0
+            log.warning("cost of a %s answer unknown: litellm could not price it (%s: %s)", self.model, type(exc).__name__, exc)
+            return None
+        return float(prompt_cost) + float(completion_cost)
+
+
+def litellm_price(provider_model: str) -> Price | None:
+    """The price litellm's map holds for ``provider_model``, or ``None`` when it has none
+    (an unknown model, or one evalkit registered at zero cost itself, see
+    :data:`UNPRICED_MARK`)."""
+    litellm = litellm_module()
+    if (litellm.model_cost.get(provider_model) or {}).get(UNPRICED_MARK):
+        return None
+    try:
+        with _quiet_litellm():
+            info = litellm.get_model_info(provider_model)
+    except Exception:  # noqa: BLE001 - litellm raises a bare Exception for an unknown model
+        return None
+    if info.get("input_cost_per_token") is None or info.get("output_cost_per_token") is None:
+        return None
+    cached = info.get("cache_read_input_token_cost")
+    return Price("litellm", provider_model, float(info["input_cost_per_token"]), float(info["output_cost_per_token"]),
+                 float(cached) if cached is not None else None)  # fmt: skip
+
+
+def model_price(model: Any, backend_kind: str) -> Price | None:
+    """The price of a model config (``ModelConfig``) reached through a backend of
+    ``backend_kind``: offline models and the embedded llama.cpp server are free, a
+    ``model.pricing`` wins over litellm's map, and ``None`` means no price is known."""
+    if model.kind != "litellm":
+        return Price("offline")
+    if backend_kind == "llamacpp":
+        return Price("embedded")
+    pricing = getattr(model, "pricing", None)
+    if pricing is not None:
+        cached = pricing.cached_input_per_mtok
+        return Price("model.pricing", model.provider_model, pricing.input_per_mtok / 1e6, pricing.output_per_mtok / 1e6,
+                     cached / 1e6 if cached is not None else None)  # fmt: skip
+    return litellm_price(model.provider_model)
+
+
+# ------------------------------------------------------------------------------------------
+# reasoning parameters
+# ------------------------------------------------------------------------------------------
+def _contains(value: Any, wanted: int) -> bool:
+    if isinstance(value, dict):
+        return any(_contains(v, wanted) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_contains(v, wanted) for v in value)
+    return value == wanted and not isinstance(value, bool)
+
+
+def reasoning_problem(provider_model: str, sent: dict[str, Any]) -> tuple[str, str] | None:
+    """``(parameter, why)`` when ``provider_model`` cannot take a reasoning parameter of
+    ``sent`` (litellm keyword arguments: ``reasoning_effort``, ``thinking``), or ``None``
+    when it can or litellm cannot tell.
+
+    A parameter outside ``litellm.get_supported_openai_params`` of the model's provider is
+    refused (gpt-4o: ``reasoning_effort``; ``openai/*``: ``thinking``); so is a thinking
+    budget that litellm's mapping for the provider drops (DeepSeek takes thinking only as
+    enabled or disabled: litellm sends it without the budget, with a warning only).
+    """
+    wanted = [k for k in ("reasoning_effort", "thinking") if sent.get(k) is not None]
+    if not wanted:
+        return None
+    litellm = litellm_module()
+    try:
+        with _quiet_litellm():
+            model, provider, _, _ = litellm.get_llm_provider(provider_model)
+            supported = litellm.get_supported_openai_params(model=model, custom_llm_provider=provider) or []
+    except Exception:  # noqa: BLE001 - a provider litellm does not know: it cannot tell
+        return None
+    for key in wanted:
+        if key not in supported:
+            return key, f"{provider} model {model} does not accept {key} (not among litellm's supported parameters for it)"
+    budget = (sent.get("thinking") or {}).get("budget_tokens")
+    if budget is None:
+        return None
+    from litellm.utils import get_optional_params
+
+    try:
+        with _quiet_litellm():
+            mapped = get_optional_params(model=model, custom_llm_provider=provider, thinking=sent["thinking"])
+    except Exception:  # noqa: BLE001 - litellm cannot map it: the provider call would say why
+        return None
+    if not _contains(mapped, int(budget)):
+        return "thinking", f"{provider} model {model} takes no thinking budget (litellm would drop budget_tokens={budget} with a warning only)"
+    return None
