@@ -88,7 +88,7 @@ def test_reasoning_tokens_and_cost_are_recorded_apart_from_the_answer(fake_opena
     _check_schema(res.summary)
     run_id = json.loads((res.run_dir / "tracking.json").read_text())["mlflow_run_id"]
     metrics = MlflowClient(f"sqlite:///{root.resolve() / 'mlflow.db'}").get_run(run_id).data.metrics
-    assert metrics["tokens.reasoning_tokens"] == 120 and metrics["cost_usd"] == pytest.approx(res.summary["cost_usd"])
+    assert metrics["tokens/reasoning_tokens"] == 120 and metrics["cost_usd"] == pytest.approx(res.summary["cost_usd"])
 
 
 def test_an_orphan_closing_tag_from_a_served_model_is_stripped_when_asked(fake_openai, ray_address, gold, run_eval):
