@@ -14,19 +14,21 @@ from omegaconf import DictConfig
 from evalkit.compose import resolve
 from evalkit.config import EvalConfig
 from evalkit.engine.plan import prepare
+from evalkit.engine.phases import Phases
 from evalkit.engine.run import RunResult, run_evaluation
 from evalkit.providers import estimate_prompt_tokens
 from evalkit.report.summary import headline_text
 from evalkit.tracking import make_observer
 
 
-def run_validated(cfg: EvalConfig, sweep: dict[str, Any] | None = None) -> RunResult:
-    """Run a validated config (``sweep``: the ``sweep.json`` of the sweep it is a job of).
+def run_validated(cfg: EvalConfig, sweep: dict[str, Any] | None = None, phases: Phases | None = None) -> RunResult:
+    """Run a validated config (``sweep``: the ``sweep.json`` of the sweep it is a job of;
+    ``phases``: the timings of the run so far, from its compose).
 
     Raises:
         EvalkitError: a configuration, data, run directory or tracking error.
     """
-    return run_evaluation(cfg, make_observer(cfg, sweep))
+    return run_evaluation(cfg, make_observer(cfg, sweep), phases)
 
 
 def outcome_line(result: RunResult) -> str:
@@ -54,12 +56,14 @@ def run_composed(cfg: DictConfig, sweep: dict[str, Any] | None = None) -> RunRes
     Raises:
         EvalkitError: a configuration, data, run directory or tracking error.
     """
-    _, validated = resolve(cfg)
+    phases = Phases()
+    with phases.timed("compose_validate_s"):
+        _, validated = resolve(cfg)
     if validated.run.dry_run:
         dry = dry_run(validated)
         print(dry.line)
         return dry
-    result = run_validated(validated, sweep)
+    result = run_validated(validated, sweep, phases)
     print(outcome_line(result))
     return result
 

@@ -38,6 +38,7 @@ from omegaconf import DictConfig, open_dict
 
 from evalkit import secrets
 from evalkit.compare import load_run, paired_stats
+from evalkit.engine import session
 from evalkit.errors import EvalkitError, first_line
 from evalkit.stats import with_interval
 from evalkit.job import run_composed
@@ -270,11 +271,14 @@ class SweepCallback(Callback):
         info.update(make_observer(config).sweep_started(sweep_dir, info))
         _write_json(sweep_dir / SWEEP_FILE, info)
         _active = sweep_dir
+        if str(config.hydra.launcher.get("_target_", "")).endswith("BasicLauncher"):
+            session.begin()  # the jobs run here, one after another: they share Ray, servers and workers
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         global _exit_code, _active
         sweep_dir = Path(str(config.hydra.sweep.dir))
         _active = None
+        session.end()
         summary = _finish(sweep_dir)
         failed = [j for j in summary["jobs"] if j["status"] != "complete"]
         for job in failed:
@@ -314,6 +318,7 @@ def abort() -> None:
     if _active is None:
         return
     sweep_dir, _active = _active, None
+    session.end()
     summary = _finish(sweep_dir, interrupted=True)
     print(
         f"evalkit: sweep {summary['sweep_id']}: stopped after {summary['n_jobs'] - summary['n_failed_jobs']} complete "

@@ -9,12 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 from evalkit import __version__, secrets
 from evalkit.engine.budget import BUDGET_EXCEEDED, journal_spend
 from evalkit.engine.journal import read_journal, read_jsonl, row_key
+from evalkit.engine.phases import Phases
 from evalkit.engine.plan import RunPlan, data_fingerprint
 from evalkit.engine.records import reasoning_rule
 from evalkit.engine.rundir import FAILED, PREDICTIONS, SUMMARY, RunState
@@ -85,19 +87,37 @@ def _spend(plan: RunPlan, state: RunState, records: list[dict[str, Any]], failur
     )
 
 
-def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, observer: Observer) -> dict[str, Any]:
+def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, observer: Observer,
+             phases: Phases | None = None) -> dict[str, Any]:  # fmt: skip
     """Write ``summary.json``, the plots and ``report.md``, then call the observer's
     ``run_finished`` (a tracker's failure is its own one-line ``TrackingError``; the
-    run's results are on disk by then). Returns the summary."""
+    run's results are on disk by then). ``summary.json`` → ``engine.phases`` holds the
+    run's phase timings (:mod:`evalkit.engine.phases`); the tracking phase is written into
+    it after the observer ran. Returns the summary."""
+    phases = phases or Phases()
+    started = time.perf_counter()
     summary, records = summarize(plan, state, engine)
     run_dir = state.run_dir
-    (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    _write_summary(run_dir, summary, phases, time.perf_counter() - started)
     metrics = summary["metrics"] or {k.removeprefix("partial_"): v for k, v in (summary.get("partial_metrics") or {}).items()}
     try:
         plan.bench.write_plots(run_dir / "plots", metrics, records)
     except Exception:  # noqa: BLE001 - a figure must never cost the run its summary
         log.exception("plotting failed")
     write_report(run_dir, summary, plan.bench, generates=not plan.models.offline)
+    phases.add("summary_report_s", time.perf_counter() - started)
     requests = [u.request for u in plan.units]  # the selection, in order, with each prompt
-    observer.run_finished(RunInfo(plan.cfg, run_dir, state.resumed, extra={"requests": requests}), summary)
+    with phases.timed("tracking_s"):
+        observer.run_finished(RunInfo(plan.cfg, run_dir, state.resumed, extra={"requests": requests}), summary)
+    _write_summary(run_dir, summary, phases)
     return summary
+
+
+def _write_summary(run_dir: Path, summary: dict[str, Any], phases: Phases, so_far: float = 0.0) -> None:
+    """``summary.json`` with ``engine.phases`` as they stand (``so_far``: the summary phase
+    until now, counted in this write only)."""
+    timings = phases.as_dict()
+    if so_far:
+        timings["summary_report_s"] = round(timings.get("summary_report_s", 0.0) + so_far, 4)
+    summary.setdefault("engine", {})["phases"] = timings
+    (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -1,12 +1,12 @@
 """One run, as a line of stages (HELM's ``Runner.run_one``)::
 
-    prepare → start → open → execute → finalize
+    start → prepare → open → execute → finalize
 
+* **start**: Ray reached (network models only) and, when no server of evalkit's must start
+  first, the model workers started, warming up in their own processes during what follows;
 * **prepare** (:mod:`evalkit.engine.plan`): data loaded and selected, one request per
-  sample, models planned — nothing started, nothing written;
-* **start**: the response cache checked, Ray reached (network models only), the observer
-  told (a tracker checks its store) — an unreachable cluster or a bad store leaves nothing
-  behind;
+  sample, models planned — nothing written; the observer is told (a tracker checks its
+  store) — an unreachable cluster or a bad store leaves nothing behind;
 * **open** (:mod:`evalkit.engine.rundir`): the run directory made or reopened, logging into
   it, ``config.yaml`` written;
 * **execute** (here): the journal read (what is already done), the pending units solved
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -33,11 +34,14 @@ from evalkit.engine.executor import Executor, LocalExecutor, RayExecutor
 from evalkit.engine.finalize import finalize
 from evalkit.engine.journal import read_journal
 from evalkit.engine.plan import RunPlan, prepare
+from evalkit.engine import session
+from evalkit.engine.phases import Phases
 from evalkit.engine.ray_session import ensure_ray, shutdown_ray
 from evalkit.engine.records import cap_record, failure_record, prediction_record, scored_view, write_transcript
 from evalkit.engine.rundir import FAILED, PREDICTIONS, RunState, choose_run_dir, open_run
 from evalkit.engine.scheduling import run_units
 from evalkit.engine.scoring import Scorer
+from evalkit.models.factory import serverless_agents
 from evalkit.jsonl import JsonlAppender
 from evalkit.tracking.base import NullObserver, Observer, RunInfo
 from evalkit.types import Trajectory
@@ -59,8 +63,9 @@ class RunResult:
         return 0 if self.summary["status"] == "complete" else 1
 
 
-def run_evaluation(cfg: EvalConfig, observer: Observer | None = None) -> RunResult:
+def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Phases | None = None) -> RunResult:
     """Execute one validated run end to end and return where it left its results.
+    ``phases``: the run's timings so far (the compose), started where the run started.
 
     Raises:
         ConfigError / DataError / RunDirError / TrackingError: before anything is written
@@ -68,14 +73,14 @@ def run_evaluation(cfg: EvalConfig, observer: Observer | None = None) -> RunResu
         RunInterrupted: Ctrl-C once the run directory exists (resume it).
     """
     observer = observer or NullObserver()
-    plan = prepare(cfg)
+    phases = phases or Phases()
     with ExitStack() as stack:
-        start(plan, stack)
+        plan, early = start(cfg, stack, phases)
         run_dir, resumed = choose_run_dir(cfg)
         observer.run_started(RunInfo(cfg, run_dir, resumed))
         state = stack.enter_context(open_run(cfg, run_dir, resumed))
-        engine = execute(plan, state, observer)
-        summary = finalize(plan, state, engine, observer)
+        engine = execute(plan, state, observer, phases, early)
+        summary = finalize(plan, state, engine, observer, phases)
     return RunResult(run_dir, summary)
 
 
@@ -85,22 +90,53 @@ def _cache_dir(cfg: EvalConfig) -> Path | None:
     return (cfg.run.cache_dir or cfg.run.output_root / "cache") if cfg.run.cache else None
 
 
-def start(plan: RunPlan, stack: ExitStack) -> None:
-    """Check an existing response cache (opening one writes nothing) and reach Ray for
-    network models; a Ray instance started here is shut down when ``stack`` closes."""
-    if plan.models.offline:
-        return
-    cache_dir = _cache_dir(plan.cfg)
-    if cache_dir is not None and cache_dir.exists():
-        open_cache(cache_dir).close()  # a corrupt cache: one line before anything runs
-    if ensure_ray(plan.cfg.runner.address, plan.cfg.runner.num_cpus):
-        stack.callback(shutdown_ray)
+def start(cfg: EvalConfig, stack: ExitStack, phases: Phases) -> tuple[RunPlan, RayExecutor | None]:
+    """For a network model: check an existing response cache (opening one writes nothing),
+    reach Ray and — when no server of evalkit's must start first — start the model workers
+    at once, so that their start-up (litellm's import, in their own processes) runs while
+    this process loads the data; then :func:`~evalkit.engine.plan.prepare` (which writes
+    nothing) and register the run's solver with the early workers. A Ray instance started
+    here is shut down when ``stack`` closes, or, in a sweep's
+    :mod:`~evalkit.engine.session`, when the sweep ends."""
+    early = None
+    if cfg.model.kind == "litellm":
+        cache_dir = _cache_dir(cfg)
+        if cache_dir is not None and cache_dir.exists():
+            open_cache(cache_dir).close()  # a corrupt cache: one line before anything runs
+        with phases.timed("ray_start_s"):
+            started = ensure_ray(cfg.runner.address, cfg.runner.num_cpus)
+        shared = session.current()
+        if started and shared is not None:
+            shared.ray_started = True
+        elif started:
+            stack.callback(shutdown_ray)
+        early = _early_workers(cfg, stack)
+    with phases.timed("data_load_s"):
+        plan = prepare(cfg)
+    if early is not None:
+        early.register(plan.bench.solver(), cfg.sent_params(), cfg.user_sent_params())
+    return plan, early
 
 
-def execute(plan: RunPlan, state: RunState, observer: Observer) -> dict[str, Any] | None:
+def _early_workers(cfg: EvalConfig, stack: ExitStack) -> RayExecutor | None:
+    """The Ray workers of a network model whose endpoints need no server of evalkit's,
+    started at once (their start-up, litellm's import included, overlaps the data load)."""
+    factory = serverless_agents(cfg)
+    if factory is None:
+        return None
+    shared = session.current()
+    executor = RayExecutor(factory, _cache_dir(cfg), cfg.runner.num_workers, cfg.backend.concurrency,
+                           warm=shared.workers if shared else None)  # fmt: skip
+    stack.callback(executor.close)
+    return executor
+
+
+def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, early: Executor | None = None) -> dict[str, Any] | None:
     """Solve every unit the journal does not hold yet (a resumed run: only what failed or
-    never ran). Returns the engine figures of :func:`~evalkit.engine.scheduling.run_units`
-    (plus ``units``), or ``None`` when nothing was pending."""
+    never ran) on ``early`` (workers already started) or on new ones. Returns the engine
+    figures of :func:`~evalkit.engine.scheduling.run_units` (plus ``units``, the workers'
+    ``worker_pids`` and whether they were ``reused_workers`` of an earlier run of a sweep),
+    or ``None`` when nothing was pending."""
     journal = read_journal(state.run_dir / PREDICTIONS, plan.request_hashes())
     journal.warn()
     pending = [u for u in plan.units if u.key not in journal.rows]
@@ -111,18 +147,34 @@ def execute(plan: RunPlan, state: RunState, observer: Observer) -> dict[str, Any
     cfg = plan.cfg
     with ExitStack() as stack:
         scorer = stack.enter_context(Scorer(plan.bench))
-        serve = not (plan.models.starts_servers and all_cached(_cache_dir(cfg), pending, plan.models.model_id))
-        if not serve:  # the workers never call the model on a hit
-            status.info("every request is in the response cache (%d): llama.cpp's server is not started", len(pending))
-        agents_factory = stack.enter_context(plan.models.open(state.run_dir, serve=serve))
-        executor = _executor(plan, agents_factory)
-        stack.callback(executor.close)
+        executor = early or _open_executor(plan, state, stack, pending)
+        if isinstance(executor, RayExecutor):
+            executor.wait_ready()
+            phases.add("workers_ready_s", executor.ready_s or 0.0)
         journaler = stack.enter_context(Journaler(plan, state, observer, scorer, len(pending)))
         budget = Budget.of_run(cfg, plan.prices, state.run_dir)
         engine = asyncio.run(run_units(executor, pending, cfg.backend.concurrency, journaler.on_result,
                                        cfg.backend.adaptive_concurrency, budget))  # fmt: skip
+        phases.add("scoring_s", journaler.scoring_s)
+    phases.since_start("to_first_request_s", engine.pop("first_dispatch_perf"))
+    phases.add("requests_s", engine["requests_wall_s"])
     engine["units"] = len(pending)
+    if isinstance(executor, RayExecutor):
+        engine.update(worker_pids=executor.pids, reused_workers=executor.reused)
     return engine
+
+
+def _open_executor(plan: RunPlan, state: RunState, stack: ExitStack, pending: list[Unit]) -> Executor:
+    """The models opened (evalkit's own servers started, unless every request is in the
+    response cache) and their executor."""
+    shared = session.current()
+    serve = not (plan.models.starts_servers and all_cached(_cache_dir(plan.cfg), pending, plan.models.model_id))
+    if not serve:  # the workers never call the model on a hit
+        status.info("every request is in the response cache (%d): llama.cpp's server is not started", len(pending))
+    agents_factory = stack.enter_context(plan.models.open(state.run_dir, pool=shared.servers if shared else None, serve=serve))
+    executor = _executor(plan, agents_factory)
+    stack.callback(executor.close)
+    return executor
 
 
 def _executor(plan: RunPlan, agents_factory: Callable[[], Any]) -> Executor:
@@ -132,8 +184,11 @@ def _executor(plan: RunPlan, agents_factory: Callable[[], Any]) -> Executor:
     solver, agent_params, user_params = plan.bench.solver(), cfg.sent_params(), cfg.user_sent_params()
     if plan.models.offline:
         return LocalExecutor(agents_factory, solver, None, agent_params, user_params)
-    return RayExecutor(agents_factory, solver, _cache_dir(cfg), agent_params, user_params,
-                       num_workers=cfg.runner.num_workers, concurrency=cfg.backend.concurrency)  # fmt: skip
+    shared = session.current()
+    executor = RayExecutor(agents_factory, _cache_dir(cfg), cfg.runner.num_workers, cfg.backend.concurrency,
+                           warm=shared.workers if shared else None)  # fmt: skip
+    executor.register(solver, agent_params, user_params)
+    return executor
 
 
 class Journaler:
@@ -153,6 +208,7 @@ class Journaler:
         self.predictions = self.stack.enter_context(JsonlAppender(state.run_dir / PREDICTIONS, transform=secrets.scrub_obj))
         self.failed = self.stack.enter_context(JsonlAppender(state.run_dir / FAILED, transform=secrets.scrub_obj))
         self.in_order = asyncio.Lock() if plan.models.offline else None  # FIFO: units reach it in dispatch order
+        self.scoring_s = 0.0
         self.progress = _progress(total, f"{plan.cfg.benchmark.name}/{plan.cfg.model.name}", plan.cfg.run.progress)
         self.stack.callback(self.progress.close)
         self.n_failed = 0
@@ -174,7 +230,9 @@ class Journaler:
         model_id, prices = self.plan.models.model_id, self.plan.prices
         if trajectory.failure is None:
             view, rule = scored_view(self.plan.bench, trajectory)
+            started = time.perf_counter()
             scored = await self.scorer.score(unit.sample, view)
+            self.scoring_s += time.perf_counter() - started
             row = cap_record(prediction_record(unit, model_id, view, scored, prices, rule), self.state.run_dir)
             if unit.rollout:
                 write_transcript(self.state.run_dir, unit.sample.id, trajectory)

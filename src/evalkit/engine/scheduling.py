@@ -122,8 +122,9 @@ async def run_units(
     dispatched: each one left is handed to ``on_result`` as a ``budget_exceeded`` failure.
 
     Returns the engine figures of the run: ``requests_wall_s`` (first dispatch to last
-    result, seconds), ``throttled`` (HTTP 429 answers), and the window's statistics
-    (plus ``not_sent_budget`` when the budget stopped the run).
+    result, seconds), ``throttled`` (HTTP 429 answers), the window's statistics (plus
+    ``not_sent_budget`` when the budget stopped the run), and ``first_dispatch_perf`` (the
+    ``perf_counter`` reading of the first dispatch, for the run's phases).
     """
     solving = _Solving(executor, AdaptiveWindow(concurrency, adaptive), on_result, budget)
     window, not_sent = solving.window, []
@@ -156,5 +157,6 @@ async def run_units(
     finally:
         for task in list(running):
             task.cancel()
-    figures = {"requests_wall_s": round(time.perf_counter() - start, 3), "throttled": solving.throttled, **window.stats()}
+    figures = {"requests_wall_s": round(time.perf_counter() - start, 3), "throttled": solving.throttled, **window.stats(),
+               "first_dispatch_perf": start}  # fmt: skip
     return {**figures, "not_sent_budget": len(not_sent)} if not_sent else figures

@@ -170,3 +170,23 @@ def plan_models(cfg: Any, bench: Benchmark, samples: list[Sample], with_user: bo
     table = TableModel(cfg.model.name, outputs, source)
     scripted = bench.reference_agents if kind == "reference" else None
     return ModelPlan(table.model_id, True, {"agent": None}, _offline=Agents(table, None, scripted, bench.is_rollout))
+
+
+def serverless_agents(cfg: Any) -> Callable[[], Agents] | None:
+    """The picklable factory of a network model's :class:`Agents` straight from the config
+    — the agent and, when ``cfg.user`` is set, the user simulator — when none of their
+    endpoints is a server evalkit starts (``None`` otherwise, and for offline models): the
+    engine starts the model workers with it before the benchmark's data is loaded."""
+    if cfg.model.kind != "litellm":
+        return None
+    agent = _Endpoint(cfg.model, cfg.backend, cfg.api_key(), cfg.request_timeout_s())
+    user = _Endpoint(cfg.user.model, cfg.user.backend, cfg.user_api_key(), cfg.request_timeout_s()) if cfg.user is not None else None
+    if any(starts_server(e.backend) for e in (agent, user) if e is not None):
+        return None
+    user_kwargs = user.client_kwargs(getattr(user.backend, "api_base", None)) if user is not None else None
+    return functools.partial(_network_agents, agent.client_kwargs(getattr(agent.backend, "api_base", None)), user_kwargs)
+
+
+def server_pool() -> ServerPool:
+    """A new pool of evalkit's own model servers (to share between runs: a sweep's session)."""
+    return ServerPool()

@@ -1,0 +1,159 @@
+"""Where a run's time goes before and after its requests (prints figures; not a test).
+
+    .venv/bin/python benchmarks/startup.py [--n 50] [--repeat 3] [--baseline-src DIR]
+        [--sweep-latency 1.0] [--skip-sweep]
+
+Runs, as a user does (``python -m evalkit`` in its own process, timed from launch to exit):
+
+* a network run: ``--n`` ACEBench samples against ``tests/support/fake_openai.py`` in its own
+  process with zero latency (``model=openai_compatible``, no cache, no tracking);
+* an offline run: the same samples with ``model=reference``;
+
+and prints each run's ``summary.json`` → ``engine.phases`` (``compose_validate_s``,
+``data_load_s``, ``ray_start_s``, ``workers_ready_s``, ``to_first_request_s``,
+``requests_s``, ``scoring_s``, ``summary_report_s``, ``tracking_s``) beside the whole
+process's wall time, the median of ``--repeat`` runs.
+
+``--baseline-src DIR``: the same runs with another evalkit source tree first on the path
+(e.g. a ``git worktree`` of an older commit), for a before/after comparison in one
+script run; its summaries may lack the phases, so its start-up is measured from the
+server's side: launch to the first request the server sees (the same measure is printed
+for this tree).
+
+Then a sweep (``--skip-sweep`` to skip): 6 jobs (2 model names × 3 settings, ``--n``
+samples each, concurrency 16) against the server with a fixed ``--sweep-latency``, timed
+against the sum of its jobs' request phases plus one start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+
+
+def start_server() -> tuple[subprocess.Popen, str]:
+    port_file = Path(tempfile.mkdtemp()) / "port"
+    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "support" / "fake_openai.py"), str(port_file)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    for _ in range(200):
+        if port_file.exists() and port_file.read_text().strip():
+            base = f"http://127.0.0.1:{port_file.read_text().strip()}"
+            try:
+                urllib.request.urlopen(f"{base}/_stats", timeout=1).read()
+                return proc, base
+            except OSError:
+                pass
+        time.sleep(0.05)
+    raise RuntimeError("fake server did not start")
+
+
+def post(url: str, body: dict) -> None:
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=10).read()
+
+
+def first_request_time(base: str) -> float | None:
+    log = json.loads(urllib.request.urlopen(f"{base}/_log", timeout=10).read())
+    return min((e["t"] for e in log), default=None)
+
+
+def run(src: Path, args: list[str], base: str | None) -> tuple[float, float | None, dict]:
+    """(wall seconds from launch to exit, seconds from launch to the server's first request,
+    summary.engine.phases)."""
+    out = Path(tempfile.mkdtemp())
+    env = {**os.environ, "PYTHONPATH": f"{src / 'src'}{os.pathsep}{src}"}
+    if base:
+        post(f"{base}/_plan", {"default": {"content": "[]"}})
+    launched = time.time()
+    proc = subprocess.run([sys.executable, "-m", "evalkit", *args, f"run.output_root={out}"], cwd=src, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    wall = time.time() - launched
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    first = first_request_time(base) if base else None
+    (summary,) = out.rglob("summary.json")
+    phases = (json.loads(summary.read_text()).get("engine") or {}).get("phases") or {}
+    return wall, (first - launched) if first else None, phases
+
+
+def median_runs(src: Path, args: list[str], base: str | None, repeat: int) -> tuple[float, float | None, dict]:
+    results = [run(src, args, base) for _ in range(repeat)]
+    walls = [r[0] for r in results]
+    firsts = [r[1] for r in results if r[1] is not None]
+    keys = {k for r in results for k in r[2]}
+    phases = {k: round(statistics.median(r[2][k] for r in results if k in r[2]), 3) for k in sorted(keys)}
+    return statistics.median(walls), (statistics.median(firsts) if firsts else None), phases
+
+
+def runs(base: str, n: int) -> dict[str, list[str]]:
+    common = ["benchmark=acebench", f"benchmark.data_dir={DATA / 'acebench'}", "benchmark.subsets=[normal_atom_bool]",
+              f"run.limit={n}", "tracking=none", "run.progress=false", "run.cache=false"]  # fmt: skip
+    network = [*common, "model=openai_compatible", "model.provider_model=openai/fake", f"backend.api_base={base}/v1",
+               "backend.concurrency=16"]  # fmt: skip
+    return {"network (fake server, 0 latency)": network, "offline (model=reference)": [*common, "model=reference"]}
+
+
+def report(label: str, src: Path, base: str, n: int, repeat: int) -> None:
+    print(f"\n== {label}: {src}")
+    for name, args in runs(base, n).items():
+        wall, first, phases = median_runs(src, args, base if "network" in name else None, repeat)
+        first_text = f"; launch to the server's first request {first:.2f} s" if first is not None else ""
+        print(f"  {name}: process wall {wall:.2f} s (median of {repeat}){first_text}")
+        if phases:
+            print("    phases: " + ", ".join(f"{k} {v}" for k, v in phases.items()))
+
+
+def sweep(base: str, n: int, latency: float) -> None:
+    post(f"{base}/_plan", {"default": {"content": "[]", "latency_s": latency}})
+    out = Path(tempfile.mkdtemp())
+    args = ["-m", "benchmark=acebench", f"benchmark.data_dir={DATA / 'acebench'}", "benchmark.subsets=[normal_atom_bool]",
+            f"run.limit={n}", "tracking=none", "run.progress=false", "run.cache=false", "model=openai_compatible",
+            "model.provider_model=openai/fake,openai/fake2", f"backend.api_base={base}/v1", "backend.concurrency=16",
+            "benchmark.max_dialog_turns=30,40,50", f"run.output_root={out}"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+    launched = time.time()
+    proc = subprocess.run([sys.executable, "-m", "evalkit", *args], cwd=REPO, env=env, capture_output=True, text=True)
+    wall = time.time() - launched
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    engines = [json.loads(p.read_text())["engine"] for p in sorted(out.rglob("summary.json")) if "sweeps" in str(p)]
+    requests = sum(e["phases"]["requests_s"] for e in engines)
+    startup = engines[0]["phases"]["to_first_request_s"]
+    print(f"\n== sweep: {len(engines)} jobs x {n} samples, latency {latency} s, concurrency 16")
+    print(f"  wall {wall:.1f} s; sum of request phases {requests:.1f} s + one start-up {startup:.1f} s = {requests + startup:.1f} s; "
+          f"ratio {wall / (requests + startup):.2f} (target at most 1.5)")
+    print(f"  worker processes per job: {[e.get('worker_pids') for e in engines]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--baseline-src", type=Path, default=None, help="another evalkit source tree to measure first")
+    parser.add_argument("--sweep-latency", type=float, default=1.0)
+    parser.add_argument("--skip-sweep", action="store_true")
+    args = parser.parse_args()
+    server, base = start_server()
+    try:
+        if args.baseline_src:
+            report("baseline", args.baseline_src.resolve(), base, args.n, args.repeat)
+        report("this tree", REPO, base, args.n, args.repeat)
+        if not args.skip_sweep:
+            sweep(base, args.n, args.sweep_latency)
+    finally:
+        server.terminate()
+
+
+if __name__ == "__main__":
+    main()
