@@ -3,6 +3,7 @@ a fully cached re-run that starts no server, ``--help``, and what report.md clai
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -20,7 +21,8 @@ from tests.conftest import REPO_ROOT, base_overrides, evalkit_cmd
 # ------------------------------------------------------------------------------------------
 def test_the_console_says_what_is_starting(fake_openai, ray_address, acebench_dir, tmp_path):
     """A network model on a running Ray cluster: one ``evalkit:`` line before joining it and
-    one before the model workers start; the workers' line is in evalkit.log as well."""
+    one before the model workers start (they start before the run directory exists, while
+    the data loads); evalkit.log records them once they are ready, with their process ids."""
     fake_openai.set_plan({"default": {"content": "[]"}})
     root = tmp_path / "out"
     proc = subprocess.run(
@@ -33,7 +35,9 @@ def test_the_console_says_what_is_starting(fake_openai, ray_address, acebench_di
     said = [ln for ln in proc.stderr.splitlines() if ln.startswith("evalkit: ")]
     assert said == [f"evalkit: joining the Ray cluster at {ray_address}…", "evalkit: starting 2 model workers (Ray actors)…"]
     (run_dir,) = (root / "runs" / "acebench" / "openai_compatible").iterdir()
-    assert "INFO evalkit.status: starting 2 model workers (Ray actors)…" in (run_dir / "evalkit.log").read_text()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    pids = ", ".join(map(str, summary["engine"]["worker_pids"]))
+    assert f"INFO evalkit: 2 model workers ready (process ids {pids}) " in (run_dir / "evalkit.log").read_text()
 
 
 # ------------------------------------------------------------------------------------------

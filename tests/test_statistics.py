@@ -214,11 +214,16 @@ def test_repeats_ask_every_sample_k_times_and_resume_adds_only_new_epochs(fake_o
     fake_openai.set_plan({"default": {"content": "[]"}})
     base = ["model=openai_compatible", "model.provider_model=openai/fake", f"backend.api_base={fake_openai.api_base}",
             "benchmark.subsets=[normal_atom_bool]", "run.limit=4", "+model.generation.temperature=0.7"]  # fmt: skip
-    res = run_eval([*base, "run.repeats=3"], output_root=tmp_path / "out")
+    res = run_eval([*base, "run.repeats=3", "tracking=mlflow"], output_root=tmp_path / "out")
     assert len(fake_openai.log) == 12 and len({e["key"] for e in fake_openai.log}) == 4  # same prompt, 3 identities each
     s = res.summary
     assert s["status"] == "complete" and s["n_scored"] == 12 and s["repeats"] == 3
     assert {"pass@3", "pass^3", "within_sample_std"} <= set(s["metrics"])
+    from mlflow.tracking import MlflowClient
+
+    run_id = json.loads((res.run_dir / "tracking.json").read_text())["mlflow_run_id"]
+    logged = MlflowClient(f"sqlite:///{(tmp_path / 'out').resolve() / 'mlflow.db'}").get_run(run_id).data.metrics
+    assert logged["pass_at_3"] == s["metrics"]["pass@3"] and logged["pass_all_3"] == s["metrics"]["pass^3"]
     rows = list(read_jsonl(res.run_dir / "predictions.jsonl"))
     assert sorted({r["epoch"] for r in rows}) == [0, 1, 2] and len({r["request_hash"] for r in rows}) == 12
     fake_openai.set_plan({"default": {"content": "[]"}})

@@ -151,6 +151,9 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
         if isinstance(executor, RayExecutor):
             executor.wait_ready()
             phases.add("workers_ready_s", executor.ready_s or 0.0)
+            log.info("%d model workers ready (process ids %s%s) %.2f s after they were started", len(executor.pids),
+                     ", ".join(map(str, executor.pids)), "; kept warm from an earlier run" if executor.reused else "",
+                     executor.ready_s or 0.0)  # fmt: skip
         journaler = stack.enter_context(Journaler(plan, state, observer, scorer, len(pending)))
         budget = Budget.of_run(cfg, plan.prices, state.run_dir)
         engine = asyncio.run(run_units(executor, pending, cfg.backend.concurrency, journaler.on_result,

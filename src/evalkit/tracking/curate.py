@@ -129,6 +129,15 @@ def headline(summary: dict[str, Any]) -> tuple[str, float | None, tuple[float, f
     return name, float(value), _interval(summary.get("metrics_ci") or {}, name)
 
 
+def metric_name(name: str) -> str:
+    """A summary metric's MLflow name: the repeat figures spelled out (``pass@3`` →
+    ``pass_at_3``, ``pass^3`` → ``pass_all_3``, which ``@`` and ``^`` would make one name),
+    then :func:`mlflow_name`."""
+    name = re.sub(r"(^|_)pass@(\d+)", r"\1pass_at_\2", name)
+    name = re.sub(r"(^|_)pass\^(\d+)", r"\1pass_all_\2", name)
+    return mlflow_name(name)
+
+
 def run_metrics(summary: dict[str, Any]) -> dict[str, float]:
     """The run's MLflow metrics ``{name: value}`` (see the module docstring)."""
     complete = summary.get("status") == "complete"
@@ -145,10 +154,10 @@ def run_metrics(summary: dict[str, Any]) -> dict[str, float]:
         base = name[len(prefix) :] if name.startswith(prefix) else name
         if not isinstance(figure, (int, float)) or not is_named(str(summary.get("benchmark")), base):
             continue
-        out[mlflow_name(name)] = float(figure)
+        out[metric_name(name)] = float(figure)
         ci = _interval(cis, name) if is_group(base) else None
         if ci:
-            out[mlflow_name(f"{name}_ci_low")], out[mlflow_name(f"{name}_ci_high")] = ci
+            out[metric_name(f"{name}_ci_low")], out[metric_name(f"{name}_ci_high")] = ci
     for key in ("n_samples", "n_scored", "n_failed"):
         out[key] = float(summary.get(key) or 0)
     for key, tokens in (summary.get("usage") or {}).items():
