@@ -1,12 +1,12 @@
 """evalkit, Inspect AI and lm-evaluation-harness side by side on one workload, each framework a process of its own (prints figures).
 
-    .venv/bin/python benchmarks/frameworks.py                      # everything (~45-60 min on 2 cores)
+    .venv/bin/python benchmarks/frameworks.py                      # everything (~27 min on 2 quiet cores)
     .venv/bin/python benchmarks/frameworks.py --profile fixed      # one part (each part < 10 min)
     .venv/bin/python benchmarks/frameworks.py --profile lognormal --concurrency 64 --results R.jsonl
     .venv/bin/python benchmarks/frameworks.py --scale-out --results R.jsonl
     .venv/bin/python benchmarks/frameworks.py --report R.jsonl     # the tables of earlier parts
         [--framework evalkit inspect lmeval] [--workers 2] [--seed 0] [--max-tokens 16]
-        [--bench-python .venv-bench/bin/python] [--repeat 1]
+        [--bench-python .venv-bench/bin/python] [--repeat 1] [--max-n 40 (a quick check)]
 
 The workload: N prompts ``sample {i}`` (one JSONL file, read by every framework), each
 one chat request with max_tokens 16 and temperature 0, no retries, against
@@ -21,15 +21,17 @@ one chat request with max_tokens 16 and temperature 0, no retries, against
 N is 50 at concurrency 1, 400 at 16 and 2,000 at 64 and 256. The frameworks:
 
 * evalkit: ``benchmarks/run_evalkit.py`` (the command line's own path; a fresh local Ray,
-  ``runner.num_workers`` = ``--workers``, ``backend.concurrency`` = C) in this interpreter;
+  ``runner.num_workers`` = ``--workers``, ``backend.concurrency`` = C) in this interpreter,
+  with the ``evalkit`` package this interpreter imports;
 * Inspect AI: ``benchmarks/run_inspect.py`` (``openai-api`` provider, ``max_connections`` = C);
 * lm-eval: ``local-chat-completions`` at ``num_concurrent`` = C through
   ``simple_evaluate`` (the child of ``benchmarks/throughput.py``; the task index is built as
-  its command line does), with a fresh datasets cache per run;
+  its command line does), with a fresh datasets cache per run.
 
-Inspect AI and lm-eval run in ``--bench-python`` (default ``.venv-bench/bin/python``, else
-this interpreter): ``pip install inspect-ai "lm_eval[api]"`` there; a framework that is
-not importable is skipped with one line.
+Inspect AI and lm-eval run in ``--bench-python`` (default ``.venv-bench/bin/python`` when it
+exists, else this interpreter): ``pip install inspect-ai "lm_eval[api]"`` there; a framework
+that is not importable is skipped with one line. This interpreter needs evalkit and psutil
+(``pip install -e '.[bench]'`` installs psutil and both frameworks).
 
 Each run is measured from outside, the same way for all three:
 
@@ -51,13 +53,16 @@ Each run is measured from outside, the same way for all three:
   CPU never reaches it. (2) The sum over the tree's processes of each one's own CPU time
   when last seen (psutil, sampled every 0.2 s): it misses at most the last 0.2 s of each
   process (and processes that live less than that). For a single process the two agree
-  within 1 %; for evalkit (2) is the larger, by the Ray workers' CPU;
+  within 1 %; for evalkit (2) is the larger, by the Ray workers' CPU. The column
+  ``(requests)`` is the tree's CPU between the first request and the last answer alone
+  (the sampled series, interpolated), start-up and exit left out;
 * peak memory: the largest sum of the tree's resident set sizes (psutil, sampled every
   0.2 s; shared pages counted in each process).
 
 ``--scale-out`` (issue 16, item 6): evalkit at ``runner.num_workers`` 1, 2, 4 under the
 fixed profile at concurrency 64 and 256, N = 2,000: requests per second (whole run and
-request phase) and per core (requests per CPU-second of evalkit's processes).
+request phase) and per core (requests per CPU-second of evalkit's processes in the
+request phase).
 
 Results go to ``--results`` (JSON Lines, default a new ``outputs/bench/frameworks-<stamp>.jsonl``)
 as each run ends; give the parts one file and the last part prints every table, or print
