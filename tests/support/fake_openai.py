@@ -42,6 +42,18 @@ A plan may also set ``"capacity": K`` (with an optional ``"capacity_retry_after"
 a request arriving while K are being served is answered 429 at once — a provider's
 rate limit, for testing how the client backs off.
 
+A rule (or ``default``) may replace the fixed ``latency_s`` by a per-sample latency
+drawn from a distribution, the same for a given prompt whatever the arrival order or the
+client (for benchmarks comparing clients on one workload):
+
+    "latency_profile": {"kind": "lognormal", "median_s": 2.0, "sigma": 1.0,
+                        "cap_s": 60.0, "seed": 0,
+                        "index_pattern": "sample (\\d+)"}   # the default pattern
+
+The sample index is the first group of ``index_pattern`` searched in the last message;
+the latency is :func:`profile_latency` of the profile and that index (``latency_s`` when
+the pattern does not occur).
+
 ``latency_s`` is waited before any of these. The first rule whose ``match`` occurs in the
 last message (the prompt, for ``/v1/completions``) applies; ``default`` otherwise.
 evalkit never sends ``stream=true``; a streamed request is answered 400 so that a change
@@ -63,6 +75,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
+import random
+import re
 import socket
 import struct
 import threading
@@ -81,6 +96,28 @@ _PARAMS = ("temperature", "max_tokens", "top_p", "stop", "seed")
 #: the reasoning controls litellm sends (``reasoning_effort``; Anthropic-style ``thinking``)
 _REASONING = ("reasoning_effort", "thinking")
 _STANDARD_FIELDS = {"model", "messages", "prompt", "stream", "n", *_PARAMS, *_REASONING}
+
+
+def profile_latency(profile: dict[str, Any], index: int) -> float:
+    """Seconds a request of sample ``index`` waits under a ``latency_profile`` plan entry:
+    a lognormal draw (median ``median_s``, shape ``sigma``) capped at ``cap_s``, from a
+    generator seeded by the profile's ``seed`` and the index alone, so a benchmark script
+    can compute every request's latency in advance."""
+    kind = profile.get("kind", "lognormal")
+    if kind != "lognormal":
+        raise ValueError(f"latency_profile: unknown kind {kind!r}")
+    rng = random.Random(f"{profile.get('seed', 0)}:{index}")
+    draw = rng.lognormvariate(math.log(float(profile.get("median_s", 1.0))), float(profile.get("sigma", 1.0)))
+    return min(draw, float(profile.get("cap_s", math.inf)))
+
+
+def _latency_of(rule: dict[str, Any], text: str) -> float:
+    profile = rule.get("latency_profile")
+    if profile:
+        m = re.search(profile.get("index_pattern", r"sample (\d+)"), text)
+        if m:
+            return profile_latency(profile, int(m.group(1)))
+    return float(rule.get("latency_s") or 0.0)
 
 
 def _free_port() -> int:
@@ -171,8 +208,9 @@ class FakeOpenAI:
                 headers={"Retry-After": str(retry_after)} if retry_after is not None else {},
             )
         try:
-            if rule.get("latency_s"):
-                await asyncio.sleep(float(rule["latency_s"]))
+            latency = _latency_of(rule, last if chat else key_src)
+            if latency:
+                await asyncio.sleep(latency)
             if status == "hang":
                 deadline = time.monotonic() + float(rule.get("hang_s", 300))
                 while time.monotonic() < deadline and not await _disconnected(request):
