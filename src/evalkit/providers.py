@@ -23,7 +23,7 @@ import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 log = logging.getLogger("evalkit")
 
@@ -191,10 +191,12 @@ def litellm_price(provider_model: str) -> Price | None:
                  float(cached) if cached is not None else None)  # fmt: skip
 
 
-def model_price(model: Any, backend_kind: str) -> Price | None:
+def model_price(model: Any, backend_kind: str, lookup: Callable[[str], Price | None] | None = None) -> Price | None:
     """The price of a model config (``ModelConfig``) reached through a backend of
     ``backend_kind``: offline models and the embedded llama.cpp server are free, a
-    ``model.pricing`` wins over litellm's map, and ``None`` means no price is known."""
+    ``model.pricing`` wins over litellm's map, and ``None`` means no price is known.
+    ``lookup``: how litellm's map is asked (default :func:`litellm_price` in this process;
+    a run with model workers asks them, which have litellm imported already)."""
     if model.kind != "litellm":
         return Price("offline")
     if backend_kind == "llamacpp":
@@ -204,7 +206,7 @@ def model_price(model: Any, backend_kind: str) -> Price | None:
         cached = pricing.cached_input_per_mtok
         return Price("model.pricing", model.provider_model, pricing.input_per_mtok / 1e6, pricing.output_per_mtok / 1e6,
                      cached / 1e6 if cached is not None else None)  # fmt: skip
-    return litellm_price(model.provider_model)
+    return (lookup or litellm_price)(model.provider_model)
 
 
 # ------------------------------------------------------------------------------------------

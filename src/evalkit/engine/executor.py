@@ -66,6 +66,11 @@ class LocalExecutor:
             self.cache.close()
 
 
+class UnknownJob(Exception):
+    """A model worker was asked to solve a unit of a run it has not registered (it was
+    restarted after a crash); the driver registers the run and sends the unit again."""
+
+
 def _worker_class() -> Any:
     import ray  # deferred: offline runs never import Ray
 
@@ -74,8 +79,10 @@ def _worker_class() -> Any:
         """A Ray actor that owns model clients (built once, from ``agents_factory``) and a
         handle on the response cache. Each run using it registers its solver and parameters
         under a job key, so that the jobs of a sweep reuse one worker (litellm is imported
-        once per worker process) and a worker restarted after a crash registers the run
-        again from the object store."""
+        once per worker process); a worker restarted after a crash answers
+        :class:`UnknownJob` and the driver registers the run again from the object store
+        (so a unit's call carries only the job key and the unit, not an object reference,
+        whose borrowing Ray would track on every call)."""
 
         def __init__(self, agents_factory: Callable[[], Any], cache_dir: str | None):
             import os
@@ -99,12 +106,19 @@ def _worker_class() -> Any:
         def ping(self) -> int:
             return os.getpid()
 
+        def price(self, provider_model: str) -> Any:
+            """litellm's price of ``provider_model`` (:func:`evalkit.providers.litellm_price`),
+            asked here, where litellm is imported already, so the driver need not import it."""
+            from evalkit.providers import litellm_price
+
+            return litellm_price(provider_model)
+
         # no per-call task events: they are for Ray's dashboard/state API, which evalkit
         # does not use, and cost the GCS work on every request
         @ray.method(enable_task_events=False)
-        async def solve(self, job: str, holder: list[Any], unit: Unit) -> Trajectory:
-            if job not in self.jobs:  # a worker restarted after a crash registers the run again
-                self.jobs[job] = await holder[0]
+        async def solve(self, job: str, unit: Unit) -> Trajectory:
+            if job not in self.jobs:  # a worker restarted after a crash: the driver registers the run again
+                raise UnknownJob(job)
             solver, agent_params, user_params = self.jobs[job]
             return await solve_unit(solver, unit, self.agents, self.cache, agent_params, user_params)
 
@@ -124,10 +138,13 @@ def _pool_key(agents_factory: Callable[[], Any], cache: str | None, n: int, per_
 
 
 class RayExecutor:
-    """Spreads units over ``num_workers`` async Ray actors, round robin.
+    """Spreads units over ``num_workers`` async Ray actors, each unit to the actor with the
+    fewest units in flight.
 
     Each actor accepts up to ``ceil(concurrency / num_workers)`` concurrent units; the
-    driver's window keeps the total at ``concurrency``. Creating the executor starts the
+    driver's window keeps the total at ``concurrency``, so the least-loaded actor always has
+    a free slot when the window lets a unit go (round robin would queue a unit behind a slow
+    request on a full actor while another actor had a slot free). Creating the executor starts the
     workers without waiting (they need only the model clients: the engine starts them while
     the benchmark's data loads); :meth:`register` gives them the run's solver and
     parameters, and :meth:`wait_ready` waits for both (the engine calls it before the first
@@ -165,7 +182,7 @@ class RayExecutor:
         self._holder: list[Any] = []
         self._ready: list[Any] = [w.ping.remote() for w in self.workers]
         self.pids: list[int] = []
-        self._next = 0
+        self._in_flight = [0] * len(self.workers)
 
     @staticmethod
     def _start(agents_factory: Callable[[], Any], cache: str | None, n: int, per_actor: int) -> list[Any]:
@@ -194,14 +211,25 @@ class RayExecutor:
             self.pids = self._ray.get(self._ready)
             self.ready_s = round(time.perf_counter() - self.started, 4)
 
+    def litellm_price(self, provider_model: str) -> Any:
+        """litellm's price of ``provider_model``, asked of a worker (waits for its start)."""
+        return self._ray.get(self.workers[0].price.remote(provider_model))
+
     async def submit(self, unit: Unit) -> Trajectory:
-        worker = self.workers[self._next]
-        self._next = (self._next + 1) % len(self.workers)
+        i = min(range(len(self.workers)), key=self._in_flight.__getitem__)
+        self._in_flight[i] += 1
+        worker = self.workers[i]
         try:
-            return await worker.solve.remote(self.job, self._holder, unit)
+            try:
+                return await worker.solve.remote(self.job, unit)
+            except UnknownJob:  # restarted after a crash: register the run again, then send the unit again
+                await worker.configure.remote(self.job, self._holder)
+                return await worker.solve.remote(self.job, unit)
         except _actor_errors() as exc:
             actor = "environment" if unit.rollout else "model"
             return Trajectory(failure=Failure("worker_died", f"{type(exc).__name__}: {exc}"[:500], actor=actor))
+        finally:
+            self._in_flight[i] -= 1
 
     def close(self) -> None:
         """Stop the workers, or (kept warm for later runs) drop this run's registration."""

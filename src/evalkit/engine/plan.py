@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 from evalkit import secrets
 from evalkit.benchmarks import get_benchmark_class
@@ -37,6 +38,8 @@ class RunPlan:
     #: ``{"agent": price, "user": price}`` (the user only when a user simulator takes part);
     #: ``None`` = no price known (costs are then null, never 0)
     prices: dict[str, Price | None] = field(default_factory=dict)
+    #: a user simulator takes part (some selected sample is a rollout and one is configured)
+    with_user: bool = False
 
     def request_hashes(self) -> dict[tuple[str, int], str]:
         """``{(sample id, epoch): request hash}``: what identifies each result (resume)."""
@@ -57,8 +60,9 @@ class RunPlan:
         return sha256_hex("".join(f"{u.sample.id}\0{u.request.prompt_hash()}\n" for u in self.units if u.request.epoch == 0))
 
 
-def prepare(cfg: EvalConfig) -> RunPlan:
-    """The :class:`RunPlan` of a validated config.
+def prepare(cfg: EvalConfig, priced: bool = True) -> RunPlan:
+    """The :class:`RunPlan` of a validated config; its ``prices`` are left empty without
+    ``priced`` (the engine then asks its model workers, see :func:`run_prices`).
 
     Raises:
         ConfigError: an empty selection, an unknown sample id, a user simulator missing for
@@ -85,14 +89,16 @@ def prepare(cfg: EvalConfig) -> RunPlan:
         log.warning("run.repeats=%d at temperature 0: the repeats measure only the provider's nondeterminism", cfg.run.repeats)
     with_user = cfg.user is not None and bool(rollouts)
     models = plan_models(cfg, bench, samples, with_user=with_user)
-    return RunPlan(cfg, bench, samples, units, models, run_prices(cfg, with_user))
+    prices = run_prices(cfg, with_user) if priced else {}
+    return RunPlan(cfg, bench, samples, units, models, prices, with_user)
 
 
-def run_prices(cfg: EvalConfig, with_user: bool) -> dict[str, Price | None]:
-    """The price of each model taking part (:func:`evalkit.providers.model_price`)."""
-    prices = {"agent": model_price(cfg.model, cfg.backend.kind)}
+def run_prices(cfg: EvalConfig, with_user: bool, lookup: Callable[[str], Price | None] | None = None) -> dict[str, Price | None]:
+    """The price of each model taking part (:func:`evalkit.providers.model_price`);
+    ``lookup``: how litellm's price map is asked (default: in this process)."""
+    prices = {"agent": model_price(cfg.model, cfg.backend.kind, lookup)}
     if with_user and cfg.user is not None:
-        prices["user"] = model_price(cfg.user.model, cfg.user.backend.kind)
+        prices["user"] = model_price(cfg.user.model, cfg.user.backend.kind, lookup)
     return prices
 
 

@@ -33,7 +33,7 @@ from evalkit.engine.calls import Unit, all_cached, open_cache
 from evalkit.engine.executor import Executor, LocalExecutor, RayExecutor
 from evalkit.engine.finalize import finalize
 from evalkit.engine.journal import read_journal
-from evalkit.engine.plan import RunPlan, prepare
+from evalkit.engine.plan import RunPlan, prepare, run_prices
 from evalkit.engine import session
 from evalkit.engine.phases import Phases
 from evalkit.engine.ray_session import ensure_ray, shutdown_ray
@@ -112,9 +112,11 @@ def start(cfg: EvalConfig, stack: ExitStack, phases: Phases) -> tuple[RunPlan, R
             stack.callback(shutdown_ray)
         early = _early_workers(cfg, stack)
     with phases.timed("data_load_s"):
-        plan = prepare(cfg)
+        plan = prepare(cfg, priced=early is None)
     if early is not None:
         early.register(plan.bench.solver(), cfg.sent_params(), cfg.user_sent_params())
+        # litellm's prices asked of a worker, which imports litellm anyway: the driver never does
+        plan.prices = run_prices(cfg, plan.with_user, early.litellm_price)
     return plan, early
 
 
