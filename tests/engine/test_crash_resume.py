@@ -189,6 +189,24 @@ def test_killed_ray_worker_run_still_completes(fake_openai, ray_address, gold, t
     assert not set(_asked(fake_openai, gold, n_log_at_kill)) & before
 
 
+def test_a_slow_request_holds_back_no_other_unit(fake_openai, ray_address, gold, tmp_path, run_eval):
+    """Two workers, concurrency 2 (one unit in flight per worker), the first sample slow:
+    while it holds one worker every other unit goes to the other, the one with fewer in
+    flight, instead of queueing behind the slow request (round robin sends every second
+    unit to the busy worker, which then holds back the whole run). So the slow sample is
+    among the first two sent and the last journaled."""
+    slow = IDS[0]
+    fake_openai.set_plan(_plan(gold, latency_s=0.0, **{slow: {"latency_s": 6.0}}))
+    since = len(fake_openai.log)
+    run_dir = tmp_path / "run"
+    res = run_eval(_args(fake_openai, "backend.concurrency=2", "runner.num_workers=2", f"run.dir={run_dir}"))
+    assert res.summary["status"] == "complete"
+    first_wave = list(_asked(fake_openai, gold, since))[:2]  # a Counter keeps the order of first sight
+    assert slow in first_wave, first_wave
+    journaled = [r["sample_id"] for r in read_jsonl(run_dir / "predictions.jsonl")]
+    assert sorted(journaled) == sorted(IDS) and journaled[-1] == slow, journaled
+
+
 def test_resume_with_more_workers_finishes_the_failed_samples(fake_openai, ray_address, gold, uninterrupted, run_eval, tmp_path):
     """One worker, one request at a time, four prompts failing; the resume gets three
     workers and asks only those four again."""
