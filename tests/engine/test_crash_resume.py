@@ -75,8 +75,8 @@ def _asked(fake, gold, since: int = 0) -> Counter:
 
 def _live_model_workers(exclude_job: str) -> dict[str, int]:
     """{actor id: pid} of the ALIVE ModelWorker actors of other jobs in this Ray session
-    (read from the GCS actor table; the state API needs the dashboard, which is off). The
-    class is defined in a function, so its name is ``_worker_class.<locals>.ModelWorker``."""
+    (read from the GCS actor table; the state API needs the dashboard, which is off); the
+    class name is matched on its last dotted part."""
     from ray._private import state
 
     return {
