@@ -1,7 +1,7 @@
 """evalkit's own CPU per request: an instant model through the engine's Ray path (prints figures; not a test).
 
     .venv/bin/python benchmarks/engine_cpu.py [--n 500 4000] [--concurrency 64] [--workers 2]
-        [--repeat 1] [--profile DIR]
+        [--repeat 1] [--latency-median 0.0] [--profile DIR] [-- override ...]
 
 The model answers at once (``generate`` returns a fixed completion with token counts, no
 I/O, no litellm), so whatever CPU a run spends per request is evalkit's own: the driver's
@@ -49,23 +49,35 @@ GROUPS = ("driver", "model workers", "scoring pool", "Ray daemons")
 # the child: one run with the instant model
 # ------------------------------------------------------------------------------------------
 class InstantModel:
-    """A model whose answer is ready at once (``Completion`` with token counts, no I/O)."""
+    """A model whose answer is ready at once (``Completion`` with token counts, no I/O), or
+    after a lognormal wait (``median_s`` > 0, sigma 1, drawn from the sample's index: the
+    same in every run) when results should come back one by one, as a provider's do."""
 
     model_id = "instant@local"
 
+    def __init__(self, median_s: float = 0.0):
+        self.median_s = median_s
+
     async def generate(self, request: Any) -> Any:
+        import asyncio
+        import math
+        import random
+
         from evalkit.types import Completion
 
+        if self.median_s > 0:
+            index = int("".join(c for c in request.sample_id if c.isdigit()) or 0)
+            await asyncio.sleep(min(random.Random(index).lognormvariate(math.log(self.median_s), 1.0), 30 * self.median_s))
         return Completion(text="ok", finish_reason="stop", usage={"prompt_tokens": 12, "completion_tokens": 1}, latency_s=0.0)
 
 
-def _instant_agents() -> Any:
+def _instant_agents(median_s: float) -> Any:
     from evalkit.models.factory import Agents
 
-    return Agents(InstantModel())
+    return Agents(InstantModel(median_s))
 
 
-def child(data: Path, out: Path, overrides: list[str], profile: Path | None) -> None:
+def child(data: Path, out: Path, overrides: list[str], profile: Path | None, median_s: float) -> None:
     import cloudpickle
     from omegaconf import OmegaConf
 
@@ -79,7 +91,7 @@ def child(data: Path, out: Path, overrides: list[str], profile: Path | None) -> 
     from evalkit.compose import compose
     from evalkit.job import run_composed
 
-    engine_run.serverless_agents = lambda cfg: functools.partial(_instant_agents)  # the one change: the model
+    engine_run.serverless_agents = lambda cfg: functools.partial(_instant_agents, median_s)  # the one change: the model
     cfg = compose(overrides)
     OmegaConf.set_struct(cfg, False)
     cfg.benchmark = OmegaConf.create({"name": module.PromptsJsonl.name, "path": str(data)})
@@ -163,7 +175,8 @@ def measure(n: int, args: argparse.Namespace, profile: Path | None) -> dict[str,
                  f"backend.concurrency={args.concurrency}", f"runner.num_workers={args.workers}", "tracking=none",
                  "run.progress=false", f"run.output_root={work / 'out'}"]  # fmt: skip
     overrides += args.overrides
-    cmd = [sys.executable, __file__, "--child", str(data), str(work / "out.json"), *(["--profile-file", str(profile)] if profile else []),
+    cmd = [sys.executable, __file__, "--child", str(data), str(work / "out.json"), "--latency-median", str(args.latency_median),
+           *(["--profile-file", str(profile)] if profile else []),
            "--", *overrides]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     started = time.perf_counter()
@@ -186,18 +199,20 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--latency-median", type=float, default=0.0, help="seconds; 0: answers at once")
     parser.add_argument("--profile", type=Path, default=None, help="write a cProfile of the larger run's driver here")
     parser.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--profile-file", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], args.child[1], args.overrides, args.profile_file)
+        child(args.child[0], args.child[1], args.overrides, args.profile_file, args.latency_median)
         return
     small, large = args.n
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
-    print(f"instant model, concurrency {args.concurrency}, {args.workers} model workers, load {os.getloadavg()[0]:.1f}")
+    wait = f"lognormal wait, median {args.latency_median} s" if args.latency_median > 0 else "no wait"
+    print(f"instant model ({wait}), concurrency {args.concurrency}, {args.workers} model workers, load {os.getloadavg()[0]:.1f}")
     per_request: list[dict[str, float]] = []
     for r in range(args.repeat):
         a = measure(small, args, None)

@@ -80,7 +80,8 @@ class ModelWorker:
     under a job key (from the object store), so that the jobs of a sweep reuse one
     worker (litellm is imported once per worker process).
 
-    Units arrive in batches (:meth:`submit`) and are solved concurrently; their results
+    Units arrive in batches (:meth:`submit`, which carries only the run's key: the run is
+    registered once, :meth:`configure`) and are solved concurrently; their results
     leave in batches too (:meth:`collect`, which returns as soon as one is ready, with
     every one ready by then): two Ray calls per batch instead of one per unit, each of
     which costs the driver and the worker about 0.35 ms of CPU. ``incarnation`` is new
@@ -123,10 +124,13 @@ class ModelWorker:
 
         return litellm_price(provider_model)
 
-    async def submit(self, job: str, holder: list[Any], units: list[tuple[int, Unit]]) -> str:
+    async def submit(self, job: str, units: list[tuple[int, Unit]]) -> str | None:
         """Start solving ``units`` (``(token, unit)`` pairs) of run ``job``; returns this
-        process's incarnation."""
-        state = await self._job(job, holder)
+        process's incarnation, or ``None`` (nothing started) when the run is not registered
+        here (a new process): the driver then registers it and sends the batch again."""
+        state = self.jobs.get(job)
+        if state is None:
+            return None
         for token, unit in units:
             state.start(token, solve_unit(state.solver, unit, self.agents, self.cache, state.agent_params, state.user_params))
         return self.incarnation
@@ -336,7 +340,10 @@ class RayExecutor:
     async def _send(self, i: int, batch: list[int]) -> None:
         units = [(t, self._sent[t].unit) for t in batch if t in self._sent]
         try:
-            incarnation = await self.workers[i].submit.remote(self.job, self._holder, units)
+            incarnation = await self.workers[i].submit.remote(self.job, units)
+            if incarnation is None:  # a new process of the worker: register the run, send again
+                await self.workers[i].configure.remote(self.job, self._holder)
+                incarnation = await self.workers[i].submit.remote(self.job, units)
         except _actor_errors() as exc:  # lost with the worker's process: send again
             self._lost(i, batch, exc)
             return
@@ -370,6 +377,7 @@ class RayExecutor:
             if sent is None or sent.lane != i:
                 continue
             self._lanes[i].tokens.discard(token)
+            sent.lane = -1  # in no worker's hands until sent again
             if sent.sends > ACTOR_MAX_TASK_RETRIES:
                 actor = "environment" if sent.unit.rollout else "model"
                 self._resolve(token, Trajectory(failure=Failure("worker_died", f"{type(exc).__name__}: {exc}"[:500], actor=actor)))
@@ -378,14 +386,15 @@ class RayExecutor:
 
     async def _send_again(self, token: int, avoid: int, delay_s: float) -> None:
         await asyncio.sleep(delay_s)
-        if token in self._sent:
+        if token in self._sent and self._sent[token].lane == -1:
             self._dispatch(token, avoid)
 
     def _resolve(self, token: int, result: Any) -> None:
         sent = self._sent.pop(token, None)
         if sent is None:  # answered already (sent twice around a restart)
             return
-        self._lanes[sent.lane].tokens.discard(token)
+        if sent.lane >= 0:
+            self._lanes[sent.lane].tokens.discard(token)
         if sent.future.done():
             return
         if isinstance(result, BaseException):
