@@ -347,6 +347,9 @@ class RayExecutor:
         except _actor_errors() as exc:  # lost with the worker's process: send again
             self._lost(i, batch, exc)
             return
+        if incarnation is None:  # restarted once more in between: nothing was started there
+            self._lost(i, batch, RuntimeError("the model worker was restarted"))
+            return
         for token in batch:
             if token in self._sent and self._sent[token].lane == i:
                 self._sent[token].incarnation = incarnation
