@@ -9,32 +9,24 @@ Scheduling rules of this module (the window and retries are in
   latency;
 * every unit goes through :func:`evalkit.engine.calls.solve_unit`: the benchmark's solver
   with cached, retried model calls, failures returned as data;
-* units travel to an actor, and their results back, in batches (what is ready in one turn
-  of the event loop; each result is handed on as its batch arrives), because a Ray call
-  costs more CPU than evalkit's own work on a unit;
-* a Ray actor that dies (its process killed, out of memory) is restarted by Ray
-  (``max_restarts``) and the units it had in flight are sent again by the driver (at most
-  ``ACTOR_MAX_TASK_RETRIES`` times each); nothing it had answered is lost, because results
-  are journaled by the driver as they arrive.
+* a Ray actor that dies (its process killed, out of memory) is restarted and the units it
+  had in flight are sent again (``max_restarts`` / ``max_task_retries``); nothing it had
+  answered is lost, because results are journaled by the driver as they arrive.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
 import os
 import pickle
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from evalkit.engine.calls import Unit, open_cache, solve_unit
 from evalkit.types import Failure, Trajectory, sha256_hex
 
-log = logging.getLogger("evalkit")
 status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main__ shows them)
 
 
@@ -74,121 +66,63 @@ class LocalExecutor:
             self.cache.close()
 
 
-class ModelWorker:
-    """A Ray actor that owns model clients (built once, from ``agents_factory``) and a
-    handle on the response cache. Each run using it registers its solver and parameters
-    under a job key (from the object store), so that the jobs of a sweep reuse one
-    worker (litellm is imported once per worker process).
-
-    Units arrive in batches (:meth:`submit`, which carries only the run's key: the run is
-    registered once, :meth:`configure`) and are solved concurrently; their results
-    leave in batches too (:meth:`collect`, which returns as soon as one is ready, with
-    every one ready by then): two Ray calls per batch instead of one per unit, each of
-    which costs the driver and the worker about 0.35 ms of CPU. ``incarnation`` is new
-    in every process, so the driver knows a restarted worker, which has lost the units
-    it held, from its answers."""
-
-    def __init__(self, agents_factory: Callable[[], Any], cache_dir: str | None):
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        self.agents = agents_factory()
-        self.cache = open_cache(cache_dir)
-        self.incarnation = uuid.uuid4().hex
-        self.jobs: dict[str, _WorkerJob] = {}
-
-    async def _job(self, job: str, holder: list[Any]) -> "_WorkerJob":
-        if job not in self.jobs:
-            solver, agent_params, user_params = await holder[0]
-            self.jobs.setdefault(job, _WorkerJob(solver, agent_params, user_params))
-        return self.jobs[job]
-
-    async def configure(self, job: str, holder: list[Any]) -> int:
-        """Register a run: ``holder`` wraps the object-store reference of its ``(solver,
-        agent params, user params)`` (wrapped, so that Ray passes the reference, not the
-        value). Returns this worker's process id."""
-        await self._job(job, holder)
-        return os.getpid()
-
-    def forget(self, job: str) -> None:
-        """Drop a run: its unfinished units are cancelled and a waiting collect returns."""
-        state = self.jobs.pop(job, None)
-        if state is not None:
-            state.close()
-
-    def ping(self) -> int:
-        return os.getpid()
-
-    def price(self, provider_model: str) -> Any:
-        """litellm's price of ``provider_model`` (:func:`evalkit.providers.litellm_price`),
-        asked here, where litellm is imported already, so the driver need not import it."""
-        from evalkit.providers import litellm_price
-
-        return litellm_price(provider_model)
-
-    async def submit(self, job: str, units: list[tuple[int, Unit]]) -> str | None:
-        """Start solving ``units`` (``(token, unit)`` pairs) of run ``job``; returns this
-        process's incarnation, or ``None`` (nothing started) when the run is not registered
-        here (a new process): the driver then registers it and sends the batch again."""
-        state = self.jobs.get(job)
-        if state is None:
-            return None
-        for token, unit in units:
-            state.start(token, solve_unit(state.solver, unit, self.agents, self.cache, state.agent_params, state.user_params))
-        return self.incarnation
-
-    async def collect(self, job: str) -> tuple[str, list[tuple[int, Any]]]:
-        """``(incarnation, [(token, trajectory or the exception solving raised), ...])``:
-        waits until a unit of ``job`` is solved, then returns every one solved since the
-        last collect (none when the run is unknown here: forgotten, or this is a new
-        incarnation)."""
-        state = self.jobs.get(job)
-        return self.incarnation, (await state.take() if state is not None else [])
-
+class UnknownJob(Exception):
+    """A model worker was asked to solve a unit of a run it has not registered (it was
+    restarted after a crash); the driver registers the run and sends the unit again."""
 
 
 def _worker_class() -> Any:
-    """:class:`ModelWorker` as a Ray actor class. Its ``submit`` and ``collect`` calls record
-    no task events (they are for Ray's dashboard and state API, which evalkit does not use)
-    and are not retried by Ray: a call lost with its process is the driver's to resend."""
     import ray  # deferred: offline runs never import Ray
 
-    for method in (ModelWorker.submit, ModelWorker.collect):
-        ray.method(enable_task_events=False, max_task_retries=0)(method)  # annotates in place
-    return ray.remote(num_cpus=0)(ModelWorker)
+    @ray.remote(num_cpus=0)
+    class ModelWorker:
+        """A Ray actor that owns model clients (built once, from ``agents_factory``) and a
+        handle on the response cache. Each run using it registers its solver and parameters
+        under a job key, so that the jobs of a sweep reuse one worker (litellm is imported
+        once per worker process); a worker restarted after a crash answers
+        :class:`UnknownJob` and the driver registers the run again from the object store
+        (so a unit's call carries only the job key and the unit, not an object reference,
+        whose borrowing Ray would track on every call)."""
 
+        def __init__(self, agents_factory: Callable[[], Any], cache_dir: str | None):
+            import os
 
-class _WorkerJob:
-    """A run's side of a model worker: its solver and parameters, the units being solved
-    and the results not yet collected."""
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            self.agents = agents_factory()
+            self.cache = open_cache(cache_dir)
+            self.jobs: dict[str, tuple[Any, dict[str, Any], dict[str, Any]]] = {}
 
-    def __init__(self, solver: Any, agent_params: dict[str, Any], user_params: dict[str, Any]):
-        self.solver, self.agent_params, self.user_params = solver, agent_params, user_params
-        self.done: list[tuple[int, Any]] = []
-        self.ready = asyncio.Event()
-        self.tasks: set[asyncio.Task[None]] = set()
+        async def configure(self, job: str, holder: list[Any]) -> int:
+            """Register a run: ``holder`` wraps the object-store reference of its ``(solver,
+            agent params, user params)`` (wrapped, so that Ray passes the reference, not the
+            value). Returns this worker's process id."""
+            if job not in self.jobs:
+                self.jobs[job] = await holder[0]
+            return os.getpid()
 
-    def start(self, token: int, solving: Awaitable[Trajectory]) -> None:
-        task = asyncio.ensure_future(self._finish(token, solving))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        def forget(self, job: str) -> None:
+            self.jobs.pop(job, None)
 
-    async def _finish(self, token: int, solving: Awaitable[Trajectory]) -> None:
-        try:
-            result: Any = await solving
-        except Exception as exc:  # noqa: BLE001 - solve_unit returns failures; this is a bug, re-raised in the driver
-            result = exc
-        self.done.append((token, result))
-        self.ready.set()
+        def ping(self) -> int:
+            return os.getpid()
 
-    async def take(self) -> list[tuple[int, Any]]:
-        await self.ready.wait()
-        self.ready.clear()
-        done, self.done = self.done, []
-        return done
+        def price(self, provider_model: str) -> Any:
+            """litellm's price of ``provider_model`` (:func:`evalkit.providers.litellm_price`),
+            asked here, where litellm is imported already, so the driver need not import it."""
+            from evalkit.providers import litellm_price
 
-    def close(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
-        self.ready.set()
+            return litellm_price(provider_model)
+
+        # no per-call task events: they are for Ray's dashboard/state API, which evalkit
+        # does not use, and cost the GCS work on every request
+        @ray.method(enable_task_events=False)
+        async def solve(self, job: str, unit: Unit) -> Trajectory:
+            if job not in self.jobs:  # a worker restarted after a crash: the driver registers the run again
+                raise UnknownJob(job)
+            solver, agent_params, user_params = self.jobs[job]
+            return await solve_unit(solver, unit, self.agents, self.cache, agent_params, user_params)
+
+    return ModelWorker
 
 
 #: a dead actor is restarted this many times per run; the units it had in flight are
@@ -203,37 +137,20 @@ def _pool_key(agents_factory: Callable[[], Any], cache: str | None, n: int, per_
     return sha256_hex(pickle.dumps((agents_factory, cache, n, per_actor)))
 
 
-@dataclass
-class _Sent:
-    """A unit handed to a worker: its result's future, the worker (lane), the incarnation
-    that accepted it (``None`` while the batch is on its way) and the sends so far."""
-
-    unit: Unit
-    future: asyncio.Future[Trajectory]
-    lane: int = -1
-    incarnation: str | None = None
-    sends: int = 0
-
-
 class RayExecutor:
     """Spreads units over ``num_workers`` async Ray actors, each unit to the actor with the
     fewest units in flight.
 
-    The driver's window keeps the total in flight at ``concurrency``, so no actor holds
-    more than ``ceil(concurrency / num_workers)``, and a unit never waits behind a slow
-    request on one actor while another has fewer (round robin would queue it there).
-    Units that become ready in the same turn of the event loop go to an actor in one batch,
-    and results come back in batches (:class:`ModelWorker`'s ``submit``/``collect``), each
-    result handed on the moment its batch arrives. A worker that dies is restarted by Ray;
-    the units it held are sent again (at most ``ACTOR_MAX_TASK_RETRIES`` times each, then
-    they are ``worker_died`` failures).
-
-    Creating the executor starts the workers without waiting (they need only the model
-    clients: the engine starts them while the benchmark's data loads); :meth:`register`
-    gives them the run's solver and parameters, and :meth:`wait_ready` waits for both (the
-    engine calls it before the first request). With ``warm`` (a sweep session's ``{key:
-    actors}``), workers of an earlier run with the same key are reused, and new ones are
-    kept there for later runs instead of being stopped.
+    Each actor accepts up to ``ceil(concurrency / num_workers)`` concurrent units; the
+    driver's window keeps the total at ``concurrency``, so the least-loaded actor always has
+    a free slot when the window lets a unit go (round robin would queue a unit behind a slow
+    request on a full actor while another actor had a slot free). Creating the executor starts the
+    workers without waiting (they need only the model clients: the engine starts them while
+    the benchmark's data loads); :meth:`register` gives them the run's solver and
+    parameters, and :meth:`wait_ready` waits for both (the engine calls it before the first
+    request, so worker start-up overlaps the rest of the set-up). With ``warm`` (a sweep
+    session's ``{key: actors}``), workers of an earlier run with the same key are reused,
+    and new ones are kept there for later runs instead of being stopped.
     """
 
     def __init__(
@@ -258,27 +175,24 @@ class RayExecutor:
         if self.reused:
             self.workers = warm[key]  # type: ignore[index]
         else:
-            self.workers = self._start(agents_factory, cache, n)
+            self.workers = self._start(agents_factory, cache, n, per_actor)
             if warm is not None:
                 warm[key] = self.workers
         self.job = uuid.uuid4().hex
         self._holder: list[Any] = []
         self._ready: list[Any] = [w.ping.remote() for w in self.workers]
         self.pids: list[int] = []
-        self._lanes = [_Lane() for _ in self.workers]
-        self._sent: dict[int, _Sent] = {}
-        self._tokens = itertools.count()
-        self._flush_soon = False
-        self._tasks: set[asyncio.Future[None]] = set()
+        self._in_flight = [0] * len(self.workers)
 
     @staticmethod
-    def _start(agents_factory: Callable[[], Any], cache: str | None, n: int) -> list[Any]:
+    def _start(agents_factory: Callable[[], Any], cache: str | None, n: int, per_actor: int) -> list[Any]:
         worker_cls = _worker_class()
         status.info("starting %s…", "1 model worker (a Ray actor)" if n == 1 else f"{n} model workers (Ray actors)")
         return [
             worker_cls.options(
-                max_concurrency=64,  # calls, not units: a collect waiting, submits, the set-up calls
+                max_concurrency=per_actor,
                 max_restarts=ACTOR_MAX_RESTARTS,
+                max_task_retries=ACTOR_MAX_TASK_RETRIES,
                 scheduling_strategy="SPREAD",  # one actor per node first on a cluster
             ).remote(agents_factory, cache)
             for _ in range(n)
@@ -302,113 +216,23 @@ class RayExecutor:
         return self._ray.get(self.workers[0].price.remote(provider_model))
 
     async def submit(self, unit: Unit) -> Trajectory:
-        token = next(self._tokens)
-        self._sent[token] = _Sent(unit, asyncio.get_running_loop().create_future())
-        self._dispatch(token)
-        return await self._sent[token].future
-
-    # -- the driver's side of the batches ------------------------------------------------------
-    def _dispatch(self, token: int, avoid: int | None = None) -> None:
-        """Queue a unit for the least-loaded worker (other than ``avoid``, if there is
-        another); its batch leaves at the next turn of the event loop, and that worker's
-        collector runs while it holds units."""
-        lanes = [k for k in range(len(self._lanes)) if k != avoid] or [avoid]
-        i = min(lanes, key=lambda k: len(self._lanes[k].tokens))  # type: ignore[arg-type, return-value]
-        lane, sent = self._lanes[i], self._sent[token]
-        sent.lane, sent.incarnation, sent.sends = i, None, sent.sends + 1
-        lane.tokens.add(token)
-        lane.outbox.append(token)
-        if not self._flush_soon:
-            self._flush_soon = True
-            asyncio.get_running_loop().call_soon(self._flush)
-        if lane.collector is None or lane.collector.done():
-            lane.collector = self._spawn(self._collect(i))
-
-    def _spawn(self, work: Awaitable[None]) -> asyncio.Future[None]:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def _flush(self) -> None:
-        self._flush_soon = False
-        for i, lane in enumerate(self._lanes):
-            if lane.outbox:
-                batch, lane.outbox = lane.outbox, []
-                self._spawn(self._send(i, batch))
-
-    async def _send(self, i: int, batch: list[int]) -> None:
-        units = [(t, self._sent[t].unit) for t in batch if t in self._sent]
+        i = min(range(len(self.workers)), key=self._in_flight.__getitem__)
+        self._in_flight[i] += 1
+        worker = self.workers[i]
         try:
-            incarnation = await self.workers[i].submit.remote(self.job, units)
-            if incarnation is None:  # a new process of the worker: register the run, send again
-                await self.workers[i].configure.remote(self.job, self._holder)
-                incarnation = await self.workers[i].submit.remote(self.job, units)
-        except _actor_errors() as exc:  # lost with the worker's process: send again
-            self._lost(i, batch, exc)
-            return
-        if incarnation is None:  # restarted once more in between: nothing was started there
-            self._lost(i, batch, RuntimeError("the model worker was restarted"))
-            return
-        for token in batch:
-            if token in self._sent and self._sent[token].lane == i:
-                self._sent[token].incarnation = incarnation
-
-    async def _collect(self, i: int) -> None:
-        lane = self._lanes[i]
-        while lane.tokens:
             try:
-                incarnation, done = await self.workers[i].collect.remote(self.job)
-            except _actor_errors() as exc:  # the worker died holding units: send them again
-                self._lost(i, [t for t in lane.tokens if self._sent[t].incarnation is not None], exc)
-                await asyncio.sleep(0.05)
-                continue
-            for token, result in done:
-                self._resolve(token, result)
-            stale = [t for t in lane.tokens if self._sent[t].incarnation not in (None, incarnation)]
-            if stale:  # accepted by an earlier process of this worker, which is gone
-                self._lost(i, stale, RuntimeError("the model worker was restarted"))
-            if not done:  # the run is not registered there yet (a new process): its batch is on the way
-                await asyncio.sleep(0.01)
-
-    def _lost(self, i: int, tokens: list[int], exc: BaseException) -> None:
-        """Units worker ``i`` lost with its process: sent again, or failures past the limit."""
-        if tokens:
-            log.warning("model worker %d lost %d unit(s) in flight (%s); sending them again", i, len(tokens), type(exc).__name__)
-        for token in tokens:
-            sent = self._sent.get(token)
-            if sent is None or sent.lane != i:
-                continue
-            self._lanes[i].tokens.discard(token)
-            sent.lane = -1  # in no worker's hands until sent again
-            if sent.sends > ACTOR_MAX_TASK_RETRIES:
-                actor = "environment" if sent.unit.rollout else "model"
-                self._resolve(token, Trajectory(failure=Failure("worker_died", f"{type(exc).__name__}: {exc}"[:500], actor=actor)))
-            else:  # to another worker if there is one, after a pause that lets Ray restart this one
-                self._spawn(self._send_again(token, i, 0.2 * sent.sends))
-
-    async def _send_again(self, token: int, avoid: int, delay_s: float) -> None:
-        await asyncio.sleep(delay_s)
-        if token in self._sent and self._sent[token].lane == -1:
-            self._dispatch(token, avoid)
-
-    def _resolve(self, token: int, result: Any) -> None:
-        sent = self._sent.pop(token, None)
-        if sent is None:  # answered already (sent twice around a restart)
-            return
-        if sent.lane >= 0:
-            self._lanes[sent.lane].tokens.discard(token)
-        if sent.future.done():
-            return
-        if isinstance(result, BaseException):
-            sent.future.set_exception(result)
-        else:
-            sent.future.set_result(result)
+                return await worker.solve.remote(self.job, unit)
+            except UnknownJob:  # restarted after a crash: register the run again, then send the unit again
+                await worker.configure.remote(self.job, self._holder)
+                return await worker.solve.remote(self.job, unit)
+        except _actor_errors() as exc:
+            actor = "environment" if unit.rollout else "model"
+            return Trajectory(failure=Failure("worker_died", f"{type(exc).__name__}: {exc}"[:500], actor=actor))
+        finally:
+            self._in_flight[i] -= 1
 
     def close(self) -> None:
         """Stop the workers, or (kept warm for later runs) drop this run's registration."""
-        for task in list(self._tasks):
-            task.cancel()
         for worker in self.workers:
             try:
                 if self.warm is None:
@@ -417,16 +241,6 @@ class RayExecutor:
                     worker.forget.remote(self.job)
             except Exception:  # noqa: BLE001 - a dead worker is already gone
                 pass
-
-
-@dataclass
-class _Lane:
-    """The driver's view of one worker: the units it holds, those waiting for the next
-    batch, and the task collecting its results."""
-
-    tokens: set[int] = field(default_factory=set)
-    outbox: list[int] = field(default_factory=list)
-    collector: asyncio.Future[None] | None = None
 
 
 def _actor_errors() -> tuple[type[BaseException], ...]:
