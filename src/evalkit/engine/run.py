@@ -115,7 +115,8 @@ def start(cfg: EvalConfig, stack: ExitStack, phases: Phases) -> tuple[RunPlan, R
         plan = prepare(cfg, priced=early is None)
     if early is not None:
         early.register(plan.bench.solver(), cfg.sent_params(), cfg.user_sent_params())
-        # litellm's prices asked of a worker, which imports litellm anyway: the driver never does
+        # litellm's prices asked of a worker, which imports litellm anyway: the driver need not
+        # import it before the first request (a priced answer's cost imports it as results arrive)
         plan.prices = run_prices(cfg, plan.with_user, early.litellm_price)
     return plan, early
 
