@@ -55,17 +55,24 @@ def test_replay_rescoring_recorded_outputs_and_missing_ones_fail(run_eval, tmp_p
     assert res.summary["partial_metrics"]["partial_accuracy/normal_atom_enum"] == pytest.approx(3 / 4)
 
 
-def test_secret_key_never_written(fake_openai, ray_address, run_eval, tmp_path, monkeypatch):
-    secret = "sk-evalkit-test-SECRET-0123456789"
+def _run_with_key(fake_openai, run_eval, tmp_path, monkeypatch, secret: str, content: str, *extra: str):
+    """A 2-sample tracked run whose API key is ``secret`` and whose model answers ``content``;
+    returns (result, output root) once the run is complete."""
     monkeypatch.setenv("EVALKIT_TEST_KEY", secret)
-    fake_openai.set_plan({"default": {"content": "[]"}})
+    fake_openai.set_plan({"default": {"content": content}})
     root = tmp_path / "out"
     res = run_eval(
-        ["model=openai_compatible", "model.provider_model=openai/fake", "+model.api_key_env=EVALKIT_TEST_KEY",
+        ["model=openai_compatible", "model.provider_model=openai/fake", "+model.api_key_env=EVALKIT_TEST_KEY", *extra,
          f"backend.api_base={fake_openai.api_base}", "tracking=mlflow", "benchmark.subsets=[normal_atom_bool]", "run.limit=2"],
         output_root=root,
     )  # fmt: skip
     assert res.summary["status"] == "complete"
+    return res, root
+
+
+def test_secret_key_never_written(fake_openai, ray_address, run_eval, tmp_path, monkeypatch):
+    secret = "sk-evalkit-test-SECRET-0123456789"
+    res, root = _run_with_key(fake_openai, run_eval, tmp_path, monkeypatch, secret, "[]")
     leaked = [p for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert leaked == []
     cfg = yaml.safe_load((res.run_dir / "config.yaml").read_text())
@@ -79,15 +86,7 @@ def test_secret_key_never_reaches_mlflow_traces(fake_openai, ray_address, run_ev
     import mlflow
 
     secret = "sk-evalkit-trace-SECRET-5647382910"
-    monkeypatch.setenv("EVALKIT_TEST_KEY", secret)
-    fake_openai.set_plan({"default": {"content": f"[] echoing {secret}"}})
-    root = tmp_path / "out"
-    res = run_eval(
-        ["model=openai_compatible", "model.provider_model=openai/fake", "+model.api_key_env=EVALKIT_TEST_KEY", "run.cache=false",
-         f"backend.api_base={fake_openai.api_base}", "tracking=mlflow", "benchmark.subsets=[normal_atom_bool]", "run.limit=2"],
-        output_root=root,
-    )  # fmt: skip
-    assert res.summary["status"] == "complete"
+    res, root = _run_with_key(fake_openai, run_eval, tmp_path, monkeypatch, secret, f"[] echoing {secret}", "run.cache=false")
     leaked = [p for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert leaked == []
     mlflow.set_tracking_uri(f"sqlite:///{root.resolve() / 'mlflow.db'}")
