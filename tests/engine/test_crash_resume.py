@@ -147,46 +147,116 @@ def test_killed_ray_worker_then_resume_loses_nothing(
     assert again.summary["metrics"] == uninterrupted
 
 
+class _InThread:
+    """A run in a thread of this process (so a crash is an exception out of
+    ``run_evaluation`` rather than a traceback of a subprocess); ``alive()`` asserts it has
+    not ended, ``join()`` returns its result."""
+
+    def __init__(self, run_eval, args: list[str]):
+        self.outcome: dict[str, Any] = {}
+        self.thread = threading.Thread(target=self._target, args=(run_eval, args), daemon=True)
+        self.thread.start()
+
+    def _target(self, run_eval, args: list[str]) -> None:
+        try:
+            self.outcome["result"] = run_eval(args)
+        except BaseException as exc:  # noqa: BLE001 - reported by join()
+            self.outcome["error"] = exc
+
+    def alive(self) -> None:
+        assert self.thread.is_alive(), self.outcome
+
+    def join(self) -> Any:
+        self.thread.join(timeout=180)
+        assert not self.thread.is_alive()
+        assert "error" not in self.outcome, f"the run died: {self.outcome.get('error')!r}"
+        return self.outcome["result"]
+
+
+def _new_workers(known: set[str], n: int) -> dict[str, int]:
+    """{actor id: pid} of the ``n`` ModelWorkers started since ``known`` was read."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        workers = {aid: pid for aid, pid in _live_model_workers(exclude_job="").items() if aid not in known}
+        if len(workers) == n:
+            return workers
+        time.sleep(0.05)
+    raise AssertionError(f"not {n} new model workers: {workers}")
+
+
 def test_killed_ray_worker_run_still_completes(fake_openai, ray_address, gold, tmp_path, run_eval):
-    """The run survives the loss of a worker by itself: the actor comes back, the calls it
-    had in flight are made again, every sample is journaled exactly once and nothing
-    journaled before the kill is asked again. (In this process, so a crash is an exception
-    out of ``run_evaluation`` rather than a traceback of a subprocess.)"""
+    """The run survives the loss of a worker by itself: the actor comes back, the units it
+    had in flight are sent again, every sample is journaled exactly once and nothing
+    journaled before the kill is asked again."""
     fake_openai.set_plan(_plan(gold, latency_s=0.3))
     run_dir = tmp_path / "run"
     preds = run_dir / "predictions.jsonl"
     known = set(_live_model_workers(exclude_job=""))
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["result"] = run_eval(
-                _args(fake_openai, "backend.concurrency=2", "runner.num_workers=2", f"run.dir={run_dir}")
-            )
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-
-    def alive() -> None:
-        assert thread.is_alive(), outcome
-
-    _wait_for_rows(preds, 3, alive)
-    workers = {aid: pid for aid, pid in _live_model_workers(exclude_job="").items() if aid not in known}
-    assert len(workers) == 2, workers
+    run = _InThread(run_eval, _args(fake_openai, "backend.concurrency=2", "runner.num_workers=2", f"run.dir={run_dir}"))
+    _wait_for_rows(preds, 3, run.alive)
+    workers = _new_workers(known, 2)
     os.kill(sorted(workers.values())[0], signal.SIGKILL)
     n_log_at_kill = len(fake_openai.log)
     before = {r["sample_id"] for r in read_jsonl(preds)}
     assert 3 <= len(before) < len(IDS)
-    thread.join(timeout=120)
-    assert not thread.is_alive()
-    assert "error" not in outcome, f"the run died: {outcome.get('error')!r}"
-    res = outcome["result"]
+    res = run.join()
     assert res.summary["status"] == "complete" and res.exit_code == 0
     assert Counter(r["sample_id"] for r in read_jsonl(preds)) == Counter(IDS)
     assert list(read_jsonl(run_dir / "failed.jsonl")) == []
     assert not set(_asked(fake_openai, gold, n_log_at_kill)) & before
+
+
+def test_a_worker_dead_for_good_leaves_the_run_to_the_others(fake_openai, ray_address, gold, tmp_path, run_eval, monkeypatch):
+    """A worker that Ray will not restart (``max_restarts`` 0 here, as when its restarts are
+    spent) is left out of the run: the unit it held and every later one go to the other
+    worker, and the run completes with no failure (a dispatch that still chose the dead
+    worker, the one with fewest units, would fail them as ``worker_died``)."""
+    from evalkit.engine import executor
+
+    monkeypatch.setattr(executor, "ACTOR_MAX_RESTARTS", 0)
+    fake_openai.set_plan(_plan(gold, latency_s=0.3))
+    run_dir = tmp_path / "run"
+    preds = run_dir / "predictions.jsonl"
+    known = set(_live_model_workers(exclude_job=""))
+    run = _InThread(run_eval, _args(fake_openai, "backend.concurrency=2", "runner.num_workers=2", f"run.dir={run_dir}"))
+    _wait_for_rows(preds, 2, run.alive)
+    os.kill(sorted(_new_workers(known, 2).values())[0], signal.SIGKILL)
+    res = run.join()
+    assert res.summary["status"] == "complete" and res.exit_code == 0, res.summary
+    assert Counter(r["sample_id"] for r in read_jsonl(preds)) == Counter(IDS)
+    assert list(read_jsonl(run_dir / "failed.jsonl")) == []
+    assert "model worker 1 is left out of this run (ActorDiedError" in (run_dir / "evalkit.log").read_text() or \
+        "model worker 0 is left out of this run (ActorDiedError" in (run_dir / "evalkit.log").read_text()
+
+
+def test_a_unit_that_kills_its_worker_every_time_ends_as_a_failure(fake_openai, ray_address, gold, tmp_path, run_eval):
+    """One worker, one unit in flight; the worker is SIGKILLed whenever the poison sample's
+    request reaches the server. The sample is sent three times (the first send and
+    ``ACTOR_MAX_TASK_RETRIES`` more, each to the restarted worker), then it is a
+    ``worker_died`` failure; every other sample is answered by the restarted worker and
+    journaled once, and the run ends incomplete instead of hanging."""
+    from evalkit.engine.executor import ACTOR_MAX_TASK_RETRIES
+
+    poison = IDS[0]
+    fake_openai.set_plan(_plan(gold, latency_s=0.0, **{poison: {"latency_s": 5.0}}))
+    since = len(fake_openai.log)
+    run_dir = tmp_path / "run"
+    known = set(_live_model_workers(exclude_job=""))
+    run = _InThread(run_eval, _args(fake_openai, "backend.concurrency=1", "runner.num_workers=1", f"run.dir={run_dir}"))
+    kills, deadline = 0, time.time() + 150
+    while run.thread.is_alive() and kills <= ACTOR_MAX_TASK_RETRIES:
+        assert time.time() < deadline, f"the run hangs after {kills} kill(s)"
+        if _asked(fake_openai, gold, since)[poison] > kills:  # the poison sample is in flight: kill its worker
+            os.kill(next(iter(_new_workers(known, 1).values())), signal.SIGKILL)
+            kills += 1
+        time.sleep(0.02)
+    res = run.join()
+    assert kills == 1 + ACTOR_MAX_TASK_RETRIES
+    assert res.summary["status"] != "complete" and res.exit_code != 0, res.summary
+    failed = list(read_jsonl(run_dir / "failed.jsonl"))
+    assert [(f["sample_id"], f["error_kind"]) for f in failed] == [(poison, "worker_died")], failed
+    assert Counter(r["sample_id"] for r in read_jsonl(run_dir / "predictions.jsonl")) == Counter(IDS[1:])
+    assert _asked(fake_openai, gold, since)[poison] == 1 + ACTOR_MAX_TASK_RETRIES
 
 
 def test_a_slow_request_holds_back_no_other_unit(fake_openai, ray_address, gold, tmp_path, run_eval):
