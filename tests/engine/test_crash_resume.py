@@ -229,6 +229,38 @@ def test_a_worker_dead_for_good_leaves_the_run_to_the_others(fake_openai, ray_ad
         "model worker 0 is left out of this run (ActorDiedError" in (run_dir / "evalkit.log").read_text()
 
 
+def test_a_run_whose_only_worker_dies_for_good_ends_with_failures_and_the_next_job_starts_anew(
+    fake_openai, ray_address, gold, tmp_path, run_eval, monkeypatch
+):
+    """In a sweep's session, one worker that Ray will not restart is killed mid-run: the
+    run ends (not a crash) with every sample not yet journaled a ``worker_died`` failure,
+    each sample in exactly one of the two files; the next job of the session does not
+    reuse the dead pool (its workers are new) and completes."""
+    from evalkit.engine import executor, session
+
+    monkeypatch.setattr(executor, "ACTOR_MAX_RESTARTS", 0)
+    fake_openai.set_plan(_plan(gold, latency_s=0.3))
+    args = [*_args(fake_openai, "backend.concurrency=1", "runner.num_workers=1"), "tracking=none"]
+    session.begin()
+    try:
+        known = set(_live_model_workers(exclude_job=""))
+        run = _InThread(run_eval, [*args, f"run.dir={tmp_path / 'first'}"])
+        _wait_for_rows(tmp_path / "first" / "predictions.jsonl", 2, run.alive)
+        os.kill(next(iter(_new_workers(known, 1).values())), signal.SIGKILL)
+        first = run.join()
+        assert first.summary["status"] != "complete" and first.exit_code != 0
+        journaled = [r["sample_id"] for r in read_jsonl(tmp_path / "first" / "predictions.jsonl")]
+        failed = list(read_jsonl(tmp_path / "first" / "failed.jsonl"))
+        assert {f["error_kind"] for f in failed} == {"worker_died"} and len(journaled) >= 2
+        assert sorted(journaled + [f["sample_id"] for f in failed]) == sorted(IDS)
+        second = run_eval([*args, f"run.dir={tmp_path / 'second'}"])
+        assert second.summary["status"] == "complete", second.summary
+        assert second.summary["engine"]["reused_workers"] is False
+        assert set(second.summary["engine"]["worker_pids"]).isdisjoint(first.summary["engine"]["worker_pids"])
+    finally:
+        session.end()
+
+
 def test_a_unit_that_kills_its_worker_every_time_ends_as_a_failure(fake_openai, ray_address, gold, tmp_path, run_eval):
     """One worker, one unit in flight; the worker is SIGKILLed whenever the poison sample's
     request reaches the server. The sample is sent three times (the first send and

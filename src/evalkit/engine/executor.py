@@ -101,6 +101,7 @@ class ModelWorker:
         self.cache = open_cache(cache_dir)
         self.incarnation = uuid.uuid4().hex
         self.jobs: dict[str, _WorkerJob] = {}
+        self.forgotten: set[str] = set()  # runs ended: a late configure must not register them
 
     async def configure(self, job: str, holder: list[Any]) -> int:
         """Register a run: ``holder`` wraps the object-store reference of its ``(solver,
@@ -108,11 +109,13 @@ class ModelWorker:
         value). Returns this worker's process id."""
         if job not in self.jobs:
             solver, agent_params, user_params = await holder[0]
-            self.jobs.setdefault(job, _WorkerJob(solver, agent_params, user_params))
+            if job not in self.forgotten:
+                self.jobs.setdefault(job, _WorkerJob(solver, agent_params, user_params))
         return os.getpid()
 
     def forget(self, job: str) -> None:
         """Drop a run: its unfinished units are cancelled."""
+        self.forgotten.add(job)
         state = self.jobs.pop(job, None)
         if state is not None:
             state.close()
@@ -185,13 +188,14 @@ class _WorkerJob:
         try:
             result: Any = await solving()
         except Exception as exc:  # noqa: BLE001 - solve_unit returns failures; this is a bug, re-raised in the driver
-            result = exc
+            result = _portable(exc)
         self.done[token] = result
         self.ready.set()
 
     async def take(self, ack: list[int], wait_s: float) -> list[tuple[int, Any]]:
         for token in ack:
             self.done.pop(token, None)
+            self.started.discard(token)
         if not self.done:
             self.ready.clear()
             try:
@@ -206,9 +210,26 @@ class _WorkerJob:
         self.done.clear()
 
 
-#: a dead actor is restarted this many times per run; a unit is sent again this many
-#: times after the worker holding it died (a unit that kills its worker every time ends as
-#: a ``worker_died`` Failure)
+def _portable(exc: Exception) -> Exception:
+    """``exc``, or a ``RuntimeError`` naming it (with its traceback) when it would not survive
+    the trip to the driver (an exception whose ``__init__`` needs arguments it does not keep
+    in ``args``, as many of litellm's do): a result that cannot be read would fail every
+    collect that carries it."""
+    import traceback
+
+    from ray import cloudpickle
+
+    try:
+        cloudpickle.loads(cloudpickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - whatever pickling raises
+        text = "".join(traceback.format_exception(exc))[-4000:]
+        return RuntimeError(f"{type(exc).__name__}: {exc} (raised in a model worker)\n{text}")
+
+
+#: a dead actor is restarted this many times in its life (a run's, or a sweep's while it is
+#: kept warm); a unit is sent again this many times after the worker holding it died (a unit
+#: that kills its worker every time ends as a ``worker_died`` Failure)
 ACTOR_MAX_RESTARTS = 3
 ACTOR_MAX_TASK_RETRIES = 2
 #: a collect call waits this long for a result before answering with none
@@ -296,7 +317,7 @@ class RayExecutor:
         per_actor = -(-concurrency // n)
         cache = str(cache_dir) if cache_dir else None
         key = _pool_key(agents_factory, cache, n, per_actor)
-        self.warm = warm
+        self.warm, self._key = warm, key
         self.reused = warm is not None and key in warm
         if self.reused:
             self.workers = warm[key]  # type: ignore[index]
@@ -347,9 +368,10 @@ class RayExecutor:
 
     async def submit(self, unit: Unit) -> Trajectory:
         token = next(self._tokens)
-        self._sent[token] = _Sent(unit, asyncio.get_running_loop().create_future())
-        self._dispatch(token)
-        return await self._sent[token].future
+        future: asyncio.Future[Trajectory] = asyncio.get_running_loop().create_future()
+        self._sent[token] = _Sent(unit, future)
+        self._dispatch(token)  # may resolve it at once (no live worker)
+        return await future
 
     # -- the driver's side of the batches ------------------------------------------------------
     def _dispatch(self, token: int, avoid: int | None = None) -> None:
@@ -484,9 +506,14 @@ class RayExecutor:
             sent.future.set_result(result)
 
     def close(self) -> None:
-        """Stop the workers, or (kept warm for later runs) drop this run's registration."""
+        """Stop the workers, or (kept warm for later runs) drop this run's registration; a
+        warm pool with a worker dead for good is stopped and dropped, so that a later run
+        starts new workers."""
         for task in list(self._tasks):
             task.cancel()
+        if self.warm is not None and any(lane.dead for lane in self._lanes):
+            self.warm.pop(self._key, None)
+            self.warm = None
         for worker in self.workers:
             try:
                 if self.warm is None:
