@@ -29,8 +29,9 @@ N is 50 at concurrency 1, 400 at 16 and 2,000 at 64 and 256. The frameworks:
   its command line does), with a fresh datasets cache per run.
 
 Inspect AI and lm-eval run in ``--bench-python`` (default ``.venv-bench/bin/python`` when it
-exists, else this interpreter): ``pip install inspect-ai "lm_eval[api]"`` there; a framework
-that is not importable is skipped with one line. This interpreter needs evalkit and psutil
+exists, else this interpreter): ``pip install inspect-ai openai "lm_eval[api]"`` there
+(``openai`` for Inspect AI's ``openai-api`` provider); a framework that is not importable
+is skipped with one line. This interpreter needs evalkit and psutil
 (``pip install -e '.[bench]'`` installs psutil and both frameworks).
 
 Each run is measured from outside, the same way for all three:
@@ -436,7 +437,7 @@ def main() -> None:
     for fw in args.framework:
         reason = "" if fw == "evalkit" else probe(py, {"inspect": "inspect_ai", "lmeval": "lm_eval.models.openai_completions"}[fw])
         if reason:
-            print(f"{LABEL[fw]} is not importable ({reason}): skipped; pip install inspect-ai 'lm_eval[api]'")
+            print(f"{LABEL[fw]} is not importable ({reason}): skipped; pip install inspect-ai openai 'lm_eval[api]'")
         else:
             frameworks.append(fw)
     if not become_subreaper():

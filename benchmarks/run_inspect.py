@@ -52,4 +52,6 @@ out = {
     "completed_at": log.stats.completed_at,
 }
 json.dump(out, open(spec["out"], "w"))
+if log.status != "success":  # e.g. the openai package missing for the openai-api provider
+    print(f"Inspect AI: {log.status}: {log.error.message if log.error else 'no error recorded'}", file=sys.stderr)
 sys.exit(0 if log.status == "success" else 1)
