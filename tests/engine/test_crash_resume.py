@@ -262,10 +262,10 @@ def test_a_run_whose_only_worker_dies_for_good_ends_with_failures_and_the_next_j
 def test_a_unit_that_kills_its_worker_every_time_ends_as_a_failure(fake_openai, ray_address, gold, tmp_path, run_eval):
     """One worker, one unit in flight; the worker is SIGKILLed whenever the poison sample's
     request reaches the server. The sample is sent three times (the first send and
-    ``ACTOR_MAX_TASK_RETRIES`` more, each to the restarted worker), then it is a
+    ``UNIT_MAX_RESENDS`` more, each to the restarted worker), then it is a
     ``worker_died`` failure; every other sample is answered by the restarted worker and
     journaled once, and the run ends incomplete instead of hanging."""
-    from evalkit.engine.executor import ACTOR_MAX_TASK_RETRIES
+    from evalkit.engine.executor import UNIT_MAX_RESENDS
 
     poison = IDS[0]
     fake_openai.set_plan(_plan(gold, latency_s=0.0, **{poison: {"latency_s": 5.0}}))
@@ -274,19 +274,19 @@ def test_a_unit_that_kills_its_worker_every_time_ends_as_a_failure(fake_openai, 
     known = set(_live_model_workers(exclude_job=""))
     run = _InThread(run_eval, _args(fake_openai, "backend.concurrency=1", "runner.num_workers=1", f"run.dir={run_dir}"))
     kills, deadline = 0, time.time() + 150
-    while run.thread.is_alive() and kills <= ACTOR_MAX_TASK_RETRIES:
+    while run.thread.is_alive() and kills <= UNIT_MAX_RESENDS:
         assert time.time() < deadline, f"the run hangs after {kills} kill(s)"
         if _asked(fake_openai, gold, since)[poison] > kills:  # the poison sample is in flight: kill its worker
             os.kill(next(iter(_new_workers(known, 1).values())), signal.SIGKILL)
             kills += 1
         time.sleep(0.02)
     res = run.join()
-    assert kills == 1 + ACTOR_MAX_TASK_RETRIES
+    assert kills == 1 + UNIT_MAX_RESENDS
     assert res.summary["status"] != "complete" and res.exit_code != 0, res.summary
     failed = list(read_jsonl(run_dir / "failed.jsonl"))
     assert [(f["sample_id"], f["error_kind"]) for f in failed] == [(poison, "worker_died")], failed
     assert Counter(r["sample_id"] for r in read_jsonl(run_dir / "predictions.jsonl")) == Counter(IDS[1:])
-    assert _asked(fake_openai, gold, since)[poison] == 1 + ACTOR_MAX_TASK_RETRIES
+    assert _asked(fake_openai, gold, since)[poison] == 1 + UNIT_MAX_RESENDS
 
 
 def test_a_slow_request_holds_back_no_other_unit(fake_openai, ray_address, gold, tmp_path, run_eval):

@@ -15,7 +15,7 @@ Scheduling rules of this module (the window and retries are in
   the actor until the driver acknowledges it, so no failed call loses one;
 * a Ray actor that dies (its process killed, out of memory) is restarted by Ray
   (``max_restarts``) and the units it had in flight are sent again by the driver (at most
-  ``ACTOR_MAX_TASK_RETRIES`` times each, then they are ``worker_died`` failures); an actor
+  ``UNIT_MAX_RESENDS`` times each, then they are ``worker_died`` failures); an actor
   dead for good is left out of the run; nothing answered is lost, because results are
   journaled by the driver as they arrive.
 """
@@ -231,7 +231,7 @@ def _portable(exc: Exception) -> Exception:
 #: kept warm); a unit is sent again this many times after the worker holding it died (a unit
 #: that kills its worker every time ends as a ``worker_died`` Failure)
 ACTOR_MAX_RESTARTS = 3
-ACTOR_MAX_TASK_RETRIES = 2
+UNIT_MAX_RESENDS = 2  # the driver's count: Ray itself retries a call for as long as it restarts the actor
 #: a collect call waits this long for a result before answering with none
 COLLECT_WAIT_S = 5.0
 #: a worker whose calls fail this many times in a row (errors other than its death, which
@@ -288,7 +288,7 @@ class RayExecutor:
     A worker that dies is restarted by Ray (``max_restarts``; Ray holds and retries the
     calls made meanwhile); its first answer after that carries a new incarnation, and the
     units the old one held are sent again, to another worker if there is one (at most
-    ``ACTOR_MAX_TASK_RETRIES`` times each, then they are ``worker_died`` failures). A worker
+    ``UNIT_MAX_RESENDS`` times each, then they are ``worker_died`` failures). A worker
     that Ray reports dead for good, or whose calls keep failing, is left out of the run and
     its units go to the others; with none left, units are ``worker_died`` failures at once.
 
@@ -422,15 +422,15 @@ class RayExecutor:
                 await worker.configure.remote(self.job, self._holder)
                 incarnation = await worker.submit.remote(self.job, units)
         except Exception as exc:  # noqa: BLE001 - any failed call: the units are sent again
-            self._lost(i, [t for t, s in batch if self._holds(i, t, s)], exc)
+            incarnation, lost = None, exc
+        else:
+            lost = RuntimeError("the model worker was restarted")
+        held = [t for t, s in batch if self._holds(i, t, s)]  # not answered or moved meanwhile
+        if incarnation is None or incarnation in self._lanes[i].gone:  # failed, or restarted (again) meanwhile
+            self._lost(i, held, lost)
             return
-        lane = self._lanes[i]
-        if incarnation is None or incarnation in lane.gone:  # restarted (again) meanwhile: nothing runs there
-            self._lost(i, [t for t, s in batch if self._holds(i, t, s)], RuntimeError("the model worker was restarted"))
-            return
-        for token, sends in batch:
-            if self._holds(i, token, sends):
-                self._sent[token].incarnation = incarnation
+        for token in held:
+            self._sent[token].incarnation = incarnation
 
     async def _collect(self, i: int) -> None:
         """Collect worker ``i``'s results while it holds units: hand each on, acknowledge it
@@ -478,7 +478,7 @@ class RayExecutor:
             sent = self._sent[token]
             self._lanes[i].tokens.discard(token)
             sent.lane = -1  # in no worker's hands until sent again
-            if sent.sends > ACTOR_MAX_TASK_RETRIES:
+            if sent.sends > UNIT_MAX_RESENDS:
                 self._fail(token, exc)
             else:
                 self._spawn(self._send_again(token, i, 0.2 * sent.sends))
