@@ -172,7 +172,7 @@ def _price_unknown_model(provider_model: str) -> None:
 
     litellm prices every response; for an unknown model that lookup misses and falls back
     to a fuzzy search of the whole cost map on every call, about a tenth of a call's CPU
-    time (measured with ``benchmarks/throughput.py``). The entry carries
+    time (measured with ``perf/throughput.py``). The entry carries
     :data:`~evalkit.providers.UNPRICED_MARK`, so evalkit's own price lookup
     (:func:`evalkit.providers.litellm_price`) never reads it as a price of 0.
     """

@@ -1,6 +1,6 @@
 """Scoring speed of each benchmark's scorer: seconds per 1,000 samples (prints figures).
 
-    .venv/bin/python benchmarks/scoring_speed.py [--data ../shared/data] [--no-isolated]
+    .venv/bin/python perf/scoring_speed.py [--data ../shared/data] [--no-isolated]
 
 Two figures per benchmark: the scorer called in this process (``bench.score``), and the
 scorer as a run calls it — through :class:`evalkit.engine.scoring.Scorer`, a pool of worker

@@ -1,6 +1,6 @@
 """evalkit's own CPU per request: an instant model through the engine's Ray path (prints figures; not a test).
 
-    .venv/bin/python benchmarks/engine_cpu.py [--n 500 4000] [--concurrency 64] [--workers 2]
+    .venv/bin/python perf/engine_cpu.py [--n 500 4000] [--concurrency 64] [--workers 2]
         [--repeat 1] [--latency-median 0.0] [--profile DIR] [-- override ...]
 
 The model answers at once (``generate`` returns a fixed completion with token counts, no
@@ -12,7 +12,7 @@ trip, the budget's and the summary's bookkeeping.
 Each size N runs as ``python -m evalkit`` does (:func:`evalkit.job.run_composed`, a fresh
 local Ray, ``runner.num_workers`` model workers, ``backend.concurrency``, the response cache
 on, tracking off) in a process of its own, on the ``prompts_jsonl`` benchmark of
-``benchmarks/run_evalkit.py`` (one user message per sample, every non-empty answer scores
+``perf/run_evalkit.py`` (one user message per sample, every non-empty answer scores
 1). The only change to the engine's path is the model: the run's worker factory
 (``serverless_agents``) is replaced by one that builds the instant model, in the child
 process only.
@@ -81,7 +81,7 @@ def child(data: Path, out: Path, overrides: list[str], profile: Path | None, med
     import cloudpickle
     from omegaconf import OmegaConf
 
-    spec = importlib.util.spec_from_file_location("run_evalkit", REPO / "benchmarks" / "run_evalkit.py")
+    spec = importlib.util.spec_from_file_location("run_evalkit", REPO / "perf" / "run_evalkit.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules["run_evalkit"] = module
     spec.loader.exec_module(module)  # type: ignore[union-attr]

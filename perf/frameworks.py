@@ -1,10 +1,10 @@
 """evalkit, Inspect AI and lm-evaluation-harness side by side on one workload, each framework a process of its own (prints figures).
 
-    .venv/bin/python benchmarks/frameworks.py                      # everything (~27 min on 2 quiet cores)
-    .venv/bin/python benchmarks/frameworks.py --profile fixed      # one part (each part < 10 min)
-    .venv/bin/python benchmarks/frameworks.py --profile lognormal --concurrency 64 --results R.jsonl
-    .venv/bin/python benchmarks/frameworks.py --scale-out --results R.jsonl
-    .venv/bin/python benchmarks/frameworks.py --report R.jsonl     # the tables of earlier parts
+    .venv/bin/python perf/frameworks.py                      # everything (~27 min on 2 quiet cores)
+    .venv/bin/python perf/frameworks.py --profile fixed      # one part (each part < 10 min)
+    .venv/bin/python perf/frameworks.py --profile lognormal --concurrency 64 --results R.jsonl
+    .venv/bin/python perf/frameworks.py --scale-out --results R.jsonl
+    .venv/bin/python perf/frameworks.py --report R.jsonl     # the tables of earlier parts
         [--framework evalkit inspect lmeval] [--workers 2] [--seed 0] [--max-tokens 16]
         [--bench-python .venv-bench/bin/python] [--repeat 1] [--max-n 40 (a quick check)]
 
@@ -20,12 +20,12 @@ one chat request with max_tokens 16 and temperature 0, no retries, against
 
 N is 50 at concurrency 1, 400 at 16 and 2,000 at 64 and 256. The frameworks:
 
-* evalkit: ``benchmarks/run_evalkit.py`` (the command line's own path; a fresh local Ray,
+* evalkit: ``perf/run_evalkit.py`` (the command line's own path; a fresh local Ray,
   ``runner.num_workers`` = ``--workers``, ``backend.concurrency`` = C) in this interpreter,
   with the ``evalkit`` package this interpreter imports;
-* Inspect AI: ``benchmarks/run_inspect.py`` (``openai-api`` provider, ``max_connections`` = C);
+* Inspect AI: ``perf/run_inspect.py`` (``openai-api`` provider, ``max_connections`` = C);
 * lm-eval: ``local-chat-completions`` at ``num_concurrent`` = C through
-  ``simple_evaluate`` (the child of ``benchmarks/throughput.py``; the task index is built as
+  ``simple_evaluate`` (the child of ``perf/throughput.py``; the task index is built as
   its command line does), with a fresh datasets cache per run.
 
 Inspect AI and lm-eval run in ``--bench-python`` (default ``.venv-bench/bin/python`` when it

@@ -1,6 +1,6 @@
 """Engine throughput against a local OpenAI-compatible server with a fixed latency, beside lm-evaluation-harness (prints figures).
 
-    .venv/bin/python benchmarks/throughput.py [--n 2000] [--latency 0.2] [--concurrency 1 16 64 256]
+    .venv/bin/python perf/throughput.py [--n 2000] [--latency 0.2] [--concurrency 1 16 64 256]
         [--max-tokens 16] [--skip-lmeval] [--skip-litellm-alone] [--lmeval-python PYTHON]
 
 For each concurrency C: N single-turn samples through the whole engine (Ray workers,

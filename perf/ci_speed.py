@@ -1,6 +1,6 @@
 """Time to compute every interval of a full ACEBench run (prints figures; not a test).
 
-    .venv/bin/python benchmarks/ci_speed.py [--data ../shared/data] [--resamples 2000] [--repeats 1]
+    .venv/bin/python perf/ci_speed.py [--data ../shared/data] [--resamples 2000] [--repeats 1]
 
 The run is ``benchmark.language=all``: 2,040 samples over 17 categories and two languages,
 with the weighted OVERALL, answered by a mixed-quality model (reference answers, some cut

@@ -1,6 +1,6 @@
-"""Inspect AI's side of ``benchmarks/frameworks.py``: one eval of a JSONL of prompts, in a process of its own.
+"""Inspect AI's side of ``perf/frameworks.py``: one eval of a JSONL of prompts, in a process of its own.
 
-    python benchmarks/run_inspect.py SPEC.json      (the interpreter that has inspect-ai)
+    python perf/run_inspect.py SPEC.json      (the interpreter that has inspect-ai)
 
 SPEC: ``data`` (JSONL rows ``{"i": 0, "text": "sample 0", "target": "ok"}``), ``base_url``
 (``http://HOST:PORT/v1``), ``concurrency``, ``max_tokens``, ``log_dir``, ``out``.

@@ -1,6 +1,6 @@
-"""evalkit's side of ``benchmarks/frameworks.py``: one run of a JSONL of prompts, in a process of its own.
+"""evalkit's side of ``perf/frameworks.py``: one run of a JSONL of prompts, in a process of its own.
 
-    python benchmarks/run_evalkit.py DATA.jsonl OUT.json [key=value ...]
+    python perf/run_evalkit.py DATA.jsonl OUT.json [key=value ...]
 
 Registers ``prompts_jsonl``, a benchmark whose samples are the rows of DATA.jsonl
 (``{"i": 0, "text": "sample 0", ...}``: one user message each, every non-empty answer

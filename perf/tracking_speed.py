@@ -1,7 +1,7 @@
 """Tracking speed: seconds of MLflow tracking per 1,000 samples of a full offline ACEBench
 run, beside MLflow's own cheapest way to write the same traces (prints figures).
 
-    .venv/bin/python benchmarks/tracking_speed.py [--data ../shared/data] [--out DIR] [--context 300]
+    .venv/bin/python perf/tracking_speed.py [--data ../shared/data] [--out DIR] [--context 300]
 
 1. **evalkit**: ``model=reference benchmark=acebench benchmark.language=all`` (2,040 samples,
    offline) with ``tracking=mlflow`` into a fresh SQLite store (created and migrated before

@@ -1,6 +1,6 @@
 """Where a run's time goes before and after its requests (prints figures; not a test).
 
-    .venv/bin/python benchmarks/startup.py [--n 50] [--repeat 3] [--baseline-src DIR]
+    .venv/bin/python perf/startup.py [--n 50] [--repeat 3] [--baseline-src DIR]
         [--sweep-latency 1.0] [--skip-sweep]
 
 Runs, as a user does (``python -m evalkit`` in its own process, timed from launch to exit):
