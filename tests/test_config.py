@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from evalkit.benchmarks import get_benchmark_class
 from evalkit.compose import compose, to_plain
 from evalkit.config import validate
 from evalkit.errors import ConfigError
@@ -15,7 +16,7 @@ from tests.conftest import REPO_ROOT, evalkit_cmd
 
 
 def _validate(*overrides: str):
-    return validate(to_plain(compose(list(overrides))))
+    return validate(to_plain(compose(list(overrides))), get_benchmark_class)
 
 
 def test_default_config_is_acebench_on_the_embedded_model(acebench_dir):

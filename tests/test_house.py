@@ -4,7 +4,10 @@ identity, old run directories, the user simulator's own endpoint, and the import
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -184,18 +187,46 @@ def test_user_simulator_override_reaches_its_own_endpoint(fake_openai, ray_addre
 # ------------------------------------------------------------------------------------------
 # the shape of the code: imports point one way, stage functions stay short
 # ------------------------------------------------------------------------------------------
+#: The layers of ``src/evalkit``, top first (the allow-list of docs/architecture.md). A module
+#: belongs to the unit named by the longest prefix that matches it (``evalkit`` itself: the
+#: package root only) and may import its own unit and the units of the layers *below* its
+#: own, nothing else: the units of one layer never import each other.
+LAYERS: list[tuple[str, list[str]]] = [
+    ("entry point", ["evalkit.__main__"]),
+    ("command line", ["evalkit.cli"]),
+    ("sweep", ["evalkit.sweep"]),
+    ("commands", ["evalkit.job", "evalkit.compare", "evalkit.track", "evalkit.audit"]),
+    ("command parts", ["evalkit.rescore", "evalkit.compose"]),
+    ("engine", ["evalkit.engine"]),
+    ("domain", ["evalkit.benchmarks", "evalkit.models", "evalkit.tracking", "evalkit.report"]),
+    ("servers", ["evalkit.backends"]),
+    ("configuration", ["evalkit.config"]),
+    ("run records", ["evalkit.journal", "evalkit.summary"]),
+    ("basics", ["evalkit.settings", "evalkit.types", "evalkit.jsonl", "evalkit.stats", "evalkit.providers", "evalkit.secrets"]),
+    ("root", ["evalkit", "evalkit.errors"]),
+]
+#: imports the layers would allow that the design still refuses: (importer, imported) prefixes
+REFUSED_BELOW = [("evalkit.engine", "evalkit.backends")]  # the engine sees only the model protocol
+
+
 def _own_imports() -> dict[str, set[str]]:
-    """``{module: {evalkit modules it imports}}``, function-local imports included."""
+    """``{module: {evalkit modules it imports}}``: absolute and relative imports, function-local
+    ones included, each resolved to the longest module name that exists."""
     mods = {}
     for path in SRC.rglob("*.py"):
         name = ".".join(("evalkit", *path.relative_to(SRC).with_suffix("").parts)).removesuffix(".__init__")
         mods[name] = path
     edges: dict[str, set[str]] = {m: set() for m in mods}
     for mod, path in mods.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parts, base] if base else parts)
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
             for n in names:
                 while n and n not in mods:
                     n = n.rpartition(".")[0]
@@ -204,7 +235,148 @@ def _own_imports() -> dict[str, set[str]]:
     return edges
 
 
-def test_import_graph_has_no_cycle_and_points_one_way():
+def _unit(mod: str) -> tuple[int, str] | None:
+    """``(layer index, unit)`` of a module (index 0 is the top layer), ``None`` if unplaced."""
+    best = None
+    for rank, (_, units) in enumerate(LAYERS):
+        for unit in units:
+            inside = mod == unit or (unit != "evalkit" and mod.startswith(unit + "."))
+            if inside and (best is None or len(unit) > len(best[1])):
+                best = (rank, unit)
+    return best
+
+
+def _import_problems(edges: dict[str, set[str]]) -> list[str]:
+    """Each import that is not allowed, as one line; every module must have a layer."""
+    problems = [f"{m} is in no layer: place it in LAYERS" for m in sorted(edges) if _unit(m) is None]
+    for mod, targets in sorted(edges.items()):
+        here = _unit(mod)
+        for target in sorted(targets):
+            there = _unit(target)
+            if here is None or there is None or here[1] == there[1]:
+                continue
+            if there[0] <= here[0]:
+                where = "the same layer" if there[0] == here[0] else "a higher layer"
+                problems.append(f"{mod} ({LAYERS[here[0]][0]}) imports {target} ({LAYERS[there[0]][0]}, {where})")
+            problems += [
+                f"{mod} imports {target} ({a} never imports {b})"
+                for a, b in REFUSED_BELOW
+                if here[1] == a and (target == b or target.startswith(b + "."))
+            ]
+    return problems
+
+
+def test_imports_point_down_the_layers():
+    """The allow-list: each module imports only its own unit and the layers below its own."""
+    assert _import_problems(_own_imports()) == []
+
+
+def test_the_layer_check_catches_a_sideways_and_an_upward_import():
+    """The check itself: the imports this project removed would each be named again."""
+    edges = _own_imports()
+    edges["evalkit.config"] = edges["evalkit.config"] | {"evalkit.benchmarks", "evalkit.benchmarks.base"}
+    edges["evalkit.models.factory"] = edges["evalkit.models.factory"] | {"evalkit.benchmarks.base"}
+    edges["evalkit.engine.run"] = edges["evalkit.engine.run"] | {"evalkit.backends.llamacpp"}
+    assert _import_problems(edges) == [
+        "evalkit.config (configuration) imports evalkit.benchmarks (domain, a higher layer)",
+        "evalkit.config (configuration) imports evalkit.benchmarks.base (domain, a higher layer)",
+        "evalkit.engine.run imports evalkit.backends.llamacpp (evalkit.engine never imports evalkit.backends)",
+        "evalkit.models.factory (domain) imports evalkit.benchmarks.base (domain, the same layer)",
+    ]
+
+
+def test_config_imports_no_benchmark():
+    """``config`` validates ``benchmark.*`` through the lookup its caller passes in."""
+    edges = _own_imports()
+    assert not any(t.startswith("evalkit.benchmarks") for t in edges["evalkit.config"])
+    assert not any(t.startswith("evalkit.benchmarks") for t in edges["evalkit.models.factory"])
+
+
+#: the function-local own-module imports docs/architecture.md names: ``{importer: imported}``
+LOCAL_IMPORTS = {
+    "evalkit.__main__": {"evalkit", "evalkit.errors"},  # the crash handler
+    "evalkit.models.factory": {"evalkit.models.litellm_client"},  # litellm, in a worker
+    "evalkit.compare": {"evalkit.tracking.mlflow_tracking"},  # MLflow, for a run id only
+    "evalkit.engine.executor": {"evalkit.providers"},  # a Ray worker's price call
+    "evalkit.benchmarks.acebench.metrics": {"evalkit.stats"},  # numpy, in stat_plan
+    "evalkit.benchmarks.ke.metrics": {"evalkit.stats"},
+    "evalkit.benchmarks.sobhard.metrics": {"evalkit.stats"},
+    "evalkit.benchmarks.sobhard.constraints": {"evalkit.benchmarks.sobhard.patterns"},
+    "evalkit.benchmarks.sobhard.rules": {"evalkit.benchmarks.sobhard.operations"},
+}
+
+
+def test_own_module_imports_sit_at_the_top_but_the_documented_ones():
+    local: dict[str, set[str]] = {}
+    for path in SRC.rglob("*.py"):
+        mod = ".".join(("evalkit", *path.relative_to(SRC).with_suffix("").parts)).removesuffix(".__init__")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top = {id(n) for stmt in tree.body if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+               for n in ast.walk(stmt)}  # fmt: skip
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and id(node) not in top and (node.module or "").startswith("evalkit"):
+                local.setdefault(mod, set()).add(str(node.module))
+            if isinstance(node, ast.Import) and id(node) not in top:
+                local.setdefault(mod, set()).update(a.name for a in node.names if a.name.startswith("evalkit"))
+    undocumented = {m: t - LOCAL_IMPORTS.get(m, set()) for m, t in local.items() if t - LOCAL_IMPORTS.get(m, set())}
+    assert undocumented == {}
+
+
+def _doc_section(title: str) -> str:
+    text = (REPO_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def test_architecture_doc_names_the_stages_the_code_runs():
+    """The doc's stage table, run.py's stage line and each stage module's own docstring agree."""
+    import evalkit.engine.run as run_module
+
+    rows = [line.split("|")[1:3] for line in _doc_section("A run is a line of stages").splitlines() if line.startswith("| ")]
+    table = [(stage.strip(), module.strip().strip("`")) for stage, module in rows[1:]]  # the header row aside
+    line = next(ln for ln in run_module.__doc__.splitlines() if "→" in ln)
+    assert [stage for stage, _ in table] == [s.strip() for s in line.split("→")]
+    for number, (stage, module) in enumerate(table, start=1):
+        assert module.startswith("engine/"), module
+        doc = importlib.import_module("evalkit." + module.removesuffix(".py").replace("/", ".")).__doc__
+        if module == "engine/run.py":
+            assert f"* **{stage}**" in doc
+        else:
+            assert doc.startswith(f"Stage {number} of a run, *{stage}*"), (module, doc.splitlines()[0])
+            assert f"* **{stage}** (:mod:`evalkit.{module.removesuffix('.py').replace('/', '.')}`)" in run_module.__doc__
+
+
+def test_architecture_doc_lists_every_benchmark_method_and_attribute():
+    from evalkit.benchmarks.base import Benchmark
+
+    bullet = _doc_section("The protocols").split("- **Benchmark**")[1].split("\n- **")[0]
+    methods_text, attributes_text = bullet.split("Class attributes:")
+    attributes_text = attributes_text.split("Its")[0]
+    documented_methods = set(re.findall(r"`(\w+)`", methods_text.replace("`score(sample, output)`", "")))
+    methods = {n for n, v in vars(Benchmark).items() if inspect.isfunction(v) and not n.startswith("_")}
+    attributes = {n for n, kind in Benchmark.__annotations__.items() if "ClassVar" in str(kind)}
+    assert documented_methods == methods
+    assert set(re.findall(r"`(\w+)`", attributes_text)) == attributes
+
+
+def test_architecture_doc_lists_the_layers_the_test_checks():
+    block = _doc_section("Which package may import which").split("\n\n")[2]
+    layers: list[tuple[str, str]] = []
+    for line in block.splitlines():
+        if line[4] != " ":
+            name, _, rest = line[4:].partition("  ")
+            layers.append((name.strip(), rest))
+        else:
+            layers[-1] = (layers[-1][0], layers[-1][1] + " " + line.strip())
+    documented = []
+    for name, rest in layers:
+        units = [u.strip().removesuffix("/") for u in re.sub(r"\([^)]*\)", "", rest).split(",")]
+        documented.append((name, ["evalkit" if u == "evalkit" else f"evalkit.{u}" for u in units]))
+    assert documented == LAYERS
+
+
+def test_import_graph_has_no_cycle():
     edges = _own_imports()
     for mod, targets in edges.items():
         pkg = mod.rsplit(".", 1)[0]
@@ -222,11 +394,6 @@ def test_import_graph_has_no_cycle_and_points_one_way():
     for mod in edges:
         if mod not in state:
             visit(mod, [mod])
-    rules = [("evalkit.engine", "evalkit.backends"), ("evalkit.tracking", "evalkit.sweep"), ("evalkit.tracking", "evalkit.cli"),
-             ("evalkit.tracking", "evalkit.engine"), ("evalkit.sweep", "evalkit.cli"), ("evalkit.benchmarks", "evalkit.engine"),
-             ("evalkit.benchmarks", "evalkit.models"), ("evalkit.benchmarks", "evalkit.tracking")]  # fmt: skip
-    broken = [(m, t) for m, ts in edges.items() for t in ts for a, b in rules if m.startswith(a) and t.startswith(b)]
-    assert broken == []
 
 
 def test_no_orchestration_function_is_longer_than_60_lines():

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from evalkit.benchmarks.acebench import AceBench, AceBenchSettings
-from evalkit.benchmarks.base import GenerationParams, ReasoningEffort, strip_reasoning_prefix
+from evalkit.benchmarks.base import strip_reasoning_prefix
+from evalkit.settings import GenerationParams, ReasoningEffort
 from evalkit.benchmarks.ke import KE, KESettings
 from evalkit.benchmarks.sobhard import SOBHard, SOBHardSettings
 from evalkit.compose import compose, resolve

@@ -16,6 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import EvalConfig, resolve_layers, validate
 from evalkit.errors import ConfigError
 
@@ -130,7 +131,7 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
         ConfigError: one line naming the key.
     """
     raw = to_plain(cfg)
-    bench = resolve_layers(raw)["benchmark"]
+    bench = resolve_layers(raw, get_benchmark_class)["benchmark"]
     user_name = bench.get("user_model")
     if user_name:
         try:
@@ -138,4 +139,4 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
         except ConfigError as exc:
             raise ConfigError(f"benchmark.user_model: {exc}") from None
         raw["user"] = {"model": user_raw["model"], "backend": user_raw["backend"]}
-    return raw, validate(raw)
+    return raw, validate(raw, get_benchmark_class)

@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Callable, Literal, Protocol, Union
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from evalkit.benchmarks import get_benchmark_class, known_benchmarks
-from evalkit.benchmarks.base import BenchmarkSettings, GenerationParams
+from evalkit.settings import BenchmarkSettings, GenerationParams
 from evalkit.errors import ConfigError
 from evalkit.providers import model_price, reasoning_problem
 
@@ -335,7 +334,7 @@ class EvalConfig(_Strict):
     def sent_params(self) -> dict[str, Any]:
         """Every parameter sent with the agent's requests besides the prompt (its identity):
         the generation parameters as litellm takes them
-        (:meth:`~evalkit.benchmarks.base.GenerationParams.sent_params`) and, when set,
+        (:meth:`~evalkit.settings.GenerationParams.sent_params`) and, when set,
         ``extra_body``."""
         return _with_extra_body(self.generation.sent_params(), self.model.extra_body)
 
@@ -430,7 +429,32 @@ def _generation_layer(value: Any, key: str) -> dict[str, Any]:
 _USER_KEYS = ("user_model", "user_overrides")
 
 
-def resolve_layers(raw: dict[str, Any]) -> dict[str, Any]:
+class BenchmarkFacts(Protocol):
+    """What the configuration reads of a benchmark class
+    (:class:`evalkit.benchmarks.base.Benchmark` has each): config sits below the benchmarks
+    and imports none, so its callers pass a :data:`BenchmarkLookup` in."""
+
+    name: str
+    settings_model: type[BenchmarkSettings]
+    supported_shots: tuple[int, ...] | None
+    baselines: tuple[str, ...]
+    supports_completion: bool
+
+
+#: ``lookup(name)`` -> the benchmark class of that name (e.g.
+#: :func:`evalkit.benchmarks.get_benchmark_class`); raises ``KeyError`` whose message names
+#: the known benchmarks
+BenchmarkLookup = Callable[[str], BenchmarkFacts]
+
+
+def _benchmark_class(lookup: BenchmarkLookup, name: Any) -> BenchmarkFacts:
+    try:
+        return lookup(str(name))
+    except KeyError as exc:
+        raise ConfigError(f"benchmark.name: {exc.args[0]}") from None
+
+
+def resolve_layers(raw: dict[str, Any], lookup: BenchmarkLookup) -> dict[str, Any]:
     """The one place the configuration layers are folded (``model.dataset_args`` applied).
 
     For the agent model: ``model.dataset_args.<benchmark>`` (minus ``generation``) overrides
@@ -450,11 +474,7 @@ def resolve_layers(raw: dict[str, Any]) -> dict[str, Any]:
     """
     out = dict(raw)
     bench = dict(raw.get("benchmark") or {})
-    name = bench.get("name")
-    try:
-        bench_cls = get_benchmark_class(str(name))
-    except KeyError:
-        raise ConfigError(f"benchmark.name: unknown benchmark {name!r}; known: {', '.join(known_benchmarks())}") from None
+    bench_cls = _benchmark_class(lookup, bench.get("name"))
     model = dict(raw.get("model") or {})
     per_bench = _dataset_args(model, bench_cls.name, "model")
     knobs = {k: v for k, v in per_bench.items() if k != "generation"}
@@ -495,7 +515,7 @@ def _dataset_args(model: dict[str, Any], bench_name: str, where: str) -> dict[st
     return dict(per_bench)
 
 
-def validate(raw: dict[str, Any]) -> EvalConfig:
+def validate(raw: dict[str, Any], lookup: BenchmarkLookup) -> EvalConfig:
     """Validate a composed config (plain dict, interpolations resolved): its layers are
     folded by :func:`resolve_layers`, then every group is checked.
 
@@ -512,8 +532,8 @@ def validate(raw: dict[str, Any]) -> EvalConfig:
         model = raw.get("model") or {}
         if model.get("kind", "litellm") != "litellm" and model.get("generation"):
             raise ConfigError(f"model.generation: a {model.get('kind')} model generates nothing (model={model.get('name')}); remove it")
-        raw = resolve_layers(raw)
-    bench_cls = get_benchmark_class(str(raw["benchmark"]["name"]))
+        raw = resolve_layers(raw, lookup)
+    bench_cls = _benchmark_class(lookup, raw["benchmark"]["name"])
     try:
         bench = bench_cls.settings_model(**raw["benchmark"])
     except ValidationError as exc:

@@ -121,7 +121,7 @@ def _benchmark_settings(run_dir: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg.get("config_format") is not None:
         return dict(cfg["benchmark"])
     try:
-        return dict(resolve_layers(cfg)["benchmark"])
+        return dict(resolve_layers(cfg, get_benchmark_class)["benchmark"])
     except ConfigError as exc:
         raise RunDirError(f"{run_dir}/config.yaml: {exc}") from None
 

@@ -1,4 +1,4 @@
-"""Stage 1 of a run, *prepare*: load the benchmark's data, select the samples, build each
+"""Stage 2 of a run, *prepare*: load the benchmark's data, select the samples, build each
 sample's request, plan the models. Nothing is started and nothing is written, so every
 problem found here (bad data, an unknown sample id, a replay file that cannot be read) is
 one line before the run directory exists.

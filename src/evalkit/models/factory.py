@@ -19,13 +19,26 @@ import functools
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 from evalkit.backends.llamacpp import NOT_STARTED, ServerPool, served_weights_identity, starts_server
-from evalkit.benchmarks.base import Benchmark
 from evalkit.models.base import endpoint_model_id, strip_credentials
 from evalkit.models.offline import TableModel, file_digest, load_replay_file
 from evalkit.types import Sample
+
+
+class OfflineAnswers(Protocol):
+    """What the offline models read of the run's benchmark
+    (:class:`evalkit.benchmarks.base.Benchmark` has each; the models sit beside the
+    benchmarks and import none of them)."""
+
+    def is_rollout(self, sample: Sample) -> bool: ...
+
+    def reference_output(self, sample: Sample) -> str: ...
+
+    def baseline_output(self, name: str, sample: Sample) -> str: ...
+
+    def reference_agents(self, sample: Sample) -> tuple[Any, Any]: ...
 
 
 @dataclass
@@ -140,7 +153,7 @@ class ModelPlan:
                 servers.close()
 
 
-def plan_models(cfg: Any, bench: Benchmark, samples: list[Sample], with_user: bool) -> ModelPlan:
+def plan_models(cfg: Any, bench: OfflineAnswers, samples: list[Sample], with_user: bool) -> ModelPlan:
     """The :class:`ModelPlan` of a validated config (:class:`~evalkit.config.EvalConfig`).
 
     ``with_user``: a user simulator takes part (some selected sample is a rollout that

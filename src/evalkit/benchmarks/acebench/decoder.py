@@ -28,6 +28,7 @@ import math
 import operator
 import re
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from evalkit.benchmarks.bounds import expanded_size
@@ -103,15 +104,24 @@ def call_name(node: ast.Call) -> str:
     return ".".join(reversed(parts))
 
 
-def _call_value(node: ast.Call, budget: Budget) -> dict[str, dict[Any, Any]]:
+def _call_value(node: ast.Call, budget: Budget, bare_call: Callable[[ast.Call], Any] | None = None) -> dict[str, dict[Any, Any]]:
     args: dict[Any, Any] = {}
     for kw in node.keywords:  # positional arguments are ignored (never looked at)
-        args[kw.arg] = _value(kw.value, budget)
+        args[kw.arg] = decode_value(kw.value, budget, bare_call)
     return {call_name(node): args}
 
 
-def _value(node: ast.AST, budget: Budget) -> Any:
-    """Decoded value of an argument node (the table of spec §3.1 step 7)."""
+def _empty_call(node: ast.Call) -> dict[str, dict[Any, Any]]:
+    return {call_name(node): {}}
+
+
+def decode_value(node: ast.AST, budget: Budget, bare_call: Callable[[ast.Call], Any] | None = None) -> Any:
+    """Decoded value of an argument node (the table of spec §3.1 step 7).
+
+    ``bare_call`` decodes a keyword-less call: the strict decoder's ``{name: {}}`` by
+    default; the agent dispatcher passes :func:`ast.unparse` (its source text, spec §3.3
+    step 5). Raises :class:`DecodeError` for a value the table does not accept.
+    """
     if isinstance(node, ast.Constant):
         return "..." if node.value is Ellipsis else node.value
     if isinstance(node, ast.UnaryOp):
@@ -121,23 +131,25 @@ def _value(node: ast.AST, budget: Budget) -> Any:
             return -operand.value
         raise DecodeError("unary operator on a non-numeric operand")
     if isinstance(node, ast.List):
-        return [_value(v, budget) for v in node.elts]
+        return [decode_value(v, budget, bare_call) for v in node.elts]
     if isinstance(node, ast.Dict):
         out = {}
         for k, v in zip(node.keys, node.values):
             if k is None:
                 raise DecodeError("dict unpacking (**) is not supported")
-            key = _value(k, budget)
-            out[key] = _value(v, budget)
+            key = decode_value(k, budget, bare_call)
+            out[key] = decode_value(v, budget, bare_call)
         return out
     if isinstance(node, ast.BinOp):
         return literal_eval_node(node, budget)
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Call):
-        return _call_value(node, budget) if node.keywords else {call_name(node): {}}
+        if node.keywords:
+            return _call_value(node, budget, bare_call)
+        return (bare_call or _empty_call)(node)
     if isinstance(node, ast.Tuple):
-        return tuple(_value(v, budget) for v in node.elts)
+        return tuple(decode_value(v, budget, bare_call) for v in node.elts)
     if isinstance(node, ast.Subscript):
         return ast.unparse(node.value) + "[" + ast.unparse(node.slice) + "]"
     raise DecodeError(f"unsupported value {type(node).__name__}")

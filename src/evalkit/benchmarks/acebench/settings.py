@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from evalkit.benchmarks.acebench.categories import ALL_CATEGORIES
-from evalkit.benchmarks.base import BenchmarkSettings
+from evalkit.settings import BenchmarkSettings
 
 #: the pinned upstream commit (spec "Pins")
 UPSTREAM_COMMIT = "e6db74b735ead22c24f27367606a9408573b848f"

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evalkit.benchmarks.base import BenchmarkSettings
+from evalkit.settings import BenchmarkSettings
 
 DIFFICULTIES = ("easy", "medium", "hard")
 

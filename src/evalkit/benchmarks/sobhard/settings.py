@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from evalkit.benchmarks.base import BenchmarkSettings
+from evalkit.settings import BenchmarkSettings
 
 FAMILIES = (
     "convert", "extract", "repair", "transform", "schema_gen", "patch",

@@ -27,7 +27,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalkit.benchmarks.acebench.decoder import MAX_SOURCE_CHARS, Budget, DecodeError, call_name, literal_eval_node
+from evalkit.benchmarks.acebench.decoder import MAX_SOURCE_CHARS, Budget, DecodeError, call_name, decode_value
 from evalkit.benchmarks.acebench.jsonsafe import json_safe
 
 #: str() of the error upstream raises when an unknown method is the first call of a message
@@ -170,40 +170,12 @@ def _check_nested(value: dict[Any, Any]) -> None:
 
 
 def _value(node: ast.AST, budget: Budget) -> Any:
-    """Argument value of §3.1 step 7 with the executor's differences (§3.3 step 5)."""
-    if isinstance(node, ast.Constant):
-        return "..." if node.value is Ellipsis else node.value
-    if isinstance(node, ast.UnaryOp):
-        operand = node.operand
-        if isinstance(operand, ast.Constant) and type(operand.value) in (int, float, complex, bool):
-            return -operand.value  # whatever the operator (upstream negates)
-        raise Undecodable("unary operator on a non-numeric operand")
-    if isinstance(node, ast.List):
-        return [_value(v, budget) for v in node.elts]
-    if isinstance(node, ast.Dict):
-        out = {}
-        for k, v in zip(node.keys, node.values):
-            if k is None:
-                raise Undecodable("dict unpacking")
-            out[_value(k, budget)] = _value(v, budget)
-        return out
-    if isinstance(node, ast.BinOp):
-        try:
-            return literal_eval_node(node, budget)
-        except DecodeError as exc:
-            raise Undecodable(str(exc)) from None
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Call):
-        if not node.keywords:
-            return ast.unparse(node)  # source text
-        name, arguments = _resolve(node, budget)
-        return {name: arguments}
-    if isinstance(node, ast.Tuple):
-        return tuple(_value(v, budget) for v in node.elts)
-    if isinstance(node, ast.Subscript):
-        return ast.unparse(node.value) + "[" + ast.unparse(node.slice) + "]"
-    raise Undecodable(f"unsupported value {type(node).__name__}")
+    """Argument value of §3.1 step 7 with the executor's difference (§3.3 step 5): a
+    keyword-less nested call is its source text. Raises :class:`Undecodable`."""
+    try:
+        return decode_value(node, budget, bare_call=ast.unparse)
+    except DecodeError as exc:
+        raise Undecodable(str(exc)) from None
 
 
 def routes_to_executor(text: str) -> bool:

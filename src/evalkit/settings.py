@@ -1,0 +1,82 @@
+"""The settings every benchmark and every model shares: generation parameters and the
+``benchmark.*`` block's common keys.
+
+They sit below both the configuration (:mod:`evalkit.config`) and the benchmarks
+(:mod:`evalkit.benchmarks`): each benchmark subclasses :class:`BenchmarkSettings` with its
+own keys, and the configuration validates ``benchmark.*`` with the subclass of the
+benchmark named there, without importing any benchmark (the layer rule of
+``docs/architecture.md``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: the ``reasoning_effort`` values litellm accepts (``litellm.types.llms.openai.REASONING_EFFORT``)
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
+
+class GenerationParams(BaseModel):
+    """Generation parameters passed through litellm (``None`` = provider default).
+
+    ``reasoning_effort`` (one of :data:`ReasoningEffort`) is litellm's keyword of that
+    name, which litellm maps to each provider's own form; ``thinking_budget_tokens`` (a
+    number of tokens) is sent as litellm's Anthropic-style
+    ``thinking={"type": "enabled", "budget_tokens": N}``, below ``max_tokens`` when both are
+    set. A model that cannot take them is refused when the config is validated
+    (:func:`evalkit.providers.reasoning_problem`).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float | None = Field(default=None, ge=0.0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stop: list[str] | None = None
+    seed: int | None = None
+    reasoning_effort: ReasoningEffort | None = None
+    thinking_budget_tokens: int | None = Field(default=None, gt=0)
+
+    def as_params(self) -> dict[str, Any]:
+        """The set parameters only, under their config names (what ``config.yaml`` and
+        ``summary.json`` record)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+    def sent_params(self) -> dict[str, Any]:
+        """The set parameters as litellm keyword arguments (what is sent and hashed):
+        ``thinking_budget_tokens`` becomes ``thinking``."""
+        params = self.as_params()
+        budget = params.pop("thinking_budget_tokens", None)
+        if budget is not None:
+            params["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        return params
+
+
+class BenchmarkSettings(BaseModel):
+    """Settings every benchmark has (``benchmark.*``); each benchmark subclasses this.
+
+    ``subsets``: categories to evaluate (``None`` = the benchmark's default list).
+    ``request_timeout_s``: per-request timeout when the benchmark needs long generations.
+    ``score_timeout_s`` / ``score_memory_mb``: the bound on scoring one sample, in wall
+    seconds and in MiB of address space above the scoring process's start-up size; a
+    sample over either is recorded with status ``scorer_limit`` and scored 0
+    (:mod:`evalkit.engine.scoring`). ``strip_reasoning_prefix``: before scoring, remove
+    everything up to and including the last ``</think>`` of the answer
+    (:func:`strip_reasoning_prefix`), for served reasoning models whose chat template
+    swallows the opening tag; off by default, since each benchmark's own rule
+    (:attr:`Benchmark.reasoning_rule`) is the official one. None of these is sent to a
+    model. The benchmark YAML's ``generation`` block is a configuration layer, not a setting: it
+    wins over the model's defaults, a model's ``dataset_args.<benchmark>`` wins over it, and
+    the result is the run's ``generation`` (:func:`evalkit.config.resolve_layers`).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    subsets: list[str] | None = None
+    request_timeout_s: float | None = Field(default=None, gt=0)
+    score_timeout_s: float = Field(default=10.0, gt=0)
+    score_memory_mb: int = Field(default=2048, ge=64)
+    strip_reasoning_prefix: bool = False
