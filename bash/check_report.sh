@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Validates every summary.json below a run or sweep directory against the schema
 # src/evalkit/report/summary.schema.json (JSON Schema 2020-12, checked with jsonschema),
-# plus two rules a schema cannot state for every benchmark: a complete run's metrics hold
-# its `headline` metric, and n_scored + n_failed == n_samples. Every sweep_summary.json
+# plus rules a schema cannot state for every benchmark: a complete run's metrics hold its
+# `headline` metric, n_scored + n_failed == n_samples (samples, with repeats too) and
+# n_scored_rows + n_failed_rows == n_requested (sample × epoch), the counts as
+# evalkit.summary.Summary defines them (a version-1 summary is read as version 2). Every sweep_summary.json
 # (a sweep's, see README: Sweeps) is checked against sweep_summary.schema.json, and its
 # jobs that left no run (status error / lost / interrupted) are FAILs of the sweep.
 # A run directory is one holding evalkit's config.yaml or a summary.json: one with config.yaml
@@ -40,6 +42,9 @@ import sys
 from pathlib import Path
 
 import jsonschema
+from pydantic import ValidationError
+
+from evalkit.summary import Summary
 
 schema_path, target = Path(sys.argv[1]), Path(sys.argv[2])
 sweep_schema_path = schema_path.with_name("sweep_summary.schema.json")
@@ -102,8 +107,16 @@ def problems(summary):
     head = summary["headline"]
     if summary["status"] == "complete" and head not in summary["metrics"]:
         found.append((f"metrics.{head}", f"headline metric {head!r} missing from a complete run's metrics"))
-    if summary["n_scored"] + summary["n_failed"] != summary["n_samples"]:
-        found.append(("n_scored", f"n_scored + n_failed = {summary['n_scored'] + summary['n_failed']} != n_samples = {summary['n_samples']}"))
+    try:  # the counts as evalkit.summary.Summary defines them (a version-1 summary's read as version 2)
+        typed = Summary.model_validate(summary)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        return [(".".join(map(str, err["loc"])) or "(root)", err["msg"])]
+    if typed.n_scored + typed.n_failed != typed.n_samples:
+        found.append(("n_scored", f"n_scored + n_failed = {typed.n_scored + typed.n_failed} != n_samples = {typed.n_samples} (samples)"))
+    rows = typed.n_scored_rows + typed.n_failed_rows
+    if typed.n_requested is not None and rows != typed.n_requested:
+        found.append(("n_scored_rows", f"n_scored_rows + n_failed_rows = {rows} != n_requested = {typed.n_requested} (sample × epoch)"))
     return found
 
 

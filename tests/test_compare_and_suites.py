@@ -145,7 +145,7 @@ def test_a_damaged_journal_is_an_error_for_compare_and_rescore(two_runs, tmp_pat
     lines = (damaged / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
     lines[1:3] = ["\x00\x01 not json", '["a", "list"]']  # two of six rows unreadable
     (damaged / "predictions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    line = f"evalkit: error: {damaged}/predictions.jsonl: 4 readable predictions for n_scored=6 in summary.json (2 unreadable lines): the journal is damaged"
+    line = f"evalkit: error: {damaged}/predictions.jsonl: 4 readable predictions for n_scored_rows=6 in summary.json (2 unreadable lines): the journal is damaged"
     res = _compare(damaged, alt.run_dir)
     assert res.returncode == 2 and res.stdout == "" and res.stderr.strip() == line
     res = subprocess.run([sys.executable, "-m", "evalkit.rescore", str(damaged)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)

@@ -217,7 +217,7 @@ def test_repeats_ask_every_sample_k_times_and_resume_adds_only_new_epochs(fake_o
     res = run_eval([*base, "run.repeats=3", "tracking=mlflow"], output_root=tmp_path / "out")
     assert len(fake_openai.log) == 12 and len({e["key"] for e in fake_openai.log}) == 4  # same prompt, 3 identities each
     s = res.summary
-    assert s["status"] == "complete" and s["n_scored"] == 12 and s["repeats"] == 3
+    assert s["status"] == "complete" and (s["n_scored"], s["n_scored_rows"]) == (4, 12) and s["repeats"] == 3
     assert {"pass@3", "pass^3", "within_sample_std"} <= set(s["metrics"])
     from mlflow.tracking import MlflowClient
 
@@ -228,7 +228,7 @@ def test_repeats_ask_every_sample_k_times_and_resume_adds_only_new_epochs(fake_o
     assert sorted({r["epoch"] for r in rows}) == [0, 1, 2] and len({r["request_hash"] for r in rows}) == 12
     fake_openai.set_plan({"default": {"content": "[]"}})
     again = run_eval([*base, "run.repeats=4", f"run.resume={res.run_dir}"], output_root=tmp_path / "out")
-    assert len(fake_openai.log) == 4 and again.summary["n_scored"] == 16 and "pass@4" in again.summary["metrics"]
+    assert len(fake_openai.log) == 4 and again.summary["n_scored_rows"] == 16 and "pass@4" in again.summary["metrics"]
 
 
 def test_every_benchmarks_report_states_its_aggregation(run_eval, shared_data_dir):

@@ -39,7 +39,8 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from itertools import combinations
 from pathlib import Path
 from typing import Any, Sequence
@@ -47,9 +48,10 @@ from typing import Any, Sequence
 from tabulate import tabulate
 
 from evalkit import stats
-from evalkit.engine.journal import damaged_journal, read_journal, read_jsonl
 from evalkit.errors import EvalkitError
+from evalkit.journal import Journal, damaged_journal, read_run_journal
 from evalkit.rescore import load_benchmark
+from evalkit.summary import read_summary
 
 #: per-sample score (a key of a ``predictions.jsonl`` row's ``scores``) that decides flips,
 #: by benchmark; other benchmarks use their headline if it is a per-sample key, else
@@ -69,14 +71,20 @@ class Run:
 
     Attributes:
         path: the run directory.
-        summary: ``summary.json`` as written by the engine.
-        rows: ``{sample_id: predictions.jsonl row}`` (the first row per sample id wins,
-            as in the engine's journal readers).
+        summary: ``summary.json`` as written by the engine, validated
+            (:class:`evalkit.summary.Summary`; a version-1 summary's counts read as version 2).
+        journal: its ``predictions.jsonl`` as the engine counted it (:mod:`evalkit.journal`):
+            ``journal.rows`` is ``{(sample_id, epoch): row}``.
     """
 
     path: Path
     summary: dict[str, Any]
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    journal: Journal
+
+    @cached_property
+    def rows(self) -> dict[str, dict[str, Any]]:
+        """``{sample_id: row}`` of epoch 0 (the first epoch), in journal order."""
+        return {sid: row for (sid, epoch), row in self.journal.rows.items() if epoch == 0}
 
     @property
     def benchmark(self) -> str:
@@ -105,9 +113,10 @@ def load_run(path: str | Path) -> Run:
 
     Raises:
         CompareError: ``path`` is not a directory, has no ``summary.json`` or
-            ``predictions.jsonl``, its ``summary.json`` is not a JSON object with
-            ``benchmark`` and ``status``, or ``predictions.jsonl`` holds fewer readable
-            predictions than the summary's ``n_scored``.
+            ``predictions.jsonl``, its ``summary.json`` is not a valid summary
+            (:class:`evalkit.summary.Summary`), a journal row cannot count
+            (:mod:`evalkit.journal`), or ``predictions.jsonl`` holds fewer readable
+            predictions than the summary's ``n_scored_rows``.
     """
     run_dir = Path(path)
     if not run_dir.is_dir():
@@ -117,21 +126,15 @@ def load_run(path: str | Path) -> Run:
         raise CompareError(f"{run_dir}: not a run directory (no summary.json)")
     if not (run_dir / "predictions.jsonl").is_file():
         raise CompareError(f"{run_dir}: not a run directory (no predictions.jsonl)")
+    typed = read_summary(summary_path, CompareError)
     try:
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CompareError(f"{summary_path}: cannot be read as JSON ({type(exc).__name__})") from None
-    if not isinstance(summary, dict) or not isinstance(summary.get("benchmark"), str) or "status" not in summary:
-        raise CompareError(f"{summary_path}: not an evalkit summary (needs benchmark and status)")
-    rows: dict[str, dict[str, Any]] = {}
-    for row in read_jsonl(run_dir / "predictions.jsonl"):
-        sid = row.get("sample_id")
-        if isinstance(sid, str) and sid not in rows:
-            rows[sid] = row
-    damage = damaged_journal(run_dir / "predictions.jsonl", len(rows), summary.get("n_scored"))
+        journal = read_run_journal(run_dir, typed.stale_lines)
+    except EvalkitError as exc:
+        raise CompareError(str(exc)) from None
+    damage = damaged_journal(journal.path, len(journal.rows), typed.n_scored_rows, "n_scored_rows")
     if damage:
         raise CompareError(damage)
-    return Run(run_dir, summary, rows)
+    return Run(run_dir, typed.record(), journal)
 
 
 def primary_score_key(runs: Sequence[Run]) -> str:
@@ -239,10 +242,9 @@ def run_plan(run: Run, data_dir: Path | None = None) -> Any:
         EvalkitError: the benchmark or its data cannot be loaded (one line).
     """
     bench = load_benchmark(run.path, data_dir)
-    journal = read_journal(run.path / "predictions.jsonl")
-    chosen = {sid for sid, _ in journal.rows} | set(run.summary.get("failed_ids") or [])
+    chosen = {sid for sid, _ in run.journal.rows} | set(run.summary.get("failed_ids") or [])
     samples = [s for s in bench.load() if s.id in chosen]
-    return bench.stat_plan(samples, journal.epochs(samples, int(run.summary.get("repeats") or 1)))
+    return bench.stat_plan(samples, run.journal.epochs(samples, int(run.summary.get("repeats") or 1)))
 
 
 def paired_stats(a: Run, b: Run, level: float = 0.95, resamples: int = 2000, seed: int = 0,

@@ -18,6 +18,7 @@ from evalkit.engine.phases import Phases
 from evalkit.engine.run import RunResult, run_evaluation
 from evalkit.providers import estimate_prompt_tokens
 from evalkit.report.summary import headline_text
+from evalkit.summary import Summary
 from evalkit.tracking import make_observer
 
 
@@ -38,7 +39,7 @@ def outcome_line(result: RunResult) -> str:
         return f"evalkit: complete: {s['benchmark']} × {s['model']}: {headline_text(s)}; {_cost(s)} → {result.run_dir}"
     kinds = ", ".join(f"{k}: {v}" for k, v in s["failed_by_kind"].items()) or "never ran"
     return (
-        f"evalkit: INCOMPLETE: {s['n_failed']} of {s['n_samples']} samples failed ({kinds}); "
+        f"evalkit: INCOMPLETE: {Summary.model_validate(s).count_line()} ({kinds}); "
         f"no headline score; {_cost(s)}. Resume: run.resume={result.run_dir}"
     )
 

@@ -13,7 +13,6 @@ Nothing in the run directory is modified. Exit code: 0 identical, 1 differences 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,12 @@ from tabulate import tabulate
 
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import resolve_layers
-from evalkit.engine.journal import damaged_journal, read_journal
 from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
 from evalkit.errors import ConfigError, EvalkitError, RunDirError
+from evalkit.journal import damaged_journal, read_run_journal
 from evalkit.report.figures import epoch_mean, repeat_figures
+from evalkit.summary import read_summary
 
 
 def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
@@ -37,21 +37,26 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
     Returns ``{"metrics": {...}, "recorded": {...}, "changed": [sample ids]}``.
 
     Raises:
-        RunDirError: no ``config.yaml`` / ``predictions.jsonl``, an unreadable
-            ``summary.json``, or fewer readable predictions than its ``n_scored``.
+        RunDirError: no ``config.yaml`` / ``predictions.jsonl``, an unreadable or invalid
+            ``summary.json`` (:class:`evalkit.summary.Summary`), a journal row that cannot
+            count (:mod:`evalkit.journal`), or fewer readable predictions than its ``n_scored_rows``.
     """
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file() or not (run_dir / "predictions.jsonl").is_file():
         raise RunDirError(f"{run_dir}: not an evalkit run directory (config.yaml and predictions.jsonl needed)")
     bench = load_benchmark(run_dir, data_dir)
     by_id = {s.id: s for s in bench.load()}
-    rows = read_journal(run_dir / "predictions.jsonl").rows
-    recorded_summary = _recorded_summary(run_dir)
-    damage = damaged_journal(run_dir / "predictions.jsonl", len(rows), recorded_summary.get("n_scored"))
+    recorded_summary = read_summary(run_dir / "summary.json") if (run_dir / "summary.json").exists() else None
+    journal = read_run_journal(run_dir, recorded_summary.stale_lines if recorded_summary else ())
+    rows = journal.rows
+    damage = recorded_summary and damaged_journal(journal.path, len(rows), recorded_summary.n_scored_rows, "n_scored_rows")
     if damage:
         raise RunDirError(damage)
-    selected = [by_id[sid] for sid in dict.fromkeys(sid for sid, _ in rows) if sid in by_id]
-    repeats = 1 + max((epoch for _, epoch in rows), default=0)
+    problems = journal.problems()
+    if problems:
+        print(f"evalkit: warning: {problems}", file=sys.stderr)
+    selected = [by_id[sid] for sid in journal.sample_ids() if sid in by_id]
+    repeats = max(journal.n_epochs(), 1)
     epochs: list[list[dict[str, Any]]] = [[] for _ in range(repeats)]
     changed = []
     with Scorer(bench) as scorer:  # the run's own bounds on time and memory per sample
@@ -67,21 +72,8 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
             epochs[epoch].append(row)
     metrics = epoch_mean([bench.aggregate(selected, records) for records in epochs])
     metrics.update(repeat_figures(bench, epochs))
-    recorded = recorded_summary.get("metrics") or {
-        k[len("partial_") :]: v for k, v in (recorded_summary.get("partial_metrics") or {}).items()
-    }
+    recorded = recorded_summary.shown_metrics()[0] if recorded_summary else {}
     return {"metrics": metrics, "recorded": recorded, "changed": changed}
-
-
-def _recorded_summary(run_dir: Path) -> dict[str, Any]:
-    summary_path = run_dir / "summary.json"
-    try:
-        recorded = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RunDirError(f"{summary_path}: cannot be read as JSON ({type(exc).__name__})") from None
-    if not isinstance(recorded, dict):
-        raise RunDirError(f"{summary_path}: not a JSON object")
-    return recorded
 
 
 def load_benchmark(run_dir: Path, data_dir: Path | None = None) -> Any:

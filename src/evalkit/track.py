@@ -34,6 +34,7 @@ from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import EvalConfig
 from evalkit.engine.plan import prepare
 from evalkit.errors import EvalkitError, RunDirError, first_line
+from evalkit.summary import validate_summary
 from evalkit.tracking import MlflowObserver
 from evalkit.tracking.mlflow_tracking import artifact_root, tracking_uri
 
@@ -42,16 +43,17 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(config.yaml, summary.json)`` of a finished run.
 
     Raises:
-        RunDirError: either file is missing or unreadable.
+        RunDirError: either file is missing or unreadable, or the summary does not
+            validate (:class:`evalkit.summary.Summary`).
     """
     try:
         recorded = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raw = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError, yaml.YAMLError) as exc:
         raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml and summary.json needed; {type(exc).__name__})") from None
-    if not isinstance(recorded, dict) or not isinstance(summary, dict) or "status" not in summary:
+    if not isinstance(recorded, dict) or not isinstance(raw, dict) or "status" not in raw:
         raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml or summary.json malformed)")
-    return recorded, summary
+    return recorded, validate_summary(raw, run_dir / "summary.json").record()
 
 
 def run_config(recorded: dict[str, Any]) -> EvalConfig:

@@ -18,9 +18,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evalkit.engine.journal import read_jsonl
 from evalkit.engine.records import Prices, spend
 from evalkit.engine.rundir import FAILED, PREDICTIONS
+from evalkit.journal import read_jsonl
 from evalkit.types import Failure, Trajectory
 
 #: the failure kind of a sample the budget kept from being sent

@@ -7,7 +7,6 @@ withheld (``partial_*`` instead) when any selected sample has no scored predicti
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import time
 from pathlib import Path
@@ -15,13 +14,14 @@ from typing import Any
 
 from evalkit import __version__, secrets
 from evalkit.engine.budget import BUDGET_EXCEEDED, journal_spend
-from evalkit.engine.journal import read_journal, read_jsonl, row_key
 from evalkit.engine.phases import Phases
 from evalkit.engine.plan import RunPlan, data_fingerprint
 from evalkit.engine.records import reasoning_rule
 from evalkit.engine.rundir import FAILED, PREDICTIONS, SUMMARY, RunState
+from evalkit.journal import read_failures, read_journal
 from evalkit.report.figures import aggregation, category_counts, epoch_mean, metric_intervals, repeat_figures
 from evalkit.report.summary import build_summary, spend_fields, write_report
+from evalkit.summary import write_summary
 from evalkit.tracking.base import Observer, RunInfo
 from evalkit.types import sha256_hex
 
@@ -47,11 +47,7 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> 
     journal = read_journal(state.run_dir / PREDICTIONS, hashes)
     epochs = journal.epochs(samples, cfg.run.repeats)
     records = [r for rows in epochs for r in rows]
-    failures = {}
-    for r in read_jsonl(state.run_dir / FAILED):
-        key = row_key(r)
-        if key in hashes and key not in journal.rows:
-            failures[key] = r
+    failures = read_failures(state.run_dir / FAILED, [k for k in hashes if k not in journal.rows])
     missing = [u.key for u in plan.units if u.key not in journal.rows]
     metrics = epoch_mean([bench.aggregate(samples, rows) for rows in epochs])
     metrics.update(repeat_figures(bench, epochs))
@@ -66,6 +62,7 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> 
         figures={"metrics_ci": ci, "ci_level": cfg.run.ci_level, "seed": cfg.run.seed,
                  "category_counts": category_counts(bench, samples, epochs), "aggregation": aggregation(bench, names)},
     )  # fmt: skip
+    summary["stale_lines"] = journal.stale  # what readers without the requests skip (evalkit.journal)
     summary["endpoints"] = dict(plan.models.endpoints)
     summary.update(_spend(plan, state, records, failures))
     if engine is not None:
@@ -120,4 +117,4 @@ def _write_summary(run_dir: Path, summary: dict[str, Any], phases: Phases, so_fa
     if so_far:
         timings["summary_report_s"] = round(timings.get("summary_report_s", 0.0) + so_far, 4)
     summary.setdefault("engine", {})["phases"] = timings
-    (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_summary(run_dir / SUMMARY, summary)

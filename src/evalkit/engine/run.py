@@ -32,7 +32,6 @@ from evalkit.engine.budget import Budget
 from evalkit.engine.calls import Unit, all_cached, open_cache
 from evalkit.engine.executor import Executor, LocalExecutor, RayExecutor
 from evalkit.engine.finalize import finalize
-from evalkit.engine.journal import read_journal
 from evalkit.engine.plan import RunPlan, prepare, run_prices
 from evalkit.engine import session
 from evalkit.engine.phases import Phases
@@ -42,6 +41,7 @@ from evalkit.engine.rundir import FAILED, PREDICTIONS, RunState, choose_run_dir,
 from evalkit.engine.scheduling import run_units
 from evalkit.engine.scoring import Scorer
 from evalkit.models.factory import serverless_agents
+from evalkit.journal import read_journal
 from evalkit.jsonl import JsonlAppender
 from evalkit.tracking.base import NullObserver, Observer, RunInfo
 from evalkit.types import Trajectory

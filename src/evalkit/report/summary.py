@@ -1,7 +1,9 @@
 """``summary.json`` (the record other tools read) and ``report.md`` (the one a person reads).
 
-summary.json fields (ARCHITECTURE.md, extend don't rename): ``status`` complete|incomplete,
-``benchmark``, ``model``, ``n_samples``, ``n_scored``, ``n_failed``, ``metrics`` (withheld —
+summary.json fields (ARCHITECTURE.md, extend don't rename; typed and validated by
+:class:`evalkit.summary.Summary`, which says what each count counts with repeats):
+``status`` complete|incomplete, ``benchmark``, ``model``, ``n_samples``, ``n_scored``,
+``n_failed`` (samples), ``n_scored_rows``, ``n_failed_rows`` (sample × epoch), ``metrics`` (withheld —
 empty — when incomplete), ``partial_metrics`` (only when incomplete, every name prefixed
 ``partial_``), ``headline`` (name of the headline metric), ``data_fingerprint``,
 ``prompt_hash``, ``code_version``, ``started_at``, ``finished_at``, plus failure counts by
@@ -18,8 +20,7 @@ from typing import Any
 from tabulate import tabulate
 
 from evalkit.stats import with_interval
-
-SCHEMA_VERSION = 1
+from evalkit.summary import SCHEMA_VERSION
 
 
 def build_summary(
@@ -45,6 +46,7 @@ def build_summary(
     ``figures``: intervals, counts, aggregation and repeat figures
     (:mod:`evalkit.report.figures`), merged in."""
     complete = not missing
+    failed_ids = list(dict.fromkeys(sid for sid, _ in missing))
     usage = Counter()
     latencies = []
     for r in records:
@@ -65,10 +67,12 @@ def build_summary(
         "n_samples": len(samples),
         "repeats": cfg.run.repeats,
         "n_requested": len(samples) * cfg.run.repeats,
-        "n_scored": len(records),
-        "n_failed": len(missing),
+        "n_scored": len(samples) - len(failed_ids),
+        "n_failed": len(failed_ids),
+        "n_scored_rows": len(records),
+        "n_failed_rows": len(missing),
         "failed_by_kind": dict(Counter(f.get("error_kind", "unknown") for f in failures.values())),
-        "failed_ids": list(dict.fromkeys(sid for sid, _ in missing)),
+        "failed_ids": failed_ids,
         "status_counts": dict(statuses),
         "scorer_limit_ids": [r["sample_id"] for r in records if r.get("status") == "scorer_limit"],
         "headline": bench.headline_metric,
@@ -115,7 +119,7 @@ def write_report(run_dir: Path, summary: dict[str, Any], bench: Any, generates: 
         lines.append(f"**Status: complete.** Headline `{headline_text(summary)}`")
     else:
         lines.append(
-            f"**Status: INCOMPLETE** — {summary['n_failed']} of {summary['n_requested']} answers are not scored "
+            f"**Status: INCOMPLETE** — {summary['n_failed_rows']} of {summary['n_requested']} answers are not scored "
             f"(see `failed.jsonl`). No headline score is published; figures below are partial."
         )
     lines += _facts(summary, generates)
@@ -141,6 +145,7 @@ def _facts(summary: dict[str, Any], generates: bool) -> list[str]:
     return [
         "",
         f"- samples: {summary['n_samples']}{repeats}, scored: {summary['n_scored']}, failed: {summary['n_failed']}"
+        + (f" (answers: {summary['n_scored_rows']} scored, {summary['n_failed_rows']} not)" if repeats else "")
         + (f" ({', '.join(f'{k}: {v}' for k, v in kinds.items())})" if kinds else ""),
         f"- data fingerprint: `{summary['data_fingerprint'][:16]}`, prompt hash: `{summary['prompt_hash'][:16]}`, "
         f"code: `{summary['code_version']}`",

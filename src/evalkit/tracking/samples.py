@@ -4,10 +4,10 @@ scored row of ``predictions.jsonl`` or a failure of ``failed.jsonl`` — one
 one row of the per-sample table.
 
 The selection comes from the run's requests (the engine hands them to the observer; the
-``evalkit.track`` command rebuilds them from the data): a journal row counts only when its
-``request_hash`` is the request's (the engine's own rule), and the first such row wins.
-Without the requests (data no longer at hand) the selection is every sample the journal
-holds plus the summary's ``failed_ids``.
+``evalkit.track`` command rebuilds them from the data): a journal row counts by the
+journal's one rule (:mod:`evalkit.journal`, the engine's own). Without the requests (data
+no longer at hand) the selection is every sample the journal holds plus the summary's
+``failed_ids``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalkit.jsonl import iter_objects
+from evalkit.journal import FAILED, read_failures, read_run_journal
 from evalkit.types import Request, canonical_json, sha256_hex
 
 #: what a selected sample without a scored row and without a failure record failed of
@@ -63,47 +63,36 @@ class Outcome:
         return sha256_hex(canonical_json(shown))
 
 
-def _first_rows(path: Path) -> dict[str, dict[str, Any]]:
-    rows: dict[str, dict[str, Any]] = {}
-    for row in iter_objects(path):
-        sid, epoch = row.get("sample_id"), row.get("epoch", 0)
-        if isinstance(sid, str) and isinstance(epoch, int):
-            rows.setdefault(key_of(sid, epoch), row)
-    return rows
-
-
-def _last_failures(path: Path) -> dict[str, dict[str, Any]]:
-    failures: dict[str, dict[str, Any]] = {}
-    for row in iter_objects(path):
-        sid, epoch = row.get("sample_id"), row.get("epoch", 0)
-        if isinstance(sid, str) and isinstance(epoch, int):
-            failures[key_of(sid, epoch)] = row
-    return failures
-
-
 def outcomes(run_dir: Path, summary: dict[str, Any], requests: list[Request] | None = None) -> list[Outcome]:
     """Every selected sample of the finished run in ``run_dir`` (its ``summary.json`` is
     ``summary``), in selection order. ``requests``: the run's requests, one per selected
-    sample and epoch (see the module docstring for what happens without them)."""
+    sample and epoch (see the module docstring for what happens without them). Rows count
+    by the journal's one rule (:mod:`evalkit.journal`): with the requests, a row counts
+    when its request hash is the request's; without them, the lines the engine found stale
+    (``stale_lines``) are skipped; of the rest the first row wins.
+
+    Raises:
+        RunDirError: a journal row that cannot count (a bad ``sample_id``, ``epoch``, ``scores``).
+    """
     run_dir = Path(run_dir)
-    journal = _first_rows(run_dir / "predictions.jsonl")
-    failures = _last_failures(run_dir / "failed.jsonl") if (run_dir / "failed.jsonl").exists() else {}
+    hashes = None
+    if requests is not None:
+        model_id = str(summary.get("model_id"))
+        hashes = {(req.sample_id, req.epoch): req.request_hash(model_id) for req in requests}
+    journal = read_run_journal(run_dir, summary.get("stale_lines") or (), hashes)
+    failures = read_failures(run_dir / FAILED)
     if requests is None:
-        out = [Outcome(str(r["sample_id"]), str(r.get("subset")), r.get("epoch", 0), row=r) for r in journal.values()]
+        out = [Outcome(sid, str(r.get("subset")), epoch, row=r) for (sid, epoch), r in journal.rows.items()]
         for sid in summary.get("failed_ids") or []:
-            failure = failures.get(key_of(sid)) or NOT_RUN
+            failure = failures.get((sid, 0)) or NOT_RUN
             out.append(Outcome(str(sid), str(failure.get("subset")), failure=failure))
         return out
-    model_id = str(summary.get("model_id"))
-    out = []
-    for req in requests:
-        key = key_of(req.sample_id, req.epoch)
-        row = journal.get(key)
-        if row is not None and row.get("request_hash") != req.request_hash(model_id):
-            row = None
-        failure = None if row is not None else failures.get(key) or NOT_RUN
-        out.append(Outcome(req.sample_id, req.subset, req.epoch, row=row, failure=failure, messages=req.messages, prompt=req.prompt))
-    return out
+    return [
+        Outcome(req.sample_id, req.subset, req.epoch, row=journal.rows.get((req.sample_id, req.epoch)),
+                failure=None if (req.sample_id, req.epoch) in journal.rows else failures.get((req.sample_id, req.epoch)) or NOT_RUN,
+                messages=req.messages, prompt=req.prompt)
+        for req in requests
+    ]  # fmt: skip
 
 
 def primary_score(names: list[str], headline: str) -> str | None:

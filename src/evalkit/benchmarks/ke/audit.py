@@ -31,7 +31,9 @@ from evalkit.benchmarks.ke.metrics import SCORE_NAMES, item_scores, macro_means,
 from evalkit.benchmarks.ke.parser import MODES, PARSER_VERSION, parse_answer, step_index
 from evalkit.benchmarks.ke.prompts import ANSWER_PREFIX
 from evalkit.errors import RunDirError
+from evalkit.journal import FAILED, read_failures, read_run_journal
 from evalkit.jsonl import read_objects
+from evalkit.summary import validate_summary
 
 TOL = 1e-6  # §10 A4/A5
 
@@ -58,6 +60,8 @@ class _Run:
     claimed_scores: dict[str, float] | None = None
     not_recorded: list[str] = field(default_factory=list)
     recorded_data: dict[str, Any] = field(default_factory=dict)
+    #: ids of rows left out as later duplicates by the journal reader (an evalkit run)
+    duplicate_ids: list[Any] = field(default_factory=list)
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -81,7 +85,6 @@ def read_run(run_dir: Path) -> _Run:
     run_dir = Path(run_dir)
     if not is_run_dir(run_dir):
         raise RunDirError(f"{run_dir}: not a run directory (no predictions.jsonl)")
-    rows = _read_jsonl(run_dir / "predictions.jsonl")
     summary = None
     if (run_dir / "summary.json").is_file():
         try:
@@ -89,8 +92,8 @@ def read_run(run_dir: Path) -> _Run:
         except json.JSONDecodeError as exc:
             raise RunDirError(f"{run_dir}/summary.json: not JSON ({exc.msg})") from None
     if (run_dir / "config.yaml").is_file():
-        return _read_evalkit(run_dir, rows, summary)
-    return _read_legacy(run_dir, rows, summary)
+        return _read_evalkit(run_dir, None if summary is None else validate_summary(summary, run_dir / "summary.json").record())
+    return _read_legacy(run_dir, _read_jsonl(run_dir / "predictions.jsonl"), summary)
 
 
 def _read_legacy(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, Any] | None) -> _Run:
@@ -124,13 +127,19 @@ def _read_legacy(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, A
     return run
 
 
-def _read_evalkit(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, Any] | None) -> _Run:
+def _read_evalkit(run_dir: Path, summary: dict[str, Any] | None) -> _Run:
+    """An evalkit run, its journal read by the journal's one reader (:mod:`evalkit.journal`:
+    the rows the engine counted, each capped row's whole output read back from its side
+    file); a damaged line is an error here (an audit does not guess)."""
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
     bench = (cfg.get("benchmark") or {}).get("name")
     if bench != "ke":
         raise RunDirError(f"{run_dir}: an evalkit run of benchmark {bench!r}, not ke")
+    journal = read_run_journal(run_dir, (summary or {}).get("stale_lines") or ())
+    if journal.unreadable:
+        raise RunDirError(f"{journal.path}:{journal.unreadable[0]}: not a JSON object (the journal is damaged)")
     records = []
-    for r in rows:
+    for r in map(journal.full, journal.rows.values()):
         output = r.get("output")
         if "raw_output" in r:  # completion mode: the engine prepended the answer prefix
             response, mode = r.get("raw_output"), "completion"
@@ -143,7 +152,8 @@ def _read_evalkit(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, 
                     pred=r.get("parsed") if isinstance(r.get("parsed"), list) else None,
                     scores=scores_of(r), gold=r.get("gold_step_ids") if isinstance(r.get("gold_step_ids"), list) else None)
         )  # fmt: skip
-    failed_ids = [f["sample_id"] for f in _read_jsonl(run_dir / "failed.jsonl") if isinstance(f.get("sample_id"), str)]
+    failed = read_failures(run_dir / FAILED)
+    failed_ids = list(dict.fromkeys(sid for sid, epoch in failed if (sid, epoch) not in journal.rows))
     s = summary or {}
     metrics = s.get("metrics") or {}
     claimed_scores = None
@@ -155,6 +165,7 @@ def _read_evalkit(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, 
         mode=modes.pop() if len(modes) == 1 else None,
         claims={"n_succeeded": s.get("n_scored"), "n_failed": s.get("n_failed"), "status": s.get("status")},
         claimed_scores=claimed_scores, recorded_data=dict(s.get("data_files_fingerprint") or {}),
+        duplicate_ids=[sid for (sid, _), _ in journal.duplicates],
     )  # fmt: skip
     for key, present in (
         ("data_fingerprint", bool(s.get("data_files_fingerprint"))),
@@ -195,7 +206,7 @@ def audit_run(run_dir: Path, data: KEData) -> dict[str, Any]:
     ids = [r.sample_id for r in run.records]
     seen: set[Any] = set()
     duplicates: list[Any] = []
-    for sid in ids:
+    for sid in ids + run.duplicate_ids:
         if sid in seen and sid not in duplicates:
             duplicates.append(sid)
         seen.add(sid)

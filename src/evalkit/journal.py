@@ -1,0 +1,257 @@
+"""The run journal's one reader: ``predictions.jsonl`` and ``failed.jsonl``, append-only
+(written with :class:`evalkit.jsonl.JsonlAppender`, read with the tolerant reader).
+
+Every reader of a run directory reads the journal here — the engine (resume and
+finalize), ``rescore``, ``compare``, the MLflow samples table and traces
+(:mod:`evalkit.tracking.samples`) and KE's audit — so one row counts, or does not, the same
+way for all of them. The module sits at the bottom of the layers (beside :mod:`evalkit.jsonl`)
+so that benchmarks and tracking may import it.
+
+Which row counts, for a key ``(sample_id, epoch)`` (a row without ``epoch`` was written
+before repeats existed: epoch 0):
+
+1. a line that is not a JSON object (torn by a killed writer, or damaged) is skipped, its
+   number kept (``unreadable``; its sample is asked again on resume);
+2. a row whose key is unusable — ``sample_id`` not a string of at most
+   :data:`MAX_SAMPLE_ID_CHARS` characters, ``epoch`` not an integer in
+   ``[0, MAX_REPEATS)``, ``scores`` not an object of numbers — is skipped, its line and
+   reason kept (``invalid``); the engine warns, the commands reading a finished run
+   (``rescore``, ``compare``, ``evalkit.track``, ``evalkit.audit``) refuse the run with
+   one line (:meth:`Journal.raise_invalid`);
+3. a *stale* row — recorded under another request than the run's (another prompt,
+   parameter or model id: its ``request_hash`` is not the current request's) — does not
+   count. With the run's request hashes at hand (the engine; ``evalkit.track``) they
+   decide; without them (``compare``, ``rescore``, audit), the line numbers the engine
+   found stale when it last finalized the run (``summary.json`` → ``stale_lines``) are
+   skipped (:func:`read_run_journal`);
+4. of several remaining rows for one key the **first** wins (a resumed run never rewrites a
+   row); a later duplicate whose scores differ is kept in ``conflicts`` and said.
+
+A capped row (over 1 MiB of JSON) keeps only the first characters of the model's texts;
+:meth:`Journal.full` puts the whole texts back from its side file, through
+:func:`evalkit.jsonl.with_side_file` (the one side-file read).
+
+Sources: the first-row rule and the request-hash rule are the engine's since resume
+existed (``docs/architecture.md``); issue 26 item 13 made them the only ones.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from evalkit.errors import RunDirError
+from evalkit.jsonl import iter_objects, read_tolerant, with_side_file
+
+log = logging.getLogger("evalkit")
+
+#: the most epochs a run may have (``run.repeats``); a journal row's ``epoch`` is below it
+MAX_REPEATS = 10_000
+#: the longest sample id a journal row may carry (characters)
+MAX_SAMPLE_ID_CHARS = 4096
+
+PREDICTIONS = "predictions.jsonl"
+FAILED = "failed.jsonl"
+
+Key = tuple[str, int]
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Rows of a journal, skipping blank and unreadable (torn) lines (no rule applied)."""
+    return iter_objects(path)
+
+
+def unreadable_lines(path: Path) -> int:
+    """How many non-blank lines of a journal :func:`read_jsonl` skips (not JSON, or not a
+    JSON object). One torn last line is what a killed process leaves; more means damage."""
+    return len(read_tolerant(path).unreadable)
+
+
+def row_problem(row: dict[str, Any]) -> str | None:
+    """Why a journal row cannot count (rule 2 of the module docstring), or ``None``."""
+    sid, epoch = row.get("sample_id"), row.get("epoch", 0)
+    if not isinstance(sid, str):
+        return f"sample_id is {type(sid).__name__}, not a string"
+    if len(sid) > MAX_SAMPLE_ID_CHARS:
+        return f"sample_id of {len(sid)} characters (at most {MAX_SAMPLE_ID_CHARS})"
+    if not isinstance(epoch, int) or isinstance(epoch, bool):
+        return f"epoch is {type(epoch).__name__} {_short(epoch)}, not an integer"
+    if not 0 <= epoch < MAX_REPEATS:
+        return f"epoch {epoch} out of range (0 to {MAX_REPEATS - 1})"
+    scores = row.get("scores")
+    if scores is not None:
+        if not isinstance(scores, dict):
+            return f"scores is {type(scores).__name__}, not an object"
+        for name, value in scores.items():
+            if value is not None and not isinstance(value, (int, float)):
+                return f"scores.{_short(name)} is {type(value).__name__}, not a number"
+    return None
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def row_key(row: dict[str, Any]) -> Key | None:
+    """``(sample_id, epoch)`` of a journal row (epoch 0 when absent), ``None`` when the row
+    cannot count (:func:`row_problem`)."""
+    if row_problem(row) is not None:
+        return None
+    return row["sample_id"], row.get("epoch", 0)
+
+
+@dataclass
+class Journal:
+    """One read of ``predictions.jsonl``: the row that counts per ``(sample_id, epoch)``
+    (``rows``, journal order), and what was skipped: ``unreadable`` line numbers,
+    ``invalid`` ``(line, reason)``, ``stale`` line numbers (rule 3), every later row of a
+    key already held (``duplicates``: ``(key, line)``), and of those the ones whose scores
+    differ (``conflicts``: ``(sample_id, kept line, other line, kept scores, other scores)``)."""
+
+    path: Path
+    rows: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    unreadable: list[int] = field(default_factory=list)
+    torn_last: bool = False
+    invalid: list[tuple[int, str]] = field(default_factory=list)
+    stale: list[int] = field(default_factory=list)
+    duplicates: list[tuple[Key, int]] = field(default_factory=list)
+    conflicts: list[tuple[str, int, int, Any, Any]] = field(default_factory=list)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.path.parent
+
+    def epochs(self, samples: list[Any], repeats: int) -> list[list[dict[str, Any]]]:
+        """The rows of ``samples``, one list per epoch ``0 .. repeats-1``, in selection order."""
+        return [[self.rows[(s.id, e)] for s in samples if (s.id, e) in self.rows] for e in range(repeats)]
+
+    def sample_ids(self) -> list[str]:
+        """The distinct sample ids with a row, in journal order."""
+        return list(dict.fromkeys(sid for sid, _ in self.rows))
+
+    def n_epochs(self) -> int:
+        """1 + the highest epoch with a row (0 for an empty journal); below :data:`MAX_REPEATS`."""
+        return 1 + max((epoch for _, epoch in self.rows), default=-1)
+
+    def full(self, row: dict[str, Any]) -> dict[str, Any]:
+        """``row`` with the whole texts of a capped row read back from its side file
+        (:func:`evalkit.jsonl.with_side_file`); an uncapped row as it is."""
+        return with_side_file(row, self.run_dir)
+
+    def problems(self) -> str | None:
+        """One line naming what was skipped or resolved, or ``None`` when nothing was."""
+        parts = []
+        if self.unreadable:
+            kind = "a torn last line" if self.torn_last and len(self.unreadable) == 1 else "unreadable lines"
+            parts.append(f"{kind} {_numbers(self.unreadable)} skipped (their samples are asked again)")
+        if self.invalid:
+            line, why = self.invalid[0]
+            more = f" and {len(self.invalid) - 1} more" if len(self.invalid) > 1 else ""
+            parts.append(f"invalid rows skipped: line {line} ({why}){more}")
+        if self.stale:
+            parts.append(f"stale rows {_numbers(self.stale)} (recorded under another request) not counted")
+        for sid, kept, other, a, b in self.conflicts[:5]:
+            parts.append(f"sample {sid} journaled twice with different scores: line {kept} {a} kept, line {other} {b} ignored")
+        if len(self.conflicts) > 5:
+            parts.append(f"{len(self.conflicts) - 5} more conflicting duplicates")
+        return f"{self.path}: " + "; ".join(parts) if parts else None
+
+    def warn(self) -> None:
+        """Log :meth:`problems` as one WARNING (console and the run's ``evalkit.log``)."""
+        line = self.problems()
+        if line:
+            log.warning("%s", line)
+
+    def raise_invalid(self, error: type[Exception] = RunDirError) -> None:
+        """Refuse a finished run whose journal holds a row that cannot count (rule 2): one
+        line naming the file, the line and why.
+
+        Raises:
+            ``error`` (default RunDirError, exit 2): when ``invalid`` is not empty.
+        """
+        if self.invalid:
+            line, why = self.invalid[0]
+            more = f" (and {len(self.invalid) - 1} more invalid rows)" if len(self.invalid) > 1 else ""
+            raise error(f"{self.path}:{line}: not a journal row: {why}{more}")
+
+
+def _numbers(lines: list[int]) -> str:
+    shown = ", ".join(str(n) for n in lines[:10])
+    return shown + (f" and {len(lines) - 10} more" if len(lines) > 10 else "")
+
+
+def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_lines: Iterable[int] = ()) -> Journal:
+    """The journal at ``path`` as :class:`Journal`, by the rules of the module docstring.
+
+    ``request_hashes`` (``{(sample_id, epoch): hash}`` of the current run): only rows whose
+    ``request_hash`` matches count; the others are ``stale``. ``skip_lines``: line numbers
+    known to be stale (a finished run's ``stale_lines``), used when the hashes are not at hand.
+    """
+    read = read_tolerant(path)
+    journal = Journal(Path(path), unreadable=read.unreadable, torn_last=read.torn_last)
+    skip = set(skip_lines)
+    first_line: dict[Key, int] = {}
+    for lineno, row in read.rows:
+        why = row_problem(row)
+        if why is not None:
+            journal.invalid.append((lineno, why))
+            continue
+        key: Key = (row["sample_id"], row.get("epoch", 0))
+        if lineno in skip or (request_hashes is not None and request_hashes.get(key) != row.get("request_hash")):
+            journal.stale.append(lineno)
+            continue
+        if key in journal.rows:
+            journal.duplicates.append((key, lineno))
+            kept = journal.rows[key].get("scores")
+            if row.get("scores") != kept:
+                journal.conflicts.append((key[0], first_line[key], lineno, kept, row.get("scores")))
+            continue
+        journal.rows[key] = row
+        first_line[key] = lineno
+    return journal
+
+
+def read_run_journal(run_dir: Path, stale_lines: Iterable[int] = (), request_hashes: dict[Key, str] | None = None) -> Journal:
+    """The ``predictions.jsonl`` of a finished run, for a command that reads it
+    (``rescore``, ``compare``, audit, tracking): the rows that count as the engine counted
+    them (``stale_lines``: the summary's, when ``request_hashes`` are not at hand).
+
+    Raises:
+        RunDirError: a row that cannot count (rule 2), as one line.
+    """
+    journal = read_journal(Path(run_dir) / PREDICTIONS, request_hashes, () if request_hashes is not None else stale_lines)
+    journal.raise_invalid()
+    return journal
+
+
+def read_failures(path: Path, keys: Iterable[Key] | None = None) -> dict[Key, dict[str, Any]]:
+    """``failed.jsonl``: the **last** failure per ``(sample_id, epoch)`` (a resumed run that
+    failed again says why it failed last), only for ``keys`` when given; rows without a
+    usable key are skipped."""
+    wanted = set(keys) if keys is not None else None
+    out: dict[Key, dict[str, Any]] = {}
+    for row in iter_objects(path):
+        key = row_key(row)
+        if key is not None and (wanted is None or key in wanted):
+            out[key] = row
+    return out
+
+
+def latest_by_sample(path: Path, request_hashes: dict[Key, str] | None = None) -> dict[str, dict[str, Any]]:
+    """The row that counts per sample id, of epoch 0 (see :func:`read_journal`)."""
+    return {sid: row for (sid, epoch), row in read_journal(path, request_hashes).rows.items() if epoch == 0}
+
+
+def damaged_journal(path: Path, n_readable: int, n_scored_rows: Any, name: str = "n_scored") -> str | None:
+    """The one-line complaint when a run's ``predictions.jsonl`` (``path``) yields fewer
+    readable predictions (``n_readable``) than its ``summary.json`` counts as scored rows
+    (``n_scored_rows``, the summary's field ``name``), else ``None``."""
+    if not isinstance(n_scored_rows, int) or n_readable >= n_scored_rows:
+        return None
+    return (
+        f"{path}: {n_readable} readable predictions for {name}={n_scored_rows} in summary.json "
+        f"({unreadable_lines(path)} unreadable lines): the journal is damaged"
+    )

@@ -1,0 +1,191 @@
+"""``summary.json`` typed: :class:`Summary`, a pydantic model (as Inspect types its
+``EvalLog``), through which the engine writes a run's summary and every command that reads a
+run directory (``compare``, ``rescore``, ``evalkit.track``, ``evalkit.audit``,
+``bash/check_report.sh``) reads it. It sits at the bottom of the layers, beside
+:mod:`evalkit.journal`.
+
+**What the counts count** (schema version 2). A run asks every selected *sample* once per
+*epoch* (``run.repeats``); one answer of one sample in one epoch is a *row* of the journal.
+
+* ``n_samples``: distinct selected samples;
+* ``n_scored``: samples scored in **every** epoch; ``n_failed``: samples with at least one
+  epoch not scored (failed, or never ran) — so ``n_scored + n_failed == n_samples``, with
+  repeats too; ``failed_ids`` lists the failed samples;
+* ``n_requested``: rows asked (``n_samples × repeats``); ``n_scored_rows`` and
+  ``n_failed_rows``: rows scored and not scored — ``n_scored_rows + n_failed_rows ==
+  n_requested``.
+
+Without repeats a sample is a row and both pairs agree. A summary of schema version 1 (which
+counted rows as ``n_scored``/``n_failed``) is read as version 2: its counts become the row
+counts, and the sample counts come from ``failed_ids`` (:meth:`Summary._from_version_1`).
+
+**Validation.** Every field evalkit reads is typed and bounded (``repeats`` an integer in
+``[1, MAX_REPEATS]``, counts non-negative integers, ``metrics`` an object of numbers, ids
+strings ...); other fields are kept as they are (extend, don't rename). A summary that does
+not validate is one line naming the file and the field (:func:`read_summary`), never a
+traceback, and nothing is allocated by a count read from it before it is checked.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from evalkit.errors import EvalkitError, RunDirError
+from evalkit.journal import MAX_REPEATS
+
+SCHEMA_VERSION = 2
+#: the largest summary.json read (bytes); a run's summary is kilobytes to a few megabytes
+MAX_SUMMARY_BYTES = 256 * 1024 * 1024
+
+
+def _number(value: Any) -> Any:
+    """A JSON number (int or float), not a bool or a numeric string."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {type(value).__name__}")
+    return value
+
+
+def _integer(value: Any) -> Any:
+    """A JSON integer, not a bool, a float (``1e9``) or a numeric string."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected an integer, got {type(value).__name__} {_short(value)}")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+Number = Annotated[int | float, BeforeValidator(_number)]
+Count = Annotated[int, BeforeValidator(_integer), Field(ge=0)]
+Text = Annotated[str, Field(strict=True)]
+
+
+class Summary(BaseModel):
+    """One run's ``summary.json`` (see the module docstring for the counts)."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=False)
+
+    schema_version: Annotated[int, BeforeValidator(_integer), Field(ge=1)] = SCHEMA_VERSION
+    status: Literal["complete", "incomplete"]
+    benchmark: Annotated[str, Field(strict=True, min_length=1)]
+    model: Text
+    model_id: Text | None = None
+    user_model: Text | None = None
+    shots: Count | None = None
+    mode: Text | None = None
+    n_samples: Count
+    repeats: Annotated[int, BeforeValidator(_integer), Field(ge=1, le=MAX_REPEATS)] = 1
+    n_requested: Count | None = None
+    n_scored: Count
+    n_failed: Count
+    n_scored_rows: Count
+    n_failed_rows: Count
+    failed_by_kind: dict[Text, Count] = Field(default_factory=dict)
+    failed_ids: list[Text] = Field(default_factory=list)
+    status_counts: dict[Text, Count] = Field(default_factory=dict)
+    scorer_limit_ids: list[Text] = Field(default_factory=list)
+    headline: Text | None = None
+    metrics: dict[Text, Number] = Field(default_factory=dict)
+    partial_metrics: dict[Text, Number] | None = None
+    data_fingerprint: Text | None = None
+    prompt_hash: Text | None = None
+    code_version: Text | None = None
+    generation_params: dict[Text, Any] | None = None
+    usage: dict[Text, Count] = Field(default_factory=dict)
+    cost_usd: Number | None = None
+    #: lines of ``predictions.jsonl`` recorded under another request (:mod:`evalkit.journal`)
+    stale_lines: list[Annotated[int, BeforeValidator(_integer), Field(ge=1)]] = Field(default_factory=list)
+    started_at: Text | None = None
+    finished_at: Text | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_version_1(cls, data: Any) -> Any:
+        """Version 1 counted rows as ``n_scored``/``n_failed``: they become the row counts,
+        and the sample counts are taken from ``failed_ids`` (the distinct failed samples)."""
+        if not isinstance(data, dict) or "n_scored_rows" in data or "n_failed_rows" in data:
+            return data
+        data = dict(data)
+        data["n_scored_rows"], data["n_failed_rows"] = data.get("n_scored"), data.get("n_failed")
+        repeats, n_samples, failed = data.get("repeats", 1), data.get("n_samples"), data.get("failed_ids")
+        if repeats != 1 and isinstance(n_samples, int) and isinstance(failed, list):
+            data["n_failed"] = len(set(map(str, failed)))
+            data["n_scored"] = n_samples - data["n_failed"]
+        return data
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
+    def shown_metrics(self) -> tuple[dict[str, float], bool]:
+        """``({metric name: value}, partial)``: ``metrics`` of a complete run, or the
+        ``partial_metrics`` of an incomplete one with the ``partial_`` prefix removed."""
+        if self.complete:
+            return dict(self.metrics), False
+        return {k.removeprefix("partial_"): v for k, v in (self.partial_metrics or {}).items()}, True
+
+    def record(self) -> dict[str, Any]:
+        """The summary as a JSON object: the fields it was given, in their order."""
+        return self.model_dump(exclude_unset=True)
+
+    def count_line(self) -> str:
+        """``3 of 10 samples failed`` (``(5 of 30 answers)`` added with repeats)."""
+        line = f"{self.n_failed} of {self.n_samples} samples failed"
+        if self.repeats > 1:
+            line += f" ({self.n_failed_rows} of {self.n_requested if self.n_requested is not None else '?'} answers)"
+        return line
+
+
+def validate_summary(data: Any, where: str | Path = "summary.json", error: type[EvalkitError] = RunDirError) -> Summary:
+    """``data`` (a parsed ``summary.json``) as :class:`Summary`.
+
+    Raises:
+        ``error`` (default RunDirError, exit 2): one line naming ``where`` and the first
+            field that does not validate.
+    """
+    if not isinstance(data, dict):
+        raise error(f"{where}: not an evalkit summary (a JSON {type(data).__name__}, not an object)")
+    try:
+        return Summary.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise error(f"{where}: not an evalkit summary: {loc}: {msg}{more}") from None
+
+
+def read_summary(path: Path, error: type[EvalkitError] = RunDirError) -> Summary:
+    """Read and validate ``summary.json`` at ``path``.
+
+    Raises:
+        ``error`` (default RunDirError, exit 2): missing, too large, not JSON, or not a
+            valid summary — one line.
+    """
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_SUMMARY_BYTES:
+            raise error(f"{path}: {path.stat().st_size} bytes, more than a summary holds ({MAX_SUMMARY_BYTES})")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: no summary.json (the run has not finished)") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise error(f"{path}: cannot be read as JSON ({type(exc).__name__})") from None
+    return validate_summary(data, path, error)
+
+
+def write_summary(path: Path, summary: dict[str, Any] | Summary) -> Summary:
+    """Validate ``summary`` and write it to ``path`` (indented JSON, UTF-8). Returns the model.
+
+    Raises:
+        RunDirError: the engine built a summary that does not validate (a defect: said, not written).
+    """
+    model = summary if isinstance(summary, Summary) else validate_summary(summary, path)
+    Path(path).write_text(json.dumps(model.record(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return model
