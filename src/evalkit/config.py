@@ -19,6 +19,7 @@ from pydantic_core import PydanticCustomError
 
 from evalkit.settings import BenchmarkSettings, GenerationParams
 from evalkit.errors import ConfigError
+from evalkit.journal import MAX_REPEATS
 from evalkit.providers import model_price, reasoning_problem
 
 
@@ -242,7 +243,7 @@ class RunSettings(_Strict):
     """
 
     limit: int | None = Field(default=None, ge=1, strict=True)
-    repeats: int = Field(default=1, ge=1, strict=True)
+    repeats: int = Field(default=1, ge=1, le=MAX_REPEATS, strict=True)
     seed: int = 0
     ci_level: float = Field(default=0.95, gt=0.0, lt=1.0)
     bootstrap_resamples: int = Field(default=2000, ge=0)
