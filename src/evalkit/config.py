@@ -19,8 +19,8 @@ from pydantic_core import PydanticCustomError
 
 from evalkit.settings import BenchmarkSettings, GenerationParams
 from evalkit.errors import ConfigError
-from evalkit.journal import MAX_REPEATS
 from evalkit.providers import model_price, reasoning_problem
+from evalkit.types import MAX_REPEATS
 
 
 class _Strict(BaseModel):

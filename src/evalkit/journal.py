@@ -44,11 +44,10 @@ from typing import Any, Iterable, Iterator
 
 from evalkit.errors import RunDirError
 from evalkit.jsonl import iter_objects, read_tolerant, with_side_file
+from evalkit.types import MAX_REPEATS
 
 log = logging.getLogger("evalkit")
 
-#: the most epochs a run may have (``run.repeats``); a journal row's ``epoch`` is below it
-MAX_REPEATS = 10_000
 #: the longest sample id a journal row may carry (characters)
 MAX_SAMPLE_ID_CHARS = 4096
 

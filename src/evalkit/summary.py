@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from evalkit.errors import EvalkitError, RunDirError
-from evalkit.journal import MAX_REPEATS
+from evalkit.types import MAX_REPEATS
 
 SCHEMA_VERSION = 2
 #: the largest summary.json read (bytes); a run's summary is kilobytes to a few megabytes

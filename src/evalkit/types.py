@@ -14,6 +14,10 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
 
+#: the most epochs a run may have (``run.repeats``); a journal row's ``epoch`` is below it, and
+#: summary.json's ``repeats`` at most it (a count read from a run directory is bounded before use)
+MAX_REPEATS = 10_000
+
 
 def canonical_json(obj: Any) -> str:
     """Deterministic JSON text (sorted keys, no whitespace, UTF-8 kept) used for hashing."""
