@@ -177,3 +177,41 @@ def test_a_malformed_summary_is_one_line_for_every_reader(run_eval, capsys, chan
     with pytest.raises(RunDirError) as exc:
         track_mod.read_run(res.run_dir)
     assert str(exc.value) == line
+
+
+def test_audit_scores_a_capped_output_in_full_from_its_side_file(run_eval, shared_data_dir, tmp_path, capsys):
+    """Issue 25 items 6 and 8: a KE answer over 1 MiB is capped in its journal row (the first
+    4,096 characters kept, the whole text in its side file). The audit read only the row
+    and flagged "recorded F1 1.0 but recomputed 0.0"; through the journal's one reader it
+    scores the whole answer, as the run did."""
+    from evalkit.benchmarks.ke.audit import audit_run
+    from evalkit.benchmarks.ke.data import load_ke
+
+    ke = shared_data_dir / "ke"
+    sid = "code_ke_834b34a9"  # gold: step_000, step_004, step_005
+    replay = tmp_path / "big.jsonl"
+    _write(replay, [json.dumps({"sample_id": sid, "output": "a " * 600_000 + "step_000, step_004, step_005"})])
+    res = run_eval(["benchmark=ke", f"benchmark.pilot_path={ke / 'pilot.jsonl'}", f"benchmark.icl_path={ke / 'icl_examples.jsonl'}",
+                    "model=replay", f"model.path={replay}", f"run.sample_ids=[{sid}]"])  # fmt: skip
+    (row,) = read_journal(res.run_dir / "predictions.jsonl").rows.values()
+    assert "large" in row and len(row["output"]) == 4096 and row["scores"]["f1"] == 1.0
+    audit = audit_run(res.run_dir, load_ke(ke / "pilot.jsonl", ke / "icl_examples.jsonl"))
+    assert audit["score_mismatches"] == [] and audit["empty_responses"] == []
+    assert "score_mismatch" not in audit["flags"] and audit["under_current_protocol"]["n_succeeded"] == 1
+    # a malformed summary.json or journal row is one line, exit 2, for the audit too
+    from evalkit.audit import main as audit_main
+
+    args = [str(res.run_dir), "--pilot", str(ke / "pilot.jsonl"), "--icl", str(ke / "icl_examples.jsonl")]
+    path = res.run_dir / "summary.json"
+    good = path.read_text(encoding="utf-8")
+    path.write_text(json.dumps({**json.loads(good), "repeats": 1e9}), encoding="utf-8")
+    assert audit_main(args) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"evalkit.audit: error: {path}: not an evalkit summary: repeats: expected an integer, got float 1000000000.0"
+    ]
+    path.write_text(good, encoding="utf-8")
+    preds = res.run_dir / "predictions.jsonl"
+    _write(preds, [json.dumps({**json.loads(_lines(preds)[0]), "epoch": 100_000_000})])
+    assert audit_main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"evalkit.audit: error: {preds}:1: not a journal row: epoch 100000000 out of range (0 to 9999)"]
