@@ -109,19 +109,6 @@ def test_explicit_existing_run_dir_is_refused(acebench_dir, tmp_path):
         _validate(f"benchmark.data_dir={acebench_dir}", "model=reference", f"run.dir={existing}")
 
 
-def test_agent_multi_turn_without_user_model_fails_fast(run_eval, ray_address, tmp_path):
-    """Pitfall 16: never silently dropped, never a silent zero: one clear error, nothing written."""
-    root = tmp_path / "out"
-    with pytest.raises(ConfigError) as info:
-        run_eval(
-            ["model=openai_compatible", "model.provider_model=openai/x", "backend.api_base=http://127.0.0.1:9/v1",
-             "benchmark.subsets=[normal_atom_bool,agent_multi_turn]"],  # fmt: skip
-            output_root=root,
-        )
-    assert "benchmark.user_model" in str(info.value) and "agent_multi_turn" in str(info.value)
-    assert not root.exists()
-
-
 def test_secret_override_is_replaced_by_an_env_interpolation():
     from evalkit.cli import hide_secret_overrides
 

@@ -157,7 +157,8 @@ def test_thinking_budget_is_sent_in_anthropic_form_and_hashed():
 
 
 def _cfg(*overrides: str):
-    return resolve(compose([f"benchmark.data_dir={SHARED_DIR / 'data' / 'acebench'}", *overrides]))[1]
+    server = ["backend.api_base=http://127.0.0.1:9/v1"] if "model=openai_compatible" in overrides else []  # required by it
+    return resolve(compose([f"benchmark.data_dir={SHARED_DIR / 'data' / 'acebench'}", *overrides, *server]))[1]
 
 
 def test_reasoning_settings_fold_like_any_generation_parameter():

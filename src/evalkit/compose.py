@@ -5,6 +5,7 @@ the resolution of a composed config into a validated :class:`~evalkit.config.Eva
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -125,7 +126,10 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
     """Plain resolved dict + validated :class:`~evalkit.config.EvalConfig` of a composed
     config. ``benchmark.user_model=<name>`` (after ``model.dataset_args`` is applied) is
     composed here: ``conf/model/<name>.yaml`` with ``benchmark.user_overrides`` and its own
-    backend become the ``user`` node, validated and recorded like the agent model.
+    backend become the ``user`` node, validated and recorded like the agent model. A
+    benchmark with a user simulator (a ``user_model`` setting) and no ``user_model`` set
+    gets the model under test, as configured (its ``model`` and ``backend`` nodes), as the
+    user of a litellm model: the README's ``model=gpt4o`` runs every ACEBench subset.
 
     Raises:
         ConfigError: one line naming the key.
@@ -139,4 +143,21 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
         except ConfigError as exc:
             raise ConfigError(f"benchmark.user_model: {exc}") from None
         raw["user"] = {"model": user_raw["model"], "backend": user_raw["backend"]}
+    elif "user_model" in _settings_fields(bench) and (raw.get("model") or {}).get("kind", "litellm") == "litellm":
+        if bench.get("user_overrides"):
+            raise ConfigError(
+                "benchmark.user_overrides: they apply to the config named by benchmark.user_model; name it too "
+                "(without it the user simulator is the model under test, as configured)"
+            )
+        # the default user simulator: the model under test as configured (its model and backend nodes)
+        raw["user"] = {"model": copy.deepcopy(raw["model"]), "backend": copy.deepcopy(raw["backend"])}
     return raw, validate(raw, get_benchmark_class)
+
+
+def _settings_fields(bench: dict[str, Any]) -> dict[str, Any]:
+    """The settings fields of the benchmark ``bench`` names (none for an unknown one:
+    validation then says so)."""
+    try:
+        return get_benchmark_class(str(bench.get("name"))).settings_model.model_fields
+    except KeyError:
+        return {}

@@ -19,7 +19,7 @@ from pydantic_core import PydanticCustomError
 
 from evalkit.settings import BenchmarkSettings, GenerationParams
 from evalkit.errors import ConfigError
-from evalkit.providers import model_price, reasoning_problem
+from evalkit.providers import model_price, reasoning_problem, sampling_problem
 from evalkit.types import MAX_REPEATS
 
 
@@ -38,6 +38,21 @@ MODEL_KEYS: dict[str, set[str]] = {
     "reference": set(),
     "baseline": {"baseline"},
 }
+
+
+def _extra_body_refusals() -> dict[str, str]:
+    generation = {name: f"overlaps the generation parameter {name}; set model.generation.{name} (it is then recorded as sent)"
+                  for name in GenerationParams.model_fields}  # fmt: skip
+    generation["thinking"] = "overlaps the generation parameter thinking_budget_tokens; set model.generation.thinking_budget_tokens"
+    own = {name: "evalkit sets it itself on every request" for name in ("model", "messages", "prompt")}
+    own["n"] = "evalkit reads one answer per request; ask again with run.repeats"
+    own["stream"] = own["stream_options"] = "evalkit reads whole answers; streaming is not supported"
+    return {**generation, **own}
+
+
+#: ``model.extra_body`` keys refused, and why: the generation parameters (set them where
+#: they are recorded) and what evalkit itself sends or reads
+EXTRA_BODY_REFUSED: dict[str, str] = _extra_body_refusals()
 
 
 class ModelPricing(_Strict):
@@ -83,6 +98,18 @@ class ModelConfig(_Strict):
     def _plain_name(cls, v: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}", v):
             raise ValueError(f"model.name: {v!r} is not a plain name (letters, digits, '.', '_', '-'; it names run directories)")
+        return v
+
+    @field_validator("extra_body")
+    @classmethod
+    def _no_overlap(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """``extra_body`` carries provider fields evalkit does not model; a key evalkit sets
+        itself is refused (:data:`EXTRA_BODY_REFUSED`): litellm would send the extra one over
+        the recorded parameter (the server got ``temperature`` 0.9 while ``summary.json`` said
+        0.0), and ``stream: true`` turns every answer into a stream evalkit does not read."""
+        for key in v:
+            if key in EXTRA_BODY_REFUSED:
+                raise ValueError(f"model.extra_body.{key}: {EXTRA_BODY_REFUSED[key]}")
         return v
 
     @model_validator(mode="after")
@@ -563,7 +590,8 @@ def _check_cross(cfg: EvalConfig, bench_cls: Any) -> None:
         raise ConfigError(f"backend: model={cfg.model.name} runs offline; use backend=offline")
     if cfg.model.kind == "litellm" and cfg.backend.kind == "offline":
         raise ConfigError(f"backend: model={cfg.model.name} needs a network backend (api or llamacpp), not offline")
-    if cfg.model.api_key_env and not cfg.api_key():
+    keyed = not cfg.run.dry_run  # a dry run sends nothing: it needs no key
+    if keyed and cfg.model.api_key_env and not cfg.api_key():
         raise ConfigError(
             f"model.api_key_env: environment variable {cfg.model.api_key_env} is not set "
             f"(model={cfg.model.name} needs it)"
@@ -571,14 +599,16 @@ def _check_cross(cfg: EvalConfig, bench_cls: Any) -> None:
     if cfg.user is not None:
         if cfg.user.model.kind != "litellm":
             raise ConfigError(f"benchmark.user_model: the user simulator must be a litellm model, not {cfg.user.model.name}")
-        if cfg.user.model.api_key_env and not cfg.user_api_key():
+        if keyed and cfg.user.model.api_key_env and not cfg.user_api_key():
             raise ConfigError(
                 f"benchmark.user_model: environment variable {cfg.user.model.api_key_env} is not set "
                 f"(user model {cfg.user.model.name} needs it)"
             )
     _check_reasoning(cfg.model, cfg.generation, "generation")
+    _check_sampling(cfg.model, cfg.generation, "generation")
     if cfg.user is not None:
         _check_reasoning(cfg.user.model, cfg.user.generation, "user.generation")
+        _check_sampling(cfg.user.model, cfg.user.generation, "user.generation")
     _check_budget(cfg)
     if cfg.run.dir is not None and cfg.run.resume is not None:
         raise ConfigError("run.dir: give either run.dir (a new directory) or run.resume (an existing run), not both")
@@ -606,6 +636,21 @@ def _check_reasoning(model: ModelConfig, generation: GenerationParams, key: str)
         param, why = problem
         name = "thinking_budget_tokens" if param == "thinking" else param
         raise ConfigError(f"{key}.{name}: {why} (model={model.name}); remove it or pick another model")
+
+
+def _check_sampling(model: ModelConfig, generation: GenerationParams, key: str) -> None:
+    """The sampling parameters of ``generation`` against what litellm sends for ``model``
+    (:func:`evalkit.providers.sampling_problem`: OpenAI's reasoning families take only
+    temperature 1, so the benchmarks' temperature 0 would fail every sample at run time)."""
+    if model.kind != "litellm":
+        return
+    problem = sampling_problem(str(model.provider_model), generation.sent_params())
+    if problem is not None:
+        param, why = problem
+        raise ConfigError(
+            f"{key}.{param}: {why} (model={model.name}); set what it takes with "
+            f"model.dataset_args.<benchmark>.generation.{param}=..., or pick another model"
+        )
 
 
 def _check_budget(cfg: EvalConfig) -> None:

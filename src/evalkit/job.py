@@ -13,7 +13,9 @@ from omegaconf import DictConfig
 
 from evalkit.compose import resolve
 from evalkit.config import EvalConfig
-from evalkit.engine.plan import prepare
+from evalkit.engine.journal import read_journal
+from evalkit.engine.plan import RunPlan, prepare
+from evalkit.engine.rundir import PREDICTIONS, choose_run_dir
 from evalkit.engine.phases import Phases
 from evalkit.engine.run import RunResult, run_evaluation
 from evalkit.providers import estimate_prompt_tokens
@@ -71,41 +73,83 @@ def run_composed(cfg: DictConfig, sweep: dict[str, Any] | None = None) -> RunRes
 
 @dataclass
 class DryRun:
-    """What ``run.dry_run=true`` found: the requests a run would send first (one per
-    sample), their prompt tokens estimated by litellm's ``token_counter``, the estimated
-    cost (USD, ``None`` without a price), how many of them open an agent rollout (counted
-    by their first turn only: a lower bound), and the line printed. Its exit code is 0."""
+    """What ``run.dry_run=true`` found: the requests a run would send now (one per sample
+    and epoch; with ``run.resume``, only those its journal does not hold yet), their prompt
+    tokens estimated by litellm's ``token_counter``, the estimated cost (USD, ``None``
+    without a price), how many of them open an agent rollout (counted by their first turn
+    only: a lower bound), how many a resumed run already holds, and the text printed: the
+    first line, then one line per further section (:func:`dry_run_lines`). Its exit code is 0."""
 
     requests: int
     prompt_tokens: int | None
     cost_usd: float | None
     rollouts: int
-    line: str
+    lines: list[str]
+    journaled: int = 0
     exit_code: int = 0
+
+    @property
+    def line(self) -> str:
+        """The printed text (its first line is the summary; sections follow, one a line)."""
+        return "\n".join(self.lines)
 
 
 def dry_run(cfg: EvalConfig) -> DryRun:
     """Build every request of ``cfg`` (:func:`evalkit.engine.plan.prepare`, which starts and
-    writes nothing) and estimate them; nothing is sent and nothing is written: no run
-    directory, no MLflow run, no response cache.
+    writes nothing) and estimate those a run would send; nothing is sent and nothing is
+    written: no run directory, no MLflow run, no response cache. With ``run.resume``, the
+    run directory is checked as the resume itself checks it (a changed config is refused)
+    and only the requests its journal does not hold are counted.
 
     Raises:
-        ConfigError / DataError: as the run itself would, before anything runs.
+        ConfigError / DataError / RunDirError: as the run itself would, before anything runs.
     """
     plan = prepare(cfg)
-    units, price = plan.units, plan.prices.get("agent")
-    rollouts = sum(1 for u in units if u.rollout)
-    head = f"evalkit: dry run: {cfg.benchmark.name} × {cfg.model.name}: {len(units)} requests"
+    pending = plan.units
+    if cfg.run.resume is not None:
+        run_dir, _ = choose_run_dir(cfg)  # the real resume's checks (RunDirError on a changed config)
+        journal = read_journal(run_dir / PREDICTIONS, plan.request_hashes())
+        pending = [u for u in plan.units if u.key not in journal.rows]
+    dry = DryRun(len(pending), None, 0.0, sum(1 for u in pending if u.rollout), [], len(plan.units) - len(pending))
+    if cfg.model.kind == "litellm" and pending:
+        price = plan.prices.get("agent")
+        dry.prompt_tokens = sum(estimate_prompt_tokens(str(cfg.model.provider_model), u.request.messages, u.request.prompt)
+                                for u in pending)  # fmt: skip
+        dry.cost_usd = price.cost({"prompt_tokens": dry.prompt_tokens, "completion_tokens": 0}) if price is not None else None
+    elif cfg.model.kind == "litellm":
+        dry.prompt_tokens = 0
+    dry.lines = dry_run_lines(cfg, plan, dry)
+    return dry
+
+
+def dry_run_lines(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> list[str]:
+    """The one place the dry run's text is built: the summary line (requests, tokens, cost),
+    then one line per section that has something to say. A new section is one more entry
+    appended here (e.g. a resumed run's progress, a power estimate, a batch estimate)."""
+    head = f"evalkit: dry run: {cfg.benchmark.name} × {cfg.model.name}: {dry.requests} requests"
     if cfg.model.kind != "litellm":
-        line = f"{head} answered offline by model={cfg.model.name} (nothing is sent to a provider; cost 0); nothing sent, nothing written"
-        return DryRun(len(units), None, 0.0, rollouts, line)
-    tokens = sum(estimate_prompt_tokens(str(cfg.model.provider_model), u.request.messages, u.request.prompt) for u in units)
-    cost = price.cost({"prompt_tokens": tokens, "completion_tokens": 0}) if price is not None else None
-    shown = "cost unknown (no price: set model.pricing)" if cost is None else f"estimated cost ≥ ${cost:.4f} (prompt tokens only)"
+        lines = [f"{head} answered offline by model={cfg.model.name} (nothing is sent to a provider; cost 0); nothing sent, nothing written"]
+    else:
+        lines = [f"{head}, ~{dry.prompt_tokens:,} prompt tokens{_rollouts_part(dry)}; {_cost_part(cfg, plan, dry)}; nothing sent, nothing written"]
+    if cfg.run.resume is not None:
+        lines.append(f"evalkit: dry run: resuming {cfg.run.resume}: {dry.journaled} of {len(plan.units)} requests "
+                     f"already journaled, {dry.requests} to send")
+    return lines
+
+
+def _rollouts_part(dry: DryRun) -> str:
+    if not dry.rollouts:
+        return ""
+    return f"; {dry.rollouts} of them open agent rollouts, counted by their first turn only: a lower bound"
+
+
+def _cost_part(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> str:
+    price = plan.prices.get("agent")
+    if dry.cost_usd is None:
+        return "cost unknown (no price: set model.pricing)"
+    shown = f"estimated cost ≥ ${dry.cost_usd:.4f} (prompt tokens only)"
     max_tokens = cfg.generation.max_tokens
-    if cost is not None and max_tokens and price is not None and not rollouts:
-        upper = price.cost({"prompt_tokens": tokens, "completion_tokens": max_tokens * len(units)})
+    if max_tokens and price is not None and not dry.rollouts:
+        upper = price.cost({"prompt_tokens": dry.prompt_tokens or 0, "completion_tokens": max_tokens * dry.requests})
         shown += f", ≤ ${upper:.4f} if every answer used max_tokens={max_tokens}"
-    lower = f"; {rollouts} of them open agent rollouts, counted by their first turn only: a lower bound" if rollouts else ""
-    line = f"{head}, ~{tokens:,} prompt tokens{lower}; {shown}; nothing sent, nothing written"
-    return DryRun(len(units), tokens, cost, rollouts, line)
+    return shown

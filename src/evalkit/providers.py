@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -255,4 +256,43 @@ def reasoning_problem(provider_model: str, sent: dict[str, Any]) -> tuple[str, s
         return None
     if not _contains(mapped, int(budget)):
         return "thinking", f"{provider} model {model} takes no thinking budget (litellm would drop budget_tokens={budget} with a warning only)"
+    return None
+
+
+# ------------------------------------------------------------------------------------------
+# sampling parameters
+# ------------------------------------------------------------------------------------------
+#: OpenAI's reasoning families (``o1``, ``o3-mini``, ``o4-mini``, ``gpt-5*``), whose sampling
+#: parameters litellm restricts (temperature 1 only): the last part of a model string
+#: starting so is asked of litellm; any other model is not (litellm passes its sampling on)
+RESTRICTED_SAMPLING = re.compile(r"^(o\d|gpt-5)")
+
+
+def sampling_problem(provider_model: str, sent: dict[str, Any]) -> tuple[str, str] | None:
+    """``(parameter, why)`` when litellm refuses to send a sampling parameter of ``sent``
+    (``temperature``, ``top_p``) to ``provider_model``, as it would on every request
+    (``UnsupportedParamsError``: o-series models take temperature 1 only); ``None`` when it
+    sends them or cannot tell. litellm is asked (``get_optional_params``, the mapping every
+    request goes through) only for the families of :data:`RESTRICTED_SAMPLING`."""
+    wanted = {k: sent[k] for k in ("temperature", "top_p") if sent.get(k) is not None}
+    if not wanted or not RESTRICTED_SAMPLING.match(provider_model.rsplit("/", 1)[-1]):
+        return None
+    litellm = litellm_module()
+    from litellm.utils import get_optional_params
+
+    try:
+        with _quiet_litellm():
+            model, provider, _, _ = litellm.get_llm_provider(provider_model)
+    except Exception:  # noqa: BLE001 - a provider litellm does not know: it cannot tell
+        return None
+    context = {"reasoning_effort": sent["reasoning_effort"]} if sent.get("reasoning_effort") is not None else {}
+    for key, value in wanted.items():
+        try:
+            with _quiet_litellm():
+                get_optional_params(model=model, custom_llm_provider=provider, **{key: value}, **context)
+        except litellm.UnsupportedParamsError as exc:
+            reason = str(exc).splitlines()[0].split(" To drop")[0].removeprefix("litellm.UnsupportedParamsError: ")[:200]
+            return key, f"{provider} model {model} does not take {key}={value} (litellm: {reason})"
+        except Exception:  # noqa: BLE001 - litellm cannot map it: the provider call would say why
+            continue
     return None

@@ -77,9 +77,10 @@ def prepare(cfg: EvalConfig, priced: bool = True) -> RunPlan:
     samples = select_samples(load_unique(bench), cfg)
     rollouts = [s for s in samples if bench.is_rollout(s)]
     if bench.needs_user_model(samples) and cfg.user is None and cfg.model.kind != "reference":
+        needing = sorted({s.subset for s in samples if bench.needs_user_model([s])})
         raise ConfigError(
-            f"benchmark.user_model: the selected {bench.name} subsets {sorted({s.subset for s in rollouts})} need a user "
-            "simulator; pass benchmark.user_model=<model config name> (e.g. smollm2, gpt4o)"
+            f"benchmark.user_model: the selected {bench.name} subsets {needing} need a user simulator; "
+            "pass benchmark.user_model=<model config name> (e.g. smollm2, gpt4o) or deselect them"
         )
     if cfg.model.kind == "replay" and rollouts:
         raise ConfigError("model=replay: agent rollouts cannot be replayed from single outputs; deselect those subsets")
