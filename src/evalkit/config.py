@@ -63,6 +63,9 @@ class ModelPricing(_Strict):
     input_per_mtok: float = Field(ge=0)
     output_per_mtok: float = Field(ge=0)
     cached_input_per_mtok: float | None = Field(default=None, ge=0)
+    #: the price through the provider's batch API (``run.batch``), USD per million tokens
+    batch_input_per_mtok: float | None = Field(default=None, ge=0)
+    batch_output_per_mtok: float | None = Field(default=None, ge=0)
 
 
 class ModelConfig(_Strict):
@@ -267,6 +270,13 @@ class RunSettings(_Strict):
     the unsent ones are failures of kind ``budget_exceeded`` (:mod:`evalkit.engine.budget`).
     ``dry_run``: compose, validate and build every request, print their count and
     estimated prompt tokens and cost, send and write nothing (:mod:`evalkit.job`).
+
+    ``batch``: send the requests through the provider's batch API (:mod:`evalkit.engine.batch`;
+    single-turn samples only); ``batch_detach``: submit, record and exit (code 3);
+    ``batch_cancel`` (with ``resume``): cancel the run's batches at the provider;
+    ``batch_poll_s`` / ``batch_poll_max_s``: the first and the longest wait between polls
+    (seconds; ×1.5 per poll); ``batch_max_requests`` / ``batch_max_bytes``: the most lines
+    and bytes of one batch input file (OpenAI's limits: 50,000 and 200 MB).
     """
 
     limit: int | None = Field(default=None, ge=1, strict=True)
@@ -287,6 +297,22 @@ class RunSettings(_Strict):
     max_cost_usd: float | None = Field(default=None, gt=0)
     max_total_tokens: int | None = Field(default=None, ge=1, strict=True)
     dry_run: bool = False
+    batch: bool = False
+    batch_detach: bool = False
+    batch_cancel: bool = False
+    batch_poll_s: float = Field(default=10.0, gt=0)
+    batch_poll_max_s: float = Field(default=300.0, gt=0)
+    batch_max_requests: int = Field(default=50_000, ge=1, strict=True)
+    batch_max_bytes: int = Field(default=200 * 1000 * 1000, ge=1024, strict=True)
+
+    @model_validator(mode="after")
+    def _batch_options(self) -> "RunSettings":
+        if (self.batch_detach or self.batch_cancel) and not self.batch:
+            which = "run.batch_detach" if self.batch_detach else "run.batch_cancel"
+            raise ValueError(f"{which}: needs run.batch=true")
+        if self.batch_cancel and self.resume is None:
+            raise ValueError("run.batch_cancel: needs run.resume=<run dir> (the run whose batches to cancel)")
+        return self
 
     @field_validator("sample_ids", mode="before")
     @classmethod

@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from evalkit.compose import resolve
 from evalkit.config import EvalConfig
+from evalkit.engine.batch import dry_run_section
 from evalkit.engine.journal import read_journal
 from evalkit.engine.plan import RunPlan, prepare
 from evalkit.engine.rundir import PREDICTIONS, choose_run_dir
@@ -37,6 +38,9 @@ def run_validated(cfg: EvalConfig, sweep: dict[str, Any] | None = None, phases: 
 def outcome_line(result: RunResult) -> str:
     """The one line a finished run prints: its headline, or why there is none."""
     s = result.summary
+    if s["status"] == "batch_submitted":
+        return (f"evalkit: batch submitted: {s['benchmark']} × {s['model']}: batches {', '.join(s['batch_ids'])} left "
+                f"running at the provider; collect them with run.resume={result.run_dir} run.batch=true")  # fmt: skip
     if s["status"] == "complete":
         return f"evalkit: complete: {s['benchmark']} × {s['model']}: {headline_text(s)}; {_cost(s)} → {result.run_dir}"
     kinds = ", ".join(f"{k}: {v}" for k, v in s["failed_by_kind"].items()) or "never ran"
@@ -131,6 +135,8 @@ def dry_run_lines(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> list[str]:
         lines = [f"{head} answered offline by model={cfg.model.name} (nothing is sent to a provider; cost 0); nothing sent, nothing written"]
     else:
         lines = [f"{head}, ~{dry.prompt_tokens:,} prompt tokens{_rollouts_part(dry)}; {_cost_part(cfg, plan, dry)}; nothing sent, nothing written"]
+    if cfg.run.batch and cfg.model.kind == "litellm":
+        lines.append(f"evalkit: dry run: {dry_run_section(plan, dry.prompt_tokens or 0, dry.requests)}")
     if cfg.run.resume is not None:
         lines.append(f"evalkit: dry run: resuming {cfg.run.resume}: {dry.journaled} of {len(plan.units)} requests "
                      f"already journaled, {dry.requests} to send")

@@ -210,6 +210,30 @@ def model_price(model: Any, backend_kind: str, lookup: Callable[[str], Price | N
     return (lookup or litellm_price)(model.provider_model)
 
 
+def batch_price(model: Any, backend_kind: str) -> Price | None:
+    """The price of a model config's tokens sent through the provider's batch API:
+    ``model.pricing.batch_input_per_mtok`` / ``batch_output_per_mtok`` when set, else
+    litellm's ``input_cost_per_token_batches`` / ``output_cost_per_token_batches``; ``None``
+    when neither is known (costs are then null, never 0). Cached prompt tokens cost the
+    batch input price. Source ``model.pricing.batch`` / ``litellm.batch``."""
+    if model.kind != "litellm" or backend_kind == "llamacpp":
+        return model_price(model, backend_kind)
+    pricing = getattr(model, "pricing", None)
+    if pricing is not None and pricing.batch_input_per_mtok is not None and pricing.batch_output_per_mtok is not None:
+        return Price("model.pricing.batch", model.provider_model, pricing.batch_input_per_mtok / 1e6,
+                     pricing.batch_output_per_mtok / 1e6)  # fmt: skip
+    litellm = litellm_module()
+    try:
+        with _quiet_litellm():
+            info = litellm.get_model_info(model.provider_model)
+    except Exception:  # noqa: BLE001 - litellm raises a bare Exception for an unknown model
+        return None
+    cin, cout = info.get("input_cost_per_token_batches"), info.get("output_cost_per_token_batches")
+    if cin is None or cout is None:
+        return None
+    return Price("litellm.batch", model.provider_model, float(cin), float(cout))
+
+
 # ------------------------------------------------------------------------------------------
 # reasoning parameters
 # ------------------------------------------------------------------------------------------

@@ -68,6 +68,29 @@ status (or fault name) it got.
 
 Without a scripted ``usage`` an answer reports ``prompt_tokens`` = characters of the last
 message // 4 (at least 1) and ``completion_tokens`` = characters of the content // 4.
+
+**Files and Batches** (OpenAI's batch API, as litellm's ``acreate_file``, ``acreate_batch``,
+``aretrieve_batch``, ``afile_content``, ``acancel_batch`` and ``alist_batches`` reach it):
+``POST /v1/files`` (multipart upload, ``purpose=batch``), ``GET /v1/files/{id}``,
+``GET /v1/files/{id}/content``, ``POST /v1/batches``, ``GET /v1/batches/{id}``,
+``POST /v1/batches/{id}/cancel``, ``GET /v1/batches``. Each request line of a batch is
+answered by the same rules as a live request (its body's last message picks the rule; a
+rule's ``always_status`` other than 200 puts the line in the error file with that status).
+A batch moves one status per ``polls_per_status`` retrieves: ``validating`` →
+``in_progress`` → ``finalizing`` → ``completed`` (output and error files set). The plan's
+``"batch"`` entry (changed alone with :meth:`FakeOpenAI.set_batch_plan`) scripts it:
+
+    "batch": {"polls_per_status": 1,
+              "hold": false,                     # true: a batch stays in_progress
+              "expire_after": 3,                 # the batch expires with only its first 3
+                                                 #   lines answered; the rest are batch_expired
+              "fail_validation": false,          # the batch fails validating (no output)
+              "max_requests": 50000,             # a larger input file is refused (HTTP 400)
+              "max_bytes": 209715200}
+
+:attr:`FakeOpenAI.batch_submissions` counts ``POST /v1/batches`` (what a provider bills),
+:attr:`FakeOpenAI.batch_log` holds each submission's ``{"batch_id", "input_file_id",
+"custom_ids", "endpoint", "bodies"}``; answering a batch adds nothing to :attr:`log`.
 """
 
 from __future__ import annotations
@@ -139,6 +162,7 @@ class FakeOpenAI:
         self.in_flight = 0
         self.max_in_flight = 0
         self._thread: threading.Thread | None = None
+        self._reset_batches()
 
     @property
     def api_base(self) -> str:
@@ -151,6 +175,19 @@ class FakeOpenAI:
             self.log = []
             self.attempts = {}
             self.max_in_flight = 0
+            self._reset_batches()
+
+    def set_batch_plan(self, batch: dict[str, Any]) -> None:
+        """Change the plan's ``"batch"`` entry alone (files, batches and counters kept)."""
+        with self._lock:
+            self.plan = {**self.plan, "batch": dict(batch)}
+
+    def _reset_batches(self) -> None:
+        self.files: dict[str, dict[str, Any]] = {}
+        self.batches: dict[str, dict[str, Any]] = {}
+        self.batch_polls: dict[str, int] = {}
+        self.batch_submissions = 0
+        self.batch_log: list[dict[str, Any]] = []
 
     def requests_for(self, needle: str) -> list[dict[str, Any]]:
         return [r for r in self.log if needle in r["last"]]
@@ -234,30 +271,8 @@ class FakeOpenAI:
                 status_code=status,
                 headers=headers,
             )
-        content: Any = rule.get("content", "")
-        reasoning = rule.get("reasoning_content")
-        if rule.get("think_prefix") is not None:
-            content = f"{rule['think_prefix']}\n</think>\n\n{content}"
-        if rule.get("empty"):
-            content = ""
-        if rule.get("null_with_reasoning"):
-            content, reasoning = None, "thinking..."
-        finish = rule.get("finish_reason", "stop")
-        usage = _usage(rule.get("usage"), last, content)
-        entry["usage"] = None if rule.get("no_usage") else usage
-        if chat:
-            message: dict[str, Any] = {"role": "assistant", "content": content}
-            if reasoning is not None:
-                message["reasoning_content"] = reasoning
-            choice = {"index": 0, "message": message, "finish_reason": finish}
-            obj = "chat.completion"
-        else:
-            choice = {"index": 0, "text": content, "finish_reason": finish, "logprobs": None}
-            obj = "text_completion"
-        answer = {"id": f"fake-{key}-{n}", "object": obj, "created": int(time.time()), "model": body.get("model", "fake"),
-                  "choices": [choice], "usage": usage}  # fmt: skip
-        if rule.get("no_usage"):
-            del answer["usage"]
+        answer = _completion(rule, body, chat, last, f"fake-{key}-{n}")
+        entry["usage"] = answer.get("usage")
         if status == "trickle":
             return _trickle(json.dumps(answer).encode(), int(rule.get("trickle_bytes", 16)), float(rule.get("trickle_delay_s", 0.05)))
         return JSONResponse(answer)
@@ -290,6 +305,8 @@ class FakeOpenAI:
         async def completions(request: Request) -> Response:
             return await self._answer(request, await request.json(), chat=False)
 
+        self._batch_routes(app)
+
         @app.post("/_plan")
         async def plan(request: Request) -> dict[str, str]:
             self.set_plan(await request.json())
@@ -304,6 +321,157 @@ class FakeOpenAI:
             return {"requests": len(self.log), "max_in_flight": self.max_in_flight}
 
         return app
+
+
+    # ---- files and batches --------------------------------------------------------------
+    def _batch_routes(self, app: FastAPI) -> None:
+        @app.post("/v1/files")
+        async def upload(request: Request) -> Response:
+            fields = _multipart(request.headers.get("content-type", ""), await request.body())
+            data, filename = fields.get("file", (b"", "upload.jsonl"))
+            purpose = fields.get("purpose", (b"batch", None))[0].decode()
+            with self._lock:
+                file_id = f"file-fake{len(self.files) + 1}"
+                self.files[file_id] = {"id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                                       "filename": filename or "upload.jsonl", "purpose": purpose, "status": "processed",
+                                       "_data": data}  # fmt: skip
+            return JSONResponse(_public(self.files[file_id]))
+
+        @app.get("/v1/files/{file_id}")
+        async def file_info(file_id: str) -> Response:
+            found = self.files.get(file_id)
+            return JSONResponse(_public(found)) if found else _not_found(f"no file {file_id}")
+
+        @app.get("/v1/files/{file_id}/content")
+        async def file_content(file_id: str) -> Response:
+            found = self.files.get(file_id)
+            return Response(found["_data"], media_type="application/octet-stream") if found else _not_found(f"no file {file_id}")
+
+        @app.post("/v1/batches")
+        async def create_batch(request: Request) -> Response:
+            body = await request.json()
+            return self._create_batch(body)
+
+        @app.get("/v1/batches/{batch_id}")
+        async def retrieve_batch(batch_id: str) -> Response:
+            return self._retrieve_batch(batch_id)
+
+        @app.post("/v1/batches/{batch_id}/cancel")
+        async def cancel_batch(batch_id: str) -> Response:
+            with self._lock:
+                batch = self.batches.get(batch_id)
+                if batch is None:
+                    return _not_found(f"no batch {batch_id}")
+                if batch["status"] in ("validating", "in_progress", "finalizing"):
+                    batch.update(status="cancelling", cancelling_at=int(time.time()))
+                return JSONResponse(_public(batch))
+
+        @app.get("/v1/batches")
+        async def list_batches(limit: int = 20, after: str | None = None) -> dict[str, Any]:
+            ids = list(self.batches)[::-1]  # newest first, as OpenAI lists them
+            if after in ids:
+                ids = ids[ids.index(after) + 1 :]
+            data = [_public(self.batches[i]) for i in ids[:limit]]
+            return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                    "last_id": data[-1]["id"] if data else None, "has_more": len(ids) > limit}  # fmt: skip
+
+    def _batch_plan(self) -> dict[str, Any]:
+        return {"polls_per_status": 1, **(self.plan.get("batch") or {})}
+
+    def _create_batch(self, body: dict[str, Any]) -> Response:
+        with self._lock:
+            file = self.files.get(str(body.get("input_file_id")))
+            if file is None:
+                return _not_found(f"no file {body.get('input_file_id')}")
+            lines = [json.loads(x) for x in file["_data"].decode("utf-8").splitlines() if x.strip()]
+            plan = self._batch_plan()
+            if len(lines) > int(plan.get("max_requests", 50_000)) or file["bytes"] > int(plan.get("max_bytes", 200 * 2**20)):
+                return JSONResponse({"error": {"message": "batch input file over the limits", "type": "invalid_request_error",
+                                               "code": 400}}, status_code=400)  # fmt: skip
+            self.batch_submissions += 1
+            batch_id = f"batch_fake{len(self.batches) + 1}"
+            now = int(time.time())
+            self.batches[batch_id] = {
+                "id": batch_id, "object": "batch", "endpoint": body.get("endpoint"), "errors": None,
+                "input_file_id": file["id"], "completion_window": body.get("completion_window", "24h"),
+                "status": "validating", "output_file_id": None, "error_file_id": None, "created_at": now,
+                "in_progress_at": None, "expires_at": now + 86400, "finalizing_at": None, "completed_at": None,
+                "failed_at": None, "expired_at": None, "cancelling_at": None, "cancelled_at": None,
+                "request_counts": {"total": len(lines), "completed": 0, "failed": 0}, "metadata": body.get("metadata"),
+                "_lines": lines,
+            }  # fmt: skip
+            self.batch_polls[batch_id] = 0
+            self.batch_log.append({"batch_id": batch_id, "input_file_id": file["id"], "endpoint": body.get("endpoint"),
+                                   "custom_ids": [x.get("custom_id") for x in lines],
+                                   "bodies": [x.get("body") for x in lines]})  # fmt: skip
+            return JSONResponse(_public(self.batches[batch_id]))
+
+    def _retrieve_batch(self, batch_id: str) -> Response:
+        with self._lock:
+            batch = self.batches.get(batch_id)
+            if batch is None:
+                return _not_found(f"no batch {batch_id}")
+            self.batch_polls[batch_id] += 1
+            plan = self._batch_plan()
+            if self.batch_polls[batch_id] % max(1, int(plan["polls_per_status"])) == 0:
+                self._advance(batch, plan)
+            return JSONResponse(_public(batch))
+
+    def _advance(self, batch: dict[str, Any], plan: dict[str, Any]) -> None:
+        """One step of a batch's life (called under the lock)."""
+        now, status, counts = int(time.time()), batch["status"], batch["request_counts"]
+        if status == "cancelling":
+            batch.update(status="cancelled", cancelled_at=now)
+        elif status == "validating" and plan.get("fail_validation"):
+            batch.update(status="failed", failed_at=now,
+                         errors={"object": "list", "data": [{"code": "invalid_request", "message": "scripted", "line": 1}]})
+        elif status == "validating":
+            batch.update(status="in_progress", in_progress_at=now)
+        elif status == "in_progress" and plan.get("expire_after") is not None:
+            self._finish(batch, int(plan["expire_after"]))
+            batch.update(status="expired", expired_at=now)
+        elif status == "in_progress" and not plan.get("hold"):
+            counts["completed"] = counts["total"]
+            batch.update(status="finalizing", finalizing_at=now)
+        elif status == "finalizing":
+            self._finish(batch, len(batch["_lines"]))
+            batch.update(status="completed", completed_at=now)
+        elif status == "in_progress":
+            counts["completed"] = counts["total"] // 2  # held: half done, as a provider would report
+
+    def _finish(self, batch: dict[str, Any], answered: int) -> None:
+        """Answer the first ``answered`` lines by the plan's rules; write the output and error files."""
+        out, err = [], []
+        for i, line in enumerate(batch["_lines"]):
+            body, custom_id = line.get("body") or {}, line.get("custom_id")
+            chat = "chat" in str(line.get("url", ""))
+            messages = body.get("messages") or []
+            last = str(messages[-1].get("content", "")) if chat and messages else str(body.get("prompt", ""))
+            request_id = f"req_{batch['id']}_{i}"
+            if i >= answered:
+                err.append({"id": f"batch_req_{i}", "custom_id": custom_id, "response": None,
+                            "error": {"code": "batch_expired",
+                                      "message": "This request could not be executed before the completion window expired."}})  # fmt: skip
+                continue
+            rule = self._rule_for(last)
+            status = rule.get("always_status")
+            if status is not None and status != 200 and status not in FAULTS:
+                err.append({"id": f"batch_req_{i}", "custom_id": custom_id, "error": None,
+                            "response": {"status_code": int(status), "request_id": request_id,
+                                         "body": {"error": {"message": f"scripted {status}", "type": "scripted"}}}})  # fmt: skip
+                continue
+            answer = _completion(rule, body, chat, last, f"fake-batch-{batch['id']}-{i}")
+            out.append({"id": f"batch_req_{i}", "custom_id": custom_id, "error": None,
+                        "response": {"status_code": 200, "request_id": request_id, "body": answer}})  # fmt: skip
+        batch["request_counts"].update(completed=len(out), failed=len([e for e in err if e["response"] is not None]))
+        for field, rows in (("output_file_id", out), ("error_file_id", err)):
+            if rows:
+                file_id = f"file-fake{len(self.files) + 1}"
+                data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+                self.files[file_id] = {"id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                                       "filename": f"{field}.jsonl", "purpose": "batch_output", "status": "processed",
+                                       "_data": data}  # fmt: skip
+                batch[field] = file_id
 
     # ---- lifecycle --------------------------------------------------------------------
     def start(self) -> "FakeOpenAI":
@@ -323,6 +491,58 @@ class FakeOpenAI:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+
+def _completion(rule: dict[str, Any], body: dict[str, Any], chat: bool, last: str, answer_id: str) -> dict[str, Any]:
+    """The successful answer a rule scripts (a chat or text completion object), as the live
+    endpoints and the batch output file both carry it."""
+    content: Any = rule.get("content", "")
+    reasoning = rule.get("reasoning_content")
+    if rule.get("think_prefix") is not None:
+        content = f"{rule['think_prefix']}\n</think>\n\n{content}"
+    if rule.get("empty"):
+        content = ""
+    if rule.get("null_with_reasoning"):
+        content, reasoning = None, "thinking..."
+    finish = rule.get("finish_reason", "stop")
+    if chat:
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
+        choice = {"index": 0, "message": message, "finish_reason": finish}
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": content, "finish_reason": finish, "logprobs": None}
+        obj = "text_completion"
+    answer = {"id": answer_id, "object": obj, "created": int(time.time()), "model": body.get("model", "fake"),
+              "choices": [choice], "usage": _usage(rule.get("usage"), last, content)}  # fmt: skip
+    if rule.get("no_usage"):
+        del answer["usage"]
+    return answer
+
+
+def _public(obj: dict[str, Any]) -> dict[str, Any]:
+    """A file or batch object as the API shows it (the server's own ``_`` fields left out)."""
+    return {k: v for k, v in obj.items() if not k.startswith("_")}
+
+
+def _not_found(message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": 404}}, status_code=404)
+
+
+def _multipart(content_type: str, data: bytes) -> dict[str, tuple[bytes, str | None]]:
+    """``{field: (bytes, filename)}`` of a ``multipart/form-data`` body (the standard
+    library's MIME parser: the fake server needs no python-multipart)."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    message = BytesParser(policy=HTTP).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + data)
+    fields: dict[str, tuple[bytes, str | None]] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if name:
+            fields[str(name)] = (part.get_payload(decode=True) or b"", part.get_filename())
+    return fields
 
 
 def _usage(scripted: dict[str, Any] | None, last: str, content: str | None) -> dict[str, Any]:

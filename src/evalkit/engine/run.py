@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from evalkit import secrets
 from evalkit.config import EvalConfig
+from evalkit.engine.batch import DETACHED_EXIT_CODE, batch_prices, check_batchable, refuse_live_resume, run_batch
 from evalkit.engine.budget import Budget
 from evalkit.engine.calls import Unit, all_cached, open_cache
 from evalkit.engine.executor import Executor, LocalExecutor, RayExecutor
@@ -53,14 +54,14 @@ status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main
 @dataclass
 class RunResult:
     """What a finished run left: its directory, its summary, and the process exit code
-    (0 complete, 1 incomplete)."""
+    (0 complete, 1 incomplete, 3 batches submitted and left running: ``run.batch_detach``)."""
 
     run_dir: Path
     summary: dict[str, Any]
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.summary["status"] == "complete" else 1
+        return {"complete": 0, "batch_submitted": DETACHED_EXIT_CODE}.get(self.summary["status"], 1)
 
 
 def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Phases | None = None) -> RunResult:
@@ -77,9 +78,15 @@ def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Ph
     with ExitStack() as stack:
         plan, early = start(cfg, stack, phases)
         run_dir, resumed = choose_run_dir(cfg)
+        if resumed and not cfg.run.batch:
+            refuse_live_resume(run_dir)  # a batch still running would answer what a live run buys again
         observer.run_started(RunInfo(cfg, run_dir, resumed))
         state = stack.enter_context(open_run(cfg, run_dir, resumed))
         engine = execute(plan, state, observer, phases, early)
+        if engine is not None and engine.get("batch", {}).get("detached"):  # no summary: the run goes on at the provider
+            batches = [e["batch_id"] for e in engine["batch"]["batches"] if not e["collected"]]
+            return RunResult(run_dir, {"status": "batch_submitted", "benchmark": cfg.benchmark.name,
+                                       "model": cfg.model.name, "batch_ids": batches})  # fmt: skip
         summary = finalize(plan, state, engine, observer, phases)
     return RunResult(run_dir, summary)
 
@@ -103,6 +110,7 @@ def start(cfg: EvalConfig, stack: ExitStack, phases: Phases) -> tuple[RunPlan, R
         cache_dir = _cache_dir(cfg)
         if cache_dir is not None and cache_dir.exists():
             open_cache(cache_dir).close()  # a corrupt cache: one line before anything runs
+    if cfg.model.kind == "litellm" and not cfg.run.batch:  # a batch run waits in this process: no Ray
         with phases.timed("ray_start_s"):
             started = ensure_ray(cfg.runner.address, cfg.runner.num_cpus)
         shared = session.current()
@@ -113,6 +121,9 @@ def start(cfg: EvalConfig, stack: ExitStack, phases: Phases) -> tuple[RunPlan, R
         early = _early_workers(cfg, stack)
     with phases.timed("data_load_s"):
         plan = prepare(cfg, priced=early is None)
+    if cfg.run.batch:
+        check_batchable(plan)
+        plan.prices = batch_prices(cfg)
     if early is not None:
         early.register(plan.bench.solver(), cfg.sent_params(), cfg.user_sent_params())
         # litellm's prices asked of a worker, which imports litellm anyway: the driver need not
@@ -148,6 +159,8 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
         return None
     plan.warn_unpriced()
     cfg = plan.cfg
+    if cfg.run.batch:
+        return _execute_batch(plan, state, observer, phases, pending)
     with ExitStack() as stack:
         scorer = stack.enter_context(Scorer(plan.bench))
         executor = early or _open_executor(plan, state, stack, pending)
@@ -167,6 +180,18 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
     engine["units"] = len(pending)
     if isinstance(executor, RayExecutor):
         engine.update(worker_pids=executor.pids, reused_workers=executor.reused)
+    return engine
+
+
+def _execute_batch(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, pending: list[Unit]) -> dict[str, Any]:
+    """``run.batch``: the pending units through the provider's batch API
+    (:func:`~evalkit.engine.batch.run_batch`), journaled by the same :class:`Journaler`."""
+    with ExitStack() as stack:
+        scorer = stack.enter_context(Scorer(plan.bench))
+        journaler = stack.enter_context(Journaler(plan, state, observer, scorer, len(pending)))
+        engine = run_batch(plan, state, pending, journaler.on_result, phases, _cache_dir(plan.cfg))
+        phases.add("scoring_s", journaler.scoring_s)
+    phases.add("requests_s", engine["requests_wall_s"])
     return engine
 
 

@@ -1,0 +1,656 @@
+"""``run.batch=true``: the run's requests sent through the provider's batch API (about half
+the price, answered within 24 hours), never paid twice, recorded as live answers are.
+
+The execute stage of a batch run (:func:`run_batch`), instead of the Ray workers:
+
+1. **What is pending.** The journal's pending units (single-turn only: a run whose
+   selection holds agent rollouts is refused in one line, :func:`check_batchable`) are
+   split by request hash (the live request's hash: same model id, parameters, prompt and
+   epoch) into those the response cache answers (journaled at once, cost 0, never put in a
+   batch), those a recorded batch still owes (polled, never sent again), those a collected
+   batch answered (journaled) and the rest, which go into new batches (one line per
+   distinct request hash; split by ``run.batch_max_requests`` lines and
+   ``run.batch_max_bytes`` bytes per input file, the provider's limits).
+2. **Budget.** With ``run.max_cost_usd`` / ``run.max_total_tokens``, the new batches are
+   reserved whole before anything is sent: their prompt tokens (litellm's
+   ``token_counter``) plus ``generation.max_tokens`` per request, at batch prices, plus
+   the spend journaled and the reservations of batches still running. Over a limit: one
+   line, nothing sent (:class:`~evalkit.errors.ConfigError`, exit 2).
+3. **Record before sending.** ``batch/batches.json`` in the run directory records each
+   batch's input digest (SHA-256 of the input file) and request hashes before the upload,
+   then the provider's file id, then its batch id (each written atomically). A driver
+   killed at any point resumes from there: a recorded file is not uploaded again, a file
+   with no recorded batch is first looked up among the provider's batches
+   (:meth:`~evalkit.models.litellm_batch.BatchClient.find`) and created only if none was
+   made of it, a recorded batch is polled.
+4. **The wait.** A light poll loop in the driver (no Ray, no model server): every
+   recorded batch not yet collected is retrieved after ``run.batch_poll_s`` seconds, the
+   interval growing ×1.5 up to ``run.batch_poll_max_s``; each change of a batch's status
+   or counts is one console line. ``run.batch_detach=true`` returns after submitting (exit
+   code 3). Ctrl-C leaves the batches running (asked whether to cancel them when the
+   console is a terminal) and names the ``run.resume=<dir>`` that collects them;
+   ``run.batch_cancel=true`` (with ``run.resume``) cancels them.
+5. **Collect.** A batch that ended (completed, expired, failed or cancelled) has its output
+   and error files kept in ``batch/<batch id>.output.jsonl`` / ``.errors.jsonl``. Each of
+   its units is then solved by the benchmark's own solver through the response cache
+   (:func:`~evalkit.engine.calls.solve_unit`), its model answering from those files, and
+   journaled, scored and traced by the run's journaler exactly as a live answer. A request
+   with no answer is a failure of kind ``batch_expired`` / ``batch_failed`` /
+   ``batch_cancelled`` in ``failed.jsonl``, never scored; a resume sends only those again,
+   in a new batch.
+
+Costs are at batch prices (:func:`evalkit.providers.batch_price`); ``summary.json`` →
+``engine.batch`` says the run was batched, with each batch's ids, counts and timings, and
+``engine.phases.batch_wait_s`` how long the driver waited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from evalkit.config import EvalConfig
+from evalkit.engine.budget import journal_spend
+from evalkit.engine.calls import Unit, _cache_get, open_cache, solve_unit
+from evalkit.engine.phases import Phases
+from evalkit.engine.plan import RunPlan
+from evalkit.engine.rundir import RunState
+from evalkit.errors import ConfigError, EvalkitError, RunDirError
+from evalkit.models.base import ModelCallError
+from evalkit.models.litellm_batch import BATCH_CANCELLED, BATCH_EXPIRED, BATCH_FAILED, BatchClient, batch_refusal, parse_result
+from evalkit.providers import Price, batch_price, estimate_prompt_tokens
+from evalkit.types import Completion, Failure, Trajectory, sha256_hex
+
+log = logging.getLogger("evalkit")
+status = logging.getLogger("evalkit.status")
+
+#: the run directory's batch records
+BATCH_DIR = "batch"
+LEDGER = "batches.json"
+#: a batch's statuses after which the provider does no more work on it
+TERMINAL = ("completed", "expired", "failed", "cancelled")
+#: the exit code of a run that submitted its batches and returned (``run.batch_detach``)
+DETACHED_EXIT_CODE = 3
+#: consecutive failed polls of one batch before the run stops (it stays at the provider)
+MAX_POLL_ERRORS = 8
+_KIND_OF_STATUS = {"expired": BATCH_EXPIRED, "cancelled": BATCH_CANCELLED, "failed": BATCH_FAILED}
+
+
+class BatchError(EvalkitError):
+    """The provider's batch API failed in a way retrying did not mend (one line, exit 1);
+    whatever was submitted is recorded in ``batch/batches.json`` and a resume polls it."""
+
+    exit_code = 1
+
+
+# ------------------------------------------------------------------------------------------
+# before anything is written: what can be batched
+# ------------------------------------------------------------------------------------------
+def check_batchable(plan: RunPlan) -> None:
+    """Refuse ``run.batch`` in one line when the run cannot be batched: an offline model or
+    evalkit's own server (no provider), a provider litellm cannot batch
+    (:func:`~evalkit.models.litellm_batch.batch_refusal`), or agent rollouts in the
+    selection (a rollout's later turns depend on its earlier answers).
+
+    Raises:
+        ConfigError: the reason, before anything is sent or written.
+    """
+    cfg = plan.cfg
+    if cfg.model.kind != "litellm" or cfg.backend.kind != "api":
+        raise ConfigError(f"run.batch: model={cfg.model.name} is not a provider's API (model.kind={cfg.model.kind}, "
+                          f"backend={cfg.backend.kind}); batches go to a provider; run without run.batch")  # fmt: skip
+    why = batch_refusal(str(cfg.model.provider_model))
+    if why:
+        raise ConfigError(why)
+    rollouts = sorted({u.sample.subset for u in plan.units if u.rollout})
+    if rollouts:
+        n = sum(1 for u in plan.units if u.rollout)
+        raise ConfigError(f"run.batch: {n} selected samples are multi-turn agent rollouts (subsets {rollouts}), which a "
+                          "batch cannot carry (each turn depends on the last answer); deselect those subsets "
+                          "(benchmark.subsets=...) or run them without run.batch")  # fmt: skip
+
+
+def client_of(cfg: EvalConfig) -> BatchClient:
+    """The batch endpoint of the run's model (its ``backend.api_base`` and key)."""
+    return BatchClient(str(cfg.model.provider_model), cfg.model.api, getattr(cfg.backend, "api_base", None), cfg.api_key(),
+                       cfg.request_timeout_s())  # fmt: skip
+
+
+def batch_prices(cfg: EvalConfig) -> dict[str, Price | None]:
+    """The run's prices at batch rates (``model.pricing.batch_*`` or litellm's
+    ``*_cost_per_token_batches``); ``None`` (costs null, never 0) when neither is known."""
+    return {"agent": batch_price(cfg.model, cfg.backend.kind)}
+
+
+def dry_run_section(plan: RunPlan, prompt_tokens: int, requests: int) -> str:
+    """The dry run's batched estimate (``run.batch=true``), to print beside the live one:
+    the ``prompt_tokens`` of the ``requests`` to send at the batch price, and the bound if
+    every answer used ``generation.max_tokens``.
+
+    Raises:
+        ConfigError: the run cannot be batched (:func:`check_batchable`).
+    """
+    check_batchable(plan)
+    price = batch_price(plan.cfg.model, plan.cfg.backend.kind)
+    if price is None:
+        return "batched: cost unknown (no batch price: set model.pricing.batch_input_per_mtok / batch_output_per_mtok)"
+    low = price.cost({"prompt_tokens": prompt_tokens, "completion_tokens": 0}) or 0.0
+    text = f"batched ({price.describe()}): estimated cost ≥ ${low:.4f}"
+    max_tokens = plan.cfg.generation.max_tokens
+    if max_tokens:
+        high = price.cost({"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens * requests}) or 0.0
+        text += f", ≤ ${high:.4f} if every answer used max_tokens={max_tokens}"
+    return text
+
+
+def refuse_live_resume(run_dir: Path) -> None:
+    """A run resumed without ``run.batch`` must not buy again what a batch still running at
+    the provider will answer.
+
+    Raises:
+        RunDirError: ``run_dir`` records batches not yet collected.
+    """
+    running = [e["batch_id"] or e["input_sha256"][:12] for e in Ledger(run_dir).entries if not e.get("collected")]
+    if running:
+        raise RunDirError(f"run.resume: {run_dir} has batches not yet collected ({', '.join(map(str, running))}); "
+                          "resume with run.batch=true to collect them (or run.batch=true run.batch_cancel=true to cancel "
+                          "them), then resume live")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------
+# the record: batch/batches.json
+# ------------------------------------------------------------------------------------------
+_ENTRY_FIELDS = {
+    "input_sha256": str, "request_hashes": list, "n_requests": int, "bytes": int, "file_id": (str, type(None)),
+    "batch_id": (str, type(None)), "status": str, "collected": bool,
+}  # fmt: skip
+
+
+class Ledger:
+    """``batch/batches.json``: ``{"batches": [entry, ...]}``, one entry per input file:
+    ``input_sha256``, ``request_hashes`` (the input's lines, in order), ``n_requests``,
+    ``bytes``, ``reserved_usd`` / ``reserved_tokens`` (the budget it holds), ``file_id`` and
+    ``batch_id`` (``None`` until the provider gave them), ``status`` (``prepared``,
+    ``uploaded``, then the provider's), ``counts`` (the provider's request counts),
+    ``prepared_at`` / ``submitted_at`` / ``ended_at`` (ISO 8601 UTC), ``provider_times``
+    (the provider's Unix timestamps), ``errors`` (a failed batch's reason) and ``collected``
+    (its output and error files are kept and its units journaled).
+
+    Raises:
+        RunDirError: the file exists but is not such a record (one line).
+    """
+
+    def __init__(self, run_dir: Path):
+        self.dir = Path(run_dir) / BATCH_DIR
+        self.path = self.dir / LEDGER
+        self.entries: list[dict[str, Any]] = []
+        if self.path.is_symlink():
+            raise RunDirError(f"run.resume: {self.path} is a symbolic link; evalkit reads only the run's own files")
+        if self.path.exists():
+            self.entries = self._read()
+
+    def _read(self) -> list[dict[str, Any]]:
+        try:
+            obj = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RunDirError(f"run.resume: {self.path} cannot be read ({type(exc).__name__})") from None
+        entries = obj.get("batches") if isinstance(obj, dict) else None
+        if not isinstance(entries, list) or not all(_entry_ok(e) for e in entries):
+            raise RunDirError(f"run.resume: {self.path} is not an evalkit batch record")
+        return entries
+
+    def save(self) -> None:
+        """Write the record atomically (a temporary file renamed over it)."""
+        self.dir.mkdir(exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"batches": self.entries}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def owed(self) -> set[str]:
+        """Request hashes that batches not yet collected will answer."""
+        return {h for e in self.entries if not e["collected"] for h in e["request_hashes"]}
+
+    def reserved(self) -> tuple[float, int]:
+        """``(USD, tokens)`` the batches not yet collected hold of the budget."""
+        live = [e for e in self.entries if not e["collected"]]
+        return (sum(float(e.get("reserved_usd") or 0.0) for e in live), sum(int(e.get("reserved_tokens") or 0) for e in live))
+
+
+def _entry_ok(entry: Any) -> bool:
+    if not isinstance(entry, dict):
+        return False
+    for key, kind in _ENTRY_FIELDS.items():
+        if not isinstance(entry.get(key), kind) or isinstance(entry.get(key), bool) and kind is int:
+            return False
+    return all(isinstance(h, str) and len(h) == 64 for h in entry["request_hashes"])
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+# ------------------------------------------------------------------------------------------
+# input files: split by the provider's limits
+# ------------------------------------------------------------------------------------------
+def split_lines(lines: list[tuple[str, bytes]], max_requests: int, max_bytes: int) -> list[list[tuple[str, bytes]]]:
+    """``(request hash, line)`` pairs cut into input files of at most ``max_requests`` lines
+    and ``max_bytes`` bytes each, in order.
+
+    Raises:
+        ConfigError: one line alone is over ``max_bytes``.
+    """
+    chunks: list[list[tuple[str, bytes]]] = []
+    size = 0
+    for h, line in lines:
+        if len(line) > max_bytes:
+            raise ConfigError(f"run.batch_max_bytes: request {h[:12]} alone is {len(line)} bytes, over run.batch_max_bytes={max_bytes}")
+        if not chunks or len(chunks[-1]) >= max_requests or size + len(line) > max_bytes:
+            chunks.append([])
+            size = 0
+        chunks[-1].append((h, line))
+        size += len(line)
+    return chunks
+
+
+# ------------------------------------------------------------------------------------------
+# budget: the whole batch reserved before it is sent
+# ------------------------------------------------------------------------------------------
+def reserve(cfg: EvalConfig, units: list[Unit], price: Price | None, run_dir: Path, held: tuple[float, int]) -> tuple[float | None, int | None]:
+    """``(USD, tokens)`` the new batch of ``units`` reserves: estimated prompt tokens plus
+    ``generation.max_tokens`` per request, at the batch ``price``; ``(None, None)`` without a
+    budget. ``held``: what batches still running hold already.
+
+    Raises:
+        ConfigError: the reservation, what the journal spent and ``held`` together pass
+            ``run.max_cost_usd`` or ``run.max_total_tokens``, or cannot be bounded (no
+            ``generation.max_tokens``, no batch price, an unknown spend) — nothing is sent.
+    """
+    run = cfg.run
+    if run.max_cost_usd is None and run.max_total_tokens is None:
+        return None, None
+    max_tokens = cfg.generation.max_tokens
+    if not max_tokens:
+        raise ConfigError("run.batch: a budget (run.max_cost_usd / run.max_total_tokens) needs generation.max_tokens to "
+                          "reserve a whole batch before it is sent; set it")  # fmt: skip
+    prompt = sum(estimate_prompt_tokens(str(cfg.model.provider_model), u.request.messages, u.request.prompt) for u in units)
+    tokens = prompt + max_tokens * len(units)
+    cost = price.cost({"prompt_tokens": prompt, "completion_tokens": max_tokens * len(units)}) if price is not None else None
+    spent_usd, spent_tokens = journal_spend(run_dir)
+    fix = "raise it or select fewer samples (run.limit); nothing was sent"
+    if run.max_cost_usd is not None:
+        if cost is None or spent_usd is None:
+            raise ConfigError("run.max_cost_usd: the batch cannot be priced (no batch price, or an earlier spend unknown); "
+                              "set model.pricing.batch_input_per_mtok / batch_output_per_mtok; nothing was sent")  # fmt: skip
+        total = spent_usd + held[0] + cost
+        if total > run.max_cost_usd:
+            raise ConfigError(f"run.max_cost_usd: a batch of {len(units)} requests may cost up to ${cost:.6g} at batch prices "
+                              f"(prompts + max_tokens={max_tokens} each); with ${spent_usd + held[0]:.6g} spent or held that "
+                              f"is over run.max_cost_usd={run.max_cost_usd:g}; {fix}")  # fmt: skip
+    if run.max_total_tokens is not None:
+        if spent_tokens is None or spent_tokens + held[1] + tokens > run.max_total_tokens:
+            raise ConfigError(f"run.max_total_tokens: a batch of {len(units)} requests may use up to {tokens} tokens "
+                              f"(prompts + max_tokens={max_tokens} each); with {spent_tokens} spent and {held[1]} held "
+                              f"that is over run.max_total_tokens={run.max_total_tokens}; {fix}")  # fmt: skip
+    return cost, tokens
+
+
+# ------------------------------------------------------------------------------------------
+# answers: the model a unit's solver asks once its batch is collected
+# ------------------------------------------------------------------------------------------
+class _Answers:
+    """A model answering from collected batch files (``answers``: request hash →
+    completion or failure). A request it holds no answer for is a failure of kind
+    ``batch_failed`` (the engine only asks for collected requests). The first answer to
+    a request hash is the one paid for; a second unit asking the same request (two
+    samples with one prompt) gets it as a cache hit, as the live path would."""
+
+    def __init__(self, model_id: str, answers: dict[str, Completion | Failure]):
+        self.model_id = model_id
+        self.answers = answers
+        self.served: set[str] = set()
+
+    async def generate(self, request: Any) -> Completion:
+        key = request.request_hash(self.model_id)
+        answer = self.answers.get(key)
+        if answer is None:
+            raise ModelCallError(Failure(BATCH_FAILED, "no answer in the batch's output or error file"))
+        if isinstance(answer, Failure):
+            raise ModelCallError(dataclasses.replace(answer))
+        completion = dataclasses.replace(answer, attempts=1, cached=key in self.served)
+        self.served.add(key)
+        return completion
+
+    def pair(self, sample: Any) -> tuple["_Answers", None]:
+        return self, None
+
+
+# ------------------------------------------------------------------------------------------
+# the driver
+# ------------------------------------------------------------------------------------------
+OnResult = Callable[[Unit, Trajectory], Awaitable[None]]
+
+
+def run_batch(plan: RunPlan, state: RunState, pending: list[Unit], on_result: OnResult, phases: Phases,
+              cache_dir: Path | None) -> dict[str, Any]:  # fmt: skip
+    """Solve ``pending`` through the provider's batch API (see the module docstring);
+    ``on_result`` journals each unit. Returns the engine figures: ``batch`` (``batched``,
+    ``detached``, ``cache_hits``, ``requests_batched`` this attempt, ``wait_s`` and every
+    recorded ``batches`` entry without its request hashes), ``units`` and
+    ``requests_wall_s``.
+
+    Raises:
+        ConfigError: a batch over the budget (nothing sent).
+        BatchError: the provider's batch API keeps failing.
+        KeyboardInterrupt: Ctrl-C; the batches stay at the provider (their ids recorded).
+    """
+    driver = _Driver(plan, state, pending, on_result, cache_dir)
+    started = time.perf_counter()
+    try:
+        asyncio.run(driver.run())
+    except KeyboardInterrupt:
+        driver.interrupted()
+        raise
+    finally:
+        driver.close()
+    phases.add("batch_wait_s", driver.wait_s)
+    if driver.first_send is not None:
+        phases.since_start("to_first_request_s", driver.first_send)
+    public = [{k: v for k, v in e.items() if k != "request_hashes"} for e in driver.ledger.entries]
+    figures = {"batched": True, "detached": driver.detached, "cache_hits": driver.cache_hits,
+               "requests_batched": driver.sent, "wait_s": round(driver.wait_s, 3), "batches": public}  # fmt: skip
+    return {"batch": figures, "units": len(pending), "requests_wall_s": round(time.perf_counter() - started, 3)}
+
+
+class _Driver:
+    def __init__(self, plan: RunPlan, state: RunState, pending: list[Unit], on_result: OnResult, cache_dir: Path | None):
+        self.plan, self.state, self.pending, self.on_result = plan, state, pending, on_result
+        self.cfg = plan.cfg
+        self.client = client_of(self.cfg)
+        self.model_id = plan.models.model_id
+        self.ledger = Ledger(state.run_dir)
+        self.cache = open_cache(cache_dir)
+        self.answers: dict[str, Completion | Failure] = {}
+        self.model = _Answers(self.model_id, self.answers)
+        self.solver = plan.bench.solver()
+        self.hash_of = {id(u): u.request.request_hash(self.model_id) for u in pending}
+        self.wait_s = 0.0
+        self.first_send: float | None = None
+        self.detached = False
+        self.cache_hits = self.sent = 0
+        self.journaled: set[int] = set()
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+
+    # ---- the run --------------------------------------------------------------------
+    async def run(self) -> None:
+        for entry in self.ledger.entries:
+            if entry["collected"]:
+                self._load_collected(entry)
+        if self.cfg.run.batch_cancel:
+            await self._cancel_all()
+        owed = self.ledger.owed()
+        new: list[Unit] = []
+        for unit in self.pending:
+            h = self.hash_of[id(unit)]
+            if self.cache is not None and _cache_get(self.cache, h) is not None:
+                self.cache_hits += 1
+                await self._journal(unit)
+            elif h in self.answers and isinstance(self.answers[h], Completion):
+                await self._journal(unit)  # collected before the driver stopped, not yet journaled
+            elif h not in owed:
+                new.append(unit)
+        if new and not self.cfg.run.batch_cancel:
+            self._prepare(new)
+        elif new:
+            for unit in new:  # a cancelled run sends nothing new
+                await self._journal_failure(unit, Failure(BATCH_CANCELLED, "not sent: run.batch_cancel=true", attempts=0))
+        for entry in self.ledger.entries:  # this attempt's, and any an earlier one recorded but did not create
+            if not entry["collected"] and entry["batch_id"] is None:
+                await self._send(entry)
+        if self.cfg.run.batch_detach:
+            self.detached = any(not e["collected"] for e in self.ledger.entries)
+            if self.detached:
+                return
+        await self._wait()
+
+    async def _journal(self, unit: Unit) -> None:
+        if id(unit) in self.journaled:
+            return
+        self.journaled.add(id(unit))
+        params = self.cfg.sent_params()
+        trajectory = await solve_unit(self.solver, unit, self.model, self.cache, params, {})
+        await self.on_result(unit, trajectory)
+
+    async def _journal_failure(self, unit: Unit, failure: Failure) -> None:
+        self.journaled.add(id(unit))
+        await self.on_result(unit, Trajectory(failure=failure))
+
+    # ---- submit ---------------------------------------------------------------------
+    def _prepare(self, units: list[Unit]) -> None:
+        """Record the new batches' inputs (digests, request hashes, reservations): the
+        budget is checked for all of them before any is sent."""
+        distinct: dict[str, Unit] = {}
+        for unit in units:
+            distinct.setdefault(self.hash_of[id(unit)], unit)
+        lines = [(h, self.client.line(h, u.request)) for h, u in distinct.items()]
+        run = self.cfg.run
+        chunks = split_lines(lines, run.batch_max_requests, run.batch_max_bytes)
+        price = self.plan.prices.get("agent")
+        by_hash = distinct
+        reservations = []
+        held = self.ledger.reserved()
+        for chunk in chunks:
+            cost, tokens = reserve(self.cfg, [by_hash[h] for h, _ in chunk], price, self.state.run_dir, held)
+            held = (held[0] + (cost or 0.0), held[1] + (tokens or 0))
+            reservations.append((cost, tokens))
+        for chunk, (cost, tokens) in zip(chunks, reservations):
+            data = b"".join(line for _, line in chunk)
+            self.ledger.entries.append({
+                "input_sha256": sha256_hex(data), "request_hashes": [h for h, _ in chunk], "n_requests": len(chunk),
+                "bytes": len(data), "reserved_usd": cost, "reserved_tokens": tokens, "file_id": None, "batch_id": None,
+                "status": "prepared", "counts": None, "prepared_at": _now(), "submitted_at": None, "ended_at": None,
+                "provider_times": {}, "errors": None, "collected": False,
+            })  # fmt: skip
+        self.ledger.save()  # every digest recorded before anything is sent
+
+    async def _send(self, entry: dict[str, Any]) -> None:
+        """Upload (unless recorded) and create (unless the provider made one of the file)."""
+        if self.first_send is None:
+            self.first_send = time.perf_counter()
+        if entry["file_id"] is None:
+            data = self._input_of(entry)
+            if sha256_hex(data) != entry["input_sha256"]:
+                raise RunDirError(f"run.resume: the batch input {entry['input_sha256'][:12]} recorded in "
+                                  f"{self.ledger.path} is not what this run builds; start a new run")  # fmt: skip
+            entry["file_id"] = await self._call("upload", self.client.upload(data, f"evalkit-{entry['input_sha256'][:16]}.jsonl"))
+            entry["status"] = "uploaded"
+            self.ledger.save()
+        else:
+            found = await self._call("list", self.client.find(entry["file_id"]))
+            if found is not None:
+                self._record(entry, found)
+                self.ledger.save()
+                log.info("batch %s of file %s found at the provider: not created again", found.get("id"), entry["file_id"])
+                return
+        meta = {"evalkit_input_sha256": entry["input_sha256"][:64], "evalkit_run": self.state.run_dir.name[:500]}
+        made = await self._call("create", self.client.create(entry["file_id"], meta))
+        entry["submitted_at"] = _now()
+        self.sent += entry["n_requests"]
+        self._record(entry, made)
+        self.ledger.save()
+        status.info("batch %s submitted: %d requests (input sha256 %s, file %s)", made.get("id"), entry["n_requests"],
+                    entry["input_sha256"][:12], entry["file_id"])  # fmt: skip
+
+    def _input_of(self, entry: dict[str, Any]) -> bytes:
+        by_hash = {self.hash_of[id(u)]: u for u in self.pending}
+        missing = [h for h in entry["request_hashes"] if h not in by_hash]
+        if missing:
+            raise RunDirError(f"run.resume: batch input {entry['input_sha256'][:12]} holds requests this run does not "
+                              f"select ({len(missing)}); resume with the same selection")  # fmt: skip
+        return b"".join(self.client.line(h, by_hash[h].request) for h in entry["request_hashes"])
+
+    async def _call(self, what: str, call: Awaitable[Any]) -> Any:
+        try:
+            return await call
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one line; the record says what was sent
+            from evalkit.errors import first_line
+
+            raise BatchError(f"run.batch: the provider's batch API failed ({what}: {type(exc).__name__}: "
+                             f"{first_line(exc, 200)}); what was submitted is recorded in {self.ledger.path}; "
+                             f"resume with run.resume={self.state.run_dir}") from None  # fmt: skip
+
+    def _record(self, entry: dict[str, Any], batch: dict[str, Any]) -> bool:
+        """Copy the provider's view of a batch into its entry; True when it changed."""
+        counts = batch.get("request_counts")
+        counts = dict(counts) if isinstance(counts, dict) else _as_plain(counts)
+        before = (entry.get("status"), entry.get("counts"))
+        entry["batch_id"] = str(batch.get("id"))
+        entry["status"] = str(batch.get("status"))
+        entry["counts"] = counts
+        for key in ("output_file_id", "error_file_id"):
+            if batch.get(key):
+                entry[key] = str(batch[key])
+        entry["provider_times"] = {k: batch[k] for k in ("created_at", "in_progress_at", "finalizing_at", "completed_at",
+                                                         "expired_at", "failed_at", "cancelled_at") if batch.get(k)}  # fmt: skip
+        if batch.get("errors"):
+            entry["errors"] = json.loads(json.dumps(_as_plain(batch["errors"]), default=str))
+        return before != (entry["status"], entry["counts"])
+
+    # ---- wait and collect -----------------------------------------------------------
+    async def _wait(self) -> None:
+        run = self.cfg.run
+        delay = run.batch_poll_s
+        errors: dict[str, int] = {}
+        started = time.perf_counter()
+        try:
+            while True:
+                open_entries = [e for e in self.ledger.entries if not e["collected"]]
+                if not open_entries:
+                    return
+                for entry in open_entries:
+                    if entry["status"] in TERMINAL:
+                        await self._collect(entry)
+                if all(e["collected"] for e in self.ledger.entries):
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 1.5, run.batch_poll_max_s)
+                for entry in [e for e in self.ledger.entries if not e["collected"]]:
+                    try:
+                        got = await self.client.retrieve(entry["batch_id"])
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - a poll that failed is tried again, up to a bound
+                        n = errors[entry["batch_id"]] = errors.get(entry["batch_id"], 0) + 1
+                        log.warning("batch %s: poll failed (%s: %s), %d of %d", entry["batch_id"], type(exc).__name__,
+                                    str(exc)[:200], n, MAX_POLL_ERRORS)  # fmt: skip
+                        if n >= MAX_POLL_ERRORS:
+                            await self._call("retrieve", self.client.retrieve(entry["batch_id"]))
+                        continue
+                    errors.pop(entry["batch_id"], None)
+                    if self._record(entry, got):
+                        self.ledger.save()
+                        self._show(entry)
+        finally:
+            self.wait_s += time.perf_counter() - started
+
+    def _show(self, entry: dict[str, Any]) -> None:
+        c = entry.get("counts") or {}
+        status.info("batch %s: %s, %s/%s done, %s failed", entry["batch_id"], entry["status"], c.get("completed", "?"),
+                    c.get("total", entry["n_requests"]), c.get("failed", 0))  # fmt: skip
+
+    async def _collect(self, entry: dict[str, Any]) -> None:
+        """Keep an ended batch's files, then journal its units."""
+        bdir = self.ledger.dir
+        for key, suffix in (("output_file_id", "output"), ("error_file_id", "errors")):
+            file_id = entry.get(key)
+            if file_id:
+                data = await self._call("content", self.client.content(str(file_id)))
+                (bdir / f"{_safe(entry['batch_id'])}.{suffix}.jsonl").write_bytes(data)
+        entry["collected"] = True
+        entry["ended_at"] = _now()
+        self._load_collected(entry)
+        self.ledger.save()
+        self._show(entry)
+        owned = set(entry["request_hashes"])
+        for unit in self.pending:
+            if self.hash_of[id(unit)] in owned:
+                await self._journal(unit)
+
+    def _load_collected(self, entry: dict[str, Any]) -> None:
+        """The answers a collected batch's kept files hold; a request of it without any
+        line is a failure named by the batch's end (expired, cancelled, failed)."""
+        chat = self.client.endpoint.endswith("chat/completions")
+        bdir = self.ledger.dir
+        owned, seen = set(entry["request_hashes"]), set()
+        for suffix in ("output", "errors"):
+            path = bdir / f"{_safe(entry['batch_id'])}.{suffix}.jsonl"
+            if path.is_file() and not path.is_symlink():
+                for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                    try:
+                        row = json.loads(text)
+                    except json.JSONDecodeError:
+                        continue
+                    if isinstance(row, dict):
+                        custom_id, answer = parse_result(row, chat)
+                        if custom_id in owned and not isinstance(self.answers.get(custom_id), Completion):
+                            self.answers[custom_id] = answer
+                            seen.add(custom_id)
+        kind = _KIND_OF_STATUS.get(entry["status"], BATCH_FAILED)
+        why = f"batch {entry['batch_id']} ended {entry['status']} without answering it"
+        if entry.get("errors"):
+            why += f" ({json.dumps(entry['errors'], ensure_ascii=False)[:300]})"
+        for h in owned - seen:
+            if not isinstance(self.answers.get(h), Completion):
+                self.answers[h] = Failure(kind, why, attempts=0)
+
+    # ---- cancel and Ctrl-C ----------------------------------------------------------
+    async def _cancel_all(self) -> None:
+        for entry in self.ledger.entries:
+            if not entry["collected"] and entry["batch_id"] and entry["status"] not in TERMINAL:
+                self._record(entry, await self._call("cancel", self.client.cancel(entry["batch_id"])))
+                status.info("batch %s: cancel requested (%s)", entry["batch_id"], entry["status"])
+            elif not entry["collected"] and not entry["batch_id"]:
+                entry.update(collected=True, status="cancelled", ended_at=_now())  # never created: nothing to cancel
+                self._load_collected(entry)
+        self.ledger.save()
+
+    def interrupted(self) -> None:
+        """Ctrl-C: the batches stay at the provider; on a terminal, the user may cancel them."""
+        running = [e["batch_id"] for e in self.ledger.entries if not e["collected"] and e["batch_id"]]
+        if not running:
+            return
+        resume = f"run.resume={self.state.run_dir}"
+        status.info("batches left running at the provider: %s; collect them with %s run.batch=true "
+                    "(cancel: %s run.batch=true run.batch_cancel=true)", ", ".join(running), resume, resume)  # fmt: skip
+        if not (sys.stdin.isatty() and sys.stderr.isatty()):
+            return
+        try:
+            answer = input("evalkit: cancel these batches at the provider? [y/N] ")
+        except (EOFError, KeyboardInterrupt):
+            return
+        if answer.strip().lower() in ("y", "yes"):
+            asyncio.run(self._cancel_all())
+
+
+def _safe(batch_id: str | None) -> str:
+    """A provider's batch id as a file name (anything but ``[A-Za-z0-9_-]`` replaced)."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in str(batch_id or ""))[:200] or "batch"
+
+
+def _as_plain(obj: Any) -> Any:
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump()
+    return obj if isinstance(obj, (dict, list, str, int, float, type(None))) else str(obj)

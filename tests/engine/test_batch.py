@@ -1,0 +1,161 @@
+"""run.batch's pure parts, in process: input files split by the provider's limits, the run
+directory's batch record, output lines read as the live client reads answers, providers
+refused, batch prices, the budget's reservation, the config's batch options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from evalkit.config import ModelConfig
+from evalkit.engine.batch import Ledger, reserve, split_lines
+from evalkit.engine.calls import Unit
+from evalkit.errors import ConfigError, RunDirError
+from evalkit.models.litellm_batch import BATCH_EXPIRED, BATCH_FAILED, batch_refusal, parse_result
+from evalkit.providers import batch_price
+from evalkit.types import Completion, Failure, Request, Sample
+
+
+def _lines(sizes: list[int]) -> list[tuple[str, bytes]]:
+    return [(f"{i:064x}", b"x" * (n - 1) + b"\n") for i, n in enumerate(sizes)]
+
+
+def test_split_by_request_count_keeps_order() -> None:
+    chunks = split_lines(_lines([10] * 12), max_requests=5, max_bytes=10_000)
+    assert [len(c) for c in chunks] == [5, 5, 2]
+    assert [h for c in chunks for h, _ in c] == [f"{i:064x}" for i in range(12)]
+
+
+def test_split_by_bytes() -> None:
+    chunks = split_lines(_lines([400, 400, 400, 100, 900]), max_requests=100, max_bytes=1000)
+    assert [sum(len(b) for _, b in c) for c in chunks] == [800, 500, 900]
+
+
+def test_a_line_over_the_byte_limit_is_one_line_error() -> None:
+    with pytest.raises(ConfigError, match="run.batch_max_bytes: request 0{12} alone is 2000 bytes"):
+        split_lines(_lines([2000]), max_requests=10, max_bytes=1024)
+
+
+def _entry(**kw) -> dict:
+    return {"input_sha256": "a" * 64, "request_hashes": ["b" * 64], "n_requests": 1, "bytes": 10, "file_id": None,
+            "batch_id": None, "status": "prepared", "collected": False, **kw}  # fmt: skip
+
+
+def test_ledger_round_trip_owed_and_reserved(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    ledger.entries = [_entry(reserved_usd=0.5, reserved_tokens=100),
+                      _entry(request_hashes=["c" * 64], collected=True, reserved_usd=9.0, reserved_tokens=9)]  # fmt: skip
+    ledger.save()
+    again = Ledger(tmp_path)
+    assert again.entries == ledger.entries
+    assert again.owed() == {"b" * 64}
+    assert again.reserved() == (0.5, 100)
+
+
+@pytest.mark.parametrize("text", ["{", "[]", json.dumps({"batches": [{"input_sha256": 1}]}),
+                                  json.dumps({"batches": [_entry(request_hashes=["../x"])]}),
+                                  json.dumps({"batches": [_entry(n_requests=True)]})])  # fmt: skip
+def test_a_bad_ledger_is_one_line(tmp_path: Path, text: str) -> None:
+    (tmp_path / "batch").mkdir()
+    (tmp_path / "batch" / "batches.json").write_text(text, encoding="utf-8")
+    with pytest.raises(RunDirError, match="batches.json"):
+        Ledger(tmp_path)
+
+
+def test_a_linked_ledger_is_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"batches": []}), encoding="utf-8")
+    run = tmp_path / "run"
+    (run / "batch").mkdir(parents=True)
+    (run / "batch" / "batches.json").symlink_to(outside)
+    with pytest.raises(RunDirError, match="symbolic link"):
+        Ledger(run)
+
+
+def _ok(content, **kw) -> dict:
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": kw.get("finish", "stop")}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3}}  # fmt: skip
+    return {"custom_id": "h1", "response": {"status_code": 200, "body": body}, "error": None}
+
+
+def test_output_lines_read_as_live_answers() -> None:
+    assert parse_result(_ok("step_001"), chat=True) == (
+        "h1", Completion(text="step_001", finish_reason="stop", usage={"prompt_tokens": 7, "completion_tokens": 3}))
+    _, empty = parse_result(_ok("", finish="length"), chat=True)
+    assert isinstance(empty, Failure) and empty.error_kind == "truncated_empty" and empty.usage["prompt_tokens"] == 7
+    text = {"custom_id": "h2", "error": None, "response": {"status_code": 200, "body": {
+        "choices": [{"text": "004", "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": 1}}}}
+    assert parse_result(text, chat=False)[1].text == "004"
+
+
+def test_error_lines_are_batch_failures() -> None:
+    expired = {"custom_id": "h3", "response": None, "error": {"code": "batch_expired", "message": "window passed"}}
+    cid, got = parse_result(expired, chat=True)
+    assert cid == "h3" and got.error_kind == BATCH_EXPIRED and "window passed" in got.message
+    failed = {"custom_id": "h4", "error": None,
+              "response": {"status_code": 400, "body": {"error": {"message": "bad request"}}}}  # fmt: skip
+    cid, got = parse_result(failed, chat=True)
+    assert got.error_kind == BATCH_FAILED and got.message == "HTTP 400: bad request"
+
+
+@pytest.mark.parametrize("model, refused", [
+    ("openai/gpt-4o-2024-11-20", None), ("hosted_vllm/qwen", None), ("azure/my-deployment", None),
+    ("anthropic/claude-3-5-sonnet-20241022", "NotImplementedError"), ("deepseek/deepseek-chat", "no batch API"),
+    ("mistral/mistral-large-latest", "no cancel_batch"),
+])  # fmt: skip
+def test_providers_litellm_cannot_batch_are_refused(model: str, refused: str | None) -> None:
+    why = batch_refusal(model)
+    if refused is None:
+        assert why is None
+    else:
+        assert why is not None and refused in why and "\n" not in why and why.startswith("run.batch: provider ")
+
+
+def _model(**kw) -> ModelConfig:
+    return ModelConfig(name="m", kind="litellm", provider_model=kw.pop("provider_model", "openai/gpt-4o-2024-11-20"), **kw)
+
+
+def test_batch_prices_from_litellm_and_from_the_config() -> None:
+    price = batch_price(_model(), "api")
+    assert (price.source, price.input_per_token, price.output_per_token) == ("litellm.batch", 1.25e-6, 5e-6)
+    assert price.cost({"prompt_tokens": 1000, "completion_tokens": 100}) == pytest.approx(1000 * 1.25e-6 + 100 * 5e-6)
+    own = batch_price(_model(pricing={"input_per_mtok": 2, "output_per_mtok": 8, "batch_input_per_mtok": 1,
+                                      "batch_output_per_mtok": 4}), "api")  # fmt: skip
+    assert own.cost({"prompt_tokens": 10**6, "completion_tokens": 10**6}) == pytest.approx(5.0)
+    assert batch_price(_model(provider_model="deepseek/deepseek-chat"), "api") is None  # litellm has no batch price
+
+
+def _cfg(**run) -> SimpleNamespace:
+    return SimpleNamespace(run=SimpleNamespace(**{"max_cost_usd": None, "max_total_tokens": None, **run}),
+                           generation=SimpleNamespace(max_tokens=100),
+                           model=SimpleNamespace(provider_model="openai/gpt-4o-2024-11-20"))  # fmt: skip
+
+
+def _units(n: int) -> list[Unit]:
+    return [Unit(Sample(f"s{i}", "a"), Request(f"s{i}", "a", messages=[{"role": "user", "content": "hello " * 50}]))
+            for i in range(n)]  # fmt: skip
+
+
+def test_reservation_refuses_a_batch_over_budget_in_one_line(tmp_path: Path) -> None:
+    price = batch_price(_model(), "api")
+    assert reserve(_cfg(), _units(3), price, tmp_path, (0.0, 0)) == (None, None)  # no budget: nothing reserved
+    cost, tokens = reserve(_cfg(max_cost_usd=1.0), _units(3), price, tmp_path, (0.0, 0))
+    assert tokens > 300 and cost == pytest.approx((tokens - 300) * 1.25e-6 + 300 * 5e-6)
+    with pytest.raises(ConfigError, match=r"^run.max_cost_usd: a batch of 3 requests may cost up to .* nothing was sent$"):
+        reserve(_cfg(max_cost_usd=cost * 0.99), _units(3), price, tmp_path, (0.0, 0))
+    with pytest.raises(ConfigError, match="run.max_cost_usd"):  # what running batches hold counts
+        reserve(_cfg(max_cost_usd=cost * 1.5), _units(3), price, tmp_path, (cost, 0))
+    with pytest.raises(ConfigError, match="run.max_total_tokens"):
+        reserve(_cfg(max_total_tokens=tokens - 1), _units(3), price, tmp_path, (0.0, 0))
+
+
+def test_batch_options_need_batch_and_cancel_needs_resume() -> None:
+    from evalkit.config import RunSettings
+
+    with pytest.raises(ValueError, match="run.batch_detach: needs run.batch=true"):
+        RunSettings(batch_detach=True)
+    with pytest.raises(ValueError, match="run.batch_cancel: needs run.resume"):
+        RunSettings(batch=True, batch_cancel=True)
