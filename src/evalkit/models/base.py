@@ -44,3 +44,15 @@ def endpoint_model_id(provider_model: str, api_base: str | None, identity: str |
     """The cache and resume identity of a model reached over the network:
     ``<provider model>@<served weights identity | endpoint | default>`` (never a key)."""
     return f"{provider_model}@{identity or strip_credentials(api_base) or 'default'}"
+
+
+def endpoint_kwargs(api_base: str | None, api_key: str | None) -> dict[str, str]:
+    """litellm's ``api_base`` / ``api_key`` arguments for an endpoint: a local
+    OpenAI-compatible server without a key gets a placeholder key (it ignores it; the
+    OpenAI SDK refuses to send none)."""
+    kwargs = {"api_base": api_base} if api_base else {}
+    if api_key:
+        kwargs["api_key"] = api_key
+    elif api_base:
+        kwargs["api_key"] = "sk-no-key-needed"
+    return kwargs

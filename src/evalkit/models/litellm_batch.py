@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalkit.models.base import endpoint_kwargs
 from evalkit.providers import litellm_module, usage_counts
 from evalkit.types import Completion, Failure, Request
 
@@ -85,14 +86,7 @@ class BatchClient:
         return "/v1/completions" if self.api == "completion" else "/v1/chat/completions"
 
     def _auth(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"custom_llm_provider": self.provider, "timeout": self.timeout_s}
-        if self.api_base:
-            kwargs["api_base"] = self.api_base
-        if self.api_key:
-            kwargs["api_key"] = self.api_key
-        elif self.api_base:
-            kwargs["api_key"] = "sk-no-key-needed"  # local OpenAI-compatible servers ignore it
-        return kwargs
+        return {"custom_llm_provider": self.provider, "timeout": self.timeout_s, **endpoint_kwargs(self.api_base, self.api_key)}
 
     def body(self, request: Request) -> dict[str, Any]:
         """The body a live call of ``request`` sends (see the module docstring)."""

@@ -41,7 +41,7 @@ from tenacity import (  # noqa: E402
     wait_exponential_jitter,
 )
 
-from evalkit.models.base import ModelCallError, endpoint_model_id  # noqa: E402
+from evalkit.models.base import ModelCallError, endpoint_kwargs, endpoint_model_id  # noqa: E402
 from evalkit.providers import UNPRICED_MARK, usage_counts  # noqa: E402
 from evalkit.types import Completion, Failure, Request  # noqa: E402
 
@@ -99,12 +99,7 @@ class LiteLLMModel:
             num_retries=0,  # evalkit owns the retry policy
             max_retries=0,  # and the OpenAI SDK must not retry underneath it
         )
-        if self.api_base:
-            kwargs["api_base"] = self.api_base
-        if self.api_key:
-            kwargs["api_key"] = self.api_key
-        elif self.api_base:
-            kwargs["api_key"] = "sk-no-key-needed"  # local OpenAI-compatible servers ignore it
+        kwargs.update(endpoint_kwargs(self.api_base, self.api_key))
         start = time.perf_counter()
         if self.api == "completion" or request.messages is None:
             prompt = request.prompt if request.prompt is not None else _messages_as_text(request.messages or [])
