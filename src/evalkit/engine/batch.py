@@ -63,7 +63,7 @@ from evalkit.engine.calls import Unit, _cache_get, open_cache, solve_unit
 from evalkit.engine.phases import Phases
 from evalkit.engine.plan import RunPlan
 from evalkit.engine.rundir import RunState
-from evalkit.errors import ConfigError, EvalkitError, RunDirError
+from evalkit.errors import ConfigError, EvalkitError, RunDirError, first_line
 from evalkit.models.base import ModelCallError
 from evalkit.models.litellm_batch import BATCH_CANCELLED, BATCH_EXPIRED, BATCH_FAILED, BatchClient, batch_refusal, parse_result
 from evalkit.providers import Price, batch_price, estimate_prompt_tokens
@@ -505,8 +505,6 @@ class _Driver:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - one line; the record says what was sent
-            from evalkit.errors import first_line
-
             raise BatchError(f"run.batch: the provider's batch API failed ({what}: {type(exc).__name__}: "
                              f"{first_line(exc, 200)}); what was submitted is recorded in {self.ledger.path}; "
                              f"resume with run.resume={self.state.run_dir}") from None  # fmt: skip
