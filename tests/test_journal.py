@@ -4,6 +4,7 @@ engine's scoring, the MLflow samples table, compare, rescore — counts the same
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,7 @@ def test_rows_per_sample_and_epoch_first_wins_and_damage_is_counted(tmp_path):
 @pytest.mark.parametrize("epoch", [100_000_000, 1e8, -1, "1", True])
 def test_rescore_and_compare_refuse_a_row_at_an_impossible_epoch_in_one_line(run_eval, capsys, epoch):
     """Issue 25 item 11: a journal row at epoch 1e8 made rescore allocate 1e8 epochs
-    (MemoryError). Now rescore and compare say which line, exit 2."""
+    (MemoryError). Now rescore, compare and track say which line, exit 2."""
     res = run_eval(ACE)
     preds = res.run_dir / "predictions.jsonl"
     lines = _lines(preds)
@@ -102,6 +103,11 @@ def test_rescore_and_compare_refuse_a_row_at_an_impossible_epoch_in_one_line(run
     assert compare_mod.main([str(res.run_dir), str(res.run_dir)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{preds}:2: not a journal row: epoch" in err[0]
+    from evalkit import track as track_mod
+    from evalkit.errors import RunDirError
+
+    with pytest.raises(RunDirError, match=f"^{re.escape(str(preds))}:2: not a journal row: epoch"):
+        track_mod.read_run(res.run_dir)  # before anything is logged
 
 
 # ------------------------------------------------------------------------------------------

@@ -187,11 +187,11 @@ def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_
 
     ``request_hashes`` (``{(sample_id, epoch): hash}`` of the current run): only rows whose
     ``request_hash`` matches count; the others are ``stale``. ``skip_lines``: line numbers
-    known to be stale (a finished run's ``stale_lines``), used when the hashes are not at hand.
+    known to be stale (a finished run's ``stale_lines``), used only when the hashes are not at hand.
     """
     read = read_tolerant(path)
     journal = Journal(Path(path), unreadable=read.unreadable, torn_last=read.torn_last)
-    skip = set(skip_lines)
+    skip = set(skip_lines) if request_hashes is None else set()
     first_line: dict[Key, int] = {}
     for lineno, row in read.rows:
         why = row_problem(row)
@@ -221,7 +221,7 @@ def read_run_journal(run_dir: Path, stale_lines: Iterable[int] = (), request_has
     Raises:
         RunDirError: a row that cannot count (rule 2), as one line.
     """
-    journal = read_journal(Path(run_dir) / PREDICTIONS, request_hashes, () if request_hashes is not None else stale_lines)
+    journal = read_journal(Path(run_dir) / PREDICTIONS, request_hashes, stale_lines)
     journal.raise_invalid()
     return journal
 

@@ -34,6 +34,7 @@ from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import EvalConfig
 from evalkit.engine.plan import prepare
 from evalkit.errors import EvalkitError, RunDirError, first_line
+from evalkit.journal import read_run_journal
 from evalkit.summary import validate_summary
 from evalkit.tracking import MlflowObserver
 from evalkit.tracking.mlflow_tracking import artifact_root, tracking_uri
@@ -43,8 +44,8 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(config.yaml, summary.json)`` of a finished run.
 
     Raises:
-        RunDirError: either file is missing or unreadable, or the summary does not
-            validate (:class:`evalkit.summary.Summary`).
+        RunDirError: either file is missing or unreadable, the summary does not validate
+            (:class:`evalkit.summary.Summary`), or a journal row cannot count (:mod:`evalkit.journal`).
     """
     try:
         recorded = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
@@ -53,7 +54,9 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml and summary.json needed; {type(exc).__name__})") from None
     if not isinstance(recorded, dict) or not isinstance(raw, dict) or "status" not in raw:
         raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml or summary.json malformed)")
-    return recorded, validate_summary(raw, run_dir / "summary.json").record()
+    summary = validate_summary(raw, run_dir / "summary.json")
+    read_run_journal(run_dir, summary.stale_lines)  # a row that cannot count: one line, before anything is logged
+    return recorded, summary.record()
 
 
 def run_config(recorded: dict[str, Any]) -> EvalConfig:

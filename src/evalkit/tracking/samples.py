@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalkit.journal import FAILED, read_failures, read_run_journal
+from evalkit.journal import FAILED, PREDICTIONS, read_failures, read_journal
 from evalkit.types import Request, canonical_json, sha256_hex
 
 #: what a selected sample without a scored row and without a failure record failed of
@@ -69,17 +69,15 @@ def outcomes(run_dir: Path, summary: dict[str, Any], requests: list[Request] | N
     sample and epoch (see the module docstring for what happens without them). Rows count
     by the journal's one rule (:mod:`evalkit.journal`): with the requests, a row counts
     when its request hash is the request's; without them, the lines the engine found stale
-    (``stale_lines``) are skipped; of the rest the first row wins.
-
-    Raises:
-        RunDirError: a journal row that cannot count (a bad ``sample_id``, ``epoch``, ``scores``).
-    """
+    (``stale_lines``) are skipped; of the rest the first row wins. A row that cannot count
+    (a bad ``sample_id``, ``epoch`` or ``scores``) is skipped, as the engine skips it
+    (``evalkit.track`` refuses such a run before it gets here)."""
     run_dir = Path(run_dir)
     hashes = None
     if requests is not None:
         model_id = str(summary.get("model_id"))
         hashes = {(req.sample_id, req.epoch): req.request_hash(model_id) for req in requests}
-    journal = read_run_journal(run_dir, summary.get("stale_lines") or (), hashes)
+    journal = read_journal(run_dir / PREDICTIONS, hashes, summary.get("stale_lines") or ())
     failures = read_failures(run_dir / FAILED)
     if requests is None:
         out = [Outcome(sid, str(r.get("subset")), epoch, row=r) for (sid, epoch), r in journal.rows.items()]
