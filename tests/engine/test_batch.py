@@ -139,6 +139,7 @@ def _units(n: int) -> list[Unit]:
             for i in range(n)]  # fmt: skip
 
 
+@pytest.mark.slow  # litellm's token_counter loads its tokenizer (seconds)
 def test_reservation_refuses_a_batch_over_budget_in_one_line(tmp_path: Path) -> None:
     price = batch_price(_model(), "api")
     assert reserve(_cfg(), _units(3), price, tmp_path, (0.0, 0)) == (None, None)  # no budget: nothing reserved

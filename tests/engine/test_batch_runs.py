@@ -137,6 +137,42 @@ def test_killed_driver_resumes_the_same_batch_without_a_second_submission(fake_o
     assert [e["batch_id"] for e in _ledger(run_dir)] == ids
 
 
+def test_ctrl_c_leaves_the_batch_running_and_names_the_resume(fake_openai, rules, ke_dir, tmp_path) -> None:
+    fake_openai.set_plan({"rules": rules, "batch": {"hold": True}})
+    run_dir = tmp_path / "run"
+    args = _args(ke_dir, fake_openai, tmp_path / "out", "run.batch=true", *FAST_POLL, f"run.dir={run_dir}", "run.cache=false")
+    proc = subprocess.Popen(evalkit_cmd(*args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (fake_openai.batch_submissions and _polled(fake_openai)):
+            assert proc.poll() is None
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = err.decode()
+    assert proc.returncode == 130, text
+    (batch_id,) = list(fake_openai.batches)
+    assert f"batches left running at the provider: {batch_id}" in text and f"run.resume={run_dir}" in text
+    assert fake_openai.batches[batch_id]["status"] == "in_progress"  # not cancelled
+    assert [e["batch_id"] for e in _ledger(run_dir)] == [batch_id]
+
+
+def test_a_live_resume_of_an_expired_batch_run_asks_only_what_is_missing(fake_openai, ray_address, rules, ke_dir, tmp_path) -> None:
+    fake_openai.set_plan({"rules": rules, "batch": {"expire_after": 9}})
+    run_dir = tmp_path / "run"
+    common = _args(ke_dir, fake_openai, tmp_path / "out", "run.cache=false")
+    first = _run(common + ["run.batch=true", *FAST_POLL, f"run.dir={run_dir}"])
+    assert first.summary["status"] == "incomplete" and len(_rows(run_dir)) == 9
+    missing = {r["request_hash"] for r in _rows(run_dir, "failed.jsonl").values()}
+    again = _run(common + [f"run.resume={run_dir}", f"runner.address={ray_address}"])
+    assert again.summary["status"] == "complete" and 0 < again.summary["metrics"]["f1_macro"] < 1
+    assert len(fake_openai.log) == 3 and fake_openai.batch_submissions == 1
+    assert {r["request_hash"] for r in _rows(run_dir).values() if r["latency_s"] > 0} == missing  # the live answers
+
+
 def _polled(fake) -> bool:
     return any(n >= 2 for n in fake.batch_polls.values())
 
