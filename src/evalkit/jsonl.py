@@ -48,39 +48,104 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
             yield lineno, line
 
 
-def _read_text(path: Path, error: type[EvalkitError]) -> str:
+#: the longest line :func:`read_objects` reads (bytes): data and replay records are far
+#: smaller (the largest shared record is under 1 MiB); a longer line is refused before it is
+#: held in memory whole (a 1.4 GB line once ended in MemoryError)
+MAX_LINE_BYTES = 64 * 2**20
+#: the deepest nesting of arrays and objects a record read as data may have: the shared
+#: data nests at most a dozen levels; deeper structures would overflow the recursion of
+#: the code that walks them (hashing, validation, scoring)
+MAX_JSON_DEPTH = 200
+
+
+def json_depth_over(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when ``obj`` nests lists and dicts more than ``limit`` levels deep (walked
+    without recursion, stopping at the first level past ``limit``)."""
+    level: list[Any] = [obj]
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        nxt: list[Any] = []
+        for value in level:
+            if isinstance(value, dict):
+                nxt.extend(v for v in value.values() if isinstance(v, (dict, list)))
+            elif isinstance(value, list):
+                nxt.extend(v for v in value if isinstance(v, (dict, list)))
+        level = nxt
+    return False
+
+
+def loads_bounded(text: str, limit: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads(text)`` of data, its nesting bounded.
+
+    Raises:
+        json.JSONDecodeError: not JSON.
+        ValueError: nested more than ``limit`` levels (message ``JSON nested too deeply``).
+    """
     try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise error(f"{path}: file does not exist") from None
-    except OSError as exc:
-        raise error(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise error(f"{path}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        obj = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"JSON nested too deeply (more than {limit} levels)") from None
+    # fewer opening brackets than the limit cannot nest deeper (counting is C-fast; most records stop here)
+    if isinstance(obj, (dict, list)) and text.count("[") + text.count("{") > limit and json_depth_over(obj, limit):
+        raise ValueError(f"JSON nested too deeply (more than {limit} levels)")
+    return obj
 
 
 def read_objects(path: Path, error: type[EvalkitError] = DataError) -> list[tuple[int, dict[str, Any]]]:
-    """Strict reading: ``(line number, object)`` for every non-blank line of ``path``.
+    """Strict reading: ``(line number, object)`` for every non-blank line of ``path``, read a
+    line at a time (at most :data:`MAX_LINE_BYTES` per line, nesting at most
+    :data:`MAX_JSON_DEPTH`).
 
     Raises:
         ``error`` (default DataError): the file is missing, unreadable or not UTF-8, or a
-            line is not JSON, is nested too deeply, or is not an object — naming file and line.
+            line is too long, not JSON, nested too deeply, or not an object — naming file
+            and line.
     """
     rows: list[tuple[int, dict[str, Any]]] = []
-    for lineno, line in _lines(_read_text(path, error)):
+    for lineno, line in _bounded_lines(path, error):
         try:
-            obj = json.loads(line)
+            obj = loads_bounded(line)
         except json.JSONDecodeError as exc:
             raise error(f"{path}:{lineno}: not JSON ({exc.msg})") from None
-        except RecursionError:
-            raise error(f"{path}:{lineno}: JSON nested too deeply") from None
+        except ValueError as exc:
+            raise error(f"{path}:{lineno}: {exc}") from None
         if not isinstance(obj, dict):
             raise error(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
         rows.append((lineno, obj))
     return rows
+
+
+def _bounded_lines(path: Path, error: type[EvalkitError]) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of ``path``, split on ``\n`` only, blank lines skipped, each
+    line decoded as UTF-8 and at most :data:`MAX_LINE_BYTES` long."""
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        raise error(f"{path}: file does not exist") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    with fh:
+        offset, lineno = 0, 0
+        while True:
+            try:
+                raw = fh.readline(MAX_LINE_BYTES + 1)
+            except OSError as exc:
+                raise error(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+            if not raw:
+                return
+            lineno += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise error(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES // 2**20} MiB; not a record evalkit reads")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise error(f"{path}:{lineno}: not UTF-8 text ({exc.reason} at byte {offset + exc.start})") from None
+            offset += len(raw)
+            if text.strip():
+                yield lineno, text
 
 
 @dataclass

@@ -74,6 +74,10 @@ def load_category(data_all: Path, language: str, category: str) -> list[tuple[di
             isinstance(f, dict) and isinstance(f.get("name"), str) for f in prompt["function"]
         ):
             raise DataError(f"{prompt_path} line {p_line}: 'function' must be a list of specs with a string 'name'")
+        if category.startswith("agent_") and not _agent_fields_ok(prompt):
+            raise DataError(
+                f"{prompt_path} line {p_line}: 'involved_classes' must be a list of class names and 'initial_config' an object"
+            )
         for key in ("id", "ground_truth"):
             if key not in answer:
                 raise DataError(f"{answer_path} line {a_line}: record lacks {key!r}")
@@ -86,6 +90,14 @@ def load_category(data_all: Path, language: str, category: str) -> list[tuple[di
             )
         pairs.append((prompt, answer))
     return pairs
+
+
+def _agent_fields_ok(prompt: dict[str, Any]) -> bool:
+    """An agent record's environment fields (spec §5): ``involved_classes`` a list of
+    strings, ``initial_config`` an object (each may be absent or null)."""
+    classes, config = prompt.get("involved_classes"), prompt.get("initial_config")
+    classes_ok = classes is None or (isinstance(classes, list) and all(isinstance(c, str) for c in classes))
+    return classes_ok and (config is None or isinstance(config, dict))
 
 
 def _ground_truth_ok(category: str, gt: Any) -> bool:

@@ -17,8 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from evalkit.benchmarks.bounds import short_str
 from evalkit.errors import DataError, first_line
-from evalkit.jsonl import read_objects
+from evalkit.jsonl import json_depth_over, loads_bounded, read_objects
 
 log = logging.getLogger("evalkit.sobhard")
 
@@ -60,7 +61,9 @@ class Meta(BaseModel):
         if value is None or value == "":
             return {}
         if isinstance(value, str):
-            value = json.loads(value)
+            value = loads_bounded(value)  # JSONDecodeError / "nested too deeply": the caller's one line
+        elif json_depth_over(value):
+            raise ValueError("JSON nested too deeply")
         if not isinstance(value, dict):
             raise ValueError("must decode to a JSON object")
         return value
@@ -181,8 +184,9 @@ def parse_rows(raws: list[dict[str, Any]], source: str, prompts: list[str] | Non
     """
     rows = []
     for n, raw in enumerate(raws, 1):
-        rid = (raw.get("meta") or {}).get("id", f"#{n}")
-        where = f"{source} row id={rid}"
+        meta = raw.get("meta")
+        rid = meta.get("id", f"#{n}") if isinstance(meta, dict) else f"#{n}"
+        where = f"{source} row id={short_str(rid, 80)}"
         raw = dict(raw)
         resolve_instruction(raw, prompts, where)
         try:
@@ -199,10 +203,12 @@ def parse_rows(raws: list[dict[str, Any]], source: str, prompts: list[str] | Non
             if got != want:
                 raise DataError(f"SOBHard {where}: meta.reference does not match meta.reference_sha256 ({got[:12]} != {want[:12]})")
         rows.append(row)
-    ids = [str(r.meta.id) for r in rows]
-    if len(set(ids)) != len(ids):
-        dup = next(i for i in ids if ids.count(i) > 1)
-        raise DataError(f"SOBHard {source}: duplicate meta.id {dup}")
+    seen: set[str] = set()
+    for row in rows:  # linear: a set, not ids.count() per id (117 s at 100k rows)
+        rid = str(row.meta.id)
+        if rid in seen:
+            raise DataError(f"SOBHard {source}: duplicate meta.id {rid}")
+        seen.add(rid)
     return rows
 
 
