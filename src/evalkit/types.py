@@ -122,6 +122,9 @@ class Failure:
     answer still read its prompt and may have reasoned), ``None`` when none were
     reported. ``budget_exceeded``: the sample was never sent because the run's budget was
     spent (``run.max_cost_usd`` / ``run.max_total_tokens``; ``attempts`` 0).
+    ``score_budget_exceeded``: the answer came back but was not scored because the run's
+    scoring time (``benchmark.score_budget_s``) was spent; a resume scores it. ``reasoning``:
+    reasoning text the failed answer carried (an answer that reasoned and said nothing).
     """
 
     error_kind: str
@@ -130,6 +133,7 @@ class Failure:
     actor: str = "model"
     throttled: int = 0
     usage: dict[str, int] | None = None
+    reasoning: str | None = None
 
 
 @dataclass

@@ -140,6 +140,7 @@ def test_empty_content_is_a_failure_not_a_zero(fake_openai, ray_address, gold, r
     res = run_eval(_api(fake_openai, ray_address, "run.cache=false"))
     failed = list(read_jsonl(res.run_dir / "failed.jsonl"))
     assert [(f["sample_id"], f["error_kind"]) for f in failed] == [(sid0, kind)]
+    assert failed[0]["reasoning"] == ("thinking..." if behaviour.get("null_with_reasoning") else None)  # once dropped
     assert res.summary["status"] == "incomplete"
     assert res.summary["n_scored"] == 2 and res.summary["n_failed"] == 1
 

@@ -212,8 +212,10 @@ def write_transcript(run_dir: Path, sample_id: str, trajectory: Trajectory) -> N
 
 def failure_record(unit: Unit, model_id: str, trajectory: Trajectory, prices: Prices) -> dict[str, Any]:
     """One ``failed.jsonl`` row of a unit whose ``trajectory.failure`` is set: the sample is
-    not scored; the tokens its calls reported and what they cost are kept."""
+    not scored; the tokens its calls reported, what they cost and the reasoning its answers
+    carried (the earlier turns' and the failed answer's; ``None`` without) are kept."""
     failure: Failure = trajectory.failure  # type: ignore[assignment]
+    reasoning = [r for r in (turn_totals(trajectory.turns)["reasoning"], failure.reasoning) if r]
     return {
         "sample_id": unit.sample.id,
         "subset": unit.sample.subset,
@@ -224,6 +226,7 @@ def failure_record(unit: Unit, model_id: str, trajectory: Trajectory, prices: Pr
         "request_hash": unit.request.request_hash(model_id),
         "epoch": unit.request.epoch,
         "usage": add_usage(usage_of(trajectory.turns), failure.usage),
+        "reasoning": "\n\n".join(reasoning) if reasoning else None,
         **spend(trajectory, prices),
     }
 

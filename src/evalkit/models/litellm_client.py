@@ -117,7 +117,7 @@ class LiteLLMModel:
         if text is None or not str(text).strip():
             kind = "truncated_empty" if finish == "length" else "empty"
             detail = "reasoning only, no final answer" if reasoning else "no content"
-            raise ModelCallError(Failure(kind, f"{detail} (finish_reason={finish})", usage=usage))
+            raise ModelCallError(Failure(kind, f"{detail} (finish_reason={finish})", usage=usage, reasoning=reasoning))
         return Completion(
             text=str(text), finish_reason=finish, reasoning=reasoning, usage=usage, latency_s=latency
         )
