@@ -62,7 +62,10 @@ class BenchmarkSettings(BaseModel):
     ``score_timeout_s`` / ``score_memory_mb``: the bound on scoring one sample, in wall
     seconds and in MiB of address space above the scoring process's start-up size; a
     sample over either is recorded with status ``scorer_limit`` and scored 0
-    (:mod:`evalkit.engine.scoring`). ``strip_reasoning_prefix``: before scoring, remove
+    (:mod:`evalkit.engine.scoring`). ``score_budget_s``: the run's scoring seconds in all
+    (measured in the scoring processes, default 1800, ``None`` unbounded): once spent, the
+    answers not yet scored are failures of kind ``score_budget_exceeded`` (not zeros: they
+    may be harmless), which a resume scores; it may change on resume. ``strip_reasoning_prefix``: before scoring, remove
     everything up to and including the last ``</think>`` of the answer
     (:func:`strip_reasoning_prefix`), for served reasoning models whose chat template
     swallows the opening tag; off by default, since each benchmark's own rule
@@ -79,4 +82,5 @@ class BenchmarkSettings(BaseModel):
     request_timeout_s: float | None = Field(default=None, gt=0)
     score_timeout_s: float = Field(default=10.0, gt=0)
     score_memory_mb: int = Field(default=2048, ge=64)
+    score_budget_s: float | None = Field(default=1800.0, gt=0)
     strip_reasoning_prefix: bool = False

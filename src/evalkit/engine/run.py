@@ -22,7 +22,7 @@ import logging
 import time
 import sys
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,7 +45,10 @@ from evalkit.models.factory import serverless_agents
 from evalkit.journal import read_journal
 from evalkit.jsonl import JsonlAppender
 from evalkit.tracking.base import NullObserver, Observer, RunInfo
-from evalkit.types import Trajectory
+from evalkit.types import Failure, Trajectory
+
+#: the ``error_kind`` of an answer not scored because the run's scoring budget was spent
+SCORE_BUDGET_EXCEEDED = "score_budget_exceeded"
 
 log = logging.getLogger("evalkit")
 status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main__ shows them)
@@ -162,7 +165,7 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
     if cfg.run.batch:
         return _execute_batch(plan, state, observer, phases, pending)
     with ExitStack() as stack:
-        scorer = stack.enter_context(Scorer(plan.bench))
+        scorer = stack.enter_context(Scorer(plan.bench, budget_s=plan.bench.settings.score_budget_s))
         executor = early or _open_executor(plan, state, stack, pending)
         if isinstance(executor, RayExecutor):
             executor.wait_ready()
@@ -243,6 +246,7 @@ class Journaler:
         self.progress = _progress(total, f"{plan.cfg.benchmark.name}/{plan.cfg.model.name}", plan.cfg.run.progress)
         self.stack.callback(self.progress.close)
         self.n_failed = 0
+        self.budget_said = False
 
     def __enter__(self) -> "Journaler":
         return self
@@ -264,6 +268,9 @@ class Journaler:
             started = time.perf_counter()
             scored = await self.scorer.score(unit.sample, view)
             self.scoring_s += time.perf_counter() - started
+            if scored is None:  # the run's scoring budget is spent: a failure of its own kind, never a zero
+                self._not_scored(unit, trajectory)
+                return
             row = cap_record(prediction_record(unit, model_id, view, scored, prices, rule), self.state.run_dir)
             if unit.rollout:
                 write_transcript(self.state.run_dir, unit.sample.id, trajectory)
@@ -272,9 +279,26 @@ class Journaler:
         else:
             self.n_failed += 1
             self.failed.append(failure_record(unit, model_id, trajectory, prices))
+        self._advance()
+
+    def _advance(self) -> None:
         self.progress.update(1)
         if self.n_failed:
             self.progress.set_postfix(failed=self.n_failed, refresh=False)
+
+    def _not_scored(self, unit: Unit, trajectory: Trajectory) -> None:
+        """Journal an answer left unscored once ``benchmark.score_budget_s`` is spent as a
+        ``score_budget_exceeded`` failure (its tokens and cost kept; a resume scores it)."""
+        budget = self.plan.cfg.benchmark.score_budget_s
+        if not self.budget_said:
+            self.budget_said = True
+            log.warning("scoring budget spent (benchmark.score_budget_s=%g s): answers not yet scored are failures of kind "
+                        "%s; resume the run (with a larger budget) to score them", budget, SCORE_BUDGET_EXCEEDED)  # fmt: skip
+        failure = Failure(SCORE_BUDGET_EXCEEDED, f"not scored: the run's scoring budget benchmark.score_budget_s={budget:g} s was spent",
+                          attempts=sum(t.get("attempts", 0) for t in trajectory.turns), actor="scorer")  # fmt: skip
+        self.n_failed += 1
+        self.failed.append(failure_record(unit, self.plan.models.model_id, replace(trajectory, failure=failure), self.plan.prices))
+        self._advance()
 
 
 def _progress(total: int, desc: str, enabled: bool) -> Any:

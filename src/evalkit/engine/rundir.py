@@ -31,7 +31,7 @@ CONFIG = "config.yaml"
 #: config parts a resumed run may change: the selection, where things go, and how requests
 #: are scheduled and retried (none of these changes what a request asks); ``layers`` is
 #: provenance (a value moved between layers without changing what is sent is no change)
-RESUMABLE_KEYS = {"run", "tracking", "runner", "hydra", "layers"} | {
+RESUMABLE_KEYS = {"run", "tracking", "runner", "hydra", "layers", "benchmark.score_budget_s"} | {
     f"backend.{k}"
     for k in ("concurrency", "adaptive_concurrency", "timeout_s", "max_retries", "retry_initial_wait_s",
               "retry_max_wait_s", "retry_budget_s")
@@ -88,8 +88,8 @@ def _check_resumable(run_dir: Path, cfg: EvalConfig) -> None:
     if diff:
         raise RunDirError(
             f"run.resume: {diff} differs from the run being resumed ({run_dir}); "
-            "only run.*, runner.*, tracking.* and backend.{concurrency, adaptive_concurrency, timeout_s, "
-            "max_retries, retry_*} may change on resume"
+            "only run.*, runner.*, tracking.*, benchmark.score_budget_s and backend.{concurrency, "
+            "adaptive_concurrency, timeout_s, max_retries, retry_*} may change on resume"
         )
 
 

@@ -21,6 +21,12 @@ benchmark's own guard reports a ``MemoryError`` the same way). Under the
 failure protocol it is a non-empty answer that could not be scored, so it is a wrong
 answer and every score is 0 (:meth:`~evalkit.benchmarks.base.Benchmark.limit_score`).
 ``report.md`` names it. Runs and ``rescore`` score through the same :class:`Scorer`.
+
+A run's scoring as a whole is bounded too (``benchmark.score_budget_s``): the seconds its
+workers spend scoring are summed, and once they reach the budget no further answer is
+scored (one not yet started in a worker is not started): :meth:`Scorer.score` answers
+``None``, which the engine journals as a failure of kind ``score_budget_exceeded`` (the
+answer may be harmless, so it is no zero; a resume scores it). ``rescore`` is unbounded.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import multiprocessing
 import os
 import pickle
 import resource
+import time
 from typing import Any
 
 from evalkit.benchmarks.base import Benchmark
@@ -64,8 +71,15 @@ def _init_worker(bench_bytes: bytes, memory_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
 
 
-def _score_in_worker(sample: Sample, trajectory: Trajectory) -> tuple[str, Any]:
-    """``("ok", SampleScore)``, or ``("memory" | "error", message)``: never raises."""
+def _score_in_worker(sample: Sample, trajectory: Trajectory) -> tuple[str, Any, float]:
+    """``("ok", SampleScore, seconds)``, or ``("memory" | "error", message, seconds)``:
+    never raises; ``seconds``: the scoring's own wall time in the worker."""
+    started = time.perf_counter()
+    kind, value = _score(sample, trajectory)
+    return kind, value, time.perf_counter() - started
+
+
+def _score(sample: Sample, trajectory: Trajectory) -> tuple[str, Any]:
     assert _BENCH is not None
     try:
         return "ok", bounded(_BENCH.score_sample(sample, trajectory))
@@ -80,12 +94,17 @@ def _score_in_worker(sample: Sample, trajectory: Trajectory) -> tuple[str, Any]:
 class Scorer:
     """The engine's one scoring entry: ``await score(sample, trajectory)`` (a run) or
     ``score_sync`` (``rescore``), each bounded by ``benchmark.score_timeout_s`` seconds and
-    ``benchmark.score_memory_mb`` MiB. Use it as a context manager, which stops the pool."""
+    ``benchmark.score_memory_mb`` MiB; with ``budget_s`` (a run's ``benchmark.score_budget_s``)
+    at most about that many scoring seconds in all (``spent_s``; past it :meth:`score`
+    answers ``None``). Use it as a context manager, which stops the pool."""
 
-    def __init__(self, bench: Benchmark, timeout_s: float | None = None, memory_mb: int | None = None):
+    def __init__(self, bench: Benchmark, timeout_s: float | None = None, memory_mb: int | None = None,
+                 budget_s: float | None = None):  # fmt: skip
         from pebble import ProcessPool  # deferred: only runs and rescore score
 
         self.bench = bench
+        self.budget_s = budget_s
+        self.spent_s = 0.0
         self.timeout_s = timeout_s if timeout_s is not None else bench.settings.score_timeout_s
         self.memory_mb = memory_mb if memory_mb is not None else bench.settings.score_memory_mb
         # forkserver: workers are forked from a clean server process, never from a driver
@@ -99,24 +118,35 @@ class Scorer:
     def _schedule(self, sample: Sample, trajectory: Trajectory) -> concurrent.futures.Future:
         return self.pool.schedule(_score_in_worker, args=(sample, trajectory), timeout=self.timeout_s)
 
+    @property
+    def budget_spent(self) -> bool:
+        """True once the scoring seconds reached ``budget_s`` (never without a budget)."""
+        return self.budget_s is not None and self.spent_s >= self.budget_s
+
     def _verdict(self, sample: Sample, future: concurrent.futures.Future) -> SampleScore:
         try:
-            kind, value = future.result()
+            kind, value, seconds = future.result()
         except concurrent.futures.TimeoutError:
-            kind, value = "time", f"scoring ran past benchmark.score_timeout_s={self.timeout_s:g} s and was stopped"
+            kind, value, seconds = "time", f"scoring ran past benchmark.score_timeout_s={self.timeout_s:g} s and was stopped", self.timeout_s
         except Exception as exc:  # noqa: BLE001 - pebble's ProcessExpired: the worker died (killed, crashed)
-            kind, value = "crash", f"the scoring process died ({type(exc).__name__}: {str(exc)[:200]})"
+            kind, value, seconds = "crash", f"the scoring process died ({type(exc).__name__}: {str(exc)[:200]})", 0.0
+        self.spent_s += seconds
         if kind == "ok":
             return value
         if kind == "memory":
             value = f"{value} (benchmark.score_memory_mb={self.memory_mb})"
         return self.bench.limit_score(sample, value)
 
-    async def score(self, sample: Sample, trajectory: Trajectory) -> SampleScore:
-        """The verdict on ``sample``, computed in a worker; never raises."""
+    async def score(self, sample: Sample, trajectory: Trajectory) -> SampleScore | None:
+        """The verdict on ``sample``, computed in a worker; ``None`` when the run's scoring
+        budget is spent before a worker started on it; never raises."""
+        if self.budget_spent:
+            return None
         future = self._schedule(sample, trajectory)
         waiting = asyncio.wrap_future(future)
-        await asyncio.wait([waiting])
+        while not (await asyncio.wait([waiting], timeout=0.25))[0]:
+            if self.budget_spent and not future.running() and future.cancel():
+                return None  # still queued behind others when the budget ran out
         if not waiting.cancelled():
             waiting.exception()  # retrieved: the verdict reads the outcome from ``future``
         return self._verdict(sample, future)
