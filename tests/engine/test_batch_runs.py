@@ -213,6 +213,23 @@ def test_expired_batch_leaves_failures_and_a_resume_sends_only_those(fake_openai
     assert sorted(fake_openai.batch_log[1]["custom_ids"]) == sorted(r["request_hash"] for r in failed.values())
 
 
+def test_completion_mode_is_batched_on_the_completions_endpoint(fake_openai, ke_dir, tmp_path) -> None:
+    rows = [json.loads(x) for x in (ke_dir / "pilot.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
+    rules = []
+    for r in rows:  # the prompt ends in '- step_': the continuation is the rest of the gold list
+        gold = r["gold_step_ids"]
+        rules.append({"match": "Task: " + r["user_task"] + "\n\nTrajectory Steps:",
+                      "content": gold[0][len("step_"):] + "".join(f"\n- {g}" for g in gold[1:])})  # fmt: skip
+    fake_openai.set_plan({"rules": rules})
+    res = _run(_args(ke_dir, fake_openai, tmp_path / "out", "run.batch=true", *FAST_POLL, "run.cache=false",
+                     "model.api=completion", "shots=0"))  # fmt: skip
+    assert res.summary["status"] == "complete" and res.summary["metrics"]["f1_macro"] == 1.0
+    (sub,) = fake_openai.batch_log
+    assert sub["endpoint"] == "/v1/completions" and all(b["prompt"].endswith("- step_") for b in sub["bodies"])
+    row = _rows(res.run_dir)["code_ke_834b34a9"]
+    assert row["raw_output"] == "000\n- step_004\n- step_005" and row["output"].endswith("step_000\n- step_004\n- step_005")
+
+
 def test_a_batch_over_the_provider_s_limits_is_split(fake_openai, rules, ke_dir, tmp_path) -> None:
     fake_openai.set_plan({"rules": rules, "batch": {"max_requests": 5}})
     res = _run(_args(ke_dir, fake_openai, tmp_path / "out", "run.batch=true", *FAST_POLL, "run.cache=false",

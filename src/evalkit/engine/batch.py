@@ -57,6 +57,7 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+from evalkit import secrets
 from evalkit.config import EvalConfig
 from evalkit.engine.budget import journal_spend
 from evalkit.engine.calls import Unit, _cache_get, open_cache, solve_unit
@@ -506,7 +507,7 @@ class _Driver:
             raise
         except Exception as exc:  # noqa: BLE001 - one line; the record says what was sent
             raise BatchError(f"run.batch: the provider's batch API failed ({what}: {type(exc).__name__}: "
-                             f"{first_line(exc, 200)}); what was submitted is recorded in {self.ledger.path}; "
+                             f"{secrets.scrub(first_line(exc, 200))}); what was submitted is recorded in {self.ledger.path}; "
                              f"resume with run.resume={self.state.run_dir}") from None  # fmt: skip
 
     def _record(self, entry: dict[str, Any], batch: dict[str, Any]) -> bool:
