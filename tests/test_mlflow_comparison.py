@@ -205,12 +205,13 @@ def test_track_logs_a_run_made_without_tracking_and_twice_adds_nothing(tmp_path:
     root = tmp_path / "out"
     res = _run(root, acebench_dir, "tracking=none", "model=reference", f"run.sample_ids=[{','.join(SINGLE[:4] + ROLLOUTS[:1])}]")
     assert not (root / "mlflow.db").exists() and not (res.run_dir / "tracking.json").exists()
-    assert main([str(res.run_dir)]) == 0
+    store = ["--tracking-uri", f"sqlite:///{root.resolve() / 'mlflow.db'}", "--artifact-root", (root / "mlartifacts").as_uri()]
+    assert main([*store, str(res.run_dir)]) == 0
     client, exp = _store(root)
     (run,) = client.search_runs([exp])
     first = _traces(root, res.run_dir)
     assert len(first) == 5 and run.data.metrics["headline"] == 1.0 and run.info.status == "FINISHED"
-    assert main([str(res.run_dir)]) == 0
+    assert main([*store, str(res.run_dir)]) == 0
     (again,) = client.search_runs([exp])
     assert again.info.run_id == run.info.run_id
     assert {k: t.info.trace_id for k, t in _traces(root, res.run_dir).items()} == {k: t.info.trace_id for k, t in first.items()}
@@ -286,11 +287,13 @@ def test_tracking_failure_is_one_line_naming_the_retry_and_the_exit_code_says_co
     lines = [ln for ln in err.splitlines() if ln.startswith("evalkit:") and not ln.endswith("…")]  # status lines end with …
     assert len(lines) == 1 and lines[0].startswith("evalkit: warning: tracking: MLflow logging failed ("), err
     assert "Traceback" not in err
-    assert lines[0].endswith(f"log them with: python -m evalkit.track {run_dir}")
+    uri = f"sqlite:///{root.resolve() / 'mlflow.db'}"
+    assert lines[0].endswith(f"log them with: python -m evalkit.track --tracking-uri {uri} {run_dir}")
     assert out.startswith("evalkit: complete: acebench")
     artifacts.unlink()
     (root / "mlartifacts.away").rename(artifacts)
-    track = subprocess.run([*evalkit_cmd()[:2], "evalkit.track", str(run_dir)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    track = subprocess.run([*evalkit_cmd()[:2], "evalkit.track", "--tracking-uri", uri, str(run_dir)], cwd=REPO_ROOT,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert track.returncode == 0 and track.stdout.startswith(f"evalkit: tracked {run_dir} → MLflow run "), track.stderr
     client, exp = _store(root)
     (run,) = client.search_runs([exp])

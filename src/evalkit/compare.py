@@ -48,7 +48,7 @@ from typing import Any, Sequence
 from tabulate import tabulate
 
 from evalkit import stats
-from evalkit.errors import EvalkitError
+from evalkit.errors import EvalkitError, printable
 from evalkit.journal import Journal, damaged_journal, read_run_journal
 from evalkit.rescore import load_benchmark
 from evalkit.summary import read_summary
@@ -342,7 +342,7 @@ def render(result: dict[str, Any]) -> str:
     out = ["Runs:"]
     for i, r in enumerate(runs, 1):
         state = "complete" if r["status"] == "complete" else f"INCOMPLETE, n_failed={r['n_failed']}"
-        out.append(f"  [{i}] {r['dir']}  ({r['benchmark']} × {r['model']}, {state}, {r['n_scored']}/{r['n_samples']} scored)")
+        out.append(f"  [{i}] {printable(r['dir'])}  ({printable(r['benchmark'])} × {printable(r['model'])}, {state}, {r['n_scored']}/{r['n_samples']} scored)")
     fps = {r["data_fingerprint"] for r in runs}
     if len({r["benchmark"] for r in runs}) == 1 and len(fps) > 1:
         out.append("  note: the runs' data fingerprints differ (different sample selections or data)")
@@ -371,7 +371,7 @@ def render(result: dict[str, Any]) -> str:
         for label, entries in ((f"better in [{ia}], worse in [{ib}]", pair["a_better"]), (f"better in [{ib}], worse in [{ia}]", pair["b_better"])):
             out.append(f"  {label}: {len(entries)}")
             if entries:
-                rows = [[e["sample_id"], e["subset"], _fmt(e["a"], False), _fmt(e["b"], False)] for e in entries]
+                rows = [[printable(e["sample_id"]), printable(e["subset"]), _fmt(e["a"], False), _fmt(e["b"], False)] for e in entries]
                 table_text = tabulate(rows, headers=["sample_id", "subset", f"[{ia}]", f"[{ib}]"], tablefmt="simple", disable_numparse=True)
                 out += ["    " + line for line in table_text.splitlines()]
     return "\n".join(out)
@@ -433,7 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = [resolve_run(r, args.tracking_uri) for r in args.runs]
         result = compare(paths, not args.metrics_only, args.ci_level, args.resamples, args.seed, args.data_dir)
     except EvalkitError as exc:
-        print(f"evalkit: error: {exc}", file=sys.stderr)
+        print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
         return 2
     try:
         print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else render(result), flush=True)

@@ -31,6 +31,27 @@ def first_line(exc: BaseException, limit: int | None = 300) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:limit]
 
 
+def printable(text: object, limit: int | None = None) -> str:
+    """``text`` (``str()`` of anything else) safe to print on a terminal as part of one line:
+    every character that is not printable (Python's :meth:`str.isprintable`: controls such as
+    ESC, CR, newline and NUL, line and paragraph separators, format characters such as
+    bidirectional overrides, lone surrogates) is written as its Python escape (``\\x1b``,
+    ``\\u202e``, ``\\ud800``), so that data (sample ids, model outputs, error bodies) never
+    moves the cursor, recolours, or splits a line. ``limit``: at most that many characters of
+    ``text`` are shown, then ``…``. Linear in the length of ``text``."""
+    text = text if isinstance(text, str) else str(text)
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + "…"
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C (SIGINT) during a run whose directory exists: the samples finished so far are
     journaled there, and ``run.resume=<run_dir>`` continues the run.

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from evalkit.errors import RunDirError
+from evalkit.errors import RunDirError, printable
 from evalkit.jsonl import iter_objects, read_tolerant, with_side_file
 from evalkit.types import MAX_REPEATS
 
@@ -137,7 +137,11 @@ class Journal:
 
     def full(self, row: dict[str, Any]) -> dict[str, Any]:
         """``row`` with the whole texts of a capped row read back from its side file
-        (:func:`evalkit.jsonl.with_side_file`); an uncapped row as it is."""
+        (:func:`evalkit.jsonl.with_side_file`); an uncapped row as it is.
+
+        Raises:
+            SideFileError: the side file is missing, a link, or not what the row recorded.
+        """
         return with_side_file(row, self.run_dir)
 
     def problems(self) -> str | None:
@@ -153,7 +157,8 @@ class Journal:
         if self.stale:
             parts.append(f"stale rows {_numbers(self.stale)} (recorded under another request) not counted")
         for sid, kept, other, a, b in self.conflicts[:5]:
-            parts.append(f"sample {sid} journaled twice with different scores: line {kept} {a} kept, line {other} {b} ignored")
+            parts.append(f"sample {printable(sid, 200)} journaled twice with different scores: line {kept} {printable(a, 200)} "
+                         f"kept, line {other} {printable(b, 200)} ignored")  # fmt: skip
         if len(self.conflicts) > 5:
             parts.append(f"{len(self.conflicts) - 5} more conflicting duplicates")
         return f"{self.path}: " + "; ".join(parts) if parts else None

@@ -19,6 +19,8 @@ follows its benchmark's own rules instead (spec), not this module.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import time
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from evalkit.errors import DataError, EvalkitError
+from evalkit.errors import DataError, EvalkitError, printable
 
 #: characters JSON allows raw inside strings that some line readers treat as line breaks
 _LINE_BREAKS_IN_STRINGS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"}
@@ -247,24 +249,104 @@ class JsonlAppender:
 
 #: fields of a journal row that may live in a side file (the model's texts)
 SIDE_FILE_FIELDS = ("output", "raw_output", "output_unstripped", "reasoning", "trajectory")
+#: characters of a sample id kept (made safe) at the start of a unit's file name, for reading
+NAME_PREFIX_CHARS = 40
+
+
+class SideFileError(DataError):
+    """A capped journal row's side file is missing, a link, outside the run directory, or
+    does not hold the bytes its row recorded (``large.bytes`` / ``large.sha256``)."""
+
+
+def unit_file_name(sample_id: str, epoch: int) -> str:
+    """The file name of one unit's side file or transcript: ``<id prefix>-<digest>.json``.
+
+    The digest (sha256 of the JSON of ``[sample_id, epoch]``, 32 hex characters: 128 bits)
+    makes the name injective over (sample id, epoch) — ``x/y`` and ``x__y``, or two epochs of
+    one sample, never share a file — and bounded (at most 78 characters) whatever the id
+    holds (1,000 characters, ``/``, ``..``, NUL, control characters). The prefix is the id's
+    first :data:`NAME_PREFIX_CHARS` characters with everything but ``[A-Za-z0-9._-]`` (and a
+    leading ``.``) replaced by ``_``, for a reader of the directory only (the digest alone
+    identifies)."""
+    digest = hashlib.sha256(json.dumps([sample_id, epoch]).encode("ascii")).hexdigest()[:32]
+    prefix = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in sample_id[:NAME_PREFIX_CHARS])
+    return f"{'_' + prefix[1:] if prefix.startswith('.') else prefix}-{digest}.json"
+
+
+def _open_flags(write: bool) -> int:
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if write else os.O_RDONLY
+    return flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def write_unit_file(run_dir: Path, folder: str, name: str, data: bytes) -> str:
+    """Write ``data`` to ``<run_dir>/<folder>/<name>`` without following a symbolic link
+    (neither ``folder`` nor the file may be one: a link planted in a run directory is never
+    written through); returns the path relative to ``run_dir``.
+
+    Raises:
+        SideFileError: ``folder`` or the file is a link or not writable (one line).
+    """
+    where = Path(run_dir) / folder
+    try:
+        where.mkdir(exist_ok=True)
+        if where.is_symlink():
+            raise OSError(errno.ELOOP, "a symbolic link")
+        fd = os.open(where / name, _open_flags(write=True), 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+    except OSError as exc:
+        raise SideFileError(f"{where / name}: cannot be written ({exc.strerror or type(exc).__name__}; "
+                            "evalkit never writes through a symbolic link in a run directory)") from None  # fmt: skip
+    return f"{folder}/{name}"
+
+
+def read_no_link(path: Path, limit: int) -> bytes:
+    """At most ``limit`` + 1 bytes of ``path``, opened without following a symbolic link.
+
+    Raises:
+        OSError: missing, unreadable, or a link (``ELOOP``).
+    """
+    fd = os.open(path, _open_flags(write=False))
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(limit + 1)
 
 
 def with_side_file(row: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     """``row`` with the texts a capped journal row keeps in its side file put back: the row
-    names it as ``large = {"file": <path relative to base_dir>, ...}`` (``base_dir``: the
-    directory of the JSON Lines file the row came from). A side file that is missing,
-    unreadable or outside ``base_dir`` leaves the row as it is."""
+    names it as ``large = {"file": <path relative to base_dir>, "bytes", "sha256", ...}``
+    (``base_dir``: the directory of the JSON Lines file the row came from). A row without
+    ``large`` is returned as it is.
+
+    The side file is read only inside ``base_dir`` and through no symbolic link, and its
+    size and sha256 are checked against the row's.
+
+    Raises:
+        SideFileError: the file is missing, outside ``base_dir``, reached through a link,
+            or not what the row recorded (the row's capped texts must not be taken for the
+            output: its caller fails or asks the unit again, with a warning).
+    """
     large = row.get("large")
-    if not isinstance(large, dict) or not isinstance(large.get("file"), str):
+    if not isinstance(large, dict):
         return row
+    name, size, digest = large.get("file"), large.get("bytes"), large.get("sha256")
+    if not isinstance(name, str) or not isinstance(size, int) or not isinstance(digest, str):
+        raise SideFileError(f"sample {printable(row.get('sample_id'))}: its row's side-file record is malformed")
     base = Path(base_dir).resolve()
-    path = (base / large["file"]).resolve()
-    if not path.is_relative_to(base):
-        return row
+    path = Path(os.path.normpath(base / name))
     try:
-        moved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return row
+        if not path.is_relative_to(base) or path.resolve() != path:
+            raise OSError(errno.ELOOP, "outside the run directory or reached through a symbolic link")
+        data = read_no_link(path, max(size, 0))
+    except OSError as exc:
+        raise SideFileError(f"{printable(str(path))}: side file of sample {printable(row.get('sample_id'))} "
+                            f"cannot be read ({exc.strerror or type(exc).__name__})") from None  # fmt: skip
+    if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+        raise SideFileError(f"{printable(str(path))}: side file of sample {printable(row.get('sample_id'))} does not "
+                            "match its row's size and sha256")  # fmt: skip
+    try:
+        moved = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        moved = None
     if not isinstance(moved, dict):
-        return row
+        raise SideFileError(f"{printable(str(path))}: side file of sample {printable(row.get('sample_id'))} is not a JSON object")
     return {**row, **{k: v for k, v in moved.items() if k in SIDE_FILE_FIELDS}}

@@ -13,6 +13,7 @@ Nothing in the run directory is modified. Exit code: 0 identical, 1 differences 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,16 +26,21 @@ from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import resolve_layers
 from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
-from evalkit.errors import ConfigError, EvalkitError, RunDirError
+from evalkit.errors import ConfigError, EvalkitError, RunDirError, printable
 from evalkit.journal import damaged_journal, read_run_journal
+from evalkit.jsonl import SideFileError
 from evalkit.report.figures import epoch_mean, repeat_figures
 from evalkit.summary import read_summary
+
+log = logging.getLogger("evalkit")
 
 
 def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
     """Recompute scores and metrics of ``run_dir``.
 
-    Returns ``{"metrics": {...}, "recorded": {...}, "changed": [sample ids]}``.
+    Returns ``{"metrics": {...}, "recorded": {...}, "changed": [sample ids], "unreadable": [sample ids]}``:
+    ``unreadable`` are the samples whose side file is missing or does not match its row's
+    sha256 (each warned about; they keep their recorded scores and count as differences).
 
     Raises:
         RunDirError: no ``config.yaml`` / ``predictions.jsonl``, an unreadable or invalid
@@ -58,13 +64,21 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
     selected = [by_id[sid] for sid in journal.sample_ids() if sid in by_id]
     repeats = max(journal.n_epochs(), 1)
     epochs: list[list[dict[str, Any]]] = [[] for _ in range(repeats)]
-    changed = []
+    changed: list[str] = []
+    unreadable: list[str] = []
     with Scorer(bench) as scorer:  # the run's own bounds on time and memory per sample
         for (sid, epoch), row in rows.items():
             if sid not in by_id:
                 continue
             row = dict(row)
-            view, _ = scored_view(bench, trajectory_of_row(row, run_dir))  # the run's reasoning rule, as it ran
+            try:
+                trajectory = trajectory_of_row(row, run_dir)
+            except SideFileError as exc:  # never score the row's first characters as if they were the output
+                log.warning("%s; the sample keeps its recorded scores and counts as a difference", exc)
+                unreadable.append(sid if repeats == 1 else f"{sid}@{epoch}")
+                epochs[epoch].append(row)
+                continue
+            view, _ = scored_view(bench, trajectory)  # the run's reasoning rule, as it ran
             scored = scorer.score_sync(by_id[sid], view)
             if scored.scores != row.get("scores"):
                 changed.append(sid if repeats == 1 else f"{sid}@{epoch}")
@@ -73,7 +87,7 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
     metrics = epoch_mean([bench.aggregate(selected, records) for records in epochs])
     metrics.update(repeat_figures(bench, epochs))
     recorded = recorded_summary.shown_metrics()[0] if recorded_summary else {}
-    return {"metrics": metrics, "recorded": recorded, "changed": changed}
+    return {"metrics": metrics, "recorded": recorded, "changed": changed, "unreadable": unreadable}
 
 
 def load_benchmark(run_dir: Path, data_dir: Path | None = None) -> Any:
@@ -126,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = rescore(args.run_dir, args.data_dir)
     except EvalkitError as exc:
-        print(f"evalkit: error: {exc}", file=sys.stderr)
+        print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
         return 2
     names = sorted(set(result["metrics"]) | set(result["recorded"]))
     rows = []
@@ -136,8 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([name, old, new, "" if same else "DIFFERS"])
     print(tabulate(rows, headers=["metric", "recorded", "rescored", ""], tablefmt="github", floatfmt=".4f"))
     if result["changed"]:
-        print(f"{len(result['changed'])} sample verdicts changed: {', '.join(result['changed'][:20])}")
-    differs = bool(result["changed"]) or any(r[3] for r in rows)
+        print(f"{len(result['changed'])} sample verdicts changed: {printable(', '.join(result['changed'][:20]))}")
+    if result["unreadable"]:
+        print(f"{len(result['unreadable'])} samples not rescored (side file unreadable or not as recorded): "
+              f"{printable(', '.join(result['unreadable'][:20]))}")  # fmt: skip
+    differs = bool(result["changed"]) or bool(result["unreadable"]) or any(r[3] for r in rows)
     return 1 if differs else 0
 
 

@@ -39,7 +39,8 @@ from omegaconf import DictConfig, open_dict
 from evalkit import secrets
 from evalkit.compare import load_run, paired_stats
 from evalkit.engine import session
-from evalkit.errors import EvalkitError, first_line
+from evalkit.errors import EvalkitError, first_line, printable
+from evalkit.report.markdown import md_code, md_text
 from evalkit.stats import with_interval
 from evalkit.job import run_composed
 from evalkit.tracking import make_observer, sweep_observer
@@ -200,7 +201,7 @@ def run_job(cfg: DictConfig) -> None:
     try:
         _record_result(record, run_composed(cfg, sweep=info))
     except EvalkitError as exc:
-        print(f"evalkit: error: {exc}", file=sys.stderr)
+        print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
         record.update(exit_code=exc.exit_code, error=secrets.scrub(str(exc)))
     except KeyboardInterrupt:
         target = cfg.run.resume or cfg.run.dir
@@ -213,7 +214,7 @@ def run_job(cfg: DictConfig) -> None:
     except Exception as exc:  # noqa: BLE001 - a bug in one job must not stop the others
         record.update(exit_code=1, error=secrets.scrub(f"{type(exc).__name__}: {first_line(exc)}"))
         record["traceback"] = secrets.scrub(traceback.format_exc())
-        print(f"evalkit: error: job {record['num']}: {record['error']}", file=sys.stderr)
+        print(f"evalkit: error: job {record['num']}: {printable(record['error'])}", file=sys.stderr)
     if record["run_dir"] is None and cfg.run.dir and (Path(str(cfg.run.dir)) / "summary.json").is_file():
         record["run_dir"] = str(cfg.run.dir)  # e.g. the run finished but MLflow logging failed
     for key in ("benchmark", "model"):
@@ -284,7 +285,7 @@ class SweepCallback(Callback):
         for job in failed:
             print(
                 f"evalkit: sweep {summary['sweep_id']}: job {job['num']} ({' '.join(job['point'] or job['overrides'])}) "
-                f"{job['status']}: {job.get('error') or 'no reason recorded'}",
+                f"{job['status']}: {printable(job.get('error') or 'no reason recorded')}",
                 file=sys.stderr,
             )
         if failed:
@@ -419,13 +420,10 @@ def _shown(override: str) -> str:
 
 
 def report_markdown(summary: dict[str, Any]) -> str:
-    def cell(v: Any) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
     lines = [
-        f"# Sweep {summary['sweep_id']}",
+        f"# Sweep {md_text(summary['sweep_id'])}",
         "",
-        f"{summary['n_complete_jobs']} of {summary['n_jobs']} jobs complete. Overrides: `{' '.join(summary['overrides'])}`",
+        f"{summary['n_complete_jobs']} of {summary['n_jobs']} jobs complete. Overrides: {md_code(' '.join(summary['overrides']))}",
         "",
         "| job | swept overrides | status | headline | value [interval] | run dir |",
         "|---|---|---|---|---|---|",
@@ -434,14 +432,14 @@ def report_markdown(summary: dict[str, Any]) -> str:
         value, ci = j.get("headline_value"), j.get("headline_ci")
         shown = with_interval(value, ci) if isinstance(value, (int, float)) else (j.get("error") or "")
         run = Path(j["run_dir"]).name if j.get("run_dir") else ""
-        lines.append(f"| {j['num']} | `{cell(' '.join(j['point']) or ' '.join(j['overrides']))}` | {j['status']} | {cell(j.get('headline') or '')} | {cell(shown)} | {cell(run)} |")
+        lines.append(f"| {j['num']} | {md_code(' '.join(j['point']) or ' '.join(j['overrides']), in_table=True)} | {j['status']} | {md_text(j.get('headline') or '')} | {md_text(shown)} | {md_text(run)} |")
     if summary.get("paired"):
         lines += ["", "Paired against the first value of each swept key (Δ = job − base, over the samples scored in both):", "",
                   "| key | base job | job | Δ headline [interval] | p | test |", "|---|---|---|---|---|---|"]  # fmt: skip
         for p in summary["paired"]:
             if "error" in p:
-                lines.append(f"| {cell(p['key'])} | {p['base']} | {p['job']} | {cell(p['error'])} | | |")
+                lines.append(f"| {md_text(p['key'])} | {p['base']} | {p['job']} | {md_text(p['error'])} | | |")
             else:
-                lines.append(f"| {cell(p['key'])} | {p['base']} | {p['job']} | {p['delta']:+.4f} [{p['low']:+.4f}, {p['high']:+.4f}] | {p['p']:.4g} | {p['test']} |")
+                lines.append(f"| {md_text(p['key'])} | {p['base']} | {p['job']} | {p['delta']:+.4f} [{p['low']:+.4f}, {p['high']:+.4f}] | {p['p']:.4g} | {p['test']} |")
     return "\n".join(lines) + "\n"
 

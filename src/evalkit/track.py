@@ -4,18 +4,30 @@
     python -m evalkit.track RUN_DIR [RUN_DIR ...] [--tracking-uri URI] [--experiment NAME]
                             [--artifact-root URI] [--no-traces]
 
-Each run is logged by the same observer a run uses (:class:`~evalkit.tracking.MlflowObserver`)
-into the run's own tracking settings (``config.yaml``'s ``tracking.*``; for a run made with
-``tracking=none``, the default store ``sqlite:///<run.output_root>/mlflow.db``), unless the
-options name another store. Logging is idempotent: the run's ``tracking.json`` records the
-MLflow run and each trace logged, so a second call adds nothing (and a run resumed since
-gets only its new samples). The selection and the prompts of the traces are rebuilt from
-the benchmark's data, as the run built them; when the data cannot be read any more, the
-traces carry no prompt (one note line says so).
+Each run is logged by the same observer a run uses (:class:`~evalkit.tracking.MlflowObserver`).
+
+Which store: the one ``--tracking-uri`` names, else the project default
+(``sqlite:///outputs/mlflow.db`` under the current directory, artifacts in
+``outputs/mlartifacts``) — never an address read from the run directory (its
+``config.yaml``'s ``tracking.tracking_uri`` / ``artifact_root``): a run directory is
+untrusted input, and a shared one must not choose where its contents are sent. When the
+directory names another store, a note line says so. The experiment is ``--experiment``, else
+the run's ``tracking.experiment``. Before logging, one line on stderr names the store.
+
+Whose run: a directory's ``tracking.json`` (checked against its schema) may name the MLflow
+run it was logged to; that run is written only if it belongs to the directory (its
+``evalkit.run_key_sha256`` tag is the digest of the directory's run key, or, for a run
+logged before run keys, its ``run_dir`` tag names the directory). Otherwise nothing is
+written, one error line says why, and the exit code is 2. Logging is idempotent: a second
+call adds nothing (and a run resumed since gets only its new samples). No symbolic link in
+the directory is followed or uploaded. The selection and the prompts of the traces are
+rebuilt from the benchmark's data, as the run built them; when the data cannot be read any
+more, the traces carry no prompt (one note line says so).
 
 Output: one line per run (``evalkit: tracked <dir> → MLflow run <id> (<store>)``) or one
 error line. Exit code: 0 every run logged, 1 some run's logging failed, 2 a directory that
-is not a finished run (no ``config.yaml`` or ``summary.json``) or a bad store.
+is not a finished run (no ``config.yaml`` or ``summary.json``), a bad ``tracking.json``, an
+MLflow run of another directory, or a bad store.
 """
 
 from __future__ import annotations
@@ -33,25 +45,31 @@ from evalkit import secrets
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import EvalConfig
 from evalkit.engine.plan import prepare
-from evalkit.errors import EvalkitError, RunDirError, first_line
+from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.journal import read_run_journal
+from evalkit.jsonl import read_no_link
 from evalkit.summary import validate_summary
-from evalkit.tracking import MlflowObserver
+from evalkit.tracking import MlflowObserver, ledger
 from evalkit.tracking.mlflow_tracking import artifact_root, tracking_uri
+
+#: the largest config.yaml / summary.json / sweep.json read (bytes)
+MAX_RECORD_BYTES = 256 * 1024 * 1024
 
 
 def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(config.yaml, summary.json)`` of a finished run.
+    """``(config.yaml, summary.json)`` of a finished run, each opened without following a
+    symbolic link.
 
     Raises:
-        RunDirError: either file is missing or unreadable, the summary does not validate
-            (:class:`evalkit.summary.Summary`), or a journal row cannot count (:mod:`evalkit.journal`).
+        RunDirError: either file is missing, a link or unreadable, the summary does not
+            validate (:class:`evalkit.summary.Summary`), or a journal row cannot count
+            (:mod:`evalkit.journal`).
     """
     try:
-        recorded = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-        raw = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        recorded = yaml.safe_load(read_no_link(run_dir / "config.yaml", MAX_RECORD_BYTES).decode("utf-8"))
+        raw = json.loads(read_no_link(run_dir / "summary.json", MAX_RECORD_BYTES).decode("utf-8"))
     except (OSError, ValueError, RecursionError, yaml.YAMLError) as exc:
-        raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml and summary.json needed; {type(exc).__name__})") from None
+        raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml and summary.json needed, not links; {type(exc).__name__})") from None
     if not isinstance(recorded, dict) or not isinstance(raw, dict) or "status" not in raw:
         raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml or summary.json malformed)")
     summary = validate_summary(raw, run_dir / "summary.json")
@@ -81,22 +99,43 @@ def requests_of(run_dir: Path, recorded: dict[str, Any]) -> list[Any] | None:
         return None
 
 
-def observer_for(recorded: dict[str, Any], args: argparse.Namespace) -> MlflowObserver:
-    """The observer of the run's tracking settings, overridden by the command's options."""
-    tracking = {"tracking_uri": None, "experiment": "evalkit", "artifact_root": None, **(recorded.get("tracking") or {})}
-    for key in ("tracking_uri", "experiment", "artifact_root"):
-        if getattr(args, key):
-            tracking[key] = getattr(args, key)
-    run = recorded.get("run") or {}
-    cfg = SimpleNamespace(tracking=SimpleNamespace(**tracking), run=SimpleNamespace(output_root=run.get("output_root") or "outputs"))
-    sweep = None
-    if run.get("sweep_dir"):
-        try:
-            sweep = json.loads((Path(run["sweep_dir"]) / "sweep.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            sweep = None
+def default_store() -> tuple[str, str]:
+    """The project default ``(tracking URI, artifact root)``: what ``python -m evalkit`` run
+    here with the default config uses (``run.output_root=outputs``, ``tracking=mlflow``)."""
+    cfg = SimpleNamespace(tracking=SimpleNamespace(tracking_uri=None, artifact_root=None), run=SimpleNamespace(output_root="outputs"))
+    return tracking_uri(cfg), artifact_root(cfg)
+
+
+def observer_for(run_dir: Path, recorded: dict[str, Any], args: argparse.Namespace) -> MlflowObserver:
+    """The observer of the store ``--tracking-uri`` names, or of the project default
+    (:func:`default_store`) — never of an address read from the run directory (a note line
+    names the one its ``config.yaml`` holds, when it differs)."""
+    tracking = recorded.get("tracking") if isinstance(recorded.get("tracking"), dict) else {}
+    uri, root = default_store()
+    uri, root = args.tracking_uri or uri, args.artifact_root or root
+    named = tracking.get("tracking_uri")
+    if named and str(named) != uri:
+        print(f"evalkit: note: {run_dir}: its config.yaml names the tracking store {printable(secrets.scrub(str(named)), 300)}, "
+              "which is not used (give --tracking-uri to choose the store)", file=sys.stderr)  # fmt: skip
+    experiment = args.experiment or tracking.get("experiment") or "evalkit"
+    if not isinstance(experiment, str) or len(experiment) > 500:
+        raise RunDirError(f"{run_dir}/config.yaml: tracking.experiment: not a name of at most 500 characters")
+    run = recorded.get("run") if isinstance(recorded.get("run"), dict) else {}
     traces = bool(tracking.get("traces", True)) and not args.no_traces
-    return MlflowObserver(tracking_uri(cfg), str(tracking["experiment"]), artifact_root(cfg), run.get("suite"), sweep, traces)
+    return MlflowObserver(uri, experiment, root, run.get("suite"), _sweep_of(run_dir, run), traces)
+
+
+def _sweep_of(run_dir: Path, run: dict[str, Any]) -> dict[str, Any] | None:
+    """``sweep.json`` of the sweep the run is a job of: only the run directory's own parent
+    (a job's directory is ``<sweep dir>/<job>``), read without following a link."""
+    sweep_dir = run.get("sweep_dir")
+    if not sweep_dir or Path(str(sweep_dir)).resolve() != Path(run_dir).resolve().parent:
+        return None
+    try:
+        sweep = json.loads(read_no_link(Path(str(sweep_dir)) / "sweep.json", MAX_RECORD_BYTES).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return sweep if isinstance(sweep, dict) else None
 
 
 def track(run_dir: Path, args: argparse.Namespace) -> str:
@@ -107,18 +146,32 @@ def track(run_dir: Path, args: argparse.Namespace) -> str:
         Any MLflow error while logging.
     """
     recorded, summary = read_run(run_dir)
-    observer = observer_for(recorded, args)
+    ledger.read_file(run_dir / ledger.FILE)  # a bad tracking.json: one line before the store is opened
+    observer = observer_for(run_dir, recorded, args)
+    print(f"evalkit: sending {run_dir} to the MLflow store {printable(secrets.scrub(observer.uri), 300)} "
+          f"(experiment {printable(observer.experiment, 200)})", file=sys.stderr)  # fmt: skip
     observer.check()
     run_id = observer.log_run(run_dir, summary, requests_of(run_dir, recorded))
     return f"evalkit: tracked {run_dir} → MLflow run {run_id} ({observer.uri}, experiment {observer.experiment})"
 
 
+STORE_RULE = (
+    "The store is --tracking-uri, or the project default; never an address read from the run directory's "
+    "config.yaml (a note names it when it differs). An MLflow run named by the directory's tracking.json is "
+    "written only if its run key or run_dir tag matches the directory; otherwise exit 2 and nothing is written. "
+    "Symbolic links in the directory are never followed or uploaded."
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evalkit.track", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m evalkit.track", description=__doc__.splitlines()[0],
+                                     epilog=STORE_RULE)  # fmt: skip
     parser.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
-    parser.add_argument("--tracking-uri", dest="tracking_uri", default=None, help="store (default: the run's tracking.tracking_uri)")
+    parser.add_argument("--tracking-uri", dest="tracking_uri", default=None,
+                        help="store (default: the project default sqlite:///outputs/mlflow.db here; never the run directory's)")
     parser.add_argument("--experiment", default=None, help="experiment (default: the run's tracking.experiment)")
-    parser.add_argument("--artifact-root", dest="artifact_root", default=None, help="artifact location of a new experiment")
+    parser.add_argument("--artifact-root", dest="artifact_root", default=None,
+                        help="artifact location of a new experiment (default: outputs/mlartifacts here)")  # fmt: skip
     parser.add_argument("--no-traces", action="store_true", help="no per-sample traces (as tracking.traces=false)")
     args = parser.parse_args(argv)
     code = 0
@@ -126,10 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print(track(run_dir, args))
         except EvalkitError as exc:
-            print(f"evalkit: error: {exc}", file=sys.stderr)
+            print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
             code = max(code, 2)
         except Exception as exc:  # noqa: BLE001 - one line per run; the others are still logged
-            print(f"evalkit: error: {run_dir}: MLflow logging failed ({type(exc).__name__}: {secrets.scrub(first_line(exc))})", file=sys.stderr)
+            print(f"evalkit: error: {run_dir}: MLflow logging failed ({type(exc).__name__}: {printable(secrets.scrub(first_line(exc)))})", file=sys.stderr)
             code = max(code, 1)
     return code
 

@@ -25,9 +25,10 @@ def canonical_json(obj: Any) -> str:
 
 
 def sha256_hex(text: str | bytes) -> str:
-    """SHA-256 hex digest of ``text`` (str is UTF-8 encoded)."""
+    """SHA-256 hex digest of ``text`` (str is UTF-8 encoded; a lone surrogate, which model
+    text may hold, as its three bytes: ``surrogatepass``, the same digest for any other text)."""
     if isinstance(text, str):
-        text = text.encode("utf-8")
+        text = text.encode("utf-8", errors="surrogatepass")
     return hashlib.sha256(text).hexdigest()
 
 

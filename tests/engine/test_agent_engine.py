@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from evalkit.engine.journal import read_jsonl
+from evalkit.jsonl import unit_file_name
 
 AGENT = "benchmark.subsets=[agent_multi_step,agent_multi_turn]"
 
@@ -106,7 +107,7 @@ def test_smollm2_agent_rollouts_leave_transcripts(llama_api_base, ray_address, r
     rows = {r["sample_id"]: r for r in read_jsonl(res.run_dir / "predictions.jsonl")}
     assert set(rows) == {"en/agent_multi_step_0", "en/agent_multi_turn_0"}
     for row in rows.values():
-        traj = json.loads((res.run_dir / "trajectories" / (row["sample_id"].replace("/", "__") + ".json")).read_text())
+        traj = json.loads((res.run_dir / "trajectories" / unit_file_name(row["sample_id"], 0)).read_text())
         assert traj["turns"] and all(t["usage"]["completion_tokens"] <= 8 for t in traj["turns"])
         assert len(traj["messages"]) >= 2
     actors = {t["actor"] for t in rows["en/agent_multi_turn_0"]["trajectory"]["turns"]}

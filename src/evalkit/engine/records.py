@@ -7,7 +7,7 @@ Record contract (ARCHITECTURE.md; extend, don't rename): ``sample_id``, ``subset
 ``latency_s``, ``attempts``, ``throttled``, ``cached``, ``finish_reason``, ``reasoning``
 (never scored), ``started_at`` / ``ended_at`` (Unix seconds of the model calls), ``n_turns``,
 ``epoch`` (the repeat, 0 for the first) and, for a rollout, the whole ``trajectory`` (so that
-``rescore`` needs nothing else; a readable copy goes to ``trajectories/<sample id>.json``).
+``rescore`` needs nothing else; a readable copy goes to ``trajectories/<unit file name>``).
 
 Tokens and money (:mod:`evalkit.providers`): ``usage`` sums the provider's counts over the
 sample's calls (``prompt_tokens``, ``completion_tokens``, ``reasoning_tokens``,
@@ -23,10 +23,12 @@ its whole text as ``output_unstripped``.
 
 A row is at most :data:`MAX_LINE_BYTES` of JSON: over it, the model's texts (``output``,
 ``raw_output``, ``output_unstripped``, ``reasoning``, ``trajectory``) move whole to
-``large/<sample id>.json`` and the row keeps their first :data:`KEPT_CHARS` characters
+``large/<unit file name>`` and the row keeps their first :data:`KEPT_CHARS` characters
 plus ``large`` = ``{"file", "bytes", "sha256", "fields"}``;
 :func:`evalkit.jsonl.with_side_file` puts them back for every reader that scores
-(``rescore``, ``model=replay`` of a ``predictions.jsonl``).
+(``rescore``, ``model=replay`` of a ``predictions.jsonl``), checking size and sha256.
+A unit file name (:func:`evalkit.jsonl.unit_file_name`) is a digest of (sample id, epoch):
+any id, however long or strange, and every epoch of a repeated sample get files of their own.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Any
 from evalkit import secrets
 from evalkit.benchmarks.base import Benchmark, strip_reasoning_prefix
 from evalkit.engine.calls import Unit
-from evalkit.jsonl import SIDE_FILE_FIELDS, dumps_line, with_side_file
+from evalkit.jsonl import SIDE_FILE_FIELDS, dumps_line, unit_file_name, with_side_file, write_unit_file
 from evalkit.providers import Price, add_usage, total_tokens
 from evalkit.types import Failure, SampleScore, Trajectory, sha256_hex
 
@@ -173,41 +175,37 @@ def _line_bytes(row: dict[str, Any]) -> int:
     return len(dumps_line(row).encode("utf-8", errors="surrogatepass"))
 
 
-def _file_name(sample_id: str) -> str:
-    return sample_id.replace("/", "__") + ".json"
-
-
 def cap_record(row: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """``row`` as journaled: unchanged when its line fits :data:`MAX_LINE_BYTES`, else with
-    the model's texts moved to ``large/<sample id>.json`` (see the module docstring)."""
+    the model's texts moved to ``large/<unit file name>`` (:func:`evalkit.jsonl.unit_file_name`
+    of the sample id and epoch; see the module docstring).
+
+    Raises:
+        SideFileError: the side file cannot be written (a link planted in the run directory).
+    """
     if _line_bytes(row) <= MAX_LINE_BYTES:
         return row
     moved = {k: row[k] for k in SIDE_FILE_FIELDS if row.get(k) is not None}
     text = json.dumps(secrets.scrub_obj(moved), ensure_ascii=False, default=str)
     data = text.encode("utf-8", errors="backslashreplace")
-    large = Path(run_dir) / "large"
-    large.mkdir(exist_ok=True)
-    (large / _file_name(str(row["sample_id"]))).write_bytes(data)
+    name = write_unit_file(run_dir, "large", unit_file_name(str(row["sample_id"]), int(row.get("epoch") or 0)), data)
     out = dict(row)
     for key, value in moved.items():
         out[key] = value[:KEPT_CHARS] if isinstance(value, str) else None
-    out["large"] = {"file": f"large/{_file_name(str(row['sample_id']))}", "bytes": len(data),
-                    "sha256": sha256_hex(data), "fields": sorted(moved)}  # fmt: skip
+    out["large"] = {"file": name, "bytes": len(data), "sha256": sha256_hex(data), "fields": sorted(moved)}
     if _line_bytes(out) > MAX_LINE_BYTES:  # what is left is the verdict's own lists
         out["checks"] = {"truncated": True, "count": len(row.get("checks") or {})}
         out["failed_checks"] = list(row.get("failed_checks") or [])[:100]
     return out
 
 
-def write_transcript(run_dir: Path, sample_id: str, trajectory: Trajectory) -> None:
-    """``trajectories/<sample id>.json``: a rollout's transcript for reading (secrets scrubbed)."""
-    tdir = Path(run_dir) / "trajectories"
-    tdir.mkdir(exist_ok=True)
-    (tdir / (sample_id.replace("/", "__") + ".json")).write_text(
-        json.dumps(secrets.scrub_obj({"sample_id": sample_id, **trajectory.to_dict()}), ensure_ascii=False, indent=1, default=str),
-        encoding="utf-8",
-        errors="backslashreplace",
-    )
+def write_transcript(run_dir: Path, sample_id: str, epoch: int, trajectory: Trajectory) -> None:
+    """``trajectories/<unit file name>``: a rollout's transcript for reading (secrets
+    scrubbed), named by :func:`evalkit.jsonl.unit_file_name` of the sample id and epoch (the
+    file holds both)."""
+    text = json.dumps(secrets.scrub_obj({"sample_id": sample_id, "epoch": epoch, **trajectory.to_dict()}),
+                      ensure_ascii=False, indent=1, default=str)  # fmt: skip
+    write_unit_file(run_dir, "trajectories", unit_file_name(sample_id, epoch), text.encode("utf-8", errors="backslashreplace"))
 
 
 def failure_record(unit: Unit, model_id: str, trajectory: Trajectory, prices: Prices) -> dict[str, Any]:
@@ -234,7 +232,11 @@ def failure_record(unit: Unit, model_id: str, trajectory: Trajectory, prices: Pr
 def trajectory_of_row(row: dict[str, Any], run_dir: Path) -> Trajectory:
     """The trajectory a journal row of ``run_dir`` records: a rollout's ``trajectory``, or a
     single-turn answer's ``output`` (``rescore`` scores it through the same entry as the run
-    did); a capped row's texts are read back from its side file."""
+    did); a capped row's texts are read back from its side file.
+
+    Raises:
+        SideFileError: the side file is missing or not what the row recorded.
+    """
     row = with_side_file(row, run_dir)
     if isinstance(row.get("trajectory"), dict):
         return Trajectory.from_dict(row["trajectory"])

@@ -273,7 +273,7 @@ class Journaler:
                 return
             row = cap_record(prediction_record(unit, model_id, view, scored, prices, rule), self.state.run_dir)
             if unit.rollout:
-                write_transcript(self.state.run_dir, unit.sample.id, trajectory)
+                write_transcript(self.state.run_dir, unit.sample.id, unit.request.epoch, trajectory)
             self.predictions.append(row)
             self.observer.sample_journaled(self.info, row)
         else:

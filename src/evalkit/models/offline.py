@@ -6,12 +6,15 @@ they go through exactly the same engine path (journal, scoring, resume) as a rea
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from evalkit.errors import DataError
-from evalkit.jsonl import read_objects, with_side_file
+from evalkit.errors import DataError, printable
+from evalkit.jsonl import SideFileError, read_objects, with_side_file
 from evalkit.models.base import ModelCallError
 from evalkit.types import Completion, Failure, Request, sha256_hex
+
+log = logging.getLogger("evalkit")
 
 
 class TableModel:
@@ -45,17 +48,25 @@ def load_replay_file(path: Path, continuation: bool = False) -> dict[str, str]:
 
     Raises:
         DataError: a line that is not such an object (names file and line) or a sample id
-            given twice with different outputs.
+            given twice with different outputs (the id printed escaped).
+
+    A capped ``predictions.jsonl`` row whose side file is missing or not what the row
+    recorded (size, sha256) is left out with one warning: its sample then fails as
+    ``missing_output``, never replays the row's first characters.
     """
     outputs: dict[str, str] = {}
     for lineno, row in read_objects(path):
-        row = with_side_file(row, Path(path).parent)  # a predictions.jsonl row capped by evalkit
+        try:
+            row = with_side_file(row, Path(path).parent)  # a predictions.jsonl row capped by evalkit
+        except SideFileError as exc:  # its first characters are not the output: the sample fails (missing_output)
+            log.warning("%s:%d: %s; the sample is not replayed", path, lineno, exc)
+            continue
         if not isinstance(row.get("sample_id"), str) or not isinstance(row.get("output"), str):
             raise DataError(f"{path}:{lineno}: expected an object with string fields sample_id and output")
         sid = row["sample_id"]
         text = row["raw_output"] if continuation and isinstance(row.get("raw_output"), str) else row["output"]
         if sid in outputs and outputs[sid] != text:
-            raise DataError(f"{path}:{lineno}: sample {sid} appears twice with different outputs")
+            raise DataError(f"{path}:{lineno}: sample {printable(sid, 200)} appears twice with different outputs")
         outputs[sid] = text
     return outputs
 

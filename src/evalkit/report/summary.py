@@ -19,6 +19,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from evalkit.report.markdown import md_cells, md_code, md_text
 from evalkit.stats import with_interval
 from evalkit.summary import SCHEMA_VERSION
 
@@ -114,7 +115,7 @@ def write_report(run_dir: Path, summary: dict[str, Any], bench: Any, generates: 
     The generation parameters are shown only when ``generates`` (a model that is sent
     requests; offline models — reference, replay, baselines — send nothing)."""
     complete = summary["status"] == "complete"
-    lines = [f"# {summary['benchmark']} × {summary['model']}", ""]
+    lines = [f"# {md_text(summary['benchmark'])} × {md_text(summary['model'])}", ""]
     if complete:
         lines.append(f"**Status: complete.** Headline `{headline_text(summary)}`")
     else:
@@ -128,7 +129,8 @@ def write_report(run_dir: Path, summary: dict[str, Any], bench: Any, generates: 
     metrics = summary["metrics"] if complete else {k.removeprefix(prefix): v for k, v in summary.get("partial_metrics", {}).items()}
     ci = {k.removeprefix(prefix): v for k, v in (summary.get("metrics_ci") or {}).items()}
     for title, headers, rows in bench.report_tables(metrics, ci, summary.get("category_counts")):
-        lines += [f"## {title}{'' if complete else ' (partial)'}", "", tabulate(rows, headers=headers, tablefmt="github", floatfmt=".4f"), ""]
+        table = tabulate(md_cells(rows), headers=md_cells([headers])[0], tablefmt="github", floatfmt=".4f")
+        lines += [f"## {md_text(title)}{'' if complete else ' (partial)'}", "", table, ""]
     lines += _repeats_and_rules(summary, metrics, ci)
     lines += _limited(summary.get("scorer_limit_ids") or [])
     plots = sorted((Path(run_dir) / "plots").glob("*.png")) if (Path(run_dir) / "plots").is_dir() else []
@@ -181,7 +183,7 @@ def _limited(limited: list[str]) -> list[str]:
         "",
         f"{len(limited)} answers were stopped by the scoring bounds (`benchmark.score_timeout_s`, "
         "`benchmark.score_memory_mb`) and scored 0 as wrong answers (status `scorer_limit`; the reason is each "
-        "row's `detail` in `predictions.jsonl`): " + ", ".join(f"`{sid}`" for sid in limited[:50])
+        "row's `detail` in `predictions.jsonl`): " + ", ".join(md_code(sid) for sid in limited[:50])
         + (f" and {len(limited) - 50} more" if len(limited) > 50 else ""),
         "",
     ]

@@ -5,7 +5,14 @@ Content::
 
     {"mlflow_run_id": "...", "tracking_uri": "...", "experiment_id": "...",
      "summary_sha256": "<of the summary.json last logged whole, or null>",
+     "run_key": "<32 hex: this directory's key; the MLflow run carries its sha256 as the
+                 tag evalkit.run_key_sha256>",
      "traces": {"<sample key>": "<trace id>", ...}}
+
+A run directory is untrusted input (it may have been copied or edited): the file is checked
+against :class:`LedgerFile` (types and bounds; a violation is one line, exit 2), and the
+MLflow run it names is written only when it belongs to the directory (see
+:func:`owner_problem`).
 
 A trace id names what its trace shows (:func:`evalkit.tracking.traces.trace_id_of`), so an
 unchanged sample keeps its trace and a changed one (failed, now scored) gets a new one in
@@ -15,13 +22,77 @@ logging that stops half-way resumes where it stopped.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import secrets as random_secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from evalkit.errors import RunDirError
 
 FILE = "tracking.json"
+#: the MLflow tag holding the sha256 (hex) of the directory's ``run_key``
+RUN_KEY_TAG = "evalkit.run_key_sha256"
+#: the largest ``tracking.json`` read (bytes): a trace id per sample for millions of samples
+MAX_FILE_BYTES = 512 * 1024 * 1024
+
+_Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
+class LedgerFile(BaseModel):
+    """The schema of ``tracking.json`` (bounds: ids of at most 64 characters from
+    ``[A-Za-z0-9_-]``, a store address of at most 4,096 characters, sample keys of at most
+    100,000 characters, at most 10 million traces)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    mlflow_run_id: _Id | None = None
+    tracking_uri: Annotated[str, StringConstraints(max_length=4096)]
+    experiment_id: _Id | None = None
+    summary_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = None
+    run_key: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")] | None = None
+    traces: Annotated[dict[Annotated[str, StringConstraints(max_length=100_000)],
+                           Annotated[str, StringConstraints(pattern=r"^tr-[0-9a-f]{32}$")]],
+                      Field(max_length=10_000_000)] | None = None  # fmt: skip
+
+
+def read_file(path: Path) -> LedgerFile | None:
+    """``tracking.json`` at ``path`` checked against :class:`LedgerFile`; ``None`` when there
+    is none. The file is opened without following a symbolic link.
+
+    Raises:
+        RunDirError: the file is a link, too large, not JSON, or breaks the schema (one
+            line naming the file and the field).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RunDirError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__}; a symbolic link is never followed)") from None
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise RunDirError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
+    try:
+        state = json.loads(data.decode("utf-8"))
+        return LedgerFile.model_validate(state)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, ValidationError):
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"][:2]) or "(top level)"
+            raise RunDirError(f"{path}: {where}: {err['msg']}") from None
+        raise RunDirError(f"{path}: not JSON ({type(exc).__name__})") from None
+
+
+def key_digest(run_key: str) -> str:
+    """The sha256 (hex) of a ``run_key``: what the MLflow run's :data:`RUN_KEY_TAG` holds (the
+    key itself stays in the directory, so reading the store does not give it away)."""
+    return hashlib.sha256(run_key.encode("ascii")).hexdigest()
 
 
 @dataclass
@@ -35,30 +106,57 @@ class Ledger:
     experiment_id: str | None = None
     summary_sha256: str | None = None
     traces: dict[str, str] = field(default_factory=dict)
-    #: whether ``traces`` was read from the file (a run logged by an evalkit without traces
-    #: has none recorded, and its store is searched instead)
-    has_traces: bool = False
+    run_key: str | None = None
 
     @classmethod
     def load(cls, run_dir: Path, tracking_uri: str) -> "Ledger":
-        """The ledger of ``run_dir`` for ``tracking_uri``: empty when the file is missing,
-        unreadable, or records another store (the run is then logged there anew)."""
+        """The ledger of ``run_dir`` for ``tracking_uri``: empty when the file is missing or
+        records another store (the run is then logged there anew).
+
+        Raises:
+            RunDirError: the file breaks :class:`LedgerFile` (see :func:`read_file`).
+        """
         path = Path(run_dir) / FILE
-        try:
-            state: Any = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            state = None
-        if not isinstance(state, dict) or state.get("tracking_uri") != tracking_uri:
-            return cls(path, tracking_uri)
-        traces = state.get("traces")
-        return cls(path, tracking_uri, state.get("mlflow_run_id"), state.get("experiment_id"), state.get("summary_sha256"),
-                   dict(traces) if isinstance(traces, dict) else {}, isinstance(traces, dict))  # fmt: skip
+        state = read_file(path)
+        if state is None or state.tracking_uri != tracking_uri:
+            return cls(path, tracking_uri, run_key=state.run_key if state else None)
+        return cls(path, tracking_uri, state.mlflow_run_id, state.experiment_id, state.summary_sha256,
+                   dict(state.traces or {}), state.run_key)  # fmt: skip
+
+    def new_key(self) -> str:
+        """This directory's run key (made now when it has none)."""
+        if self.run_key is None:
+            self.run_key = random_secrets.token_hex(16)
+        return self.run_key
 
     def save(self) -> None:
         """Write the file atomically (a temporary file renamed over it)."""
         state = {"mlflow_run_id": self.run_id, "tracking_uri": self.tracking_uri, "experiment_id": self.experiment_id,
-                 "summary_sha256": self.summary_sha256, "traces": self.traces}  # fmt: skip
+                 "summary_sha256": self.summary_sha256, "run_key": self.run_key, "traces": self.traces}  # fmt: skip
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(state, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(state, ensure_ascii=False) + "\n", encoding="utf-8", errors="backslashreplace")
         os.replace(tmp, self.path)
-        self.has_traces = True
+
+
+def owner_problem(run_dir: Path, ledger: Ledger, tags: dict[str, str]) -> str | None:
+    """Why the MLflow run ``ledger.run_id`` (whose tags are ``tags``) does not belong to
+    ``run_dir``, or ``None`` when it does. It belongs when its :data:`RUN_KEY_TAG` is the
+    digest of the directory's ``run_key``, or (a run logged before run keys) its ``run_dir``
+    tag names this directory. A directory whose key matches but whose run's ``run_dir`` tag
+    names another directory that still holds that key is a copy, not the run moved."""
+    here = str(Path(run_dir).resolve())
+    tagged_dir, tagged_key = tags.get("run_dir"), tags.get(RUN_KEY_TAG)
+    if tagged_key is not None:
+        if ledger.run_key is None or key_digest(ledger.run_key) != tagged_key:
+            return f"its run key is not this directory's (the run belongs to {tagged_dir})"
+        if tagged_dir and tagged_dir != here:
+            try:
+                other = read_file(Path(tagged_dir) / FILE)
+            except RunDirError:
+                other = None
+            if other is not None and other.run_key == ledger.run_key:
+                return f"this directory is a copy of {tagged_dir}, which still holds the run"
+        return None
+    if tagged_dir != here:
+        return f"its run_dir tag names {tagged_dir}, not this directory"
+    return None

@@ -45,6 +45,7 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -53,14 +54,14 @@ from typing import Any
 import yaml
 
 from evalkit import secrets
-from evalkit.errors import TrackingError, first_line
+from evalkit.errors import RunDirError, TrackingError, first_line, printable
 import evalkit.tracking.curate as curate
 from evalkit.tracking.base import Observer, RunInfo
 from evalkit.tracking.ledger import FILE as LEDGER_FILE
-from evalkit.tracking.ledger import Ledger
+from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, key_digest, owner_problem
 from evalkit.tracking.samples import Outcome, outcomes, primary_score
 from evalkit.tracking.store import open_client
-from evalkit.tracking.traces import build_trace, cut, trace_id_of
+from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +138,12 @@ def log_values(mlflow_client: Any, run_id: str, params: dict[str, Any] | None = 
     batch sizes (100 params, 1000 metrics and tags per call)."""
     from mlflow.entities import Metric, Param, RunTag
 
-    items = [Param(k[:250], str(v)[:6000]) for k, v in (params or {}).items()]
+    items = [Param(k[:250], mlflow_text(str(v)[:6000])) for k, v in (params or {}).items()]
     for i in range(0, len(items), 100):
         mlflow_client.log_batch(run_id, params=items[i : i + 100])
     now = timestamp_ms or int(time.time() * 1000)
     entries = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if isinstance(v, (int, float))]
-    run_tags = [RunTag(k, str(v)[:8000]) for k, v in (tags or {}).items()]
+    run_tags = [RunTag(k, mlflow_text(str(v)[:8000])) for k, v in (tags or {}).items()]
     for i in range(0, max(len(entries), len(run_tags)), 1000):
         mlflow_client.log_batch(run_id, metrics=entries[i : i + 1000], tags=run_tags[i : i + 1000])
 
@@ -179,7 +180,7 @@ def dataset_input(summary: dict[str, Any], recorded: dict[str, Any]) -> Any:
     parts = [str(summary.get("benchmark")), *(["all languages" if language == "all" else str(language)] if language else []),
              "+".join(map(str, subsets)) if subsets else "all subsets"]  # fmt: skip
     where = next((str(bench[k]) for k in ("data_dir", "dataset", "pilot_path", "source_url") if bench.get(k)), "")
-    dataset = Dataset(name=cut(" ".join(parts), 200), digest=str(summary.get("data_fingerprint"))[:36], source_type="local",
+    dataset = Dataset(name=mlflow_text(cut(" ".join(parts), 200)), digest=str(summary.get("data_fingerprint"))[:36], source_type="local",
                       source=json.dumps({"uri": where}), profile=json.dumps({"num_rows": summary.get("n_samples")}))  # fmt: skip
     return DatasetInput(dataset=dataset, tags=[InputTag(key="mlflow.data.context", value="eval")])
 
@@ -291,7 +292,7 @@ class MlflowObserver(Observer):
             self.log_run(run.run_dir, summary, run.extra.get("requests"))
         except Exception as exc:  # noqa: BLE001 - any tracking failure becomes one line
             log.info("MLflow logging of %s failed", run.run_dir, exc_info=True)  # evalkit.log only
-            line = retry_line(run.run_dir, exc)
+            line = retry_line(run.run_dir, exc, self.uri)
             log.info("%s", line)
             print(line, file=sys.stderr)
 
@@ -348,13 +349,16 @@ class MlflowObserver(Observer):
         run_dir = Path(run_dir)
         mlflow_client = client(self.uri)
         ledger = Ledger.load(run_dir, self.uri)
-        exp_id = ledger.experiment_id or experiment_id(mlflow_client, self.experiment, self.artifact_root)
         tags = self._run_tags(run_dir, summary)
         if ledger.run_id is None:
+            tags[RUN_KEY_TAG] = key_digest(ledger.new_key())
+            exp_id = experiment_id(mlflow_client, self.experiment, self.artifact_root)
             run = mlflow_client.create_run(exp_id, start_time=_ms(summary.get("started_at")), tags=tags)
             ledger.run_id, ledger.experiment_id = run.info.run_id, exp_id
             ledger.save()
         else:
+            ledger.experiment_id = self._owned_run(mlflow_client, run_dir, ledger)
+            tags[RUN_KEY_TAG] = key_digest(ledger.new_key())
             log_values(mlflow_client, ledger.run_id, tags=tags)
         outs = outcomes(run_dir, summary, requests)
         digest = _sha256(summary)
@@ -368,6 +372,25 @@ class MlflowObserver(Observer):
         ledger.save()
         return ledger.run_id
 
+    @staticmethod
+    def _owned_run(mlflow_client: Any, run_dir: Path, ledger: Ledger) -> str:
+        """The experiment id of the MLflow run ``tracking.json`` names, after checking that the
+        run belongs to ``run_dir`` (:func:`~evalkit.tracking.ledger.owner_problem`).
+
+        Raises:
+            RunDirError: the store has no such run, or it belongs to another directory.
+        """
+        try:
+            run = mlflow_client.get_run(ledger.run_id)
+        except Exception as exc:  # noqa: BLE001 - MLflow's "not found" is a generic MlflowException
+            raise RunDirError(f"{ledger.path}: names MLflow run {ledger.run_id}, which {ledger.tracking_uri} cannot give "
+                              f"({type(exc).__name__}); remove the file to log the run anew") from None  # fmt: skip
+        problem = owner_problem(run_dir, ledger, dict(run.data.tags))
+        if problem:
+            raise RunDirError(f"{ledger.path}: names MLflow run {ledger.run_id}, which does not belong to {run_dir} "
+                              f"({problem}); nothing written — remove the file to log this directory as a new run")  # fmt: skip
+        return str(run.info.experiment_id)
+
     def _log_record(self, mlflow_client: Any, run_id: str, run_dir: Path, summary: dict[str, Any], outs: list[Outcome]) -> None:
         """Params (those not logged yet), metrics, the dataset, the tables and the files."""
         recorded = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
@@ -378,11 +401,8 @@ class MlflowObserver(Observer):
                    timestamp_ms=_ms(summary.get("finished_at")))  # fmt: skip
         mlflow_client.log_inputs(run_id, datasets=[dataset_input(summary, recorded)])
         self._log_tables(mlflow_client, run_id, summary, outs)
-        for path in sorted(run_dir.iterdir()):
-            if path.is_file() and path.name != LEDGER_FILE and not path.name.startswith("."):
-                mlflow_client.log_artifact(run_id, str(path))
-            elif path.is_dir():
-                mlflow_client.log_artifacts(run_id, str(path), artifact_path=path.name)
+        for path, folder in run_files(run_dir):
+            mlflow_client.log_artifact(run_id, str(path), artifact_path=folder)
 
     def _log_tables(self, mlflow_client: Any, run_id: str, summary: dict[str, Any], outs: list[Outcome]) -> None:
         """``tables/``: written whole (what an earlier logging left there is removed first,
@@ -396,16 +416,15 @@ class MlflowObserver(Observer):
         tables = {"samples": samples_table(outs, headline), "subsets": subsets_table(outs, headline)}
         tables.update({f"breakdown_{curate.mlflow_name(k).replace('/', '_')}": v for k, v in curate.breakdown_tables(summary).items()})
         for name, table in tables.items():  # object columns: values as they are (no string dtype)
-            mlflow_client.log_table(run_id, data=pd.DataFrame(table, dtype=object), artifact_file=f"tables/{name}.json")
+            mlflow_client.log_table(run_id, data=pd.DataFrame(mlflow_obj(table), dtype=object), artifact_file=f"tables/{name}.json")
 
     def _log_traces(self, mlflow_client: Any, ledger: Ledger, run_dir: Path, summary: dict[str, Any], outs: list[Outcome]) -> None:
         """One trace per outcome that the store does not hold as it is now (see the module
         docstring); traces of samples no longer selected, or whose outcome changed, are
         deleted. The ledger is saved after every batch."""
         tracer, run_id, exp_id = trace_client(self.uri), str(ledger.run_id), str(ledger.experiment_id)
-        if not ledger.has_traces:
-            ledger.traces = self.logged_traces(tracer, exp_id, run_id)
-        wanted = {o.key: (o, trace_id_of(run_id, o)) for o in outs}
+        ledger.traces = self.logged_traces(tracer, exp_id, run_id)  # the store's, never ids read from the directory
+        wanted = {mlflow_text(o.key): (o, trace_id_of(run_id, o)) for o in outs}  # keys as the store's evalkit.key tags
         stale = [tid for key, tid in ledger.traces.items() if key not in wanted or wanted[key][1] != tid]
         for i in range(0, len(stale), 100):
             tracer.delete_traces(exp_id, trace_ids=stale[i : i + 100])
@@ -419,7 +438,7 @@ class MlflowObserver(Observer):
             for info, _ in built:
                 tracer.start_trace(info)
             tracer.log_spans(exp_id, [span for _, spans in built for span in spans])
-            ledger.traces.update({o.key: tid for o, tid in batch})
+            ledger.traces.update({mlflow_text(o.key): tid for o, tid in batch})
             ledger.save()
         held = self.logged_traces(tracer, exp_id, run_id)
         if held != ledger.traces:
@@ -472,11 +491,33 @@ class MlflowObserver(Observer):
         mlflow_client.set_terminated(run_id, status=status)
 
 
-def retry_line(run_dir: Path, exc: BaseException) -> str:
+def run_files(run_dir: Path) -> list[tuple[Path, str | None]]:
+    """The run directory's files to upload as artifacts, as ``(path, artifact folder)``
+    (``None``: the top), sorted: every regular file except ``tracking.json`` and hidden
+    top-level files. A symbolic link — to a file or a folder, inside or outside the
+    directory — is never followed nor uploaded: each one is skipped with one warning."""
+    found: list[tuple[Path, str | None]] = []
+    for top, dirs, files in os.walk(run_dir, followlinks=False):
+        rel = Path(top).relative_to(run_dir)
+        for name in sorted(dirs + files):
+            path = Path(top) / name
+            if path.is_symlink():
+                log.warning("%s: a symbolic link, not uploaded (evalkit never follows links out of a run directory)",
+                            printable(str(path)))  # fmt: skip
+                if name in dirs:
+                    dirs.remove(name)
+            elif name in files and path.is_file() and (rel.parts or (name != LEDGER_FILE and not name.startswith("."))):
+                found.append((path, rel.as_posix() if rel.parts else None))
+        dirs.sort()
+    return found
+
+
+def retry_line(run_dir: Path, exc: BaseException, uri: str) -> str:
     """The one line a run prints when its MLflow logging fails: the cause and the command
-    that logs the run again."""
-    what = secrets.scrub(f"{type(exc).__name__}: {first_line(exc)}")
+    that logs the run again into the same store ``uri`` (``track`` never takes the store
+    from the directory)."""
+    what = printable(secrets.scrub(f"{type(exc).__name__}: {first_line(exc)}"))
     return (
         f"evalkit: warning: tracking: MLflow logging failed ({what}); the run's results are in {run_dir} — "
-        f"log them with: python -m evalkit.track {run_dir}"
+        f"log them with: python -m evalkit.track --tracking-uri {shlex.quote(secrets.scrub(uri))} {run_dir}"
     )

@@ -31,13 +31,17 @@ same trace (the store merges it); a changed outcome is a new trace id.
 from __future__ import annotations
 
 import json
+import logging
+import re
 from pathlib import Path
 from typing import Any
 
 from evalkit import secrets
-from evalkit.jsonl import with_side_file
+from evalkit.jsonl import SideFileError, with_side_file
 from evalkit.tracking.samples import Outcome, primary_score
 from evalkit.types import sha256_hex
+
+log = logging.getLogger("evalkit")
 
 #: characters of each prompt message a trace shows
 PROMPT_CHARS = 2000
@@ -45,6 +49,38 @@ PROMPT_CHARS = 2000
 OUTPUT_CHARS = 4000
 #: MLflow's (OSS) length of a trace's request / response preview
 PREVIEW_CHARS = 1000
+
+
+#: characters that break logging to MLflow's stores: lone surrogates (not UTF-8; the
+#: store's encoder raises) and NUL (which SQL text columns refuse or cut at)
+_UNSTORABLE = re.compile("[\ud800-\udfff\x00]")
+
+
+def mlflow_text(text: str) -> str:
+    """``text`` as it goes into MLflow (trace, span, tag, param, table), where the UI renders
+    it, markdown included. Records keep the exact text; only this copy is changed:
+
+    * a lone surrogate or NUL is written as its escape (``\\ud800``, ``\\u0000``), so that
+      no store's encoder fails on it (one such output would otherwise leave the run
+      RUNNING with no traces, and every later logging fail the same way);
+    * markdown image syntax ``![`` becomes ``!\\[`` (rendered as the text ``![``, never as
+      an image the browser fetches when a trace is opened).
+
+    Linear in the length of ``text``."""
+    if "![" in text:
+        text = text.replace("![", "!\\[")
+    return _UNSTORABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def mlflow_obj(obj: Any) -> Any:
+    """``obj`` with :func:`mlflow_text` applied to every string in it (dict keys included)."""
+    if isinstance(obj, str):
+        return mlflow_text(obj)
+    if isinstance(obj, dict):
+        return {mlflow_obj(k) if isinstance(k, str) else k: mlflow_obj(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [mlflow_obj(v) for v in obj]
+    return obj
 
 
 def cut(text: Any, limit: int) -> str:
@@ -102,6 +138,7 @@ class _Spans:
             attrs["mlflow.spanInputs"] = inputs
         if outputs is not None:
             attrs["mlflow.spanOutputs"] = outputs
+        attrs, name, error = mlflow_obj(attrs), mlflow_text(name), mlflow_text(error) if error else error
         self.dicts.append({
             "trace_id": self.trace_id, "span_id": span_id, "parent_span_id": parent, "name": name,
             "start_time_unix_nano": start, "end_time_unix_nano": max(int(end_s * 1e9), start), "events": [],
@@ -203,7 +240,7 @@ def feedbacks(outcome: Outcome, trace_id: str, benchmark: str, headline: str) ->
     out = []
     for name, value in scores.items():
         rationale = cut(secrets.scrub(str(detail)), PREVIEW_CHARS) if name == primary and detail else None
-        fb = Feedback(name=name, value=float(value), source=source, trace_id=trace_id, rationale=rationale,
+        fb = Feedback(name=name, value=float(value), source=source, trace_id=trace_id, rationale=rationale and mlflow_text(rationale),
                       metadata={"status": str(outcome.row.get("status"))})  # fmt: skip
         fb.assessment_id = "a-" + sha256_hex(f"{trace_id}\0{name}")[:32]
         out.append(fb)
@@ -236,6 +273,16 @@ def _failed_span(spans: _Spans, key: str, failure: dict[str, Any], request: dict
     return {"status": "failed", "error_kind": str(failure.get("error_kind")), "actor": str(failure.get("actor"))}
 
 
+def _with_side_file(row: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """The row with its side file's texts; a side file that cannot be trusted leaves the
+    row's capped texts, marked as such, and one warning."""
+    try:
+        return with_side_file(row, run_dir)
+    except SideFileError as exc:
+        log.warning("%s; its trace shows the row's first characters only", exc)
+        return {**row, "output": f"[side file unreadable: the first characters only] {row.get('output') or ''}"}
+
+
 def build_trace(outcome: Outcome, run_dir: Path, run_id: str, experiment_id: str, summary: dict[str, Any], start_s: float) -> tuple[Any, list[Any]]:
     """``(TraceInfo with its assessments, [Span, …])`` of one outcome of the run in
     ``run_dir`` (MLflow run ``run_id`` in experiment ``experiment_id``); ``start_s``: Unix
@@ -249,7 +296,7 @@ def build_trace(outcome: Outcome, run_dir: Path, run_id: str, experiment_id: str
     if outcome.epoch:
         tags["epoch"] = str(outcome.epoch)
     if outcome.row is not None:
-        row = with_side_file(outcome.row, run_dir)
+        row = _with_side_file(outcome.row, run_dir)
         tags["status"] = str(row.get("status"))
         metadata.update(_scored_spans(spans, outcome.key, row, request_of(outcome), start_s))
         state, response = TraceState.OK, secrets.scrub(str(row.get("output") or ""))[:PREVIEW_CHARS]
@@ -263,10 +310,10 @@ def build_trace(outcome: Outcome, run_dir: Path, run_id: str, experiment_id: str
         request_time=root["start_time_unix_nano"] // 1_000_000,
         execution_duration=(root["end_time_unix_nano"] - root["start_time_unix_nano"]) // 1_000_000,
         state=state,
-        request_preview=secrets.scrub(_preview(outcome)),
-        response_preview=response,
-        trace_metadata=metadata,
-        tags=tags,
+        request_preview=mlflow_text(secrets.scrub(_preview(outcome))),
+        response_preview=response and mlflow_text(response),
+        trace_metadata=mlflow_obj(metadata),
+        tags=mlflow_obj(tags),
         assessments=feedbacks(outcome, trace_id, str(summary.get("benchmark")), str(summary.get("headline"))),
     )
     return info, [Span.from_dict(d) for d in spans.dicts]
