@@ -75,14 +75,15 @@ def base_overrides(output_root: Path, acebench: Path) -> list[str]:
 @pytest.fixture
 def run_eval(tmp_path: Path, acebench_dir: Path):
     """Run evalkit in this process: ``run_eval(["model=reference", ...])`` → RunResult.
-    Compose → validate → run, exactly as ``python -m evalkit`` does."""
+    Compose → validate → run, exactly as ``python -m evalkit`` does (``shared``: an engine
+    session, as a sweep's job gets)."""
     from evalkit.compose import compose, resolve
     from evalkit.job import run_validated
 
-    def _run(overrides: list[str], output_root: Path | None = None):
+    def _run(overrides: list[str], output_root: Path | None = None, shared=None):
         root = output_root or tmp_path / "outputs"
         _, cfg = resolve(compose(base_overrides(root, acebench_dir) + list(overrides)))
-        return run_validated(cfg)
+        return run_validated(cfg, shared=shared)
 
     return _run
 

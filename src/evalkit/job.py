@@ -19,20 +19,23 @@ from evalkit.engine.plan import RunPlan, prepare
 from evalkit.engine.rundir import PREDICTIONS, choose_run_dir
 from evalkit.engine.phases import Phases
 from evalkit.engine.run import RunResult, run_evaluation
+from evalkit.engine.session import Session
 from evalkit.providers import estimate_prompt_tokens
 from evalkit.report.summary import headline_text
 from evalkit.summary import Summary
 from evalkit.tracking import make_observer
 
 
-def run_validated(cfg: EvalConfig, sweep: dict[str, Any] | None = None, phases: Phases | None = None) -> RunResult:
+def run_validated(cfg: EvalConfig, sweep: dict[str, Any] | None = None, phases: Phases | None = None,
+                  shared: Session | None = None) -> RunResult:  # fmt: skip
     """Run a validated config (``sweep``: the ``sweep.json`` of the sweep it is a job of;
-    ``phases``: the timings of the run so far, from its compose).
+    ``phases``: the timings of the run so far, from its compose; ``shared``: the sweep's
+    engine session, when its jobs run in this process).
 
     Raises:
         EvalkitError: a configuration, data, run directory or tracking error.
     """
-    return run_evaluation(cfg, make_observer(cfg, sweep), phases)
+    return run_evaluation(cfg, make_observer(cfg, sweep), phases, shared)
 
 
 def outcome_line(result: RunResult) -> str:
@@ -56,9 +59,9 @@ def _cost(summary: dict[str, Any]) -> str:
     return f"cost ${cost:.4f}" if isinstance(cost, (int, float)) else "cost unknown"
 
 
-def run_composed(cfg: DictConfig, sweep: dict[str, Any] | None = None) -> RunResult | DryRun:
+def run_composed(cfg: DictConfig, sweep: dict[str, Any] | None = None, shared: Session | None = None) -> RunResult | DryRun:
     """Validate and run one composed config (or dry-run it, ``run.dry_run=true``); prints
-    the one-line outcome.
+    the one-line outcome. ``shared``: the sweep's engine session (:func:`run_validated`).
 
     Raises:
         EvalkitError: a configuration, data, run directory or tracking error.
@@ -70,7 +73,7 @@ def run_composed(cfg: DictConfig, sweep: dict[str, Any] | None = None) -> RunRes
         dry = dry_run(validated)
         print(dry.line)
         return dry
-    result = run_validated(validated, sweep, phases)
+    result = run_validated(validated, sweep, phases, shared)
     print(outcome_line(result))
     return result
 

@@ -199,7 +199,8 @@ def run_job(cfg: DictConfig) -> None:
     cfg = _job_config(cfg, sweep_dir, Path(hc.runtime.output_dir))
     info = read_sweep_file(sweep_dir) or {"sweep_id": sweep_dir.name, "sweep_dir": str(sweep_dir.resolve())}
     try:
-        _record_result(record, run_composed(cfg, sweep=info))
+        # the session the sweep's callback opened (its jobs run in this process), passed in
+        _record_result(record, run_composed(cfg, sweep=info, shared=session.current()))
     except EvalkitError as exc:
         print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
         record.update(exit_code=exc.exit_code, error=secrets.scrub(str(exc)))

@@ -7,6 +7,7 @@ never requested again, and the finished run has the metrics of an uninterrupted 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -239,10 +240,11 @@ def test_a_run_whose_only_worker_dies_for_good_ends_with_failures_and_the_next_j
     monkeypatch.setattr(executor, "ACTOR_MAX_RESTARTS", 0)
     fake_openai.set_plan(_plan(gold, latency_s=0.3))
     args = [*_args(fake_openai, "backend.concurrency=1", "runner.num_workers=1"), "tracking=none"]
-    session.begin()
+    shared = session.begin()
+    in_session = functools.partial(run_eval, shared=shared)
     try:
         known = set(_live_model_workers(exclude_job=""))
-        run = _InThread(run_eval, [*args, f"run.dir={tmp_path / 'first'}"])
+        run = _InThread(in_session, [*args, f"run.dir={tmp_path / 'first'}"])
         _wait_for_rows(tmp_path / "first" / "predictions.jsonl", 2, run.alive)
         os.kill(next(iter(_new_workers(known, 1).values())), signal.SIGKILL)
         first = run.join()
@@ -251,7 +253,7 @@ def test_a_run_whose_only_worker_dies_for_good_ends_with_failures_and_the_next_j
         failed = list(read_jsonl(tmp_path / "first" / "failed.jsonl"))
         assert {f["error_kind"] for f in failed} == {"worker_died"} and len(journaled) >= 2
         assert sorted(journaled + [f["sample_id"] for f in failed]) == sorted(IDS)
-        second = run_eval([*args, f"run.dir={tmp_path / 'second'}"])
+        second = in_session([*args, f"run.dir={tmp_path / 'second'}"])
         assert second.summary["status"] == "complete", second.summary
         assert second.summary["engine"]["reused_workers"] is False
         assert set(second.summary["engine"]["worker_pids"]).isdisjoint(first.summary["engine"]["worker_pids"])

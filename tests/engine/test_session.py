@@ -46,3 +46,12 @@ def test_sweep_jobs_share_ray_and_workers_and_score_as_standalone_runs(fake_open
     assert len(standalone) == 4 and {s[1]["accuracy"] for s in standalone.values()} == {0.0}
     solo = json.loads((run_dir / "summary.json").read_text())["engine"]
     assert solo["reused_workers"] is False and set(solo["worker_pids"]).isdisjoint(engines[0]["worker_pids"])
+
+
+def test_the_engine_is_handed_its_session_and_never_looks_it_up():
+    """Issue 26 item 17: engine/run.py read the ambient ``session.current()`` in four
+    functions. The sweep's job reads it once and passes it in (``run_evaluation(...,
+    shared=...)``); no module of the engine but the session's own looks it up."""
+    engine = REPO_ROOT / "src" / "evalkit" / "engine"
+    readers = sorted(p.name for p in engine.rglob("*.py") if p.name != "session.py" and "session.current(" in p.read_text(encoding="utf-8"))
+    assert readers == []

@@ -34,13 +34,13 @@ from evalkit.engine.calls import Unit, all_cached, open_cache
 from evalkit.engine.executor import Executor, LocalExecutor, RayExecutor
 from evalkit.engine.finalize import finalize
 from evalkit.engine.plan import RunPlan, prepare, run_prices
-from evalkit.engine import session
 from evalkit.engine.phases import Phases
 from evalkit.engine.ray_session import ensure_ray, shutdown_ray
 from evalkit.engine.records import cap_record, failure_record, prediction_record, scored_view, write_transcript
 from evalkit.engine.rundir import FAILED, PREDICTIONS, RunState, choose_run_dir, open_run
 from evalkit.engine.scheduling import run_units
 from evalkit.engine.scoring import Scorer
+from evalkit.engine.session import Session
 from evalkit.models.factory import serverless_agents
 from evalkit.journal import read_journal
 from evalkit.jsonl import JsonlAppender
@@ -67,9 +67,13 @@ class RunResult:
         return {"complete": 0, "batch_submitted": DETACHED_EXIT_CODE}.get(self.summary["status"], 1)
 
 
-def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Phases | None = None) -> RunResult:
+def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Phases | None = None,
+                   shared: Session | None = None) -> RunResult:  # fmt: skip
     """Execute one validated run end to end and return where it left its results.
-    ``phases``: the run's timings so far (the compose), started where the run started.
+    ``phases``: the run's timings so far (the compose), started where the run started;
+    ``shared``: the :class:`~evalkit.engine.session.Session` of a sweep whose jobs run in
+    this process (Ray, servers and warm workers kept between its runs), ``None`` for a run
+    that starts and stops what it needs.
 
     Raises:
         ConfigError / DataError / RunDirError / TrackingError: before anything is written
@@ -79,13 +83,13 @@ def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Ph
     observer = observer or NullObserver()
     phases = phases or Phases()
     with ExitStack() as stack:
-        plan, early = start(cfg, stack, phases)
+        plan, early = start(cfg, stack, phases, shared)
         run_dir, resumed = choose_run_dir(cfg)
         if resumed and not cfg.run.batch:
             refuse_live_resume(run_dir)  # a batch still running would answer what a live run buys again
         observer.run_started(RunInfo(cfg, run_dir, resumed))
         state = stack.enter_context(open_run(cfg, run_dir, resumed))
-        engine = execute(plan, state, observer, phases, early)
+        engine = execute(plan, state, observer, phases, early, shared)
         if engine is not None and engine.get("batch", {}).get("detached"):  # no summary: the run goes on at the provider
             batches = [e["batch_id"] for e in engine["batch"]["batches"] if not e["collected"]]
             return RunResult(run_dir, {"status": "batch_submitted", "benchmark": cfg.benchmark.name,
@@ -100,7 +104,7 @@ def _cache_dir(cfg: EvalConfig) -> Path | None:
     return (cfg.run.cache_dir or cfg.run.output_root / "cache") if cfg.run.cache else None
 
 
-def start(cfg: EvalConfig, stack: ExitStack, phases: Phases) -> tuple[RunPlan, RayExecutor | None]:
+def start(cfg: EvalConfig, stack: ExitStack, phases: Phases, shared: Session | None = None) -> tuple[RunPlan, RayExecutor | None]:
     """For a network model: check an existing response cache (opening one writes nothing),
     reach Ray and — when no server of evalkit's must start first — start the model workers
     at once, so that their start-up (litellm's import, in their own processes) runs while
@@ -116,12 +120,11 @@ def start(cfg: EvalConfig, stack: ExitStack, phases: Phases) -> tuple[RunPlan, R
     if cfg.model.kind == "litellm" and not cfg.run.batch:  # a batch run waits in this process: no Ray
         with phases.timed("ray_start_s"):
             started = ensure_ray(cfg.runner.address, cfg.runner.num_cpus)
-        shared = session.current()
         if started and shared is not None:
             shared.ray_started = True
         elif started:
             stack.callback(shutdown_ray)
-        early = _early_workers(cfg, stack)
+        early = _early_workers(cfg, stack, shared)
     with phases.timed("data_load_s"):
         plan = prepare(cfg, priced=early is None)
     if cfg.run.batch:
@@ -135,20 +138,27 @@ def start(cfg: EvalConfig, stack: ExitStack, phases: Phases) -> tuple[RunPlan, R
     return plan, early
 
 
-def _early_workers(cfg: EvalConfig, stack: ExitStack) -> RayExecutor | None:
+def _early_workers(cfg: EvalConfig, stack: ExitStack, shared: Session | None) -> RayExecutor | None:
     """The Ray workers of a network model whose endpoints need no server of evalkit's,
     started at once (their start-up, litellm's import included, overlaps the data load)."""
     factory = serverless_agents(cfg)
     if factory is None:
         return None
-    shared = session.current()
-    executor = RayExecutor(factory, _cache_dir(cfg), cfg.runner.num_workers, cfg.backend.concurrency,
-                           warm=shared.workers if shared else None)  # fmt: skip
+    executor = _ray_executor(cfg, factory, shared)
     stack.callback(executor.close)
     return executor
 
 
-def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, early: Executor | None = None) -> dict[str, Any] | None:
+def _ray_executor(cfg: EvalConfig, agents_factory: Callable[[], Any], shared: Session | None) -> RayExecutor:
+    """The one place a run's Ray workers are made: ``backend.concurrency`` per run over
+    ``runner.num_workers`` workers sharing the response cache; in a sweep's session, the
+    warm workers of an earlier run with the same endpoints and cache are reused."""
+    return RayExecutor(agents_factory, _cache_dir(cfg), cfg.runner.num_workers, cfg.backend.concurrency,
+                       warm=shared.workers if shared else None)  # fmt: skip
+
+
+def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, early: Executor | None = None,
+            shared: Session | None = None) -> dict[str, Any] | None:  # fmt: skip
     """Solve every unit the journal does not hold yet (a resumed run: only what failed or
     never ran) on ``early`` (workers already started) or on new ones. Returns the engine
     figures of :func:`~evalkit.engine.scheduling.run_units` (plus ``units``, the workers'
@@ -166,7 +176,7 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
         return _execute_batch(plan, state, observer, phases, pending)
     with ExitStack() as stack:
         scorer = stack.enter_context(Scorer(plan.bench, budget_s=plan.bench.settings.score_budget_s))
-        executor = early or _open_executor(plan, state, stack, pending)
+        executor = early or _open_executor(plan, state, stack, pending, shared)
         if isinstance(executor, RayExecutor):
             executor.wait_ready()
             phases.add("workers_ready_s", executor.ready_s or 0.0)
@@ -198,29 +208,26 @@ def _execute_batch(plan: RunPlan, state: RunState, observer: Observer, phases: P
     return engine
 
 
-def _open_executor(plan: RunPlan, state: RunState, stack: ExitStack, pending: list[Unit]) -> Executor:
+def _open_executor(plan: RunPlan, state: RunState, stack: ExitStack, pending: list[Unit], shared: Session | None) -> Executor:
     """The models opened (evalkit's own servers started, unless every request is in the
-    response cache) and their executor."""
-    shared = session.current()
+    response cache; in a sweep's session, from its server pool) and their executor."""
     serve = not (plan.models.starts_servers and all_cached(_cache_dir(plan.cfg), pending, plan.models.model_id))
     if not serve:  # the workers never call the model on a hit
         status.info("every request is in the response cache (%d): llama.cpp's server is not started", len(pending))
     agents_factory = stack.enter_context(plan.models.open(state.run_dir, pool=shared.servers if shared else None, serve=serve))
-    executor = _executor(plan, agents_factory)
+    executor = _executor(plan, agents_factory, shared)
     stack.callback(executor.close)
     return executor
 
 
-def _executor(plan: RunPlan, agents_factory: Callable[[], Any]) -> Executor:
+def _executor(plan: RunPlan, agents_factory: Callable[[], Any], shared: Session | None) -> Executor:
     """In-process for offline models (answered from tables or scripts: no response cache),
     Ray workers sharing the response cache for network models."""
     cfg = plan.cfg
     solver, agent_params, user_params = plan.bench.solver(), cfg.sent_params(), cfg.user_sent_params()
     if plan.models.offline:
         return LocalExecutor(agents_factory, solver, None, agent_params, user_params)
-    shared = session.current()
-    executor = RayExecutor(agents_factory, _cache_dir(cfg), cfg.runner.num_workers, cfg.backend.concurrency,
-                           warm=shared.workers if shared else None)  # fmt: skip
+    executor = _ray_executor(cfg, agents_factory, shared)
     executor.register(solver, agent_params, user_params)
     return executor
 
