@@ -153,6 +153,14 @@ class ModelPlan:
                 servers.close()
 
 
+def _endpoints(cfg: Any, with_user: bool) -> tuple[_Endpoint, _Endpoint | None]:
+    """The one place a network model's endpoints are built from the config: the agent's and,
+    with ``with_user``, the user simulator's (each its own model, backend and key)."""
+    agent = _Endpoint(cfg.model, cfg.backend, cfg.api_key(), cfg.request_timeout_s())
+    user = _Endpoint(cfg.user.model, cfg.user.backend, cfg.user_api_key(), cfg.request_timeout_s()) if with_user else None
+    return agent, user
+
+
 def plan_models(cfg: Any, bench: OfflineAnswers, samples: list[Sample], with_user: bool) -> ModelPlan:
     """The :class:`ModelPlan` of a validated config (:class:`~evalkit.config.EvalConfig`).
 
@@ -164,8 +172,7 @@ def plan_models(cfg: Any, bench: OfflineAnswers, samples: list[Sample], with_use
     """
     kind = cfg.model.kind
     if kind == "litellm":
-        agent = _Endpoint(cfg.model, cfg.backend, cfg.api_key(), cfg.request_timeout_s())
-        user = _Endpoint(cfg.user.model, cfg.user.backend, cfg.user_api_key(), cfg.request_timeout_s()) if with_user else None
+        agent, user = _endpoints(cfg, with_user)
         model_id = agent.model_id() + (f"|user={user.model_id()}" if user is not None else "")
         endpoints = {"agent": strip_credentials(getattr(cfg.backend, "api_base", None))}
         if user is not None:
@@ -192,8 +199,7 @@ def serverless_agents(cfg: Any) -> Callable[[], Agents] | None:
     engine starts the model workers with it before the benchmark's data is loaded."""
     if cfg.model.kind != "litellm":
         return None
-    agent = _Endpoint(cfg.model, cfg.backend, cfg.api_key(), cfg.request_timeout_s())
-    user = _Endpoint(cfg.user.model, cfg.user.backend, cfg.user_api_key(), cfg.request_timeout_s()) if cfg.user is not None else None
+    agent, user = _endpoints(cfg, cfg.user is not None)
     if any(starts_server(e.backend) for e in (agent, user) if e is not None):
         return None
     user_kwargs = user.client_kwargs(getattr(user.backend, "api_base", None)) if user is not None else None
