@@ -230,6 +230,24 @@ def test_completion_mode_is_batched_on_the_completions_endpoint(fake_openai, ke_
     assert row["raw_output"] == "000\n- step_004\n- step_005" and row["output"].endswith("step_000\n- step_004\n- step_005")
 
 
+def test_partial_failure_and_a_failed_batch_are_failures_never_scores(fake_openai, rules, ke_dir, tmp_path) -> None:
+    ids = [json.loads(x)["sample_id"] for x in (ke_dir / "pilot.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
+    broken = [dict(rules[ids.index("code_ke_834b34a9")], always_status=400)] + rules  # the first matching rule wins
+    fake_openai.set_plan({"rules": broken})
+    args = _args(ke_dir, fake_openai, tmp_path / "out", "run.batch=true", *FAST_POLL, "run.cache=false")
+    res = _run(args + [f"run.dir={tmp_path / 'a'}"])
+    assert res.summary["status"] == "incomplete" and not res.summary["metrics"]
+    (failed,) = _rows(res.run_dir, "failed.jsonl").values()
+    assert failed["error_kind"] == "batch_failed" and failed["message"] == "HTTP 400: scripted 400"
+    assert len(_rows(res.run_dir)) == 11
+    fake_openai.set_plan({"rules": rules, "batch": {"fail_validation": True}})
+    res = _run(args + [f"run.dir={tmp_path / 'b'}"])
+    failed = _rows(res.run_dir, "failed.jsonl")
+    assert len(failed) == 12 and {r["error_kind"] for r in failed.values()} == {"batch_failed"}
+    assert all("ended failed" in r["message"] and "invalid_request" in r["message"] for r in failed.values())
+    assert not (res.run_dir / "predictions.jsonl").read_text()
+
+
 def test_a_batch_over_the_provider_s_limits_is_split(fake_openai, rules, ke_dir, tmp_path) -> None:
     fake_openai.set_plan({"rules": rules, "batch": {"max_requests": 5}})
     res = _run(_args(ke_dir, fake_openai, tmp_path / "out", "run.batch=true", *FAST_POLL, "run.cache=false",

@@ -180,7 +180,7 @@ def parse_result(row: dict[str, Any], chat: bool) -> tuple[str, Completion | Fai
         code = error.get("code") if isinstance(error, dict) else None
         message = error.get("message") if isinstance(error, dict) else "no response"
         kind = BATCH_EXPIRED if code == "batch_expired" else BATCH_FAILED
-        return custom_id, Failure(kind, f"{code or 'error'}: {message}"[:500])
+        return custom_id, Failure(kind, f"{code or 'error'}: {message}"[:500], attempts=0 if kind == BATCH_EXPIRED else 1)
     body = response.get("body") if isinstance(response.get("body"), dict) else {}
     status = response.get("status_code")
     if status != 200:
