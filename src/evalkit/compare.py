@@ -51,14 +51,12 @@ from evalkit import stats
 from evalkit.errors import EvalkitError, printable
 from evalkit.journal import Journal, damaged_journal, read_run_journal
 from evalkit.rescore import load_benchmark
-from evalkit.summary import read_summary
+from evalkit.summary import Summary, read_summary
 
 #: per-sample score (a key of a ``predictions.jsonl`` row's ``scores``) that decides flips,
 #: by benchmark; other benchmarks use their headline if it is a per-sample key, else
 #: ``accuracy``, else the only score key of the rows
 PRIMARY_SCORE: dict[str, str] = {"acebench": "accuracy", "sobhard": "sample_pass", "ke": "f1"}
-
-PARTIAL_PREFIX = "partial_"
 
 
 class CompareError(EvalkitError):
@@ -75,11 +73,13 @@ class Run:
             (:class:`evalkit.summary.Summary`; a version-1 summary's counts read as version 2).
         journal: its ``predictions.jsonl`` as the engine counted it (:mod:`evalkit.journal`):
             ``journal.rows`` is ``{(sample_id, epoch): row}``.
+        info: the summary typed (:class:`evalkit.summary.Summary`), what the properties read.
     """
 
     path: Path
     summary: dict[str, Any]
     journal: Journal
+    info: Summary
 
     @cached_property
     def rows(self) -> dict[str, dict[str, Any]]:
@@ -88,24 +88,21 @@ class Run:
 
     @property
     def benchmark(self) -> str:
-        return str(self.summary.get("benchmark"))
+        return self.info.benchmark
 
     @property
     def model(self) -> str:
-        return str(self.summary.get("model"))
+        return self.info.model
 
     @property
     def complete(self) -> bool:
-        return self.summary.get("status") == "complete"
+        return self.info.complete
 
     def metric_values(self) -> tuple[dict[str, float], bool]:
         """``({metric name: value}, partial)``: ``metrics`` of a complete run, or the
         ``partial_metrics`` of an incomplete one with the ``partial_`` prefix removed
         (``partial`` is then True)."""
-        if self.complete:
-            return dict(self.summary.get("metrics") or {}), False
-        partial = self.summary.get("partial_metrics") or {}
-        return {(k[len(PARTIAL_PREFIX) :] if k.startswith(PARTIAL_PREFIX) else k): v for k, v in partial.items()}, True
+        return self.info.shown_metrics()
 
 
 def load_run(path: str | Path) -> Run:
@@ -134,7 +131,7 @@ def load_run(path: str | Path) -> Run:
     damage = damaged_journal(journal.path, len(journal.rows), typed.n_scored_rows, "n_scored_rows")
     if damage:
         raise CompareError(damage)
-    return Run(run_dir, typed.record(), journal)
+    return Run(run_dir, typed.record(), journal, typed)
 
 
 def primary_score_key(runs: Sequence[Run]) -> str:
@@ -242,9 +239,9 @@ def run_plan(run: Run, data_dir: Path | None = None) -> Any:
         EvalkitError: the benchmark or its data cannot be loaded (one line).
     """
     bench = load_benchmark(run.path, data_dir)
-    chosen = {sid for sid, _ in run.journal.rows} | set(run.summary.get("failed_ids") or [])
+    chosen = {sid for sid, _ in run.journal.rows} | set(run.info.failed_ids)
     samples = [s for s in bench.load() if s.id in chosen]
-    return bench.stat_plan(samples, run.journal.epochs(samples, int(run.summary.get("repeats") or 1)))
+    return bench.stat_plan(samples, run.journal.epochs(samples, run.info.repeats))
 
 
 def paired_stats(a: Run, b: Run, level: float = 0.95, resamples: int = 2000, seed: int = 0,
