@@ -180,7 +180,8 @@ def _polled(fake) -> bool:
 def test_detach_exits_3_and_a_batch_created_but_not_recorded_is_found_not_made_again(fake_openai, rules, ke_dir, tmp_path) -> None:
     fake_openai.set_plan({"rules": rules})
     run_dir = tmp_path / "run"
-    args = _args(ke_dir, fake_openai, tmp_path / "out", "run.batch=true", *FAST_POLL, "run.cache=false")
+    args = _args(ke_dir, fake_openai, tmp_path / "out", "run.batch=true", *FAST_POLL, "run.cache=false",
+                 "backend.api_key=sk-batch-secret-4242")  # fmt: skip
     first = _run(args + [f"run.dir={run_dir}", "run.batch_detach=true"])
     assert first.exit_code == 3 and first.summary["status"] == "batch_submitted"
     assert not (run_dir / "summary.json").exists() and fake_openai.batch_submissions == 1
@@ -193,6 +194,7 @@ def test_detach_exits_3_and_a_batch_created_but_not_recorded_is_found_not_made_a
     assert again.summary["status"] == "complete" and again.exit_code == 0
     assert fake_openai.batch_submissions == 1 and len(fake_openai.files) == 2  # the input and the output: no second input
     assert _ledger(run_dir)[0]["batch_id"] == fake_openai.batch_log[0]["batch_id"]
+    assert not [p for p in run_dir.rglob("*") if p.is_file() and b"sk-batch-secret-4242" in p.read_bytes()]
 
 
 def test_expired_batch_leaves_failures_and_a_resume_sends_only_those(fake_openai, rules, ke_dir, tmp_path) -> None:

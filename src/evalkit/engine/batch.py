@@ -540,7 +540,9 @@ class _Driver:
                     return
                 for entry in open_entries:
                     if entry["status"] in TERMINAL:
+                        collecting = time.perf_counter()
                         await self._collect(entry)
+                        started += time.perf_counter() - collecting  # downloading and journaling is not waiting
                 if all(e["collected"] for e in self.ledger.entries):
                     return
                 await asyncio.sleep(delay)
