@@ -221,3 +221,16 @@ def test_audit_scores_a_capped_output_in_full_from_its_side_file(run_eval, share
     assert audit_main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"evalkit.audit: error: {preds}:1: not a journal row: epoch 100000000 out of range (0 to 9999)"]
+
+
+def test_rows_outside_a_resumed_selection_count_nowhere_and_are_not_called_stale(run_eval, caplog):
+    """A run resumed with a smaller selection (run.limit 3 → 2): the engine's summary leaves
+    out the third sample; compare, which has no requests, leaves it out too (its line is in
+    stale_lines), and the resume does not warn of it as a stale row."""
+    first = run_eval(ACE)
+    third = json.loads(_lines(first.run_dir / "predictions.jsonl")[2])["sample_id"]
+    again = run_eval(["model=reference", "benchmark.subsets=[normal_atom_bool]", "run.limit=2", f"run.resume={first.run_dir}"])
+    assert again.summary["n_samples"] == 2 and again.summary["stale_lines"] == [3]
+    run = compare_mod.load_run(first.run_dir)
+    assert third not in run.rows and len(run.rows) == 2
+    assert "stale rows" not in caplog.text

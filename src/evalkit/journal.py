@@ -22,7 +22,8 @@ before repeats existed: epoch 0):
    parameter or model id: its ``request_hash`` is not the current request's) — does not
    count. With the run's request hashes at hand (the engine; ``evalkit.track``) they
    decide; without them (``compare``, ``rescore``, audit), the line numbers the engine
-   found stale when it last finalized the run (``summary.json`` → ``stale_lines``) are
+   found stale, or outside its selection, when it last finalized the run
+   (``summary.json`` → ``stale_lines``, :meth:`Journal.uncounted`) are
    skipped (:func:`read_run_journal`);
 4. of several remaining rows for one key the **first** wins (a resumed run never rewrites a
    row); a later duplicate whose scores differ is kept in ``conflicts`` and said.
@@ -106,7 +107,9 @@ def row_key(row: dict[str, Any]) -> Key | None:
 class Journal:
     """One read of ``predictions.jsonl``: the row that counts per ``(sample_id, epoch)``
     (``rows``, journal order), and what was skipped: ``unreadable`` line numbers,
-    ``invalid`` ``(line, reason)``, ``stale`` line numbers (rule 3), every later row of a
+    ``invalid`` ``(line, reason)``, ``stale`` line numbers (rule 3), ``unselected`` line
+    numbers (a sample or epoch outside the run's requests, when they are given: a resume
+    with a smaller selection; not counted, not warned of), every later row of a
     key already held (``duplicates``: ``(key, line)``), and of those the ones whose scores
     differ (``conflicts``: ``(sample_id, kept line, other line, kept scores, other scores)``)."""
 
@@ -116,6 +119,7 @@ class Journal:
     torn_last: bool = False
     invalid: list[tuple[int, str]] = field(default_factory=list)
     stale: list[int] = field(default_factory=list)
+    unselected: list[int] = field(default_factory=list)
     duplicates: list[tuple[Key, int]] = field(default_factory=list)
     conflicts: list[tuple[str, int, int, Any, Any]] = field(default_factory=list)
 
@@ -126,6 +130,11 @@ class Journal:
     def epochs(self, samples: list[Any], repeats: int) -> list[list[dict[str, Any]]]:
         """The rows of ``samples``, one list per epoch ``0 .. repeats-1``, in selection order."""
         return [[self.rows[(s.id, e)] for s in samples if (s.id, e) in self.rows] for e in range(repeats)]
+
+    def uncounted(self) -> list[int]:
+        """The lines a reader without the requests must skip to count as this read did: the
+        stale and the unselected rows (``summary.json`` → ``stale_lines``)."""
+        return sorted(self.stale + self.unselected)
 
     def sample_ids(self) -> list[str]:
         """The distinct sample ids with a row, in journal order."""
@@ -191,8 +200,9 @@ def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_
     """The journal at ``path`` as :class:`Journal`, by the rules of the module docstring.
 
     ``request_hashes`` (``{(sample_id, epoch): hash}`` of the current run): only rows whose
-    ``request_hash`` matches count; the others are ``stale``. ``skip_lines``: line numbers
-    known to be stale (a finished run's ``stale_lines``), used only when the hashes are not at hand.
+    ``request_hash`` matches count; the others are ``stale`` (or ``unselected``, outside the
+    requests). ``skip_lines``: line numbers known not to count (a finished run's
+    ``stale_lines``), used only when the hashes are not at hand.
     """
     read = read_tolerant(path)
     journal = Journal(Path(path), unreadable=read.unreadable, torn_last=read.torn_last)
@@ -204,7 +214,10 @@ def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_
             journal.invalid.append((lineno, why))
             continue
         key: Key = (row["sample_id"], row.get("epoch", 0))
-        if lineno in skip or (request_hashes is not None and request_hashes.get(key) != row.get("request_hash")):
+        if request_hashes is not None and key not in request_hashes:
+            journal.unselected.append(lineno)
+            continue
+        if lineno in skip or (request_hashes is not None and request_hashes[key] != row.get("request_hash")):
             journal.stale.append(lineno)
             continue
         if key in journal.rows:

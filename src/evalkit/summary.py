@@ -99,7 +99,8 @@ class Summary(BaseModel):
     generation_params: dict[Text, Any] | None = None
     usage: dict[Text, Count] = Field(default_factory=dict)
     cost_usd: Number | None = None
-    #: lines of ``predictions.jsonl`` recorded under another request (:mod:`evalkit.journal`)
+    #: lines of ``predictions.jsonl`` the run did not count: recorded under another request,
+    #: or outside its selection (:mod:`evalkit.journal`); readers without the requests skip them
     stale_lines: list[Annotated[int, BeforeValidator(_integer), Field(ge=1)]] = Field(default_factory=list)
     started_at: Text | None = None
     finished_at: Text | None = None

@@ -62,7 +62,7 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> 
         figures={"metrics_ci": ci, "ci_level": cfg.run.ci_level, "seed": cfg.run.seed,
                  "category_counts": category_counts(bench, samples, epochs), "aggregation": aggregation(bench, names)},
     )  # fmt: skip
-    summary["stale_lines"] = journal.stale  # what readers without the requests skip (evalkit.journal)
+    summary["stale_lines"] = journal.uncounted()  # what readers without the requests skip (evalkit.journal)
     summary["endpoints"] = dict(plan.models.endpoints)
     summary.update(_spend(plan, state, records, failures))
     if engine is not None:
