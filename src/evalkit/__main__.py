@@ -11,7 +11,7 @@ import sys
 
 from evalkit import sweep
 from evalkit.cli import hide_secret_overrides, precheck_sweep, report_error, run_config
-from evalkit.compose import CONF_DIR, compose, quote_numeric_groups
+from evalkit.compose import CONF_DIR, benchmark_keys_addable, compose, quote_numeric_groups, search_path_overrides
 from evalkit.errors import ConfigError, EvalkitError, interrupted_line
 
 _MULTIRUN_FLAGS = {"-m", "--multirun"}
@@ -98,6 +98,8 @@ def main() -> None:
     sys.argv[1:] = hide_secret_overrides(quote_numeric_groups(sys.argv[1:]))
     try:
         _precheck(sys.argv[1:])
+        # for Hydra's own composition, as compose() does: benchmark keys may be added, the user's config dirs
+        sys.argv[1:] = benchmark_keys_addable(sys.argv[1:]) + search_path_overrides()
     except EvalkitError as exc:
         sys.exit(report_error(exc))
     except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback in a log file

@@ -23,7 +23,7 @@ A run is a run directory, or an MLflow run id (found through the run's ``run_dir
   shown instead, in the same row as the complete runs' metric and marked ``(partial)``.
 - **Flips** (runs of the same benchmark only): for every pair of runs, the sample ids
   scored in both where one run is right and the other wrong — by the benchmark's primary
-  per-sample score (:data:`PRIMARY_SCORE`): ``1`` vs ``< 1`` for 0/1 scores (ACEBench
+  per-sample score (the benchmark's ``primary_score``, recorded in ``summary.json``): ``1`` vs ``< 1`` for 0/1 scores (ACEBench
   ``accuracy``, SOBHard ``sample_pass``), or simply the higher one for graded scores
   (KE per-item ``f1``). Samples scored in only one of the two runs (failed, or outside the
   other's selection) are counted, not flipped.
@@ -48,15 +48,12 @@ from typing import Any, Sequence
 from tabulate import tabulate
 
 from evalkit import stats
+from evalkit.benchmarks import get_benchmark_class
 from evalkit.errors import EvalkitError, printable
 from evalkit.journal import Journal, damaged_journal, read_run_journal
 from evalkit.rescore import load_benchmark
 from evalkit.summary import Summary, read_summary
 
-#: per-sample score (a key of a ``predictions.jsonl`` row's ``scores``) that decides flips,
-#: by benchmark; other benchmarks use their headline if it is a per-sample key, else
-#: ``accuracy``, else the only score key of the rows
-PRIMARY_SCORE: dict[str, str] = {"acebench": "accuracy", "sobhard": "sample_pass", "ke": "f1"}
 
 
 class CompareError(EvalkitError):
@@ -135,14 +132,22 @@ def load_run(path: str | Path) -> Run:
 
 
 def primary_score_key(runs: Sequence[Run]) -> str:
-    """The per-sample score that decides flips for these runs (same benchmark).
+    """The per-sample score that decides flips for these runs (same benchmark): the
+    benchmark's declared ``primary_score`` (recorded in ``summary.json``; for a run written
+    before it was, the registered benchmark's); else the headline if it is a per-sample
+    key, else ``accuracy``, else the only score key of the rows.
 
     Raises:
         CompareError: no score key can be chosen (rows without ``scores``).
     """
     bench = runs[0].benchmark
-    if bench in PRIMARY_SCORE:
-        return PRIMARY_SCORE[bench]
+    declared = runs[0].summary.get("primary_score")
+    if isinstance(declared, str) and declared:
+        return declared
+    try:
+        return get_benchmark_class(bench).primary_score
+    except KeyError:
+        pass
     keys: set[str] = set()
     for run in runs:
         for row in run.rows.values():

@@ -6,6 +6,7 @@ the resolution of a composed config into a validated :class:`~evalkit.config.Eva
 from __future__ import annotations
 
 import copy
+import os
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -22,6 +23,28 @@ from evalkit.config import EvalConfig, resolve_layers, validate
 from evalkit.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+#: environment variable naming the user's config directories (``os.pathsep``-separated),
+#: added to Hydra's search path after evalkit's own ``conf/``: a benchmark from outside
+#: evalkit keeps its YAML there (``<dir>/benchmark/<name>.yaml``), as can models
+CONFIG_DIR_ENV = "EVALKIT_CONFIG_DIR"
+
+
+def search_path_overrides(environ: Any = None) -> list[str]:
+    """``["hydra.searchpath=[file:///abs/dir,...]"]`` from :data:`CONFIG_DIR_ENV` (``[]`` when
+    unset). Hydra looks up a config group option in ``conf/`` first, then in these.
+
+    Raises:
+        ConfigError: a named directory does not exist.
+    """
+    environ = os.environ if environ is None else environ
+    dirs = [d for d in str(environ.get(CONFIG_DIR_ENV) or "").split(os.pathsep) if d]
+    paths = []
+    for d in dirs:
+        path = Path(d).expanduser().resolve()
+        if not path.is_dir():
+            raise ConfigError(f"{CONFIG_DIR_ENV}: {d!r} is not a directory")
+        paths.append(f"file://{path}")
+    return [f"hydra.searchpath=[{','.join(repr(p) for p in paths)}]"] if paths else []
 
 
 def hydra_error_line(exc: BaseException) -> str:
@@ -65,6 +88,19 @@ def quote_numeric_groups(args: Sequence[str]) -> list[str]:
     return out
 
 
+_BENCHMARK_KEY = re.compile(r"^benchmark\.[A-Za-z_]")
+
+
+def benchmark_keys_addable(args: Sequence[str]) -> list[str]:
+    """``benchmark.first_k=5`` → ``++benchmark.first_k=5`` (add or override).
+
+    A benchmark's settings and their defaults are declared once, in its pydantic settings
+    model; its YAML holds only what differs from them. Hydra refuses to override a key the
+    YAML does not hold, so a ``benchmark.<key>`` override may add it; pydantic then refuses
+    a key the settings model does not have (``benchmark.<key>: unknown key``, exit 2)."""
+    return [f"++{a}" if _BENCHMARK_KEY.match(a) else a for a in args]
+
+
 def compose(overrides: Sequence[str] = ()) -> DictConfig:
     """Compose ``conf/config.yaml`` with ``overrides`` (Hydra's compose API).
 
@@ -75,7 +111,8 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
         GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            return hydra_compose("config", overrides=quote_numeric_groups(overrides))
+            args = benchmark_keys_addable(quote_numeric_groups(overrides)) + search_path_overrides()
+            return hydra_compose("config", overrides=args)
     except Exception as exc:  # noqa: BLE001 - hydra raises many types; all become one line
         if type(exc).__name__ == "OverrideParseException":
             raise ConfigError(bad_override(overrides, exc)) from None

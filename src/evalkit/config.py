@@ -495,17 +495,18 @@ class BenchmarkFacts(Protocol):
     supports_completion: bool
 
 
-#: ``lookup(name)`` -> the benchmark class of that name (e.g.
-#: :func:`evalkit.benchmarks.get_benchmark_class`); raises ``KeyError`` whose message names
+#: ``lookup(name, module, kind)`` -> the benchmark class of that name (``benchmark.name``;
+#: ``benchmark.module`` imported first when set; of ``benchmark.kind`` when set), e.g.
+#: :func:`evalkit.benchmarks.get_benchmark_class`; raises ``KeyError`` whose message names
 #: the known benchmarks
-BenchmarkLookup = Callable[[str], BenchmarkFacts]
+BenchmarkLookup = Callable[[str, "str | None", "str | None"], BenchmarkFacts]
 
 
-def _benchmark_class(lookup: BenchmarkLookup, name: Any) -> BenchmarkFacts:
+def _benchmark_class(lookup: BenchmarkLookup, bench: dict[str, Any]) -> BenchmarkFacts:
     try:
-        return lookup(str(name))
+        return lookup(str(bench.get("name")), bench.get("module"), bench.get("kind"))
     except KeyError as exc:
-        raise ConfigError(f"benchmark.name: {exc.args[0]}") from None
+        raise ConfigError(f"benchmark.{'kind' if bench.get('kind') is not None else 'name'}: {exc.args[0]}") from None
 
 
 def resolve_layers(raw: dict[str, Any], lookup: BenchmarkLookup) -> dict[str, Any]:
@@ -528,7 +529,9 @@ def resolve_layers(raw: dict[str, Any], lookup: BenchmarkLookup) -> dict[str, An
     """
     out = dict(raw)
     bench = dict(raw.get("benchmark") or {})
-    bench_cls = _benchmark_class(lookup, bench.get("name"))
+    bench_cls = _benchmark_class(lookup, bench)
+    if "seed" in bench_cls.settings_model.model_fields and bench.get("seed") is None:
+        bench["seed"] = (raw.get("run") or {}).get("seed")  # a benchmark's own draws follow run.seed
     model = dict(raw.get("model") or {})
     per_bench = _dataset_args(model, bench_cls.name, "model")
     knobs = {k: v for k, v in per_bench.items() if k != "generation"}
@@ -587,7 +590,7 @@ def validate(raw: dict[str, Any], lookup: BenchmarkLookup) -> EvalConfig:
         if model.get("kind", "litellm") != "litellm" and model.get("generation"):
             raise ConfigError(f"model.generation: a {model.get('kind')} model generates nothing (model={model.get('name')}); remove it")
         raw = resolve_layers(raw, lookup)
-    bench_cls = _benchmark_class(lookup, raw["benchmark"]["name"])
+    bench_cls = _benchmark_class(lookup, raw["benchmark"])
     try:
         bench = bench_cls.settings_model(**raw["benchmark"])
     except ValidationError as exc:

@@ -57,8 +57,9 @@ class GenerationParams(BaseModel):
 class BenchmarkSettings(BaseModel):
     """Settings every benchmark has (``benchmark.*``); each benchmark subclasses this.
 
-    ``subsets``: categories to evaluate (``None`` = the benchmark's default list).
-    ``request_timeout_s``: per-request timeout when the benchmark needs long generations.
+    ``module``: the module that registers a benchmark from outside evalkit (imported before
+    the lookup; :mod:`evalkit.benchmarks`). ``subsets``: categories to evaluate (``None`` =
+    the benchmark's default list). ``request_timeout_s``: per-request timeout when the benchmark needs long generations.
     ``score_timeout_s`` / ``score_memory_mb``: the bound on scoring one sample, in wall
     seconds and in MiB of address space above the scoring process's start-up size; a
     sample over either is recorded with status ``scorer_limit`` and scored 0
@@ -78,6 +79,7 @@ class BenchmarkSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
+    module: str | None = None
     subsets: list[str] | None = None
     request_timeout_s: float | None = Field(default=None, gt=0)
     score_timeout_s: float = Field(default=10.0, gt=0)

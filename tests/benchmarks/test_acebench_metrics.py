@@ -6,15 +6,14 @@ import pytest
 
 from evalkit.benchmarks.acebench import AceBench, AceBenchSettings
 from evalkit.benchmarks.acebench.categories import NORMAL_CATEGORIES, SPECIAL_CATEGORIES
-from evalkit.benchmarks.acebench.metrics import group_scores, multi_turn_scores, overall_score, upstream_overall
+from evalkit.benchmarks.acebench.metrics import dialogue_scores, group_scores, overall_score, upstream_overall
 from evalkit.types import Sample
 
 
 def test_pitfall_12_multi_turn_scored_per_dialogue(acebench_en):
-    assert multi_turn_scores([("c_0_0", True), ("c_0_1", True)]) == (1.0, 1.0)
-    assert multi_turn_scores([("c_0_0", True), ("c_0_1", False)]) == (0.0, 0.5)
-    end, process = multi_turn_scores([("c_0_0", True), ("c_0_1", False), ("c_1_0", True), ("c_1_1", True), ("c_1_2", False)])
-    assert end == 0.0 and process == pytest.approx((0.5 + 2 / 3) / 2)
+    assert dialogue_scores([True, True]) == (1.0, 1.0)
+    assert dialogue_scores([True, False]) == (0.0, 0.5)
+    assert dialogue_scores([True, True, False]) == (0.0, 2 / 3)
 
     bench, samples = acebench_en.bench, acebench_en.samples
     records = []
@@ -32,7 +31,7 @@ def test_pitfall_12_multi_turn_scored_per_dialogue(acebench_en):
     expected_process = sum((len(v) - 1) / len(v) for v in dialogues.values()) / 50
     assert metrics["process_acc/normal_multi_turn_user_adjust"] == pytest.approx(expected_process)
     assert metrics["accuracy/normal_multi_turn_user_switch"] == 1.0
-    assert bench._counts[("en", "normal_multi_turn_user_adjust")] == 50
+    assert bench.category_counts(samples, records)["normal_multi_turn_user_adjust"]["dialogues_scored"] == 50
 
 
 def test_pitfall_13_groups_unweighted_and_overall_weights():

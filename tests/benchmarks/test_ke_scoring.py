@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from evalkit.benchmarks.ke import KE, KESettings
-from evalkit.benchmarks.ke.metrics import aggregate_scores, item_scores, macro_means
+from evalkit.benchmarks.ke.metrics import item_scores, macro_means, stat_plan
 from evalkit.benchmarks.ke.parser import parse_answer
 from evalkit.benchmarks.ke.prompts import ANSWER_PREFIX
 from tests.conftest import SHARED_DIR
@@ -105,7 +105,7 @@ def test_macro_mean_is_per_item_not_pooled() -> None:
     assert m["f05_macro"] == pytest.approx((a["f05"] + b["f05"]) / 2)
     p, r = m["precision_macro"], m["recall_macro"]
     assert m["f05_macro"] != pytest.approx(1.25 * p * r / (0.25 * p + r))
-    by = aggregate_scores([("easy", a), ("hard", b)])
+    by = stat_plan([[("a", "easy", a), ("b", "hard", b)]]).point()
     assert by["f1_macro/easy"] == pytest.approx(a["f1"]) and by["f1_macro/hard"] == pytest.approx(b["f1"])
 
 

@@ -12,7 +12,7 @@ import pytest
 from evalkit.benchmarks.sobhard import SOBHard, SOBHardSettings
 from evalkit.benchmarks.sobhard.compare import compare
 from evalkit.benchmarks.sobhard.constraints import CONSTRAINT_IDS, CONSTRAINTS, Constraint
-from evalkit.benchmarks.sobhard.metrics import aggregate, balance_score
+from evalkit.benchmarks.sobhard.metrics import balance_score, stat_plan
 from evalkit.benchmarks.sobhard.normalize import extract_blocks, normalize_answer
 from evalkit.benchmarks.sobhard.operations import diff_documents, infer_schema, render_template, replay_patch
 from evalkit.benchmarks.sobhard.readers import ParseError, read_properties, read_sqlinsert, read_yaml
@@ -138,7 +138,7 @@ def test_aggregate_breakdowns_and_constraint_rates():
         {"sample_id": "a", "subset": "diff/easy", "scores": one, "checks": {"pack.fence_present": True, "diff.matches_pair": True}},
         {"sample_id": "b", "subset": "diff/hard", "scores": zero, "checks": {"pack.fence_present": True, "diff.matches_pair": False}},
     ]
-    m = aggregate(records, cats)
+    m = stat_plan([], [records], cats).point()
     assert m["sample_pass_rate"] == 0.5 and m["constraint_pass_rate"] == 0.75
     assert m["balance_score"] == pytest.approx(math.sqrt(0.01))
     assert m["sample_pass_rate/target/yaml"] == 0.5 and m["sample_pass_rate/source/csv"] == 0.0

@@ -15,9 +15,10 @@ in ``rescore`` alike.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from evalkit.settings import BenchmarkSettings
+from evalkit.stats import BINARY, GRADED, Column, StatPlan, with_interval
 from evalkit.types import Generator, Request, Sample, SampleScore, Trajectory
 
 
@@ -53,8 +54,13 @@ class Benchmark(ABC):
     baselines: ClassVar[tuple[str, ...]] = ()
     #: whether ``build_completion`` exists (base-model text-completion mode, ``model.api=completion``)
     supports_completion: ClassVar[bool] = False
-    #: the per-sample score that stands for a sample's verdict (tables, pass@k when it is 0/1)
+    #: the per-sample score that stands for a sample's verdict (tables, pass@k when it is 0/1,
+    #: the flips of ``compare``); recorded in ``summary.json`` as ``primary_score``
     primary_score: ClassVar[str] = "accuracy"
+    #: which metrics become MLflow metrics: ``"all"``, or ``"top_level"`` (the names without
+    #: ``/``; the rest go to breakdown tables) for a benchmark with many breakdowns;
+    #: recorded in ``summary.json`` as ``tracked_metrics``
+    tracked_metrics: ClassVar[Literal["all", "top_level"]] = "all"
     #: how each metric aggregates, one line per metric name pattern (``fnmatch``), first match
     #: wins; ``summary.json`` (``aggregation``) and ``report.md`` state it
     aggregation_rules: ClassVar[tuple[tuple[str, str], ...]] = ()
@@ -64,6 +70,20 @@ class Benchmark(ABC):
 
     def __init__(self, settings: BenchmarkSettings):
         self.settings = settings
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.score is Benchmark.score and cls.score_sample is Benchmark.score_sample:
+            raise TypeError(f"benchmark {cls.__name__} must implement score(sample, output) or score_sample(sample, trajectory)")
+
+    def declared(self) -> dict[str, Any]:
+        """What the benchmark declares for the tools that read a run without importing it
+        (``compare``, tracking), recorded in ``summary.json``: ``primary_score``,
+        ``tracked_metrics`` and ``data_source`` (where its data was read: the first set
+        setting named ``*_dir`` / ``*_path`` / ``*_url`` or ``dataset``; ``""`` if none)."""
+        values = self.settings.model_dump(mode="json")
+        where = next((str(v) for k, v in values.items() if v and (k == "dataset" or k.endswith(("_dir", "_path", "_url")))), "")
+        return {"primary_score": self.primary_score, "tracked_metrics": self.tracked_metrics, "data_source": where}
 
     # ---- data -------------------------------------------------------------------------
     @abstractmethod
@@ -113,29 +133,47 @@ class Benchmark(ABC):
 
     # ---- scoring ----------------------------------------------------------------------
     def score_sample(self, sample: Sample, trajectory: Trajectory) -> SampleScore:
-        """The one scoring entry (runs and ``rescore``): the verdict on ``sample`` from its
-        trajectory. Default: :meth:`score` of the final output. Must never raise."""
+        """The one scoring entry (runs, ``rescore`` and :meth:`limit_score`): the verdict on
+        ``sample`` from its trajectory. Must never raise for any text.
+
+        A benchmark implements this **or** :meth:`score`, not both: the default scores the
+        final output with :meth:`score`; a benchmark whose verdict needs more than the final
+        output (a rollout's end state) overrides this one."""
         return self.score(sample, trajectory.final_output)
 
-    @abstractmethod
     def score(self, sample: Sample, output: str) -> SampleScore:
-        """Score one non-empty raw model output (a single-turn answer). Must never raise
-        for any text."""
+        """The verdict on one single-turn answer ``output`` (the hook :meth:`score_sample`
+        calls by default; never called by the engine directly). Must never raise for any text.
+
+        Raises:
+            NotImplementedError: the benchmark implements :meth:`score_sample` instead.
+        """
+        raise NotImplementedError(f"{self.name} scores through score_sample, not score")
 
     def limit_score(self, sample: Sample, detail: str) -> SampleScore:
         """The verdict on an answer whose scoring hit a limit (time, memory, a crash of the
         scoring process): a wrong answer — every score 0, the names those of an empty
         answer's verdict — with status ``scorer_limit`` and ``detail`` saying which limit."""
-        names = self.score(sample, "").scores
+        names = self.score_sample(sample, Trajectory(final_output="")).scores
         return SampleScore(scores={k: 0.0 for k in names}, status="scorer_limit", detail=detail)
 
-    @abstractmethod
-    def aggregate(self, samples: list[Sample], records: list[dict[str, Any]]) -> dict[str, float]:
-        """Metrics from the scored records (rows of ``predictions.jsonl``).
+    def stat_plan(self, samples: list[Sample], epochs: list[list[dict[str, Any]]]) -> Any:
+        """The benchmark's metrics — the one definition of each — over its independent units
+        (:class:`evalkit.stats.StatPlan`), from the scored records (rows of
+        ``predictions.jsonl``) of each epoch. ``samples`` is the full selection (scored or
+        not). Point estimates (:meth:`aggregate`), intervals and paired tests all come from it.
 
-        ``samples`` is the full selection (scored or not), so a benchmark can tell which
-        subsets are complete. Returns flat ``{name: value}`` (e.g. ``accuracy/NORMAL``).
-        """
+        Default (:func:`score_means_plan`): the unit is the sample, stratified by
+        ``sample.subset``; each per-sample score ``s`` gives ``s`` (its mean over the scored
+        samples) and, when the selection holds several subsets, ``s/<subset>``."""
+        return score_means_plan(samples, epochs)
+
+    def aggregate(self, samples: list[Sample], records: list[dict[str, Any]]) -> dict[str, float]:
+        """The metrics of one epoch's scored ``records``: the point estimates of
+        :meth:`stat_plan` (``{name: value}``, undefined ones left out). Not a second
+        definition: benchmarks define their metrics in :meth:`stat_plan` only."""
+        plan = self.stat_plan(samples, [records])
+        return plan.point() if plan is not None else {}
 
     # ---- built-in models --------------------------------------------------------------
     @abstractmethod
@@ -151,13 +189,6 @@ class Benchmark(ABC):
         directory's ``plots/``, in ``report.md`` and in MLflow. Default: none."""
         return []
 
-    def stat_plan(self, samples: list[Sample], epochs: list[list[dict[str, Any]]]) -> Any:
-        """The benchmark's metrics over its independent units, for intervals and paired tests
-        (:class:`evalkit.stats.StatPlan`), from the scored records of each epoch; its point
-        estimates equal :meth:`aggregate` of each epoch (the benchmark's tests prove it).
-        ``None``: no intervals."""
-        return None
-
     def category_counts(self, samples: list[Sample], records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
         """Per category: ``n_requested`` (selected samples), ``n_scored`` and ``n_failed``
         (requested but not scored: failed or never ran). Default: by ``sample.subset``."""
@@ -169,9 +200,14 @@ class Benchmark(ABC):
             c["n_scored" if s.id in scored else "n_failed"] += 1
         return counts
 
-    def report_tables(self, metrics: dict[str, float]) -> list[tuple[str, list[str], list[list[Any]]]]:
-        """Tables for ``report.md``: ``(title, headers, rows)``. Default: one metric table."""
-        rows = [[k, round(v, 4)] for k, v in sorted(metrics.items())]
+    def report_tables(self, metrics: dict[str, float], ci: dict[str, Any] | None = None,
+                      counts: dict[str, dict[str, int]] | None = None) -> list[tuple[str, list[str], list[list[Any]]]]:  # fmt: skip
+        """Tables for ``report.md``: ``(title, headers, rows)``. ``metrics``: the run's (or
+        its partial) metrics; ``ci``: their intervals (``{name: {low, high, ...}}``);
+        ``counts``: :meth:`category_counts` summed over epochs. Default: one table of every
+        metric with its interval."""
+        ci = ci or {}
+        rows = [[k, with_interval(v, ci.get(k))] for k, v in sorted(metrics.items())]
         return [("Metrics", ["metric", "value"], rows)]
 
 
@@ -197,6 +233,37 @@ class Generate(Solver):
         text = completion.text or ""
         prefix = request.meta.get("answer_prefix") or ""
         return Trajectory(final_output=prefix + text, data={"raw_output": completion.text} if prefix else {})
+
+
+def score_means_plan(samples: list[Sample], epochs: list[list[dict[str, Any]]]) -> StatPlan:
+    """The default :class:`~evalkit.stats.StatPlan`: units are the samples scored in some
+    epoch (ids in selection order), strata their ``subset``; for every per-sample score
+    ``s`` of the records, ``s`` = its mean over the samples that have it and, when the
+    selection holds more than one subset, ``s/<subset>`` = its mean within that subset.
+    A column is :data:`~evalkit.stats.BINARY` when every value is 0 or 1."""
+    import numpy as np
+
+    subset = {s.id: s.subset for s in samples}
+    scored = {r["sample_id"] for rows in epochs for r in rows if r.get("sample_id") in subset}
+    ids = [s.id for s in samples if s.id in scored]
+    pos = {sid: i for i, sid in enumerate(ids)}
+    keys = sorted({subset[sid] for sid in ids})
+    split = len({s.subset for s in samples}) > 1
+    n_e, n_u = max(len(epochs), 1), len(ids)
+    columns: dict[str, Column] = {}
+    for e, rows in enumerate(epochs):
+        for r in rows:
+            i = pos.get(r.get("sample_id"))
+            for name, value in (r.get("scores") or {}).items() if i is not None else ():
+                if not isinstance(value, (int, float)) or isinstance(value, bool):
+                    continue
+                for metric in (name, f"{name}/{subset[ids[i]]}") if split else (name,):
+                    col = columns.setdefault(metric, Column(np.zeros((n_e, n_u)), np.zeros((n_e, n_u), dtype=bool)))
+                    col.values[e, i], col.mask[e, i] = float(value), True
+    for col in columns.values():
+        col.kind = BINARY if np.all(np.isin(col.values[col.mask], (0.0, 1.0))) else GRADED
+    strata = np.array([keys.index(subset[sid]) for sid in ids], dtype=int)
+    return StatPlan(ids, strata, columns, unit_label="samples", stratum_label="subset")
 
 
 _REGISTRY: dict[str, type[Benchmark]] = {}

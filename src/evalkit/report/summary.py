@@ -5,7 +5,9 @@ summary.json fields (ARCHITECTURE.md, extend don't rename; typed and validated b
 ``status`` complete|incomplete, ``benchmark``, ``model``, ``n_samples``, ``n_scored``,
 ``n_failed`` (samples), ``n_scored_rows``, ``n_failed_rows`` (sample × epoch), ``metrics`` (withheld —
 empty — when incomplete), ``partial_metrics`` (only when incomplete, every name prefixed
-``partial_``), ``headline`` (name of the headline metric), ``data_fingerprint``,
+``partial_``), ``headline`` (name of the headline metric), what the benchmark declares for the tools
+that read a run (``primary_score``, ``tracked_metrics``, ``data_source``:
+:meth:`~evalkit.benchmarks.base.Benchmark.declared`), ``data_fingerprint``,
 ``prompt_hash``, ``code_version``, ``started_at``, ``finished_at``, plus failure counts by
 kind, timings and token usage.
 """
@@ -77,6 +79,7 @@ def build_summary(
         "status_counts": dict(statuses),
         "scorer_limit_ids": [r["sample_id"] for r in records if r.get("status") == "scorer_limit"],
         "headline": bench.headline_metric,
+        **bench.declared(),
         "metrics": metrics if complete else {},
         "data_fingerprint": fingerprint,
         "data_files_fingerprint": bench.data_fingerprints(),

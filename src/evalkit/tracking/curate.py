@@ -10,8 +10,8 @@ MLflow import, no store access).
   values, the ``layers`` provenance. The whole resolved config is the ``config.yaml`` artifact.
 * **metrics** (:func:`run_metrics`): ``headline`` (+ ``headline_ci_low`` / ``headline_ci_high``
   when ``summary.metrics_ci`` has the headline's interval) in a complete run only; each
-  benchmark's named metrics (:data:`NAMED_ONLY` limits a benchmark with many breakdowns to
-  the names without ``/``), ``<name>_ci_low`` / ``<name>_ci_high`` for the group-level ones
+  benchmark's named metrics (a benchmark with many breakdowns declares
+  ``tracked_metrics = "top_level"``, recorded in ``summary.json``: only the names without ``/``), ``<name>_ci_low`` / ``<name>_ci_high`` for the group-level ones
   (:func:`is_group`); the counts; the run's token totals (``tokens/<key>``) and ``cost_usd``
   when the summary has them. An incomplete run has its ``partial_*`` figures and no headline.
 * **breakdown tables** (:func:`breakdown_tables`): every metric that is not an MLflow metric,
@@ -34,10 +34,8 @@ MAX_NAME = 250
 MAX_PARAMS = 25
 #: benchmark settings that are not knobs of what is evaluated: where data lives, scheduling
 #: and the scorer's resource bounds (they stay in the ``config.yaml`` artifact)
-NOT_KNOBS = frozenset({"name", "data_dir", "cache_dir", "source_url", "request_timeout_s", "score_timeout_s",
-                       "score_memory_mb", "user_overrides", "pilot_path", "icl_path"})  # fmt: skip
-#: benchmarks whose MLflow metrics are only the names without ``/`` (the rest: breakdown tables)
-NAMED_ONLY = frozenset({"sobhard"})
+#: (paths — ``*_dir``, ``*_path``, ``*_url``, ``*_file`` — are never knobs either)
+NOT_KNOBS = frozenset({"name", "module", "request_timeout_s", "score_timeout_s", "score_memory_mb", "user_overrides"})
 
 _BAD_NAME_CHARS = re.compile(r"[^\w.\- :/]")
 
@@ -96,10 +94,11 @@ def run_params(recorded: dict[str, Any], summary: dict[str, Any]) -> dict[str, s
     return dict(list(params.items())[:MAX_PARAMS])
 
 
-def is_named(benchmark: str, name: str) -> bool:
-    """Whether metric ``name`` (without ``partial_``) of ``benchmark`` is an MLflow metric
-    rather than a row of a breakdown table."""
-    return benchmark not in NAMED_ONLY or "/" not in name
+def is_named(summary: dict[str, Any], name: str) -> bool:
+    """Whether metric ``name`` (without ``partial_``) of the run is an MLflow metric rather
+    than a row of a breakdown table: every metric, unless the benchmark declared
+    ``tracked_metrics = "top_level"`` (then only names without ``/``)."""
+    return summary.get("tracked_metrics") != "top_level" or "/" not in name
 
 
 def is_group(name: str) -> bool:
@@ -152,7 +151,7 @@ def run_metrics(summary: dict[str, Any]) -> dict[str, float]:
             out["headline_ci_low"], out["headline_ci_high"] = interval
     for name, figure in figures.items():
         base = name[len(prefix) :] if name.startswith(prefix) else name
-        if not isinstance(figure, (int, float)) or not is_named(str(summary.get("benchmark")), base):
+        if not isinstance(figure, (int, float)) or not is_named(summary, base):
             continue
         out[metric_name(name)] = float(figure)
         ci = _interval(cis, name) if is_group(base) else None
@@ -182,7 +181,7 @@ def breakdown_tables(summary: dict[str, Any]) -> dict[str, dict[str, list[Any]]]
     cells: dict[str, dict[str, dict[str, Any]]] = {}
     for name, figure in figures.items():
         base = name[len(prefix) :] if name.startswith(prefix) else name
-        if is_named(str(summary.get("benchmark")), base) or not isinstance(figure, (int, float)):
+        if is_named(summary, base) or not isinstance(figure, (int, float)):
             continue
         parts = base.split("/")
         metric, dimension, label = ("value", parts[0], "/".join(parts[1:])) if len(parts) == 2 else (parts[0], parts[1], "/".join(parts[2:]))

@@ -171,7 +171,7 @@ def _sha256(obj: Any) -> str:
 def dataset_input(summary: dict[str, Any], recorded: dict[str, Any]) -> Any:
     """The run's evaluation data as an MLflow ``DatasetInput`` (context ``eval``): named
     ``<benchmark> <language> <subsets>`` (``acebench en all subsets``), digest = the data fingerprint's first 36 hex
-    characters, source = where the data was read, profile = the number of samples."""
+    characters, source = where the data was read (the summary's ``data_source``), profile = the number of samples."""
     from mlflow.entities import Dataset, DatasetInput, InputTag  # deferred: heavy import
 
     bench = recorded.get("benchmark") or {}
@@ -179,7 +179,9 @@ def dataset_input(summary: dict[str, Any], recorded: dict[str, Any]) -> Any:
     language = bench.get("language")
     parts = [str(summary.get("benchmark")), *(["all languages" if language == "all" else str(language)] if language else []),
              "+".join(map(str, subsets)) if subsets else "all subsets"]  # fmt: skip
-    where = next((str(bench[k]) for k in ("data_dir", "dataset", "pilot_path", "source_url") if bench.get(k)), "")
+    where = summary.get("data_source")  # declared by the benchmark (Benchmark.declared); older runs: the same rule here
+    if where is None:
+        where = next((str(v) for k, v in bench.items() if v and (k == "dataset" or k.endswith(("_dir", "_path", "_url")))), "")
     dataset = Dataset(name=mlflow_text(cut(" ".join(parts), 200)), digest=str(summary.get("data_fingerprint"))[:36], source_type="local",
                       source=json.dumps({"uri": where}), profile=json.dumps({"num_rows": summary.get("n_samples")}))  # fmt: skip
     return DatasetInput(dataset=dataset, tags=[InputTag(key="mlflow.data.context", value="eval")])

@@ -23,7 +23,7 @@ from evalkit.benchmarks.acebench.checker import check_special, score_normal
 from evalkit.benchmarks.acebench.data import category_files, language_fingerprint, load_category, resolve_layout
 from evalkit.benchmarks.acebench.download import ensure_downloaded
 from evalkit.benchmarks.acebench.jsonsafe import json_safe
-from evalkit.benchmarks.acebench.metrics import aggregate_records, dialogue_id, stat_plan
+from evalkit.benchmarks.acebench.metrics import dialogue_id, stat_plan
 from evalkit.benchmarks.acebench.prompts import (
     PromptTemplates,
     agent_template_keys,
@@ -73,8 +73,6 @@ class AceBench(Benchmark):
         self.settings: AceBenchSettings = settings
         self._root: tuple[Path, Path] | None = None
         self._templates: PromptTemplates | None = None
-        #: scored units per (language, category) of the last aggregate()
-        self._counts: dict[tuple[str, str], int] = {}
         self._seeds: dict[str, SeedTexts] = {}
 
     # ---- data -----------------------------------------------------------------------------
@@ -181,13 +179,9 @@ class AceBench(Benchmark):
             return SampleScore(scores={"accuracy": 0.0}, parsed=None, status="format_error", detail=verdict.detail)
         return SampleScore(scores={"accuracy": float(verdict.passed)}, parsed=json_safe(calls), detail=verdict.detail)
 
-    def aggregate(self, samples: list[Sample], records: list[dict[str, Any]]) -> dict[str, float]:
-        self._counts = {}
-        return aggregate_records(samples, records, self.languages, self._counts)
-
     def stat_plan(self, samples: list[Sample], epochs: list[list[dict[str, Any]]]) -> Any:
         """Records, multi-turn dialogues and agent rollouts as units, by language × category
-        (:func:`evalkit.benchmarks.acebench.metrics.stat_plan`)."""
+        (:func:`evalkit.benchmarks.acebench.metrics.stat_plan`): every metric's one definition."""
         return stat_plan(samples, epochs, self.languages)
 
     def category_counts(self, samples: list[Sample], records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:

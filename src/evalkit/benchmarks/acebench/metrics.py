@@ -16,10 +16,9 @@ rounds each level to 3 decimals).
 from __future__ import annotations
 
 from collections import defaultdict
-from statistics import fmean
-from typing import Any, Iterable
+from typing import Any
 
-from evalkit.benchmarks.acebench.categories import AGENT_CATEGORIES, ALL_CATEGORIES, GROUPS, MULTI_TURN_CATEGORIES, OVERALL_WEIGHTS
+from evalkit.benchmarks.acebench.categories import AGENT_CATEGORIES, GROUPS, MULTI_TURN_CATEGORIES, OVERALL_WEIGHTS
 
 
 def dialogue_id(record_id: str) -> str:
@@ -27,38 +26,32 @@ def dialogue_id(record_id: str) -> str:
     return record_id.rsplit("_", 1)[0]
 
 
-def multi_turn_scores(steps: Iterable[tuple[str, bool]]) -> tuple[float, float]:
-    """``(accuracy, process_acc)`` of a multi-turn category from ``(record_id, passed)`` steps.
-
-    A dialogue scores 1 only if all its steps passed; its process score is passed/steps
-    (spec §4.5). Both are averaged over dialogues.
-    """
-    dialogues: dict[str, list[bool]] = defaultdict(list)
-    for record_id, passed in steps:
-        dialogues[dialogue_id(record_id)].append(bool(passed))
-    if not dialogues:
-        raise ValueError("no dialogue steps")
-    end = [1.0 if all(v) else 0.0 for v in dialogues.values()]
-    process = [sum(v) / len(v) for v in dialogues.values()]
-    return fmean(end), fmean(process)
+def dialogue_scores(passed: list[bool]) -> tuple[float, float]:
+    """``(accuracy, process_acc)`` of one multi-turn dialogue from whether each of its steps
+    passed: accuracy 1 only if every step passed, process_acc = passed / steps (spec §4.5);
+    a category's figures are their means over its dialogues."""
+    return (1.0 if all(passed) else 0.0), sum(passed) / len(passed)
 
 
-def group_scores(category_accuracy: dict[str, float]) -> dict[str, float]:
-    """Unweighted means of the evaluated categories of every group (spec §4.6)."""
+def group_scores(category_accuracy: dict[str, Any]) -> dict[str, Any]:
+    """Unweighted means of the evaluated categories of every group (spec §4.6); values are
+    floats or arrays of one value per resample (then so are the means)."""
+    import numpy as np
+
     out = {}
     for group, members in GROUPS.items():
         values = [category_accuracy[c] for c in members if c in category_accuracy]
         if values:
-            out[group] = fmean(values)
+            out[group] = np.mean(values, axis=0)
     return out
 
 
-def overall_score(groups: dict[str, float]) -> float | None:
+def overall_score(groups: dict[str, Any]) -> Any:
     """0.578·NORMAL + 0.2676·SPECIAL + 0.1545·AGENT, the weights renormalised over the
     groups evaluated (spec §4.6). The upstream weights sum to 1.0001, so even with all three
     groups they are divided by their sum: a perfect model scores 1.0, not 1.0001; the value
     differs from the raw upstream formula by less than 0.0001 (see :func:`upstream_overall`).
-    ``None`` if no group was evaluated.
+    ``None`` if no group was evaluated. Floats or arrays, as :func:`group_scores`.
     """
     present = {g: w for g, w in OVERALL_WEIGHTS.items() if g in groups}
     if not present:
@@ -66,126 +59,23 @@ def overall_score(groups: dict[str, float]) -> float | None:
     return sum(w * groups[g] for g, w in present.items()) / sum(present.values())
 
 
-def upstream_overall(groups: dict[str, float]) -> float | None:
+def upstream_overall(groups: dict[str, Any]) -> Any:
     """The leaderboard's OVERALL as upstream prints it: the raw weighted sum (weights as
     published) rounded to 3 decimals; only when all three groups were evaluated."""
+    import numpy as np
+
     if not all(g in groups for g in OVERALL_WEIGHTS):
         return None
-    return round(sum(w * groups[g] for g, w in OVERALL_WEIGHTS.items()), 3)
-
-
-def language_metrics(
-    rows: list[tuple[str, str, float]],
-    counts: dict[str, int] | None = None,
-    agent_process: dict[str, float] | None = None,
-) -> dict[str, float]:
-    """Metrics of one language from ``(category, record_id, accuracy)`` rows of scored samples.
-
-    ``counts``, when given, receives the number of scored units per category (records;
-    dialogues for the multi-turn categories). ``agent_process`` maps the record ids of agent
-    samples to their ``process_acc`` (spec §4.4; the category value is the mean).
-    """
-    by_category: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    for category, record_id, accuracy in rows:
-        by_category[category].append((record_id, accuracy))
-    metrics: dict[str, float] = {}
-    category_accuracy: dict[str, float] = {}
-    for category in ALL_CATEGORIES:
-        items = by_category.get(category)
-        if not items:
-            continue
-        if category in MULTI_TURN_CATEGORIES:
-            acc, process = multi_turn_scores((rid, a >= 1.0) for rid, a in items)
-            metrics[f"process_acc/{category}"] = process
-            n_units = len({dialogue_id(rid) for rid, _ in items})
-        else:
-            acc = fmean(a for _, a in items)
-            n_units = len(items)
-            if category in AGENT_CATEGORIES:
-                values = [(agent_process or {}).get(rid, 0.0) for rid, _ in items]
-                metrics[f"process_acc/{category}"] = fmean(values)
-        if counts is not None:
-            counts[category] = n_units
-        category_accuracy[category] = acc
-        metrics[f"accuracy/{category}"] = acc
-    groups = group_scores(category_accuracy)
-    for group, value in groups.items():
-        metrics[f"accuracy/{group}"] = value
-    overall = overall_score(groups)
-    if overall is not None:
-        metrics["overall"] = overall
-    leaderboard = upstream_overall(groups)
-    if leaderboard is not None:
-        metrics["overall_upstream_rounded"] = leaderboard
-    return metrics
-
-
-def aggregate_records(
-    samples: list[Any],
-    records: list[dict[str, Any]],
-    languages: list[str],
-    counts: dict[tuple[str, str], int] | None = None,
-) -> dict[str, float]:
-    """Metrics from scored records (rows of predictions.jsonl) for the selected samples.
-
-    A multi-turn dialogue counts only once all its selected steps are scored. ``counts``,
-    when given, receives the scored units per ``(language, category)``.
-    """
-    by_id = {s.id: s for s in samples}
-    scored: dict[str, float] = {}
-    process: dict[str, dict[str, float]] = defaultdict(dict)
-    for record in records:
-        sample = by_id.get(record.get("sample_id"))
-        scores = record.get("scores") or {}
-        if sample is not None and "accuracy" in scores:
-            scored[sample.id] = float(scores["accuracy"])
-            if sample.subset in AGENT_CATEGORIES:
-                process[sample.data["language"]][sample.data["prompt"]["id"]] = float(scores.get("process_acc", 0.0))
-    # dialogues with an unscored step are left out
-    incomplete: set[tuple[str, str]] = set()
-    for s in samples:
-        if s.subset in MULTI_TURN_CATEGORIES and s.id not in scored:
-            incomplete.add((s.data["language"], dialogue_id(s.data["prompt"]["id"])))
-    rows: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
-    for s in samples:
-        if s.id not in scored:
-            continue
-        language, record_id = s.data["language"], s.data["prompt"]["id"]
-        if s.subset in MULTI_TURN_CATEGORIES and (language, dialogue_id(record_id)) in incomplete:
-            continue
-        rows[language].append((s.subset, record_id, scored[s.id]))
-    per_language_counts: dict[str, dict[str, int]] = {lang: {} for lang in languages}
-    if len(languages) == 1:
-        metrics = language_metrics(rows.get(languages[0], []), per_language_counts[languages[0]], process[languages[0]])
-        _merge_counts(counts, per_language_counts)
-        return metrics
-    metrics = {}
-    for language in languages:
-        per = language_metrics(rows.get(language, []), per_language_counts[language], process[language])
-        for name, value in per.items():
-            kind, _, rest = name.partition("/")  # overall -> overall/en; accuracy/NORMAL -> accuracy/en/NORMAL
-            metrics[f"{kind}/{language}/{rest}" if rest else f"{kind}/{language}"] = value
-    selected = [lang for lang in languages if any(s.data["language"] == lang for s in samples)]
-    overalls = [metrics[f"overall/{lang}"] for lang in selected if f"overall/{lang}" in metrics]
-    if overalls and len(overalls) == len(selected):
-        metrics["overall"] = fmean(overalls)
-    _merge_counts(counts, per_language_counts)
-    return metrics
-
-
-def _merge_counts(out: dict[tuple[str, str], int] | None, per_language: dict[str, dict[str, int]]) -> None:
-    if out is not None:
-        for language, per in per_language.items():
-            for category, n in per.items():
-                out[(language, category)] = n
+    return np.round(sum(w * groups[g] for g, w in OVERALL_WEIGHTS.items()), 3)
 
 
 # ------------------------------------------------------------------------------------------
-# the same aggregation over independent units, vectorised for intervals (evalkit.stats)
+# the metrics, once: over independent units, vectorised (evalkit.stats); the point estimates
+# are every weight 1 (Benchmark.aggregate)
 # ------------------------------------------------------------------------------------------
 def _metric_name(name: str, language: str, multi: bool) -> str:
     """``accuracy/NORMAL`` → ``accuracy/en/NORMAL`` and ``overall`` → ``overall/en`` when the
-    run holds both languages (as :func:`aggregate_records` names them)."""
+    run holds both languages."""
     if not multi:
         return name
     kind, _, rest = name.partition("/")
@@ -195,7 +85,7 @@ def _metric_name(name: str, language: str, multi: bool) -> str:
 def _units(samples: list[Any], epochs: list[list[dict[str, Any]]]) -> dict[tuple[str, str], dict[str, Any]]:
     """Independent units per ``(language, category)``: a record, a multi-turn dialogue (its
     turns together) or an agent rollout, with per-epoch ``accuracy`` / ``process_acc`` values
-    (``None`` where the epoch did not score it, as :func:`aggregate_records` leaves it out);
+    (``None`` where the epoch did not score it: a dialogue counts only once every one of its turns is scored);
     a unit no epoch scored is not a unit."""
     by_id = {s.id: s for s in samples}
     units: dict[tuple[str, str], dict[str, Any]] = {}
@@ -220,8 +110,7 @@ def _units(samples: list[Any], epochs: list[list[dict[str, Any]]]) -> dict[tuple
                 if any(t.id not in scored for t in steps):
                     value = None
                 else:
-                    passed = [float(scored[t.id]["accuracy"]) >= 1.0 for t in steps]
-                    value = (1.0 if all(passed) else 0.0, sum(passed) / len(passed))
+                    value = dialogue_scores([float(scored[t.id]["accuracy"]) >= 1.0 for t in steps])
             else:
                 unit_id = s.id
                 sc = scored.get(s.id)
@@ -235,7 +124,8 @@ def stat_plan(samples: list[Any], epochs: list[list[dict[str, Any]]], languages:
     """:class:`evalkit.stats.StatPlan` of ACEBench: units are records, multi-turn dialogues
     and agent rollouts, stratified by (language, category); category metrics are means over
     units, groups the unweighted mean of their categories, OVERALL the renormalised weighted
-    mean (spec §4.5, §4.6) — the rules of :func:`aggregate_records`, on arrays."""
+    mean (spec §4.5, §4.6); ``overall`` with language=all is the mean of the languages' only
+    when every selected language has one."""
     import numpy as np
 
     from evalkit.stats import BINARY, GRADED, Column, StatPlan
@@ -264,7 +154,7 @@ def stat_plan(samples: list[Any], epochs: list[list[dict[str, Any]]], languages:
                 columns[name] = Column(values, mask, BINARY if metric == "accuracy" else GRADED)
                 if metric == "accuracy":
                     present[language].append(category)
-    selected = [lang for lang in languages if any(u["language"] == lang for u in info)]
+    selected = [lang for lang in languages if any(s.data["language"] == lang for s in samples)]
 
     def derive(base: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -273,17 +163,16 @@ def stat_plan(samples: list[Any], epochs: list[list[dict[str, Any]]], languages:
             def acc(c: str) -> Any:
                 return base[_metric_name(f"accuracy/{c}", language, multi)]
 
-            groups = {g: np.mean([acc(c) for c in members if c in present[language]], axis=0)
-                      for g, members in GROUPS.items() if any(c in present[language] for c in members)}  # fmt: skip
+            groups = group_scores({c: acc(c) for c in present[language]})
             for g, value in groups.items():
                 out[_metric_name(f"accuracy/{g}", language, multi)] = value
-            weights = {g: w for g, w in OVERALL_WEIGHTS.items() if g in groups}
-            if weights:
-                overall = sum(w * groups[g] for g, w in weights.items()) / sum(weights.values())
+            overall = overall_score(groups)
+            if overall is not None:
                 out[_metric_name("overall", language, multi)] = overall
                 overalls.append(overall)
-            if all(g in groups for g in OVERALL_WEIGHTS):
-                out[_metric_name("overall_upstream_rounded", language, multi)] = np.round(sum(w * groups[g] for g, w in OVERALL_WEIGHTS.items()), 3)
+            upstream = upstream_overall(groups)
+            if upstream is not None:
+                out[_metric_name("overall_upstream_rounded", language, multi)] = upstream
         if multi and overalls and len(overalls) == len(selected):
             out["overall"] = np.mean(overalls, axis=0)
         return out

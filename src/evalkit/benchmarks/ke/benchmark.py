@@ -9,7 +9,7 @@ from evalkit.benchmarks.base import Benchmark, register
 from evalkit.benchmarks.bounds import safe_score
 from evalkit.benchmarks.ke.baselines import BASELINES, baseline_prediction, render_answer
 from evalkit.benchmarks.ke.data import KEData, load_ke
-from evalkit.benchmarks.ke.metrics import MACRO, SCORE_NAMES, aggregate_scores, item_scores, stat_plan
+from evalkit.benchmarks.ke.metrics import MACRO, SCORE_NAMES, item_scores, stat_plan
 from evalkit.benchmarks.ke.parser import MAX_PRED_IDS, PARSER_VERSION, ParseResult, parse_answer, step_index
 from evalkit.benchmarks.ke.prompts import ANSWER_PREFIX, Truncation, load_template, render_icl_block, render_prompt
 from evalkit.benchmarks.ke.settings import DIFFICULTIES, KESettings
@@ -182,20 +182,10 @@ class KE(Benchmark):
             detail += f" unknown_ids={','.join(result.unknown_ids)}"
         return SampleScore(scores=scores, parsed=result.pred, detail=detail)
 
-    def aggregate(self, samples: list[Sample], records: list[dict[str, Any]]) -> dict[str, float]:
-        """Per-item means over the scored records (§6): ``f1_macro`` (headline),
-        ``precision_macro``, ``recall_macro``, ``f05_macro`` and ``<name>/<difficulty>``."""
-        difficulty = {s.id: s.subset for s in samples}
-        rows = []
-        for r in records:
-            sc = r.get("scores") or {}
-            if all(k in sc for k in SCORE_NAMES):
-                rows.append((difficulty.get(r["sample_id"], r.get("subset", "?")), sc))
-        return aggregate_scores(rows)
-
     def stat_plan(self, samples: list[Sample], epochs: list[list[dict[str, Any]]]) -> Any:
-        """Items as units, by difficulty (:func:`evalkit.benchmarks.ke.metrics.stat_plan`); the
-        rows :meth:`aggregate` reads, per epoch."""
+        """Items as units, by difficulty (:func:`evalkit.benchmarks.ke.metrics.stat_plan`), from
+        the records with all four per-item scores: ``f1_macro`` (headline), ``precision_macro``,
+        ``recall_macro``, ``f05_macro`` and ``<name>/<difficulty>`` (§6)."""
         difficulty = {s.id: s.subset for s in samples}
         rows = [[(r["sample_id"], difficulty.get(r["sample_id"], r.get("subset", "?")), r["scores"]) for r in records
                  if all(k in (r.get("scores") or {}) for k in SCORE_NAMES)] for records in epochs]  # fmt: skip

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
 #: per-item score names, in display order
@@ -41,21 +40,6 @@ def macro_means(items: Sequence[dict[str, float]]) -> dict[str, float]:
     if not items:
         return {}
     return {MACRO[k]: sum(float(s[k]) for s in items) / len(items) for k in SCORE_NAMES}
-
-
-def aggregate_scores(rows: Sequence[tuple[str, dict[str, float]]]) -> dict[str, float]:
-    """Macro means overall plus ``<metric>/<difficulty>`` breakdowns.
-
-    ``rows``: ``(difficulty, per-item scores)`` of every scored item.
-    """
-    out = macro_means([s for _, s in rows])
-    by_diff: dict[str, list[dict[str, float]]] = defaultdict(list)
-    for diff, s in rows:
-        by_diff[diff].append(s)
-    for diff in sorted(by_diff):
-        for name, value in macro_means(by_diff[diff]).items():
-            out[f"{name}/{diff}"] = value
-    return out
 
 
 def scores_of(record: dict[str, Any]) -> dict[str, float] | None:

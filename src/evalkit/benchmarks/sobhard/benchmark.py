@@ -14,7 +14,7 @@ from evalkit.benchmarks.bounds import safe_score
 from evalkit.benchmarks.sobhard import data as data_mod
 from evalkit.benchmarks.sobhard.constraints import CONSTRAINT_IDS, CONSTRAINTS, Context, Question, evaluate
 from evalkit.benchmarks.sobhard.data import Row
-from evalkit.benchmarks.sobhard.metrics import BREAKDOWNS, HEADLINE, aggregate, question_scores, stat_plan
+from evalkit.benchmarks.sobhard.metrics import BREAKDOWNS, HEADLINE, question_scores, stat_plan
 from evalkit.benchmarks.sobhard.plots import write_heatmap
 from evalkit.benchmarks.sobhard.prompts import build_messages
 from evalkit.benchmarks.sobhard.readers import FENCE_TAGS, TARGETS, ParseError, probe, read_target
@@ -69,6 +69,8 @@ class SOBHard(Benchmark):
     default_subsets = FAMILIES
     supported_shots = None
     primary_score = "sample_pass"
+    #: many breakdowns: MLflow metrics are the names without ``/``, the rest breakdown tables
+    tracked_metrics = "top_level"
     aggregation_rules = (
         ("balance_score", "geometric mean over the family × difficulty cells evaluated of each cell's sample_pass_rate, "
                           "a cell under 0.01 counted as 0.01 (spec §10.2)"),
@@ -89,7 +91,6 @@ class SOBHard(Benchmark):
         self._history: dict[str, list[Row]] = {}
         self._demos: list[Row] = []
         self._fingerprints: dict[str, str] = {}
-        self._counts: dict[str, int] = {}
 
     # ---- data -----------------------------------------------------------------------------
     def _read_split(self, split: str) -> tuple[list[dict[str, Any]], str]:
@@ -264,13 +265,6 @@ class SOBHard(Benchmark):
             detail=detail,
         )
 
-    def aggregate(self, samples: list[Sample], records: list[dict[str, Any]]) -> dict[str, float]:
-        categories = {s.id: s.data["row"]["meta"]["categories"] for s in samples}
-        self._counts = {}
-        for r in records:
-            self._counts[r["subset"]] = self._counts.get(r["subset"], 0) + 1
-        return aggregate(records, categories)
-
     def stat_plan(self, samples: list[Sample], epochs: list[list[dict[str, Any]]]) -> Any:
         """Questions as units, by family × difficulty cell (:func:`evalkit.benchmarks.sobhard.metrics.stat_plan`)."""
         categories = {s.id: s.data["row"]["meta"]["categories"] for s in samples}
@@ -296,7 +290,7 @@ class SOBHard(Benchmark):
 
     def report_tables(self, metrics: dict[str, float], ci: dict[str, Any] | None = None,
                       counts: dict[str, dict[str, int]] | None = None) -> list[tuple[str, list[str], list[list[Any]]]]:  # fmt: skip
-        ci = ci or {}
+        ci, counts = ci or {}, counts or {}
         tables: list[tuple[str, list[str], list[list[Any]]]] = []
         tables.append(("SOBHard metrics", ["metric", "value"], [[m, with_interval(metrics[m], ci.get(m))] for m in HEADLINE if m in metrics]))
         cell_rows = []
@@ -304,7 +298,7 @@ class SOBHard(Benchmark):
             row: list[Any] = [family]
             for d in DIFFICULTIES:
                 v = metrics.get(f"sample_pass_rate/cell/{family}/{d}")
-                n = self._counts.get(f"{family}/{d}")
+                n = counts.get(f"{family}/{d}", {}).get("n_scored")
                 row.append("" if v is None else f"{v:.4f} (n={n})" if n else f"{v:.4f}")
             if any(row[1:]):
                 cell_rows.append(row)

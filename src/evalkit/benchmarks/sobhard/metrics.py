@@ -10,7 +10,6 @@ where each applied, and format/content/task rates per family.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from statistics import fmean
 from typing import Any, Iterable
@@ -60,64 +59,35 @@ def question_scores(results: list[Result], empty: bool, parsed: bool) -> dict[st
     }
 
 
+def balance_of(rates: Any) -> Any:
+    """``exp(mean over cells of ln(max(rate, 0.01)))`` of cell pass rates (§10.2): ``rates``
+    has one row per cell (and one column per resample); ``nan`` rates (a cell without items
+    in a resample) are skipped."""
+    import numpy as np
+
+    return np.exp(np.nanmean(np.log(np.maximum(rates, BALANCE_FLOOR)), axis=0))
+
+
 def balance_score(pairs: Iterable[tuple[str, float]]) -> float:
-    """``exp(mean over cells of ln(max(rate, 0.01)))`` of ``(cell, sample_pass)`` pairs;
-    cells without items are skipped; no items at all → 0 (§10.2)."""
+    """:func:`balance_of` the cells' pass rates, from ``(cell, sample_pass)`` pairs; cells
+    without items are skipped; no items at all → 0 (§10.2)."""
     cells: dict[str, list[float]] = defaultdict(list)
     for cell, value in pairs:
         cells[cell].append(float(value))
     if not cells:
         return 0.0
-    logs = [math.log(max(fmean(v), BALANCE_FLOOR)) for v in cells.values()]
-    return math.exp(fmean(logs))
-
-
-def aggregate(records: list[dict[str, Any]], categories: dict[str, dict[str, str]]) -> dict[str, float]:
-    """Flat metrics from ``predictions.jsonl`` rows (``sample_id``, ``scores``, ``checks``).
-
-    ``categories`` maps sample id → the row's ``meta.categories``. Names: the six headline
-    metrics; ``sample_pass_rate/<breakdown>/<value>`` for every breakdown;
-    ``sample_pass_rate/cell/<family>/<difficulty>``; ``<rate>/family/<family>`` for format,
-    content and task; ``constraint/<id>`` over the questions where it applied.
-    """
-    metrics: dict[str, float] = {}
-    if not records:
-        return metrics
-    for key, name in RATES.items():
-        metrics[name] = fmean(float(r["scores"].get(key, 0.0)) for r in records)
-    pairs = []
-    groups: dict[str, list[float]] = defaultdict(list)
-    family_rates: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for r in records:
-        cats = categories.get(r["sample_id"], {})
-        sp = float(r["scores"].get("sample_pass", 0.0))
-        cell = f"{cats.get('family', '?')}/{cats.get('difficulty', '?')}"
-        pairs.append((cell, sp))
-        groups[f"sample_pass_rate/cell/{cell}"].append(sp)
-        for name, key in BREAKDOWNS.items():
-            groups[f"sample_pass_rate/{name}/{cats.get(key) or '?'}"].append(sp)
-        for key in ("format_pass", "content_pass", "task_pass"):
-            family_rates[(key, cats.get("family", "?"))].append(float(r["scores"].get(key, 0.0)))
-    metrics["balance_score"] = balance_score(pairs)
-    for name, values in groups.items():
-        metrics[name] = fmean(values)
-    for (key, family), values in family_rates.items():
-        metrics[f"{RATES[key]}/family/{family}"] = fmean(values)
-    per_constraint: dict[str, list[float]] = defaultdict(list)
-    for r in records:
-        for cid, ok in (r.get("checks") or {}).items():
-            per_constraint[cid].append(float(bool(ok)))
-    for cid in CONSTRAINT_IDS:
-        if per_constraint.get(cid):
-            metrics[f"constraint/{cid}"] = fmean(per_constraint[cid])
-    return metrics
+    return float(balance_of([[fmean(v)] for v in cells.values()])[0])
 
 
 def stat_plan(samples: list[Any], epochs: list[list[dict[str, Any]]], categories: dict[str, dict[str, str]]) -> Any:
     """:class:`evalkit.stats.StatPlan` of SOBHard: the unit is the question (a session is
     scored on its last turn only, so it is one question), stratified by family × difficulty
-    cell; every metric of :func:`aggregate` is a mean over the questions it covers, and
-    ``balance_score`` is derived from the cell rates exactly as §10.2 computes it."""
+    cell. The metrics, each defined once (their point estimates are every weight 1):
+    the six headline metrics; ``sample_pass_rate/<breakdown>/<value>`` for every breakdown;
+    ``sample_pass_rate/cell/<family>/<difficulty>``; ``<rate>/family/<family>`` for format,
+    content and task; ``constraint/<id>`` over the questions where it applied — each a mean
+    over the questions it covers — and ``balance_score`` derived from the cell rates
+    (:func:`balance_of`, §10.2)."""
     import numpy as np
 
     from evalkit.stats import BINARY, GRADED, Column, StatPlan
@@ -149,9 +119,9 @@ def stat_plan(samples: list[Any], epochs: list[list[dict[str, Any]]], categories
     cell_names = [n for n in columns if n.startswith("sample_pass_rate/cell/")]
 
     def derive(base: dict[str, Any]) -> dict[str, Any]:
-        rates = np.stack([base[n] for n in cell_names]) if cell_names else np.zeros((0, 1))
-        logs = np.log(np.maximum(rates, BALANCE_FLOOR))
-        return {"balance_score": np.exp(np.nanmean(logs, axis=0)) if cell_names else np.zeros(rates.shape[1])}
+        if not cell_names:
+            return {"balance_score": np.zeros(1)}
+        return {"balance_score": balance_of(np.stack([base[n] for n in cell_names]))}
 
     return StatPlan(ids, np.array([sorted(set(cells)).index(c) for c in cells]), columns, derive,
                     unit_label="questions", stratum_label="family × difficulty cell")  # fmt: skip
