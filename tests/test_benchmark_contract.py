@@ -104,10 +104,10 @@ def test_defaults_live_in_the_settings_models_only():
 
     for path in sorted((REPO_ROOT / "conf" / "benchmark").glob("*.yaml")):
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        cls = get_benchmark_class(raw["name"])
+        cls = get_benchmark_class(raw["name"], kind=raw.get("kind"))
         for key, value in raw.items():
             field = cls.settings_model.model_fields.get(key)
-            if key == "name" or field is None or field.is_required():
+            if key in ("name", "kind") or field is None or field.is_required():
                 continue
             default = field.get_default(call_default_factory=True)
             dumped = default.model_dump() if hasattr(default, "model_dump") else default

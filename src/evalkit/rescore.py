@@ -108,7 +108,7 @@ def load_benchmark(run_dir: Path, data_dir: Path | None = None) -> Any:
     if data_dir is not None:
         bench_raw["data_dir"] = str(data_dir)
     try:
-        bench_cls = get_benchmark_class(str(bench_raw["name"]))
+        bench_cls = get_benchmark_class(str(bench_raw["name"]), kind=bench_raw.get("kind"))  # never a module: see evalkit.benchmarks
     except KeyError as exc:
         raise RunDirError(f"{run_dir}/config.yaml: {exc.args[0]}") from None
     try:

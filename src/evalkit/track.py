@@ -84,7 +84,7 @@ def run_config(recorded: dict[str, Any]) -> EvalConfig:
     Raises:
         Exception: pydantic's, when the recorded config no longer validates.
     """
-    bench = get_benchmark_class(str(recorded["benchmark"]["name"])).settings_model(**recorded["benchmark"])
+    bench = get_benchmark_class(str(recorded["benchmark"]["name"]), kind=recorded["benchmark"].get("kind")).settings_model(**recorded["benchmark"])
     return EvalConfig(**{**recorded, "benchmark": bench})
 
 

@@ -94,8 +94,11 @@ def test_partial_records_only_count_scored_samples(acebench_en):
     scored = [s for s in samples if s.id not in ("en/normal_atom_enum_0", "en/normal_multi_turn_user_switch_3_1")]
     metrics = acebench_en.bench.aggregate(samples, _records(scored, lambda s: 1.0))
     assert metrics["accuracy/normal_atom_enum"] == 1.0
-    assert acebench_en.bench._counts[("en", "normal_atom_enum")] == 49
-    assert acebench_en.bench._counts[("en", "normal_multi_turn_user_switch")] == 49  # dialogue 3 left out
+    counts = acebench_en.bench.category_counts(samples, _records(scored, lambda s: 1.0))
+    assert counts["normal_atom_enum"]["n_scored"] == 49
+    assert counts["normal_multi_turn_user_switch"]["dialogues_scored"] == 49  # dialogue 3 left out
+    plan = acebench_en.bench.stat_plan(samples, [_records(scored, lambda s: 1.0)])
+    assert int(plan.columns["accuracy/normal_multi_turn_user_switch"].mask.sum()) == 49  # the units the metric rests on
 
 
 def test_report_tables_rows(acebench_en):

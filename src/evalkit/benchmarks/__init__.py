@@ -24,10 +24,14 @@ from importlib.metadata import entry_points
 
 from evalkit.benchmarks import acebench, ke, sobhard  # noqa: F401  (each registers itself)
 from evalkit.benchmarks.base import _REGISTRY, Benchmark, register
+from evalkit.benchmarks.task import TaskBenchmark
 from evalkit.errors import ConfigError
 
 #: the entry point group of benchmarks from other packages
 ENTRY_POINT_GROUP = "evalkit.benchmarks"
+#: ``benchmark.kind`` → the benchmark class of every config of that kind (``name`` is then
+#: the config's own: a YAML task is named by its file)
+KINDS: dict[str, type[Benchmark]] = {"task": TaskBenchmark}
 
 
 def import_module(module: str) -> None:
@@ -61,14 +65,19 @@ def _from_entry_point(name: str) -> None:
         return
 
 
-def get_benchmark_class(name: str, module: str | None = None) -> type[Benchmark]:
-    """The registered benchmark class: built in, imported with ``module``
+def get_benchmark_class(name: str, module: str | None = None, kind: str | None = None) -> type[Benchmark]:
+    """The benchmark class of a config: of its ``kind`` (``benchmark.kind``: ``task``), else
+    the one registered as ``name`` — built in, imported with ``module``
     (``benchmark.module``), or found through an entry point (see the module docstring).
 
     Raises:
-        KeyError: no such benchmark, with the known names.
+        KeyError: no such benchmark (or kind), with the known names.
         ConfigError: ``module`` or the entry point cannot be imported.
     """
+    if kind is not None:
+        if kind not in KINDS:
+            raise KeyError(f"unknown benchmark kind {kind!r}; known: {', '.join(sorted(KINDS))}")
+        return KINDS[kind]
     if module and name not in _REGISTRY:
         import_module(module)
     if name not in _REGISTRY:

@@ -73,7 +73,7 @@ def prepare(cfg: EvalConfig, priced: bool = True) -> RunPlan:
     secrets.register(cfg.user_api_key())
     for backend in (cfg.backend, cfg.user.backend if cfg.user is not None else None):
         secrets.register_url_password(getattr(backend, "api_base", None))
-    bench = get_benchmark_class(cfg.benchmark.name)(cfg.benchmark)
+    bench = get_benchmark_class(cfg.benchmark.name, kind=getattr(cfg.benchmark, "kind", None))(cfg.benchmark)  # a module: imported by validate
     samples = select_samples(load_unique(bench), cfg)
     rollouts = [s for s in samples if bench.is_rollout(s)]
     if bench.needs_user_model(samples) and cfg.user is None and cfg.model.kind != "reference":

@@ -1,0 +1,180 @@
+"""``benchmark.*`` of a task written in YAML (``kind: task``): its dataset, prompt, answer
+extraction, scorers and metrics. Every field is checked here, so a malformed task file is one
+line naming the field (exit 2), like every config error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from evalkit.benchmarks.base import BenchmarkSettings
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Fields(_Strict):
+    """Which column of a dataset row is what. ``input`` and ``target`` are required columns;
+    ``id`` (default: the row's index, ``"<split>-<n>"``), ``choices`` (a list, or a JSON array
+    in a CSV cell, for multiple choice) and ``category`` (the subset a sample is counted in)
+    are optional."""
+
+    id: str | None = None
+    input: str = "input"
+    target: str = "target"
+    choices: str | None = None
+    category: str | None = None
+
+
+class Dataset(_Strict):
+    """A local file (``path``: ``.jsonl``, ``.csv`` or ``.parquet``; relative paths against the
+    working directory) or a Hugging Face dataset (``hub`` with a pinned ``revision``: a commit
+    or tag; read through ``datasets``, whose offline cache is honoured), its ``split``, the
+    column mapping ``fields`` and ``filter`` (``{column: value}``: only rows equal on every
+    one). ``max_rows`` bounds what is read (a larger file is an error, not cut)."""
+
+    path: Path | None = None
+    hub: str | None = None
+    revision: str | None = None
+    split: str = "test"
+    fields: Fields = Field(default_factory=Fields)
+    filter: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    max_rows: int = Field(default=100_000, ge=1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Dataset":
+        if (self.path is None) == (self.hub is None):
+            raise ValueError("benchmark.dataset: give exactly one of dataset.path (a local file) or dataset.hub (a Hugging Face id)")
+        if self.hub is not None and not self.revision:
+            raise ValueError("benchmark.dataset.revision: a hub dataset needs a pinned revision (a commit or tag)")
+        if self.path is not None and self.path.suffix not in (".jsonl", ".csv", ".parquet"):
+            raise ValueError(f"benchmark.dataset.path: {self.path.name!r} is not .jsonl, .csv or .parquet")
+        return self
+
+
+class FewShot(_Strict):
+    """Demonstrations (``shots=N``) drawn from ``path`` (a file like the dataset's, with the
+    same fields) or, when unset, from the dataset's ``split`` of the same source, without the
+    sample itself; drawn with ``seed`` (default: ``run.seed``) per sample."""
+
+    path: Path | None = None
+    split: str | None = None
+
+
+class Prompt(_Strict):
+    """A Jinja2 ``template`` (rendered in a sandbox; the row's columns are its variables, plus
+    ``input``, ``target``, ``choices`` and ``letters``), an optional ``system`` prompt (a
+    template too), the ``answer_template`` of a demonstration (each demonstration is a user
+    turn by ``template`` and an assistant turn by ``answer_template``, before the question),
+    and ``max_chars``: the
+    most characters one rendered prompt may have (the sandbox alone lets ``'ab' * 3000000``
+    through; a prompt past the bound is a data error naming the sample)."""
+
+    template: str = Field(min_length=1)
+    system: str | None = None
+    answer_template: str = "{{ target }}"
+    max_chars: int = Field(default=50_000, ge=1)
+
+
+class Extract(_Strict):
+    """How the answer is taken from a model's output before scoring (on the whole output as
+    returned: no reasoning block is removed unless ``benchmark.strip_reasoning_prefix``):
+    ``none`` (the output, stripped), ``regex`` (group ``group`` of the last match of
+    ``pattern``), ``json_field`` (the value of ``field`` in the first JSON object of the output),
+    ``last_line`` (the last non-empty line), ``mc_letter`` (the last standalone choice letter
+    A-Z, in ``Answer: B``, ``(B)`` or ``B.`` form, else a lone letter line). Nothing extracted
+    scores 0 (status ``format_error``)."""
+
+    kind: Literal["none", "regex", "json_field", "last_line", "mc_letter"] = "none"
+    pattern: str | None = None
+    group: int = Field(default=1, ge=0)
+    field: str | None = None
+
+    @model_validator(mode="after")
+    def _needs(self) -> "Extract":
+        if self.kind == "regex" and not self.pattern:
+            raise ValueError("benchmark.extract.pattern: extract.kind=regex needs a pattern")
+        if self.kind == "json_field" and not self.field:
+            raise ValueError("benchmark.extract.field: extract.kind=json_field needs a field")
+        return self
+
+
+#: normalisation steps of exact_match / includes / token_f1, applied in this order
+Normalise = Literal["lower", "strip_punctuation", "remove_articles", "collapse_whitespace"]
+
+
+class Scorer(_Strict):
+    """One scorer; its per-sample score is named ``name`` (default: its ``kind``).
+
+    * ``exact_match``: the extracted answer equals the target after stripping outer white
+      space and the ``normalise`` steps (``lower``, ``strip_punctuation``, ``remove_articles``
+      — English a/an/the —, ``collapse_whitespace``; SQuAD's normalisation is all four);
+    * ``includes``: the normalised target occurs in the normalised answer;
+    * ``regex``: ``pattern`` matches the answer (``re.search``); ``{{ target }}`` in it stands
+      for the sample's target, escaped;
+    * ``numeric``: the first number of the answer (``,`` thousands separators and a leading
+      ``$`` dropped) is within ``abs_tol`` or ``rel_tol`` of the target (``math.isclose``);
+    * ``multiple_choice``: the extracted letter is the target's (a letter, a 0-based index,
+      or the text of one of the choices);
+    * ``token_f1``: SQuAD's token F1 of the normalised answer and target (graded);
+    * ``json_schema``: the answer parses as JSON and validates against ``schema`` (bounded:
+      linear-time patterns, no reference leaves the schema).
+    """
+
+    kind: Literal["exact_match", "includes", "regex", "numeric", "multiple_choice", "token_f1", "json_schema"]
+    name: str | None = None
+    normalise: list[Normalise] = Field(default_factory=list)
+    pattern: str | None = None
+    abs_tol: float = Field(default=1e-6, ge=0)
+    rel_tol: float = Field(default=0.0, ge=0)
+    schema_: dict | bool | None = Field(default=None, alias="schema")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @property
+    def score_name(self) -> str:
+        return self.name or self.kind
+
+    @model_validator(mode="after")
+    def _needs(self) -> "Scorer":
+        if self.kind == "regex" and not self.pattern:
+            raise ValueError("benchmark.scorers: a regex scorer needs a pattern")
+        if self.kind == "json_schema" and self.schema_ is None:
+            raise ValueError("benchmark.scorers: a json_schema scorer needs a schema")
+        return self
+
+
+class Metrics(_Strict):
+    """Each scorer's mean over the samples, overall and per category (the ``category`` field);
+    with ``weights`` (``{category: weight}``), also ``<score>/weighted``: the weighted mean of
+    the category means over the categories scored (weights renormalised over them)."""
+
+    weights: dict[str, float] | None = None
+    headline: str | None = None
+
+
+class TaskSettings(BenchmarkSettings):
+    """A task written in YAML: ``kind: task`` and ``name`` (the task's own name: its runs,
+    MLflow runs and comparisons go by it). ``seed``: the few-shot draw (default ``run.seed``)."""
+
+    kind: Literal["task"] = "task"
+    dataset: Dataset
+    prompt: Prompt
+    fewshot: FewShot = Field(default_factory=FewShot)
+    extract: Extract = Field(default_factory=Extract)
+    scorers: list[Scorer] = Field(min_length=1)
+    metrics: Metrics = Field(default_factory=Metrics)
+    seed: int | None = None
+
+    @model_validator(mode="after")
+    def _names(self) -> "TaskSettings":
+        names = [s.score_name for s in self.scorers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"benchmark.scorers: two scorers are named {sorted(n for n in names if names.count(n) > 1)[0]!r}; give each a name")
+        head = self.metrics.headline
+        if head is not None and head.split("/")[0] not in names:
+            raise ValueError(f"benchmark.metrics.headline: {head!r} is not a scorer's score ({', '.join(names)})")
+        return self
