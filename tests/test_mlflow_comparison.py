@@ -328,7 +328,8 @@ def test_headline_and_group_intervals_come_from_metrics_ci_and_only_when_complet
     from evalkit.tracking.curate import breakdown_tables, run_metrics
 
     ci = {"low": 0.5, "high": 0.75, "stderr": 0.06, "n": 40, "method": "bootstrap"}
-    complete = {"status": "complete", "benchmark": "sobhard", "headline": "sample_pass_rate", "n_samples": 40, "n_scored": 40,
+    complete = {"status": "complete", "benchmark": "sobhard", "tracked_metrics": "top_level",  # as SOBHard declares it
+                "headline": "sample_pass_rate", "n_samples": 40, "n_scored": 40,
                 "n_failed": 0, "metrics": {"sample_pass_rate": 0.625, "sample_pass_rate/family/x": 0.5, "constraint/pack.a": 1.0},
                 "metrics_ci": {"sample_pass_rate": ci, "sample_pass_rate/family/x": {**ci, "n": 12}},
                 "usage": {"prompt_tokens": 10, "completion_tokens": 5}, "cost_usd": 0.25}  # fmt: skip

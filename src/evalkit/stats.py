@@ -11,8 +11,8 @@ item), each in a *stratum* (a category, a SOBHard family × difficulty cell):
   OVERALL, SOBHard's ``balance_score``) are computed from the base metrics by the plan's
   ``derive`` function, which works on arrays (one value per resample).
 
-With all weights 1 a plan gives the benchmark's point estimates; each benchmark's tests
-prove them equal to its ``aggregate()`` on the same records.
+With all weights 1 a plan gives the benchmark's point estimates: its reported metrics
+(``Benchmark.aggregate``), the plan being each metric's one definition.
 
 Intervals: the **percentile bootstrap** (BCa returns NaN when every score is equal, e.g. a
 reference run at 1.0), resampling units **within each stratum** (n uniform draws with
