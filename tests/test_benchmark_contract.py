@@ -88,11 +88,14 @@ def test_the_default_plan_is_the_mean_of_each_score_overall_and_by_subset(capita
 def test_primary_score_and_tracked_metrics_are_read_from_the_summary(tmp_path: Path):
     from evalkit.compare import Run, primary_score_key
     from evalkit.journal import Journal
+    from evalkit.summary import Summary
     from evalkit.tracking.curate import is_named
 
-    run = Run(tmp_path, {"benchmark": "someone_elses", "primary_score": "exact", "headline": "accuracy"}, Journal(tmp_path))
-    assert primary_score_key([run]) == "exact"
-    assert primary_score_key([Run(tmp_path, {"benchmark": "sobhard"}, Journal(tmp_path))]) == "sample_pass"  # a run from before the field
+    def run(summary: dict) -> Run:
+        return Run(tmp_path, summary, Journal(tmp_path), Summary.model_construct(**summary))
+
+    assert primary_score_key([run({"benchmark": "someone_elses", "primary_score": "exact", "headline": "accuracy"})]) == "exact"
+    assert primary_score_key([run({"benchmark": "sobhard"})]) == "sample_pass"  # a run from before the field
     assert is_named({"tracked_metrics": "all"}, "accuracy/europe")
     assert not is_named({"tracked_metrics": "top_level"}, "sample_pass_rate/cell/diff/easy")
     assert is_named({"tracked_metrics": "top_level"}, "balance_score")
