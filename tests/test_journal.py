@@ -234,3 +234,18 @@ def test_rows_outside_a_resumed_selection_count_nowhere_and_are_not_called_stale
     run = compare_mod.load_run(first.run_dir)
     assert third not in run.rows and len(run.rows) == 2
     assert "stale rows" not in caplog.text
+
+
+def test_read_summary_refuses_a_link_and_deep_nesting_in_one_line(tmp_path):
+    """summary.json is read without following a symbolic link (a run directory is untrusted)
+    and JSON nested past Python's recursion limit is one line, not a RecursionError."""
+    from evalkit.errors import RunDirError
+    from evalkit.summary import read_summary
+
+    (tmp_path / "elsewhere.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "summary.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(RunDirError, match=r"summary.json: cannot be read \(a symbolic link\)$"):
+        read_summary(tmp_path / "summary.json")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(RunDirError, match=r"deep.json: cannot be read as JSON \(RecursionError\)$"):
+        read_summary(tmp_path / "deep.json")

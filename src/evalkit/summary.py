@@ -28,6 +28,7 @@ traceback, and nothing is allocated by a count read from it before it is checked
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -35,6 +36,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from evalkit.errors import EvalkitError, RunDirError
+from evalkit.jsonl import read_no_link
 from evalkit.types import MAX_REPEATS
 
 SCHEMA_VERSION = 2
@@ -165,18 +167,25 @@ def validate_summary(data: Any, where: str | Path = "summary.json", error: type[
 def read_summary(path: Path, error: type[EvalkitError] = RunDirError) -> Summary:
     """Read and validate ``summary.json`` at ``path``.
 
+    The file is opened without following a symbolic link, and at most
+    :data:`MAX_SUMMARY_BYTES` are read.
+
     Raises:
-        ``error`` (default RunDirError, exit 2): missing, too large, not JSON, or not a
-            valid summary — one line.
+        ``error`` (default RunDirError, exit 2): missing, a link, too large, not JSON, or
+            not a valid summary — one line.
     """
     path = Path(path)
     try:
-        if path.stat().st_size > MAX_SUMMARY_BYTES:
-            raise error(f"{path}: {path.stat().st_size} bytes, more than a summary holds ({MAX_SUMMARY_BYTES})")
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = read_no_link(path, MAX_SUMMARY_BYTES)
     except FileNotFoundError:
         raise error(f"{path}: no summary.json (the run has not finished)") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except OSError as exc:
+        raise error(f"{path}: cannot be read ({'a symbolic link' if exc.errno == errno.ELOOP else type(exc).__name__})") from None
+    if len(raw) > MAX_SUMMARY_BYTES:
+        raise error(f"{path}: more than {MAX_SUMMARY_BYTES} bytes, more than a summary holds")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise error(f"{path}: cannot be read as JSON ({type(exc).__name__})") from None
     return validate_summary(data, path, error)
 
