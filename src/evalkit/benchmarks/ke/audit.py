@@ -33,7 +33,7 @@ from evalkit.benchmarks.ke.prompts import ANSWER_PREFIX
 from evalkit.errors import RunDirError
 from evalkit.journal import FAILED, read_failures, read_run_journal
 from evalkit.jsonl import read_objects
-from evalkit.summary import validate_summary
+from evalkit.summary import read_summary
 
 TOL = 1e-6  # §10 A4/A5
 
@@ -85,14 +85,15 @@ def read_run(run_dir: Path) -> _Run:
     run_dir = Path(run_dir)
     if not is_run_dir(run_dir):
         raise RunDirError(f"{run_dir}: not a run directory (no predictions.jsonl)")
+    summary_path = run_dir / "summary.json"
+    if (run_dir / "config.yaml").is_file():  # evalkit's own: its summary read and validated as every reader does
+        return _read_evalkit(run_dir, read_summary(summary_path).record() if summary_path.exists() else None)
     summary = None
-    if (run_dir / "summary.json").is_file():
+    if summary_path.is_file():
         try:
-            summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise RunDirError(f"{run_dir}/summary.json: not JSON ({exc.msg})") from None
-    if (run_dir / "config.yaml").is_file():
-        return _read_evalkit(run_dir, None if summary is None else validate_summary(summary, run_dir / "summary.json").record())
     return _read_legacy(run_dir, _read_jsonl(run_dir / "predictions.jsonl"), summary)
 
 
