@@ -187,6 +187,32 @@ def dataset_input(summary: dict[str, Any], recorded: dict[str, Any]) -> Any:
     return DatasetInput(dataset=dataset, tags=[InputTag(key="mlflow.data.context", value="eval")])
 
 
+#: attempts of :func:`log_dataset` (each but the last may meet another process's insert)
+DATASET_ATTEMPTS = 4
+#: how SQLite, PostgreSQL and MySQL word a unique-key violation
+_UNIQUE_VIOLATION = ("UNIQUE constraint failed", "duplicate key value violates unique constraint", "Duplicate entry")
+
+
+def log_dataset(mlflow_client: Any, run_id: str, dataset: Any) -> None:
+    """Link ``dataset`` (a ``DatasetInput``) to run ``run_id``. MLflow's SQL store looks the
+    dataset up and inserts it when absent, in two steps: two processes logging the same data
+    to a fresh store at once may both insert, and the second fails on the store's UNIQUE
+    constraint (experiment, name, digest) — which once left a run RUNNING without traces.
+    That failure is retried: the next lookup finds the other process's row.
+
+    Raises:
+        Any MLflow error but that race, or the race ``DATASET_ATTEMPTS`` times over.
+    """
+    for attempt in range(DATASET_ATTEMPTS):
+        try:
+            mlflow_client.log_inputs(run_id, datasets=[dataset])
+            return
+        except Exception as exc:  # noqa: BLE001 - MLflow wraps the driver's IntegrityError in its own exception
+            if not any(m in str(exc) for m in _UNIQUE_VIOLATION) or attempt == DATASET_ATTEMPTS - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+
+
 def samples_table(outs: list[Outcome], headline: str) -> dict[str, list[Any]]:
     """The per-sample table: sample_id, subset, status (``failed: <kind>`` for a failure),
     the primary score (column named after it) and the output cut to
@@ -401,7 +427,7 @@ class MlflowObserver(Observer):
         params = {k: v for k, v in curate.run_params(recorded, summary).items() if k not in logged}
         log_values(mlflow_client, run_id, params=params, metrics=curate.run_metrics(summary),
                    timestamp_ms=_ms(summary.get("finished_at")))  # fmt: skip
-        mlflow_client.log_inputs(run_id, datasets=[dataset_input(summary, recorded)])
+        log_dataset(mlflow_client, run_id, dataset_input(summary, recorded))
         self._log_tables(mlflow_client, run_id, summary, outs)
         for path, folder in run_files(run_dir):
             mlflow_client.log_artifact(run_id, str(path), artifact_path=folder)
