@@ -249,3 +249,15 @@ def test_read_summary_refuses_a_link_and_deep_nesting_in_one_line(tmp_path):
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
     with pytest.raises(RunDirError, match=r"deep.json: cannot be read as JSON \(RecursionError\)$"):
         read_summary(tmp_path / "deep.json")
+
+
+def test_a_summary_that_does_not_validate_is_still_written_and_said(tmp_path, caplog):
+    """The engine writes summary.json through the model; a value the model refuses (a
+    defect of whatever built it) is one ERROR line, and the run's summary is not lost."""
+    from evalkit.summary import write_summary
+
+    built = {"status": "complete", "benchmark": "x", "model": "m", "n_samples": 1, "n_scored": 1, "n_failed": 0,
+             "metrics": {"accuracy": None}}  # fmt: skip
+    assert write_summary(tmp_path / "summary.json", built) is None
+    assert json.loads((tmp_path / "summary.json").read_text(encoding="utf-8")) == built
+    assert "metrics.accuracy: expected a number, got NoneType (written as built)" in caplog.text

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -38,6 +39,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from evalkit.errors import EvalkitError, RunDirError
 from evalkit.jsonl import read_no_link
 from evalkit.types import MAX_REPEATS
+
+log = logging.getLogger("evalkit")
 
 SCHEMA_VERSION = 2
 #: the largest summary.json read (bytes); a run's summary is kilobytes to a few megabytes
@@ -190,12 +193,17 @@ def read_summary(path: Path, error: type[EvalkitError] = RunDirError) -> Summary
     return validate_summary(data, path, error)
 
 
-def write_summary(path: Path, summary: dict[str, Any] | Summary) -> Summary:
-    """Validate ``summary`` and write it to ``path`` (indented JSON, UTF-8). Returns the model.
-
-    Raises:
-        RunDirError: the engine built a summary that does not validate (a defect: said, not written).
-    """
-    model = summary if isinstance(summary, Summary) else validate_summary(summary, path)
-    Path(path).write_text(json.dumps(model.record(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+def write_summary(path: Path, summary: dict[str, Any] | Summary) -> Summary | None:
+    """Validate ``summary`` and write it to ``path`` (indented JSON, UTF-8). Returns the model,
+    or ``None`` when the summary does not validate: a defect of the code that built it, said
+    as one ERROR line while the summary is written as built (a run's results are never lost
+    to their own check; every reader will then refuse it in one line)."""
+    try:
+        model = summary if isinstance(summary, Summary) else validate_summary(summary, path)
+    except RunDirError as exc:
+        log.error("%s (written as built)", exc)
+        record, model = summary, None
+    else:
+        record = model.record()
+    Path(path).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return model
