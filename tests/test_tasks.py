@@ -45,6 +45,8 @@ def _task(tmp_path: Path, rows: list[dict], **spec) -> TaskBenchmark:
         ({"kind": "mc_letter"}, "I think (B) is wrong. Answer: C", "C"),
         ({"kind": "mc_letter"}, "The answer is a bird", None),  # the article is not a letter
         ({"kind": "mc_letter"}, "D", "D"),
+        ({"kind": "mc_letter"}, "C. Mars", "C"),  # SmolLM2's form on mc_mini
+        ({"kind": "mc_letter"}, "Mars is the A. answer", None),
         ({"kind": "last_line"}, " \n ", None),
     ],
 )
@@ -202,3 +204,30 @@ def test_example_tasks_score_1_with_reference_and_compare_paired(tmp_path: Path)
     acc = json.loads(compared.stdout)["paired"][0]["metrics"]["accuracy"]
     assert acc["test"] == "exact McNemar" and acc["only_a"] == len(rows) - right and acc["only_b"] == 0
     assert math.isclose(acc["delta"], right / len(rows) - 1.0)
+
+
+def test_cohens_kappa_against_human_labels_matches_an_independent_computation(tmp_path):
+    import numpy as np
+
+    from evalkit.stats import intervals
+
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 2, 60)
+    verdicts = np.where(rng.random(60) < 0.8, labels, 1 - labels)  # a scorer that agrees 80% of the time
+    rows = [{"id": f"r{i}", "input": "q", "target": "a", "human": ["no", "yes"][int(lab)]} for i, lab in enumerate(labels)]
+    bench = _task(tmp_path, rows, dataset={"path": str(tmp_path / "data.jsonl"), "fields": {"id": "id", "label": "human"}})
+    samples = bench.load()
+    records = [{"sample_id": s.id, "scores": {"exact_match": float(v)}} for s, v in zip(samples, verdicts)]
+    # Cohen (1960) from the 2x2 confusion matrix
+    table = np.array([[np.sum((verdicts == a) & (labels == b)) for b in (0, 1)] for a in (0, 1)]) / len(labels)
+    observed, chance = np.trace(table), float(table.sum(axis=1) @ table.sum(axis=0))
+    expected = (observed - chance) / (1 - chance)
+    plan = bench.stat_plan(samples, [records])
+    metrics = bench.aggregate(samples, records)
+    assert metrics["kappa/exact_match"] == pytest.approx(expected, abs=1e-12) and 0.3 < expected < 0.9
+    assert metrics["agreement/exact_match"] == pytest.approx(observed)
+    ci = intervals(plan, 0.95, 2000, 0)["kappa/exact_match"]
+    assert ci["low"] < expected < ci["high"] and ci["n"] == 60
+    with pytest.raises(DataError, match="label 'maybe'"):
+        _task(tmp_path, [{"input": "q", "target": "a", "human": "maybe"}],
+              dataset={"path": str(tmp_path / "data.jsonl"), "fields": {"label": "human"}}).load()

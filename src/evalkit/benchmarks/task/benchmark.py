@@ -21,6 +21,7 @@ from evalkit.benchmarks.task.scorers import LETTERS, extract, score_one, target_
 from evalkit.benchmarks.task.settings import Dataset, TaskSettings
 from evalkit.errors import DataError
 from evalkit.jsonl import read_objects
+from evalkit.stats import BINARY, Column
 from evalkit.types import Request, Sample, SampleScore
 
 
@@ -32,6 +33,11 @@ class TaskBenchmark(Benchmark):
     supported_shots = None
     reasoning_rule = "none: the task's extraction rule (benchmark.extract) reads the answer as returned"
     aggregation_rules = (
+        ("kappa/*", "Cohen's κ of the score (≥ 0.5 counts as a positive verdict) against the human label: "
+                    "(observed − chance agreement) / (1 − chance agreement), chance from both rates"),
+        ("agreement/*", "share of samples where the score (≥ 0.5 positive) and the human label agree"),
+        ("label_rate", "share of samples the human label calls positive"),
+        ("positive/*", "share of samples with a label whose score is ≥ 0.5"),
         ("*/weighted", "weighted mean of the category means (benchmark.metrics.weights, renormalised over the categories scored)"),
         ("*/*", "mean over the samples of that category"),
         ("*", "mean over the samples"),
@@ -130,10 +136,14 @@ class TaskBenchmark(Benchmark):
         """Each score's mean overall and per category (:func:`score_means_plan`), plus
         ``<score>/weighted`` with ``metrics.weights``."""
         plan = score_means_plan(samples, epochs)
-        weights = self.settings.metrics.weights
-        if weights:
-            names = [s.score_name for s in self.settings.scorers]
-            plan.derive = _weighted(names, weights)
+        names = [s.score_name for s in self.settings.scorers]
+        derives = []
+        if self.settings.metrics.weights:
+            derives.append(_weighted(names, self.settings.metrics.weights))
+        if self.settings.dataset.fields.label:
+            derives.append(_agreement(plan, samples, epochs, names))
+        if derives:
+            plan.derive = lambda base: {k: v for derive in derives for k, v in derive(base).items()}
         return plan
 
     # ---- built-in models ------------------------------------------------------------------
@@ -171,6 +181,54 @@ def _weighted(names: list[str], weights: dict[str, float]) -> Any:
     return derive
 
 
+def _agreement(plan: Any, samples: list[Sample], epochs: list[list[dict[str, Any]]], names: list[str]) -> Any:
+    """Add the columns ``label_rate``, ``positive/<score>`` (score ≥ 0.5) and
+    ``agreement/<score>`` to ``plan`` (over the scored units with a label), and return the
+    derive of ``kappa/<score>``: Cohen's κ of two raters on a 0/1 verdict,
+    (p_o − p_e) / (1 − p_e) with p_e = p·q + (1 − p)(1 − q) (``nan`` when p_e is 1)."""
+    import numpy as np
+
+    label = {s.id: s.data.get("label") for s in samples}
+    pos = {sid: i for i, sid in enumerate(plan.units)}
+    shape = (max(len(epochs), 1), len(plan.units))
+    wanted = ["label_rate"] + [f"{kind}/{n}" for n in names for kind in ("positive", "agreement")]
+    columns = {name: Column(np.zeros(shape), np.zeros(shape, dtype=bool), BINARY) for name in wanted}
+    for e, rows in enumerate(epochs):
+        for r in rows:
+            i, lab = pos.get(r.get("sample_id")), label.get(r.get("sample_id"))
+            if i is None or lab is None:
+                continue
+            columns["label_rate"].values[e, i], columns["label_rate"].mask[e, i] = lab, True
+            for n in names:
+                value = (r.get("scores") or {}).get(n)
+                if isinstance(value, (int, float)):
+                    for kind, v in (("positive", value >= 0.5), ("agreement", (value >= 0.5) == bool(lab))):
+                        columns[f"{kind}/{n}"].values[e, i], columns[f"{kind}/{n}"].mask[e, i] = float(v), True
+    plan.columns.update(columns)
+
+    def derive(base: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for n in names:
+            p, q, po = base[f"positive/{n}"], base["label_rate"], base[f"agreement/{n}"]
+            pe = p * q + (1 - p) * (1 - q)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[f"kappa/{n}"] = np.where(pe < 1, (po - pe) / np.where(pe < 1, 1 - pe, 1), np.nan)
+        return out
+
+    return derive
+
+
+def _label(value: Any, at: str) -> float | None:
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "1.0"):
+        return 1.0
+    if text in ("0", "false", "no", "0.0"):
+        return 0.0
+    raise DataError(f"{at}: label {str(value)[:40]!r} is not 0/1, true/false or yes/no")
+
+
 def _samples(rows: list[dict[str, Any]], ds: Dataset, split: str, where: str) -> list[Sample]:
     """Samples from dataset rows by the field mapping.
 
@@ -191,7 +249,7 @@ def _samples(rows: list[dict[str, Any]], ds: Dataset, split: str, where: str) ->
         seen.add(sid)
         choices = _choices(row.get(f.choices) if f.choices else None, at)
         data = {**row, "id": sid, "input": str(row[f.input]), "target": row[f.target], "choices": choices,
-                "letters": list(LETTERS[: len(choices or [])])}  # fmt: skip
+                "letters": list(LETTERS[: len(choices or [])]), "label": _label(row.get(f.label), at) if f.label else None}  # fmt: skip
         subset = str(row.get(f.category)) if f.category and row.get(f.category) is not None else "all"
         out.append(Sample(id=sid, subset=subset, data=data))
     return out

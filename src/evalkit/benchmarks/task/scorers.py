@@ -23,6 +23,7 @@ _MC_FORMS = (
     re.compile(r"(?i:answer|option|choice)\s*(?i:is)?\s*[:：]?\s*\(?([A-Z])\)?(?![A-Za-z])"),
     re.compile(r"\(([A-Z])\)"),
     re.compile(r"(?m)^\s*([A-Z])[.)]?\s*$"),
+    re.compile(r"(?m)^\s*([A-Z])[.)](?:\s|$)"),
 )
 
 

@@ -19,10 +19,12 @@ class _Strict(BaseModel):
 class Fields(_Strict):
     """Which column of a dataset row is what. ``input`` and ``target`` are required columns;
     ``id`` (default: the row's index, ``"<split>-<n>"``), ``choices`` (a list, or a JSON array
-    in a CSV cell, for multiple choice) and ``category`` (the subset a sample is counted in)
-    are optional."""
+    in a CSV cell, for multiple choice), ``category`` (the subset a sample is counted in) and
+    ``label`` (a person's verdict on the answer being scored, 0/1, ``true``/``false`` or
+    ``yes``/``no``: the scorers' agreement with it is reported as Cohen's κ) are optional."""
 
     id: str | None = None
+    label: str | None = None
     input: str = "input"
     target: str = "target"
     choices: str | None = None
@@ -84,8 +86,9 @@ class Extract(_Strict):
     returned: no reasoning block is removed unless ``benchmark.strip_reasoning_prefix``):
     ``none`` (the output, stripped), ``regex`` (group ``group`` of the last match of
     ``pattern``), ``json_field`` (the value of ``field`` in the first JSON object of the output),
-    ``last_line`` (the last non-empty line), ``mc_letter`` (the last standalone choice letter
-    A-Z, in ``Answer: B``, ``(B)`` or ``B.`` form, else a lone letter line). Nothing extracted
+    ``last_line`` (the last non-empty line), ``mc_letter`` (the last choice letter A-Z in the
+    first of these forms the output has: ``Answer: B``, ``(B)``, a line of the letter alone,
+    a line starting ``B.`` or ``B)``). Nothing extracted
     scores 0 (status ``format_error``)."""
 
     kind: Literal["none", "regex", "json_field", "last_line", "mc_letter"] = "none"
