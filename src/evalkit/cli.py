@@ -48,7 +48,28 @@ def run_config(cfg: DictConfig) -> int:
     0 complete, 1 incomplete (failures recorded in failed.jsonl), 2 configuration or data
     error (nothing was run), 130 interrupted (the journal is kept; resume it).
     """
-    return run_composed(cfg).exit_code
+    outcome = run_composed(cfg)
+    finished_quietly(outcome.exit_code, getattr(outcome, "run_dir", None))
+    return outcome.exit_code
+
+
+def finished_quietly(code: int, run_dir: Any = None) -> None:
+    """Once the outcome line is printed, a Ctrl-C (while Python, Ray and MLflow shut down)
+    ends the process with one line and the run's own exit code ``code``: the run has
+    finished, nothing is lost (it once gave exit 130 and no message). Main thread only."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def _stop(signum: int, frame: Any) -> None:
+        sys.stdout.flush()
+        kept = f"; its results are in {run_dir}" if run_dir is not None else ""
+        print(f"evalkit: interrupted after the run finished{kept}", file=sys.stderr, flush=True)
+        os._exit(code)
+
+    signal.signal(signal.SIGINT, _stop)
 
 
 def _sweep_points(overrides: Sequence[str]) -> list[list[str]]:

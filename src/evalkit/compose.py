@@ -58,6 +58,9 @@ def hydra_error_line(exc: BaseException) -> str:
         return f"{group}={option}: unknown {group}{avail}"
     m = re.search(r"Could not override '([^']+)'", text)
     if m and ("not in struct" in text or "To append" in text):
+        near = similar_key(m.group(1))
+        if near:
+            return f"{m.group(1)}: unknown key; did you mean {near}?"
         return f"{m.group(1)}: unknown key (to add a new key use +{m.group(1)}=...)"
     m = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
     if m:
@@ -70,6 +73,25 @@ def hydra_error_line(exc: BaseException) -> str:
         return f"override {m.group(1)!r} is not valid override syntax (expected key=value)"
     first = text.splitlines()[0] if text else type(exc).__name__
     return first
+
+
+def similar_key(key: str) -> str | None:
+    """The known key closest to a mistyped ``group.key`` (``run.limt`` → ``run.limit``), by
+    :func:`difflib.get_close_matches` over the fields of the group's settings model; ``None``
+    when none is close or the group is not one of the validated ones."""
+    import difflib
+
+    from evalkit import config
+
+    group, _, leaf = key.partition(".")
+    models = {"run": (config.RunSettings,), "model": (config.ModelConfig,), "runner": (config.RunnerConfig,),
+              "tracking": (config.TrackingConfig,), "shots": (config.ShotsConfig,),
+              "backend": (config.ApiBackend, config.LlamaCppBackend, config.OfflineBackend)}  # fmt: skip
+    if group not in models or not leaf or "." in leaf:
+        return None
+    known = sorted({name for model in models[group] for name in model.model_fields})
+    near = difflib.get_close_matches(leaf, known, n=1, cutoff=0.75)
+    return f"{group}.{near[0]}" if near else None
 
 
 _NUMERIC_GROUP = re.compile(r"^(shots)=(\d+(?:,\d+)*)$")

@@ -26,6 +26,7 @@ from evalkit.tracking.base import Observer, RunInfo
 from evalkit.types import sha256_hex
 
 log = logging.getLogger("evalkit")
+status = logging.getLogger("evalkit.status")  # what the run is doing now, on the console (__main__)
 
 
 def code_version() -> str:
@@ -93,6 +94,9 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
     it after the observer ran. Returns the summary."""
     phases = phases or Phases()
     started = time.perf_counter()
+    run = plan.cfg.run
+    status.info("summary: %d samples × %d epochs, intervals from %d bootstrap resamples; then report.md and the plots",
+                len(plan.samples), run.repeats, run.bootstrap_resamples)  # fmt: skip
     summary, records = summarize(plan, state, engine)
     run_dir = state.run_dir
     _write_summary(run_dir, summary, phases, time.perf_counter() - started)

@@ -253,6 +253,8 @@ class Journaler:
         self.progress = _progress(total, f"{plan.cfg.benchmark.name}/{plan.cfg.model.name}", plan.cfg.run.progress)
         self.stack.callback(self.progress.close)
         self.n_failed = 0
+        self.n_scoring = 0
+        self.drawn_at = 0.0
         self.budget_said = False
 
     def __enter__(self) -> "Journaler":
@@ -273,7 +275,10 @@ class Journaler:
         if trajectory.failure is None:
             view, rule = scored_view(self.plan.bench, trajectory)
             started = time.perf_counter()
+            self.n_scoring += 1
+            self._postfix()  # the bar says answers are being scored (one may take score_timeout_s)
             scored = await self.scorer.score(unit.sample, view)
+            self.n_scoring -= 1
             self.scoring_s += time.perf_counter() - started
             if scored is None:  # the run's scoring budget is spent: a failure of its own kind, never a zero
                 self._not_scored(unit, trajectory)
@@ -289,9 +294,17 @@ class Journaler:
         self._advance()
 
     def _advance(self) -> None:
+        self._postfix(refresh=False)
         self.progress.update(1)
-        if self.n_failed:
-            self.progress.set_postfix(failed=self.n_failed, refresh=False)
+
+    def _postfix(self, refresh: bool = True) -> None:
+        """The bar's postfix: answers being scored now and failures so far (when any);
+        redrawn at most once a second here (the bar's own updates redraw it too)."""
+        shown = {k: v for k, v in (("scoring", self.n_scoring), ("failed", self.n_failed)) if v}
+        now = time.monotonic()
+        refresh = refresh and now - self.drawn_at >= 1.0
+        self.drawn_at = now if refresh else self.drawn_at
+        self.progress.set_postfix(shown, refresh=refresh)
 
     def _not_scored(self, unit: Unit, trajectory: Trajectory) -> None:
         """Journal an answer left unscored once ``benchmark.score_budget_s`` is spent as a

@@ -64,6 +64,7 @@ from evalkit.tracking.store import open_client
 from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of
 
 log = logging.getLogger(__name__)
+say = logging.getLogger("evalkit.status")  # what is being logged now, on the console (__main__)
 
 SWEEP_FILES = ("sweep_summary.json", "sweep_report.md")
 #: traces written per batch (one ``log_spans`` call and one ``tracking.json`` update each)
@@ -391,6 +392,7 @@ class MlflowObserver(Observer):
         outs = outcomes(run_dir, summary, requests)
         digest = _sha256(summary)
         if ledger.summary_sha256 != digest:
+            say.info("MLflow: logging the run's params, metrics, tables and files to %s", self.uri)
             self._log_record(mlflow_client, ledger.run_id, run_dir, summary, outs)
         if self.traces:
             self._log_traces(mlflow_client, ledger, run_dir, summary, outs)
@@ -459,6 +461,8 @@ class MlflowObserver(Observer):
         ledger.traces = {k: t for k, t in ledger.traces.items() if k in wanted and wanted[k][1] == t}
         ledger.save()
         todo = [(o, tid) for key, (o, tid) in wanted.items() if key not in ledger.traces]
+        if todo:
+            say.info("MLflow: logging %d traces (%d already there), %d per batch", len(todo), len(ledger.traces), TRACE_BATCH)
         start_s = (_ms(summary.get("started_at")) or int(time.time() * 1000)) / 1000
         for i in range(0, len(todo), TRACE_BATCH):
             batch = todo[i : i + TRACE_BATCH]

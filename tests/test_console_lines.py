@@ -1,0 +1,59 @@
+"""What the console says (issue 26 items 11 and 12): a typo gets the key it resembles, every
+long phase after the progress bar names itself, and a Ctrl-C after the outcome line is one
+line with the run's own exit code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from evalkit.compose import compose
+from evalkit.errors import ConfigError
+from tests.conftest import REPO_ROOT, evalkit_cmd
+
+
+@pytest.mark.parametrize(
+    "override, line",
+    [
+        ("run.limt=5", "run.limt: unknown key; did you mean run.limit?"),
+        ("backend.concurency=3", "backend.concurrency?"),
+        ("run.zzz=1", "run.zzz: unknown key (to add a new key use +run.zzz=...)"),
+    ],
+)
+def test_a_mistyped_key_names_the_key_it_resembles(override, line):
+    """It once said "use +run.limt=..." (which would then be refused by validation)."""
+    with pytest.raises(ConfigError) as info:
+        compose([override])
+    assert str(info.value).endswith(line) and "\n" not in str(info.value)
+
+
+def test_ctrl_c_after_the_outcome_line_is_one_line_and_the_runs_exit_code():
+    """Once exit 130 and no message, while the process shut down after "complete"."""
+    code = (
+        "import os, signal, time\n"
+        "from evalkit.cli import finished_quietly\n"
+        "finished_quietly(1, 'outputs/runs/x')\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert proc.returncode == 1
+    assert proc.stderr == "evalkit: interrupted after the run finished; its results are in outputs/runs/x\n"
+
+
+@pytest.mark.slow
+def test_the_phases_after_the_progress_bar_say_what_they_do(acebench_dir, tmp_path):
+    """Once 33 s of silence after 100 % while 2,040 traces were logged."""
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        evalkit_cmd("model=reference", "benchmark.subsets=[normal_atom_bool]", "run.limit=3", f"benchmark.data_dir={acebench_dir}",
+                    f"run.output_root={out}", "tracking=mlflow"),
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert "evalkit: summary: 3 samples × 1 epochs, intervals from 2000 bootstrap resamples; then report.md and the plots" in lines
+    assert any(ln.startswith("evalkit: MLflow: logging the run's params, metrics, tables and files to sqlite:///") for ln in lines)
+    assert "evalkit: MLflow: logging 3 traces (0 already there), 200 per batch" in lines
