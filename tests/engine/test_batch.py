@@ -84,8 +84,11 @@ def _ok(content, **kw) -> dict:
 def test_output_lines_read_as_live_answers() -> None:
     assert parse_result(_ok("step_001"), chat=True) == (
         "h1", Completion(text="step_001", finish_reason="stop", usage={"prompt_tokens": 7, "completion_tokens": 3}))
-    _, empty = parse_result(_ok("", finish="length"), chat=True)
+    reasoned = _ok("", finish="length")
+    reasoned["response"]["body"]["choices"][0]["message"]["reasoning_content"] = "thinking..."
+    _, empty = parse_result(reasoned, chat=True)
     assert isinstance(empty, Failure) and empty.error_kind == "truncated_empty" and empty.usage["prompt_tokens"] == 7
+    assert empty.reasoning == "thinking..."  # kept, as the live client keeps it
     text = {"custom_id": "h2", "error": None, "response": {"status_code": 200, "body": {
         "choices": [{"text": "004", "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": 1}}}}
     assert parse_result(text, chat=False)[1].text == "004"

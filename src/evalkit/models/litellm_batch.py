@@ -196,5 +196,5 @@ def parse_result(row: dict[str, Any], chat: bool) -> tuple[str, Completion | Fai
     if text is None or not str(text).strip():
         kind = "truncated_empty" if finish == "length" else "empty"
         detail = "reasoning only, no final answer" if reasoning else "no content"
-        return custom_id, Failure(kind, f"{detail} (finish_reason={finish})", usage=usage)
+        return custom_id, Failure(kind, f"{detail} (finish_reason={finish})", usage=usage, reasoning=reasoning)
     return custom_id, Completion(text=str(text), finish_reason=finish, reasoning=reasoning, usage=usage, latency_s=0.0)
