@@ -166,6 +166,7 @@ def litellm_alone(base: str, n: int, latency: float, concurrency: int, procs: in
 
 
 def run_once(base: str, n: int, latency: float, concurrency: int, workers: int, max_tokens: int) -> dict[str, float]:
+    from evalkit.benchmarks import get_benchmark_class
     from evalkit.config import validate
     from evalkit.engine.run import run_evaluation
 
@@ -181,7 +182,7 @@ def run_once(base: str, n: int, latency: float, concurrency: int, workers: int, 
         "run": {"output_root": str(out), "cache": False, "progress": False},
     }  # fmt: skip
     t0 = time.perf_counter()
-    res = run_evaluation(validate(raw))
+    res = run_evaluation(validate(raw, get_benchmark_class))
     wall = time.perf_counter() - t0
     stats = server_stats(base)
     assert res.summary["n_scored"] == n, res.summary

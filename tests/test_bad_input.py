@@ -91,6 +91,7 @@ def test_empty_subsets_and_empty_data_dir_are_config_errors(run_eval):
         run_eval(["model=reference", "benchmark.data_dir=''"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -114,6 +115,7 @@ def test_a_corrupt_mlflow_store_is_one_line_before_anything_runs(run_eval, tmp_p
     assert not (tmp_path / "outputs" / "runs").exists()
 
 
+@pytest.mark.slow
 def test_resume_into_another_tracking_store_gets_a_new_mlflow_run(run_eval, tmp_path):
     """run.output_root may change on resume; the run is then logged to the store there."""
     import mlflow
@@ -130,6 +132,7 @@ def test_resume_into_another_tracking_store_gets_a_new_mlflow_run(run_eval, tmp_
         assert [r.data.tags["run_dir"] for r in runs] == [str(first.run_dir.resolve())]
 
 
+@pytest.mark.slow
 def test_rescore_of_a_non_run_is_exit_2(tmp_path):
     (tmp_path / "config.yaml").write_text(": : :\n")
     (tmp_path / "predictions.jsonl").write_text("")
@@ -137,6 +140,7 @@ def test_rescore_of_a_non_run_is_exit_2(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("evalkit: error:") and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "address, message",
     [("127.0.0.1:1", "no Ray cluster answers at 127.0.0.1:1"), ("nonsense", "is not HOST:PORT")],
@@ -187,6 +191,7 @@ def _fake_model(fake, ray_address: str) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_cache_that_is_not_a_cache_is_one_line_before_anything_runs(fake_openai, ray_address, tmp_path, run_eval):
     cache = tmp_path / "outputs" / "cache"
     cache.mkdir(parents=True)
@@ -197,6 +202,7 @@ def test_a_cache_that_is_not_a_cache_is_one_line_before_anything_runs(fake_opena
     assert not (tmp_path / "outputs" / "runs").exists() and len(fake_openai.log) == n_log
 
 
+@pytest.mark.slow
 def test_unreadable_cache_entries_are_misses(fake_openai, ray_address, tmp_path, run_eval):
     """Entries whose pickles are torn are asked again (and replaced), never a crash."""
     import sqlite3
@@ -219,6 +225,7 @@ def test_unreadable_cache_entries_are_misses(fake_openai, ray_address, tmp_path,
 # ------------------------------------------------------------------------------------------
 # an unexpected exception (a bug) ends as one line naming the log that holds its traceback
 # ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_crash_inside_a_run_is_one_line_naming_its_evalkit_log(run_eval, acebench_dir, tmp_path):
     """A real crash: resuming a run whose ``summary.json`` is a directory raises
     IsADirectoryError when the summary is written (it used to end in Hydra's traceback)."""

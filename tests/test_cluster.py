@@ -148,6 +148,7 @@ def _rules(acebench_dir: Path) -> list[dict]:
     return rules
 
 
+@pytest.mark.slow
 def test_script_started_a_head_and_a_worker_node(local_cluster):
     assert f"address={local_cluster.address}" in local_cluster.start_output.splitlines()
     assert len(local_cluster.sessions) == 2  # one session per node
@@ -159,6 +160,7 @@ def test_script_started_a_head_and_a_worker_node(local_cluster):
     assert [n["cpus"] for n in nodes] == [1.0, 1.0]
 
 
+@pytest.mark.slow
 def test_a_driver_with_another_token_is_refused(local_cluster):
     wrong = local_cluster.dir / "wrong_token"
     wrong.write_text("0" * 64)
@@ -168,6 +170,7 @@ def test_a_driver_with_another_token_is_refused(local_cluster):
     assert "auth" in (probe.stdout + probe.stderr).lower()
 
 
+@pytest.mark.slow
 def test_benchmark_runs_on_the_cluster_beside_the_session_ray(local_cluster, ray_address, fake_openai, acebench_dir, tmp_path):
     import ray
 
@@ -219,6 +222,7 @@ def _cluster_model_workers(cluster: LocalCluster) -> list[dict]:
     return [a for a in json.loads(probe.stdout.splitlines()[-1])["actors"] if a["cls"].endswith("ModelWorker")]
 
 
+@pytest.mark.slow
 def test_sweep_in_separate_processes_sends_every_run_to_the_cluster(local_cluster, fake_openai, acebench_dir, tmp_path):
     """The sweep recipe that needs no Ray launcher plugin: each point an evalkit process
     of its own (submitit's local executor), each connecting to the cluster."""
@@ -250,6 +254,7 @@ def test_sweep_in_separate_processes_sends_every_run_to_the_cluster(local_cluste
     assert len(_cluster_model_workers(local_cluster)) - workers_before == 4
 
 
+@pytest.mark.slow
 def test_stop_ends_the_cluster_and_nothing_else(local_cluster, ray_address):
     import ray
 

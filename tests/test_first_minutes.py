@@ -19,6 +19,7 @@ from tests.conftest import REPO_ROOT, base_overrides, evalkit_cmd
 # ------------------------------------------------------------------------------------------
 # what is starting is said on the console (and in evalkit.log once it is open)
 # ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_console_says_what_is_starting(fake_openai, ray_address, acebench_dir, tmp_path):
     """A network model on a running Ray cluster: one ``evalkit:`` line before joining it and
     one before the model workers start (they start before the run directory exists, while
@@ -64,6 +65,7 @@ def test_all_cached_needs_every_single_turn_answer_in_the_cache(tmp_path):
     assert not all_cached(None, [a], "m@x")
 
 
+@pytest.mark.slow
 @pytest.mark.llm
 def test_a_fully_cached_rerun_of_the_embedded_model_starts_no_server(llama_api_base, ray_address, run_eval, tmp_path):
     """The first run asks the session's SmolLM2 server (attached with backend.api_base: the
@@ -88,6 +90,7 @@ def test_a_fully_cached_rerun_of_the_embedded_model_starts_no_server(llama_api_b
 # ------------------------------------------------------------------------------------------
 # --help opens with a usage line and examples; suites are not a config group
 # ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_help_starts_with_usage_and_examples_and_lists_no_suite_group():
     proc = subprocess.run(evalkit_cmd("--help"), cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -109,6 +112,7 @@ def _ke(shared_data_dir) -> list[str]:
     return ["benchmark=ke", f"benchmark.pilot_path={ke / 'pilot.jsonl'}", f"benchmark.icl_path={ke / 'icl_examples.jsonl'}", "run.limit=2"]
 
 
+@pytest.mark.slow
 def test_a_ke_rule_baseline_report_names_no_generation_and_no_3shot_caveat(run_eval, shared_data_dir):
     report = (run_eval([*_ke(shared_data_dir), "model=baseline_file_read", "shots=0"]).run_dir / "report.md").read_text()
     assert "- generation:" not in report
@@ -117,6 +121,7 @@ def test_a_ke_rule_baseline_report_names_no_generation_and_no_3shot_caveat(run_e
     assert f"| Parser {PARSER_VERSION} (spec §5)" in report
 
 
+@pytest.mark.slow
 def test_a_3shot_ke_run_of_a_generating_model_shows_both(fake_openai, ray_address, run_eval, shared_data_dir):
     fake_openai.set_plan({"default": {"content": "- step_1"}})
     res = run_eval([*_ke(shared_data_dir), "model=openai_compatible", "model.provider_model=openai/fake",

@@ -4,6 +4,7 @@ identity, old run directories, the user simulator's own endpoint, and the import
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import json
@@ -27,6 +28,7 @@ def _api(fake, *extra: str) -> list[str]:
 # ------------------------------------------------------------------------------------------
 # what is recorded is what ran
 # ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_config_and_params_record_the_values_sent(fake_openai, ray_address, run_eval, tmp_path):
     """model=smollm2 on ACEBench: its dataset_args send max_tokens=256 (not the benchmark's
     1200 nor the model's 512); config.yaml and the MLflow params say 256 and name no layer
@@ -103,6 +105,7 @@ def test_outputs_with_line_separators_replay_with_the_same_verdicts(run_eval, tm
 # ------------------------------------------------------------------------------------------
 # request identity
 # ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_extra_body_is_sent_and_part_of_the_request_identity(fake_openai, ray_address, run_eval, tmp_path):
     fake_openai.set_plan({"default": {"content": "[]"}})
     root = tmp_path / "out"
@@ -162,6 +165,7 @@ def test_an_older_run_directory_is_refused_for_resume_and_still_rescored(run_eva
 # ------------------------------------------------------------------------------------------
 # the user simulator is built from its own config
 # ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_user_simulator_override_reaches_its_own_endpoint(fake_openai, ray_address, run_eval):
     from tests.support.fake_openai import FakeOpenAI
 
@@ -211,7 +215,12 @@ REFUSED_BELOW = [("evalkit.engine", "evalkit.backends")]  # the engine sees only
 
 def _own_imports() -> dict[str, set[str]]:
     """``{module: {evalkit modules it imports}}``: absolute and relative imports, function-local
-    ones included, each resolved to the longest module name that exists."""
+    ones included, each resolved to the longest module name that exists (a fresh copy)."""
+    return {mod: set(targets) for mod, targets in _parsed_imports().items()}
+
+
+@functools.lru_cache(maxsize=1)
+def _parsed_imports() -> dict[str, frozenset[str]]:
     mods = {}
     for path in SRC.rglob("*.py"):
         name = ".".join(("evalkit", *path.relative_to(SRC).with_suffix("").parts)).removesuffix(".__init__")
@@ -232,7 +241,7 @@ def _own_imports() -> dict[str, set[str]]:
                     n = n.rpartition(".")[0]
                 if n and n != mod:
                     edges[mod].add(n)
-    return edges
+    return {mod: frozenset(targets) for mod, targets in edges.items()}
 
 
 def _unit(mod: str) -> tuple[int, str] | None:

@@ -23,6 +23,7 @@ def _hydra_cfg(*overrides: str) -> dict:
     return yaml.safe_load(res.stdout)["hydra"]
 
 
+@pytest.mark.slow
 def test_slurm_launcher_composes_with_evalkit_defaults_and_overrides():
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     launcher = _hydra_cfg("hydra/launcher=slurm", "hydra.launcher.partition=cpu", "hydra.launcher.array_parallelism=3")["launcher"]
@@ -33,6 +34,7 @@ def test_slurm_launcher_composes_with_evalkit_defaults_and_overrides():
     assert launcher["submitit_folder"] == "${hydra.sweep.dir}/.submitit/%j"
 
 
+@pytest.mark.slow
 def test_ray_cluster_launcher_composes():
     pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="hydra-ray-launcher is not an evalkit extra")
     launcher = _hydra_cfg("hydra/launcher=ray_cluster", "hydra.launcher.ray.init.address=127.0.0.1:6380")["launcher"]
@@ -41,6 +43,7 @@ def test_ray_cluster_launcher_composes():
     assert launcher["ray"]["remote"] == {"num_cpus": 1}
 
 
+@pytest.mark.slow
 def test_local_processes_sweep_runs_every_point_in_a_process_of_its_own(shared_data_dir: Path, tmp_path: Path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     ke = shared_data_dir / "ke"
@@ -73,6 +76,7 @@ def test_local_processes_sweep_runs_every_point_in_a_process_of_its_own(shared_d
         assert outcome == "success"
 
 
+@pytest.mark.slow
 def test_unknown_launcher_is_refused_by_hydra():
     res = subprocess.run(
         evalkit_cmd("-m", "hydra/launcher=nonexistent", "model=reference", "run.limit=1"),

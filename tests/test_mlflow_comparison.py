@@ -83,6 +83,7 @@ def ace(tmp_path_factory, acebench_dir: Path):
     return root, reference, replay
 
 
+@pytest.mark.slow
 def test_every_selected_sample_is_one_trace_whose_assessments_are_its_scores(ace):
     root, reference, replay = ace
     assert (reference.summary["status"], replay.summary["status"]) == ("complete", "incomplete")
@@ -176,6 +177,7 @@ def test_agent_rollout_trace_spans_each_turn_and_environment_call_in_order(ace):
     assert "user" in [s.name.split(" ")[0] for s in traces["en/agent_multi_turn_0"].data.spans]
 
 
+@pytest.mark.slow
 def test_sobhard_run_logs_its_named_metrics_and_breakdowns_as_tables(tmp_path: Path, shared_data_dir: Path, acebench_dir: Path):
     root = tmp_path / "out"
     res = _run(root, acebench_dir, "benchmark=sobhard", "model=reference", f"benchmark.data_dir={shared_data_dir / 'sobhard'}")
@@ -199,6 +201,7 @@ def test_sobhard_run_logs_its_named_metrics_and_breakdowns_as_tables(tmp_path: P
     assert {"sample_pass", "format_pass", "content_pass", "task_pass"} <= set(row["scores"])
 
 
+@pytest.mark.slow
 def test_track_logs_a_run_made_without_tracking_and_twice_adds_nothing(tmp_path: Path, acebench_dir: Path):
     from evalkit.track import main
 
@@ -219,6 +222,7 @@ def test_track_logs_a_run_made_without_tracking_and_twice_adds_nothing(tmp_path:
     assert len(_table(root, run.info.run_id, "samples.json")) == 5
 
 
+@pytest.mark.slow
 def test_a_failed_sample_scored_on_resume_ends_as_one_ok_trace(fake_openai, ray_address, tmp_path: Path, acebench_dir: Path):
     from tests.engine.test_engine_faults import load_gold
 
@@ -258,6 +262,7 @@ def _ms(iso: str) -> int:
     return int(dt.datetime.fromisoformat(iso).timestamp() * 1000)
 
 
+@pytest.mark.slow
 def test_tracking_failure_is_one_line_naming_the_retry_and_the_exit_code_says_complete(
     fake_openai, ray_address, tmp_path: Path, acebench_dir: Path
 ):
@@ -366,6 +371,7 @@ def test_description_says_headline_interval_and_n_or_how_to_resume(tmp_path: Pat
     assert f"`run.resume={(tmp_path / 'run').resolve()}`" in text and "headline `" not in text
 
 
+@pytest.mark.slow
 def test_tracking_traces_false_logs_the_run_without_traces(tmp_path: Path, acebench_dir: Path):
     root = tmp_path / "out"
     res = _run(root, acebench_dir, "model=reference", "tracking.traces=false", "benchmark.language=all",

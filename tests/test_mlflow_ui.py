@@ -126,6 +126,7 @@ def _read_evaluation_page(url: str, tmp_path: Path) -> str:
 
 
 # ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_evaluation_page_shows_each_sample_with_its_assessment_and_the_average(run_eval, tmp_path):
     """A replay run's evaluation page (its traces) compared to the reference run: the
     ``accuracy`` assessment column with the replay's average and its change."""

@@ -213,6 +213,7 @@ def ace_normal_text():
     return st.one_of(any_text, syntax_text, call_list(), refs.flatmap(mutate), deep_nesting)
 
 
+@pytest.mark.slow
 @_settings(400)
 @given(text=ace_normal_text())
 @example(text="[f(a=9**5000)]")
@@ -433,6 +434,7 @@ def sob_text():
     )
 
 
+@pytest.mark.slow
 @_settings(400)
 @given(pick=st.deferred(lambda: st.sampled_from(sob()[1])), text=sob_text())
 @example(pick=None, text="```json\n" + "[" * 3000 + "\n```")
@@ -503,6 +505,7 @@ def python_regex(draw) -> str:
     return draw(st.sampled_from(["", "", "(?i)", "(?m)", "(?s)", "(?a)", "(?im)", "(?x)"])) + group(0)
 
 
+@pytest.mark.slow
 @_settings(600)
 @given(pattern=python_regex(), string=st.lists(st.sampled_from(REGEX_SUBJECT), max_size=8).map("".join))
 @example(pattern="\\B", string="")

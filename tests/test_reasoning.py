@@ -140,6 +140,7 @@ def test_acebench_first_closing_tag_by_default_last_with_the_prefix_stripped(ace
 # ------------------------------------------------------------------------------------------
 # reasoning controls: sent as litellm takes them, refused where the model cannot take them
 # ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_reasoning_efforts_are_the_ones_litellm_accepts():
     from litellm.types.llms.openai import REASONING_EFFORT
 
@@ -197,6 +198,7 @@ def test_dsv4_stays_the_chat_endpoint_and_dsv4_reasoner_takes_an_effort(monkeypa
     assert model_price(cfg.model, cfg.backend.kind).source == "litellm"
 
 
+@pytest.mark.slow
 def test_the_command_line_says_it_in_one_line_with_exit_2(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": "sk-test", "PYTHONPATH": f"{REPO_ROOT / 'src'}:{REPO_ROOT}", "HOME": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-m", "evalkit", "model=gpt4o", "+model.generation.reasoning_effort=high",

@@ -22,6 +22,7 @@ def _ke(ke_dir: Path) -> list[str]:
     return ["benchmark=ke", f"benchmark.pilot_path={ke_dir / 'pilot.jsonl'}", f"benchmark.icl_path={ke_dir / 'icl_examples.jsonl'}"]
 
 
+@pytest.mark.slow
 def test_replay_scores_completion_outputs_as_the_live_completion_path(run_eval, ke_dir, tmp_path):
     """The KE fixtures' completion-mode answers (continuations of the answer prefix),
     replayed with model.api=completion, score exactly their expected P/R/F1; replaying the
@@ -63,6 +64,7 @@ def test_chat_replay_of_a_continuation_scores_it_as_a_chat_answer(run_eval, ke_d
     assert row["output"] == "The critical steps are:\n- step_000, step_004, step_005" and row["scores"]["f1"] == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides, expected",
     [
@@ -84,6 +86,7 @@ def test_a_model_key_its_kind_does_not_use_is_one_line(overrides, expected, tmp_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_resume_says_which_journal_lines_it_skipped_and_which_duplicates_conflict(tmp_path, acebench_dir):
     """A torn last line, unreadable lines and a duplicate with another score: one warning line
     on the console and in evalkit.log, naming the line numbers, the sample and both scores."""

@@ -152,6 +152,7 @@ def test_pass_at_k_is_the_unbiased_estimator():
 # ------------------------------------------------------------------------------------------
 # through real runs: a sweep, compare, counts, repeats
 # ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_ke_sweep_reports_intervals_and_the_paired_delta_compare_agrees(tmp_path, shared_data_dir):
     ke = shared_data_dir / "ke"
     proc = subprocess.run(
@@ -179,6 +180,7 @@ def test_ke_sweep_reports_intervals_and_the_paired_delta_compare_agrees(tmp_path
     assert (shots_pair["delta"], shots_pair["p"]) == (0.0, 1.0)  # a rule baseline ignores the shots
 
 
+@pytest.mark.slow
 def test_compare_of_a_run_with_itself(run_eval):
     res = run_eval(["model=reference", "benchmark.subsets=[normal_atom_bool]", "run.limit=10"])
     proc = subprocess.run([sys.executable, "-m", "evalkit.compare", str(res.run_dir), str(res.run_dir), "--json"],
@@ -191,6 +193,7 @@ def test_compare_of_a_run_with_itself(run_eval):
     assert (acc["test"], acc["only_a"], acc["only_b"], acc["n_paired"], acc["n_excluded"]) == ("exact McNemar", 0, 0, 10, 0)
 
 
+@pytest.mark.slow
 def test_compare_output_into_head_prints_no_traceback(run_eval):
     res = run_eval(["model=reference", "benchmark.subsets=[normal_atom_bool]", "run.limit=30"])
     cmd = f"{sys.executable} -m evalkit.compare {res.run_dir} {res.run_dir} | head -1"
@@ -198,6 +201,7 @@ def test_compare_output_into_head_prints_no_traceback(run_eval):
     assert proc.stdout.startswith("Runs:") and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_failed_sample_shows_scored_of_requested(fake_openai, ray_address, run_eval):
     fake_openai.set_plan({"default": {"content": "[]"}, "rules": [{"match": "Please focus on Europe", "always_status": 400}]})
     ids = "run.sample_ids=[en/normal_atom_bool_0,en/normal_atom_bool_1,en/normal_atom_bool_2,en/normal_atom_bool_3]"
@@ -210,6 +214,7 @@ def test_a_failed_sample_shows_scored_of_requested(fake_openai, ray_address, run
     assert "partial_accuracy/normal_atom_bool" in res.summary["metrics_ci"] and "accuracy/normal_atom_bool" not in res.summary["metrics_ci"]
 
 
+@pytest.mark.slow
 def test_repeats_ask_every_sample_k_times_and_resume_adds_only_new_epochs(fake_openai, ray_address, run_eval, tmp_path):
     fake_openai.set_plan({"default": {"content": "[]"}})
     base = ["model=openai_compatible", "model.provider_model=openai/fake", f"backend.api_base={fake_openai.api_base}",

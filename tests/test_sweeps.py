@@ -55,6 +55,7 @@ def good_sweep(shared_data_dir: Path, tmp_path_factory):
     return out, res
 
 
+@pytest.mark.slow
 def test_four_job_sweep_has_run_dirs_child_runs_and_a_summary(good_sweep):
     out, res = good_sweep
     assert res.returncode == 0, res.stdout + res.stderr
@@ -131,6 +132,7 @@ def test_four_job_sweep_has_run_dirs_child_runs_and_a_summary(good_sweep):
     assert prompt["reference", "0"] == prompt["baseline_file_read", "0"] != prompt["reference", "3"]
 
 
+@pytest.mark.slow
 def test_check_report_passes_on_the_sweep(good_sweep):
     out, res = good_sweep
     assert res.returncode == 0, res.stderr
@@ -162,6 +164,7 @@ def _half_replay(shared_data_dir: Path, path: Path, n: int) -> list[str]:
     return [s.id for s in samples]
 
 
+@pytest.mark.slow
 def test_a_failing_job_does_not_stop_the_others(shared_data_dir: Path, tmp_path: Path):
     # job 0 needs 3 outputs (all recorded): complete; job 1 needs 12 (6 recorded): incomplete;
     # job 2 asks for a sample id the data does not have: a config error only the run finds;
@@ -209,6 +212,7 @@ def test_a_failing_job_does_not_stop_the_others(shared_data_dir: Path, tmp_path:
     assert f"FAIL {sweep_dir}: job 2 (run.sample_ids=[nope]): error: run.sample_ids: unknown sample id 'nope'" in check.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "line"),
     [
@@ -228,6 +232,7 @@ def test_bad_override_in_a_sweep_is_one_line_and_nothing_is_written(shared_data_
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_run_suite_tags_runs_with_the_suite(shared_data_dir: Path, tmp_path: Path):
     ke = shared_data_dir / "ke"
     suite = tmp_path / "tiny.yaml"
@@ -244,6 +249,7 @@ def test_run_suite_tags_runs_with_the_suite(shared_data_dir: Path, tmp_path: Pat
     assert "suite: tiny" in cfg.read_text()
 
 
+@pytest.mark.slow
 def test_local_processes_sweep_jobs_join_the_parent_run_from_other_processes(shared_data_dir: Path, tmp_path: Path):
     """submitit's local launcher: jobs in processes of their own still find the sweep's
     parent run (through sweep.json) and the driver still writes the summary."""
@@ -267,6 +273,7 @@ def test_local_processes_sweep_jobs_join_the_parent_run_from_other_processes(sha
 # ------------------------------------------------------------------------------------------
 # helpers of the sweep pre-check
 # ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_expand_sweep_follows_hydras_job_order():
     points = expand_sweep(["benchmark=ke", "model=a,b", "shots='0','3'"])
     assert points == [
@@ -277,6 +284,7 @@ def test_expand_sweep_follows_hydras_job_order():
     assert point_label(points[3], swept_keys(points)) == "model=b shots=3"  # quotes only for Hydra's grammar
 
 
+@pytest.mark.slow
 def test_a_large_sweep_checks_the_first_point_and_each_value():
     points = expand_sweep(["a=1,2,3,4,5", "b=1,2,3,4,5", "c=1,2,3,4,5"])  # 125 points
     checked = points_to_check(points)
@@ -293,6 +301,7 @@ def test_secret_overrides_are_redacted_in_sweep_records():
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_sweep_jobs_share_the_response_cache_and_never_write_the_key(fake_openai, ray_address, acebench_dir: Path, tmp_path: Path):
     """The only models that use the response cache are the network ones (offline models
     compute their outputs). Job 1 of a sweep is answered from what job 0 cached, and a
@@ -328,6 +337,7 @@ def test_sweep_jobs_share_the_response_cache_and_never_write_the_key(fake_openai
     assert "backend.api_key=***" in job["overrides"]
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_records_what_ran_and_ends_the_parent_run_killed(fake_openai, ray_address, acebench_dir: Path, tmp_path: Path):
     """Ctrl-C while job 0 waits on a model that never answers: the sweep exits 130, job 0
     is recorded interrupted (its journal kept for run.resume), job 1 not run, and the
@@ -367,6 +377,7 @@ def test_interrupted_sweep_records_what_ran_and_ends_the_parent_run_killed(fake_
     assert parent.info.status == "KILLED" and parent.data.metrics["n_failed_jobs"] == 2
 
 
+@pytest.mark.slow
 def test_a_sweep_directory_is_never_reused(shared_data_dir: Path, tmp_path: Path):
     out = tmp_path / "out"
     sweep_dir = tmp_path / "the-sweep"

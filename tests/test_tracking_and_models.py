@@ -11,6 +11,7 @@ import yaml
 from evalkit.engine.journal import read_jsonl
 
 
+@pytest.mark.slow
 def test_mlflow_run_has_tags_params_metrics_and_artifacts(run_eval, tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -70,6 +71,7 @@ def _run_with_key(fake_openai, run_eval, tmp_path, monkeypatch, secret: str, con
     return res, root
 
 
+@pytest.mark.slow
 def test_secret_key_never_written(fake_openai, ray_address, run_eval, tmp_path, monkeypatch):
     secret = "sk-evalkit-test-SECRET-0123456789"
     res, root = _run_with_key(fake_openai, run_eval, tmp_path, monkeypatch, secret, "[]")
@@ -79,6 +81,7 @@ def test_secret_key_never_written(fake_openai, ray_address, run_eval, tmp_path, 
     assert cfg["model"]["api_key_env"] == "EVALKIT_TEST_KEY"
 
 
+@pytest.mark.slow
 def test_secret_key_never_reaches_mlflow_traces(fake_openai, ray_address, run_eval, tmp_path, monkeypatch):
     """A model that repeats the API key: the journal, the artifacts and mlflow.db (runs,
     traces, assessments) hold ``***`` in its place. (The response cache is off here: it keeps
@@ -96,6 +99,7 @@ def test_secret_key_never_reaches_mlflow_traces(fake_openai, ray_address, run_ev
     assert not [t for t in traces if secret in t.to_json()]
 
 
+@pytest.mark.slow
 def test_cli_override_key_is_redacted(fake_openai, ray_address, run_eval, tmp_path):
     secret = "sk-evalkit-cli-SECRET-9876543210"
     fake_openai.set_plan({"default": {"content": "[]"}})

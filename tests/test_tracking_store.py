@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import re
 import subprocess
 from pathlib import Path
@@ -10,6 +11,7 @@ from evalkit.tracking.store import sqlite_path
 from tests.conftest import REPO_ROOT, evalkit_cmd
 
 
+@pytest.mark.slow
 def test_four_runs_started_together_on_a_fresh_output_root_all_reach_mlflow(shared_data_dir: Path, tmp_path: Path):
     """Four ``python -m evalkit`` at once with no ``mlflow.db`` yet: each completes and each
     is an MLflow run. (Before the store lock, all but one died with exit 2 on MLflow's

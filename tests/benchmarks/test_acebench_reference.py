@@ -70,6 +70,7 @@ def test_special_reference_is_not_a_shortcut_across_categories(acebench_en):
     assert bench.score(err, bench.reference_output(inc)).scores["accuracy"] == 0.0
 
 
+@pytest.mark.slow
 def test_language_all_reference_run_reaches_the_ceilings_and_rescores_identically(run_eval):
     """A whole ``language=all`` run of the reference (all 2,040 samples, agents included)
     completes (its aggregation used to crash on ``overall_upstream_rounded``), scores 1.0

@@ -71,6 +71,7 @@ def test_cli_table_exit_codes_and_json(ke_dir: Path, tmp_path: Path, capsys) -> 
     assert audit_main([str(ke_dir / "history" / "model-a_0shot_20261012-101530_p41877")] + args[1:]) == 0
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_exit_2(ke_dir: Path, tmp_path: Path) -> None:
     def run(*a: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "evalkit.audit", *a], capture_output=True, text=True)

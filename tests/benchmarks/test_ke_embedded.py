@@ -18,6 +18,7 @@ pytestmark = pytest.mark.llm
 SAMPLE = "code_ke_834b34a9"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", ["chat", "completion"])
 def test_smollm2_three_shot(llama_api_base, ray_address, run_eval, shared_data_dir: Path, api: str) -> None:
     ke = shared_data_dir / "ke"

@@ -183,6 +183,7 @@ def test_missing_icl_file_fails_the_run(run_eval, ke_dir: Path, tmp_path: Path) 
                   f"benchmark.icl_path={tmp_path / 'missing.jsonl'}", "model=reference", "shots=0"])  # fmt: skip
 
 
+@pytest.mark.slow
 def test_completion_mode_over_http(fake_openai, ray_address, run_eval, ke_args, ke_dir: Path) -> None:
     """model.api=completion: the prompt ends in '- step_', the continuation gets the prefix back."""
     pilot = _pilot(ke_dir)

@@ -14,6 +14,7 @@ from evalkit.jsonl import unit_file_name
 AGENT = "benchmark.subsets=[agent_multi_step,agent_multi_turn]"
 
 
+@pytest.mark.slow
 def test_reference_agent_scores_one_on_all_100_rollouts(run_eval):
     res = run_eval(["model=reference", AGENT, "benchmark.language=all"])
     m = res.summary["metrics"]
@@ -52,6 +53,7 @@ def _http_models(fake, *extra: str) -> list[str]:
 IDS = "run.sample_ids=[en/agent_multi_step_0,en/agent_multi_step_3,en/agent_multi_turn_0,en/agent_multi_turn_5]"
 
 
+@pytest.mark.slow
 def test_failing_user_simulator_is_recorded_as_a_user_failure(fake_openai, ray_address, acebench_dir, run_eval):
     fake_openai.set_plan(
         {"default": {"content": "[turn_on_wifi()]"}, "rules": [{"match": _opening_line(acebench_dir), "always_status": 400}]}
@@ -67,6 +69,7 @@ def test_failing_user_simulator_is_recorded_as_a_user_failure(fake_openai, ray_a
     assert res.summary["status"] == "incomplete" and "overall" not in res.summary["metrics"]
 
 
+@pytest.mark.slow
 def test_failing_agent_is_recorded_as_an_agent_failure(fake_openai, ray_address, run_eval):
     fake_openai.set_plan({"default": {"content": "[turn_on_wifi()]", "always_status": 500}})
     res = run_eval(_http_models(fake_openai, "backend.max_retries=1", "run.sample_ids=[en/agent_multi_step_0]"))
@@ -76,6 +79,7 @@ def test_failing_agent_is_recorded_as_an_agent_failure(fake_openai, ray_address,
     ]
 
 
+@pytest.mark.slow
 def test_concurrency_1_and_8_give_identical_rollouts(fake_openai, ray_address, run_eval):
     fake_openai.set_plan({"default": {"content": "[turn_on_wifi(), login_device()]", "latency_s": 0.01}})
     outcomes = []
@@ -89,6 +93,7 @@ def test_concurrency_1_and_8_give_identical_rollouts(fake_openai, ray_address, r
     assert len(outcomes[0]) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.llm
 def test_smollm2_agent_rollouts_leave_transcripts(llama_api_base, ray_address, run_eval):
     """The embedded model as agent and as user simulator (short budgets to stay fast)."""
@@ -114,6 +119,7 @@ def test_smollm2_agent_rollouts_leave_transcripts(llama_api_base, ray_address, r
     assert actors == {"agent", "user"}
 
 
+@pytest.mark.slow
 def test_reference_full_benchmark_en_is_one_everywhere(run_eval):
     """`python -m evalkit benchmark=acebench model=reference benchmark.language=en`: all 17."""
     res = run_eval(["model=reference", "benchmark.language=en"])
@@ -125,6 +131,7 @@ def test_reference_full_benchmark_en_is_one_everywhere(run_eval):
     assert m["overall"] == pytest.approx(1.0, abs=1e-12) and m["overall_upstream_rounded"] == 1.0
 
 
+@pytest.mark.slow
 def test_reference_full_benchmark_zh_fails_exactly_the_three_unsatisfiable(run_eval):
     res = run_eval(["model=reference", "benchmark.language=zh"])
     rows = list(read_jsonl(res.run_dir / "predictions.jsonl"))

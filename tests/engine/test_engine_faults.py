@@ -52,6 +52,7 @@ def _rules(gold, **per_id):
     return [{"match": q, "content": a, **per_id.get(sid, {})} for sid, (q, a) in gold.items()]
 
 
+@pytest.mark.slow
 def test_gold_answers_over_http_score_one(fake_openai, ray_address, gold, run_eval):
     fake_openai.set_plan({"rules": _rules(gold)})
     res = run_eval(_api(fake_openai, ray_address, "run.cache=false"))
@@ -67,6 +68,7 @@ def test_gold_answers_over_http_score_one(fake_openai, ray_address, gold, run_ev
     }
 
 
+@pytest.mark.slow
 def test_retries_5xx_and_429_with_retry_after_then_succeeds(fake_openai, ray_address, gold, run_eval):
     sid0, sid1, _ = IDS
     fake_openai.set_plan(
@@ -106,6 +108,7 @@ def test_retry_wait_honours_retry_after_capped(header, expected):
         assert wait == expected
 
 
+@pytest.mark.slow
 def test_4xx_is_not_retried_and_goes_to_failed(fake_openai, ray_address, gold, run_eval):
     sid0 = IDS[0]
     fake_openai.set_plan({"rules": _rules(gold, **{sid0: {"always_status": 400}})})
@@ -121,6 +124,7 @@ def test_4xx_is_not_retried_and_goes_to_failed(fake_openai, ray_address, gold, r
     assert sid0 not in preds and len(preds) == 2
 
 
+@pytest.mark.slow
 def test_retries_are_bounded(fake_openai, ray_address, gold, run_eval):
     sid0 = IDS[0]
     fake_openai.set_plan({"rules": _rules(gold, **{sid0: {"always_status": 500}})})
@@ -130,6 +134,7 @@ def test_retries_are_bounded(fake_openai, ray_address, gold, run_eval):
     assert len(fake_openai.requests_for(gold[sid0][0])) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "behaviour, kind",
     [({"empty": True}, "empty"), ({"null_with_reasoning": True, "finish_reason": "length"}, "truncated_empty")],
@@ -145,6 +150,7 @@ def test_empty_content_is_a_failure_not_a_zero(fake_openai, ray_address, gold, r
     assert res.summary["n_scored"] == 2 and res.summary["n_failed"] == 1
 
 
+@pytest.mark.slow
 def test_closed_port_every_sample_failed(ray_address, run_eval):
     from evalkit.backends.llamacpp import free_port
 
@@ -168,6 +174,7 @@ def test_closed_port_every_sample_failed(ray_address, run_eval):
     assert list(read_jsonl(res.run_dir / "predictions.jsonl")) == []
 
 
+@pytest.mark.slow
 def test_cache_hits_same_params_and_misses_on_changed_temperature(fake_openai, ray_address, gold, run_eval, tmp_path):
     fake_openai.set_plan({"rules": _rules(gold)})
     root = tmp_path / "shared_outputs"
@@ -183,6 +190,7 @@ def test_cache_hits_same_params_and_misses_on_changed_temperature(fake_openai, r
     assert {r["params"]["temperature"] for r in fake_openai.log[3:]} == {0.5}
 
 
+@pytest.mark.slow
 def test_concurrency_one_and_eight_give_identical_results(fake_openai, ray_address, gold, run_eval):
     fake_openai.set_plan({"rules": _rules(gold), "default": {"content": "[]", "latency_s": 0.05}})
     results = []

@@ -40,6 +40,7 @@ def _statuses(fake, question: str) -> list:
     return [r["status"] for r in fake.requests_for(question)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(FAULTS))
 def test_transient_fault_is_retried_then_scored(fake_openai, ray_address, gold, run_eval, name):  # noqa: F811
     sid0 = IDS[0]
@@ -57,6 +58,7 @@ def test_transient_fault_is_retried_then_scored(fake_openai, ray_address, gold, 
     assert _statuses(fake_openai, gold[sid0][0]) == [fault, fault, 200]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(FAULTS))
 def test_permanent_fault_goes_to_failed_with_its_kind(fake_openai, ray_address, gold, run_eval, name):  # noqa: F811
     sid0 = IDS[0]
@@ -75,6 +77,7 @@ def test_permanent_fault_goes_to_failed_with_its_kind(fake_openai, ray_address, 
     assert sorted(preds) == sorted(IDS[1:])
 
 
+@pytest.mark.slow
 def test_trickled_answers_arrive_whole_and_score(fake_openai, ray_address, gold, run_eval):  # noqa: F811
     """A slow but healthy server: each body arrives 8 bytes at a time."""
     trickle = {"always_status": "trickle", "trickle_bytes": 8, "trickle_delay_s": 0.005}
@@ -89,6 +92,7 @@ def test_trickled_answers_arrive_whole_and_score(fake_openai, ray_address, gold,
     assert [r["status"] for r in fake_openai.log] == ["trickle"] * 3
 
 
+@pytest.mark.slow
 def test_trickle_slower_than_timeout_is_a_timeout(fake_openai, ray_address, gold, run_eval):  # noqa: F811
     """``timeout_s`` bounds a whole attempt: every chunk comes well within it (so no read
     times out) but the body as a whole would take several times longer."""
@@ -102,6 +106,7 @@ def test_trickle_slower_than_timeout_is_a_timeout(fake_openai, ray_address, gold
     assert res.summary["status"] == "incomplete" and res.exit_code == 1
 
 
+@pytest.mark.slow
 def test_retries_are_bounded_in_time(fake_openai, ray_address, gold, run_eval):  # noqa: F811
     """``retry_budget_s`` stops the retries long before ``max_retries`` would: every wait is
     the server's Retry-After (0.5 s), so after attempt k at least 0.5·(k-1) s have passed
@@ -138,6 +143,7 @@ def many(acebench_dir: Path) -> list[tuple[str, str, str]]:
     return out
 
 
+@pytest.mark.slow
 def test_ten_percent_permanent_failures(fake_openai, ray_address, many, run_eval):
     doomed = [sid for i, (sid, _, _) in enumerate(many) if i % 10 == 3]
     assert len(doomed) == N // 10

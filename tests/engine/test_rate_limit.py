@@ -42,6 +42,7 @@ def _storm(fake, run_eval, *extra: str):
     return res, rejected
 
 
+@pytest.mark.slow
 def test_429_storm_backs_off_and_every_sample_finishes(fake_openai, ray_address, run_eval):
     res, rejected = _storm(fake_openai, run_eval)
     assert res.summary["status"] == "complete" and res.exit_code == 0

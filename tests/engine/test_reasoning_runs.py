@@ -52,6 +52,7 @@ def gold(acebench_dir: Path) -> dict[str, tuple[str, str]]:
     return load_gold(acebench_dir, IDS)
 
 
+@pytest.mark.slow
 def test_reasoning_tokens_and_cost_are_recorded_apart_from_the_answer(fake_openai, ray_address, gold, run_eval, tmp_path):
     """The server reasons in reasoning_content and reports reasoning and cached tokens: the
     answers carry the reasoning apart, the totals are the server's sums, the costs follow the
@@ -91,6 +92,7 @@ def test_reasoning_tokens_and_cost_are_recorded_apart_from_the_answer(fake_opena
     assert metrics["tokens/reasoning_tokens"] == 120 and metrics["cost_usd"] == pytest.approx(res.summary["cost_usd"])
 
 
+@pytest.mark.slow
 def test_an_orphan_closing_tag_from_a_served_model_is_stripped_when_asked(fake_openai, ray_address, gold, run_eval):
     """A served reasoning model whose chat template swallowed <think>: its content starts
     with the reasoning and an orphan </think>."""
@@ -104,6 +106,7 @@ def test_an_orphan_closing_tag_from_a_served_model_is_stripped_when_asked(fake_o
     assert row["reasoning_rule"].startswith("strip_reasoning_prefix") and res.summary["reasoning"]["n_stripped"] == 1
 
 
+@pytest.mark.slow
 def test_a_provider_without_usage_gives_null_never_zero(fake_openai, ray_address, gold, run_eval):
     fake_openai.set_plan({"default": {"content": "[]", "no_usage": True}})
     res = run_eval(_api(fake_openai, "run.sample_ids=[en/normal_atom_bool_0]", "run.cache=false", *PRICING))
@@ -113,6 +116,7 @@ def test_a_provider_without_usage_gives_null_never_zero(fake_openai, ray_address
     assert "cost unknown" in outcome_line(res)
 
 
+@pytest.mark.slow
 def test_reasoning_effort_reaches_the_server_and_is_part_of_the_request_identity(fake_openai, ray_address, run_eval, tmp_path):
     fake_openai.set_plan({"default": {"content": "[]"}})
     root = tmp_path / "out"
@@ -128,6 +132,7 @@ def test_reasoning_effort_reaches_the_server_and_is_part_of_the_request_identity
     assert all(r["cost_usd"] is None for r in read_jsonl(res.run_dir / "predictions.jsonl"))  # openai/fake has no price
 
 
+@pytest.mark.slow
 def test_no_request_carries_an_earlier_turns_reasoning(fake_openai, ray_address, run_eval, shared_data_dir):
     """ACEBench rollouts (agent and user simulator) and a SOBHard session: the server
     reasons on every answer; no later request holds that reasoning, as text or as field."""
@@ -154,6 +159,7 @@ def test_no_request_carries_an_earlier_turns_reasoning(fake_openai, ray_address,
     assert set(rollout["usage_by_actor"]) == {"agent", "user"} and rollout["usage_by_actor"]["user"]["prompt_tokens"] > 0
 
 
+@pytest.mark.slow
 def test_a_budget_stops_the_run_and_a_resume_with_a_larger_one_completes_it(fake_openai, ray_address, acebench_dir, run_eval, tmp_path):
     """Six samples at the same cost c each, run one at a time under run.max_cost_usd=2.5c:
     three are sent, the three others fail as budget_exceeded (nothing sent), the run is
@@ -189,6 +195,7 @@ def test_a_budget_stops_the_run_and_a_resume_with_a_larger_one_completes_it(fake
     assert second.summary["cost_usd"] == pytest.approx(6 * c, rel=1e-6) and second.summary["budget"]["reached"] is False
 
 
+@pytest.mark.slow
 def test_a_token_budget_already_spent_sends_nothing_more(fake_openai, ray_address, run_eval, tmp_path):
     fake_openai.set_plan({"default": {"content": "[]", "usage": {"prompt_tokens": 700, "completion_tokens": 300}}})
     base = _api(fake_openai, "benchmark.subsets=[normal_atom_bool]", "run.limit=4", "run.cache=false", "backend.concurrency=1")
@@ -200,6 +207,7 @@ def test_a_token_budget_already_spent_sends_nothing_more(fake_openai, ray_addres
     assert fake_openai.log == [] and again.summary["failed_by_kind"] == {"budget_exceeded": 2}  # spent across resumes
 
 
+@pytest.mark.slow
 def test_dry_run_sends_and_writes_nothing(fake_openai, ray_address, acebench_dir, tmp_path, capsys):
     from evalkit.cli import run_config
     from evalkit.compose import compose
@@ -226,6 +234,7 @@ def test_dry_run_sends_and_writes_nothing(fake_openai, ray_address, acebench_dir
     assert offline.requests == 3 and offline.cost_usd == 0.0 and not root.exists()
 
 
+@pytest.mark.slow
 def test_strip_reasoning_prefix_in_a_run_its_summary_report_and_rescore(run_eval, shared_data_dir, tmp_path):
     """SOBHard replay of 'reasoning text, </think>, the reference answer': 0 under the
     official rule, 1 with the prefix stripped; the records and the report say which."""

@@ -3,6 +3,7 @@ that was journaled."""
 
 from __future__ import annotations
 
+import pytest
 import json
 import os
 import signal
@@ -41,6 +42,7 @@ def _args(fake, ray_address, root: Path, acebench_dir: Path, *extra: str) -> lis
     ]
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume(fake_openai, ray_address, acebench_dir, tmp_path, run_eval):
     fake_openai.set_plan({"rules": _gold_rules(acebench_dir), "default": {"content": "[]", "latency_s": 0.4}})
     for rule in fake_openai.plan["rules"]:

@@ -46,6 +46,7 @@ def test_a_scorer_past_its_time_is_stopped_and_the_next_sample_is_scored(sob):
     assert after.status == "ok" and after.scores["sample_pass"] == 1.0  # the killed worker was replaced
 
 
+@pytest.mark.slow
 def test_a_scorer_over_its_memory_is_stopped(acebench_dir):
     """A 250 KB ACEBench answer (within the decoder's own bounds) takes a few hundred MB to
     parse: under a 64 MiB bound it is stopped and recorded as scorer_limit, under the
@@ -85,6 +86,7 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
+@pytest.mark.slow
 def test_a_hostile_replay_run_completes_under_a_4gb_cap(sob, shared_data_dir, tmp_path):
     """What a tester does: crafted outputs through model=replay, the whole run under a 4 GB
     address-space cap and a timeout; the run completes with summary.json, the hostile

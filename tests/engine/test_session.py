@@ -4,6 +4,7 @@ a standalone run's."""
 
 from __future__ import annotations
 
+import pytest
 import json
 import subprocess
 from pathlib import Path
@@ -22,6 +23,7 @@ def _scores(run_dir: Path) -> dict[str, tuple]:
     return {r["sample_id"]: (r["output"], r["scores"]) for r in read_jsonl(run_dir / "predictions.jsonl")}
 
 
+@pytest.mark.slow
 def test_sweep_jobs_share_ray_and_workers_and_score_as_standalone_runs(fake_openai, acebench_dir, tmp_path):
     fake_openai.set_plan({"default": {"content": "[]"}, "rules": [{"match": "Asian cuisine", "content": "[x()]"}]})
     sweep = subprocess.run(

@@ -22,6 +22,9 @@ Python (:meth:`FakeOpenAI.set_plan`):
                 "no_usage": false,               # true: the answer carries no usage block
                 "finish_reason": "stop", "latency_s": 0.0,
                 "hang_s": 300,                   # longest a "hang" holds the request
+                "hold_until_answered": 11,       # answer only after 11 other requests have
+                "hold_s": 120,                   #   been answered (at most hold_s seconds); the
+                                                 #   log says "released_by": "count" or "cap"
                 "malformed_body": "<html>",      # body of a "malformed" answer
                 "trickle_bytes": 16,             # chunk size of a "trickle" body
                 "trickle_delay_s": 0.05}]}       #   and the pause before each chunk
@@ -161,6 +164,8 @@ class FakeOpenAI:
         self._server: uvicorn.Server | None = None
         self.in_flight = 0
         self.max_in_flight = 0
+        #: successful answers given since the plan was set (what ``hold_until_answered`` counts)
+        self.answered = 0
         self._thread: threading.Thread | None = None
         self._reset_batches()
 
@@ -175,6 +180,7 @@ class FakeOpenAI:
             self.log = []
             self.attempts = {}
             self.max_in_flight = 0
+            self.answered = 0
             self._reset_batches()
 
     def set_batch_plan(self, batch: dict[str, Any]) -> None:
@@ -212,6 +218,7 @@ class FakeOpenAI:
             rule = self._rule_for(last if chat else key_src)
             n = self.attempts.get(key, 0)
             self.attempts[key] = n + 1
+            answered_before = self.answered
         status: int | str = 200
         statuses = rule.get("statuses") or []
         if rule.get("always_status"):
@@ -248,6 +255,12 @@ class FakeOpenAI:
             latency = _latency_of(rule, last if chat else key_src)
             if latency:
                 await asyncio.sleep(latency)
+            if rule.get("hold_until_answered"):
+                target = answered_before + int(rule["hold_until_answered"])
+                deadline = time.monotonic() + float(rule.get("hold_s", 120))
+                while self.answered < target and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                entry["released_by"] = "count" if self.answered >= target else "cap"
             if status == "hang":
                 deadline = time.monotonic() + float(rule.get("hang_s", 300))
                 while time.monotonic() < deadline and not await _disconnected(request):
@@ -273,6 +286,8 @@ class FakeOpenAI:
             )
         answer = _completion(rule, body, chat, last, f"fake-{key}-{n}")
         entry["usage"] = answer.get("usage")
+        with self._lock:
+            self.answered += 1
         if status == "trickle":
             return _trickle(json.dumps(answer).encode(), int(rule.get("trickle_bytes", 16)), float(rule.get("trickle_delay_s", 0.05)))
         return JSONResponse(answer)
