@@ -1,6 +1,6 @@
 """Time to compute every interval of a full ACEBench run (prints figures; not a test).
 
-    .venv/bin/python perf/ci_speed.py [--data ../shared/data] [--resamples 2000] [--repeats 1]
+    .venv/bin/python perf/ci_speed.py [--data ../shared/data] [--resamples 2000] [--repeats 1] [--limit N]
 
 The run is ``benchmark.language=all``: 2,040 samples over 17 categories and two languages,
 with the weighted OVERALL, answered by a mixed-quality model (reference answers, some cut
@@ -41,9 +41,10 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=1, help="epochs of the run (intervals cluster by sample)")
+    parser.add_argument("--limit", type=int, default=None, help="the first N samples only (a quick check)")
     args = parser.parse_args()
     bench = AceBench(AceBenchSettings(data_dir=args.data / "acebench", language="all"))
-    samples = bench.load()
+    samples = bench.load()[: args.limit]
     epochs = [records(bench, samples, seed) for seed in range(args.repeats)]
     run = SimpleNamespace(bootstrap_resamples=args.resamples, ci_level=0.95, seed=0)
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """Scoring speed of each benchmark's scorer: seconds per 1,000 samples (prints figures).
 
-    .venv/bin/python perf/scoring_speed.py [--data ../shared/data] [--no-isolated]
+    .venv/bin/python perf/scoring_speed.py [--data ../shared/data] [--no-isolated] [--limit N]
 
 Two figures per benchmark: the scorer called in this process (``bench.score``), and the
 scorer as a run calls it — through :class:`evalkit.engine.scoring.Scorer`, a pool of worker
@@ -26,11 +26,14 @@ from evalkit.engine.scoring import Scorer
 from evalkit.types import Trajectory
 
 ISOLATED = True
+#: the first N answers of each benchmark (``--limit``; None: all)
+LIMIT: int | None = None
 
 
 def measure(label: str, bench, outputs: list, repeat: int = 1) -> None:
     """Print seconds per 1,000 answers for ``bench.score`` over ``outputs`` (``repeat`` times),
     timed without tracemalloc; a second pass over the distinct answers measures peak memory."""
+    outputs = outputs[:LIMIT]
     timed = outputs * repeat
     t0 = time.perf_counter()
     for sample, text in timed:
@@ -122,9 +125,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
     parser.add_argument("--no-isolated", action="store_true", help="only the in-process figure")
+    parser.add_argument("--limit", type=int, default=None, help="the first N answers of each benchmark (a quick check)")
     args = parser.parse_args()
-    global ISOLATED
+    global ISOLATED, LIMIT
     ISOLATED = not args.no_isolated
+    LIMIT = args.limit
     acebench(args.data)
     ke(args.data)
     sobhard(args.data)

@@ -1,7 +1,7 @@
 """Tracking speed: seconds of MLflow tracking per 1,000 samples of a full offline ACEBench
 run, beside MLflow's own cheapest way to write the same traces (prints figures).
 
-    .venv/bin/python perf/tracking_speed.py [--data ../shared/data] [--out DIR] [--context 300]
+    .venv/bin/python perf/tracking_speed.py [--data ../shared/data] [--out DIR] [--context 300] [--limit N]
 
 1. **evalkit**: ``model=reference benchmark=acebench benchmark.language=all`` (2,040 samples,
    offline) with ``tracking=mlflow`` into a fresh SQLite store (created and migrated before
@@ -114,10 +114,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--out", type=Path, default=None, help="output root (default: a temporary directory)")
     parser.add_argument("--context", type=int, default=300, help="traces for the per-trace and one-call-at-a-time figures")
+    parser.add_argument("--limit", type=int, default=None, help="run.limit: the first N samples only (a quick check)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="evalkit-tracking-speed-"))
     overrides = ["model=reference", "benchmark=acebench", "benchmark.language=all", f"benchmark.data_dir={args.data / 'acebench'}",
                  f"run.output_root={out}", "tracking=mlflow", "run.progress=false"]  # fmt: skip
+    if args.limit:
+        overrides.append(f"run.limit={args.limit}")
     _, cfg = resolve(compose(overrides))
     base = MlflowObserver.from_config(cfg)
     mlflow_client = client(base.uri)  # the store exists (created, migrated) before the clock starts

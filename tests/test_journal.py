@@ -113,6 +113,7 @@ def test_rescore_and_compare_refuse_a_row_at_an_impossible_epoch_in_one_line(run
 # ------------------------------------------------------------------------------------------
 # the typed summary: counts with repeats, the console line, check_report.sh, validation
 # ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_counts_with_repeats_are_samples_and_rows(run_eval, tmp_path, capsys):
     """Issue 26 items 2, 9, 17: with run.repeats=3 and one of 4 samples never answered,
     n_scored/n_failed count samples (3 + 1 == n_samples 4), the rows are counted apart

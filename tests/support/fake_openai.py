@@ -22,9 +22,10 @@ Python (:meth:`FakeOpenAI.set_plan`):
                 "no_usage": false,               # true: the answer carries no usage block
                 "finish_reason": "stop", "latency_s": 0.0,
                 "hang_s": 300,                   # longest a "hang" holds the request
-                "hold_until_answered": 11,       # answer only after 11 other requests have
-                "hold_s": 120,                   #   been answered (at most hold_s seconds); the
-                                                 #   log says "released_by": "count" or "cap"
+                "hold_until_answered": 11,       # answer only once 11 answers have been given
+                "hold_s": 120,                   #   since the plan was set (at most hold_s
+                                                 #   seconds); the log says "released_by":
+                                                 #   "count" or "cap"
                 "malformed_body": "<html>",      # body of a "malformed" answer
                 "trickle_bytes": 16,             # chunk size of a "trickle" body
                 "trickle_delay_s": 0.05}]}       #   and the pause before each chunk
@@ -218,7 +219,6 @@ class FakeOpenAI:
             rule = self._rule_for(last if chat else key_src)
             n = self.attempts.get(key, 0)
             self.attempts[key] = n + 1
-            answered_before = self.answered
         status: int | str = 200
         statuses = rule.get("statuses") or []
         if rule.get("always_status"):
@@ -256,7 +256,7 @@ class FakeOpenAI:
             if latency:
                 await asyncio.sleep(latency)
             if rule.get("hold_until_answered"):
-                target = answered_before + int(rule["hold_until_answered"])
+                target = int(rule["hold_until_answered"])
                 deadline = time.monotonic() + float(rule.get("hold_s", 120))
                 while self.answered < target and time.monotonic() < deadline:
                     await asyncio.sleep(0.01)

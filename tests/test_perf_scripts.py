@@ -1,0 +1,105 @@
+"""Every speed script in perf/ runs, for a few samples, and prints its figures.
+
+The scripts measure (they assert nothing about time); these tests only keep them working:
+each is run as a user runs it (``python perf/<script>.py``, its own process) with the
+smallest arguments it takes, and must exit 0 and print the line that carries its figure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.slow  # each starts a process of its own; most start Ray and the fake server
+
+PERF = REPO_ROOT / "perf"
+
+
+def _run(script: str, *args: str, timeout: int = 600) -> str:
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT / 'src'}{os.pathsep}{REPO_ROOT}"}
+    proc = subprocess.run([sys.executable, str(PERF / script), *args], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def test_every_perf_script_has_a_test_here():
+    tested = {"ci_speed.py", "scoring_speed.py", "tracking_speed.py", "startup.py", "throughput.py", "engine_cpu.py",
+              "frameworks.py", "run_evalkit.py", "run_inspect.py"}  # fmt: skip
+    assert {p.name for p in PERF.glob("*.py")} == tested
+
+
+def test_ci_speed(shared_data_dir):
+    out = _run("ci_speed.py", f"--data={shared_data_dir}", "--resamples=20", "--limit=60")
+    assert "60 samples x 1 epochs" in out and "plan + every interval:" in out
+
+
+def test_scoring_speed(shared_data_dir):
+    out = _run("scoring_speed.py", f"--data={shared_data_dir}", "--limit=10")
+    for label in ("acebench normal+special", "ke fixtures", "sobhard fixtures"):
+        assert f"{label}, isolated (process pool" in out, out
+
+
+def test_tracking_speed(shared_data_dir, tmp_path):
+    out = _run("tracking_speed.py", f"--data={shared_data_dir}", f"--out={tmp_path}", "--limit=5", "--context=3")
+    assert "evalkit run: 5 samples, complete" in out and "ratio evalkit / floor:" in out, out
+
+
+def test_startup():
+    out = _run("startup.py", "--n=3", "--repeat=1", "--skip-sweep")
+    assert "network (fake server, 0 latency): process wall" in out and "offline (model=reference): process wall" in out, out
+    assert "to_first_request_s" in out
+
+
+def test_throughput():
+    out = _run("throughput.py", "--n=12", "--latency=0.01", "--concurrency", "4", "--workers=1", "--skip-lmeval",
+               "--skip-litellm-alone")  # fmt: skip
+    assert "evalkit overhead: 12 samples at zero latency" in out and "concurrency   4: 12 samples" in out, out
+
+
+def test_engine_cpu():
+    out = _run("engine_cpu.py", "--n", "8", "16", "--concurrency=4", "--workers=1")
+    assert "CPU per request, marginal over 8 requests" in out and "evalkit's own" in out, out
+
+
+def test_run_evalkit_alone(fake_openai, tmp_path):
+    """frameworks.py's evalkit child, on its own (frameworks.py needs psutil)."""
+    fake_openai.set_plan({"default": {"content": "ok"}})
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"i": i, "text": f"sample {i}"}) + "\n" for i in range(4)))
+    out = tmp_path / "out.json"
+    _run("run_evalkit.py", str(data), str(out), "model=openai_compatible", "model.provider_model=openai/fake",
+         f"backend.api_base={fake_openai.api_base}", "runner.num_workers=1", "tracking=none", "run.progress=false",
+         f"run.output_root={tmp_path / 'runs'}")  # fmt: skip
+    result = json.loads(out.read_text())
+    assert result["status"] == "complete" and result["n_scored"] == 4
+    assert len(fake_openai.log) == 4
+
+
+def test_frameworks_for_a_few_prompts(tmp_path):
+    pytest.importorskip("psutil", reason="perf/frameworks.py measures process trees with psutil (pip install -e '.[bench]')")
+    results = tmp_path / "r.jsonl"
+    out = _run("frameworks.py", "--framework", "evalkit", "--profile", "fixed", "--concurrency", "1", "--max-n=3",
+               f"--results={results}")  # fmt: skip
+    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    assert rows and all(r["framework"] == "evalkit" and r["rc"] == 0 for r in rows), out
+    assert "evalkit" in _run("frameworks.py", f"--report={results}")
+
+
+def test_run_inspect_for_a_few_prompts(tmp_path):
+    pytest.importorskip("psutil", reason="perf/frameworks.py measures process trees with psutil (pip install -e '.[bench]')")
+    if importlib.util.find_spec("inspect_ai") is None:
+        pytest.skip("perf/run_inspect.py runs in an interpreter with inspect-ai (pip install inspect-ai openai)")
+    results = tmp_path / "r.jsonl"
+    _run("frameworks.py", "--framework", "inspect", "--profile", "fixed", "--concurrency", "1", "--max-n=3",
+         f"--results={results}")  # fmt: skip
+    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    assert rows and all(r["framework"] == "inspect" and r["rc"] == 0 for r in rows)
