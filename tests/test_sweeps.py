@@ -273,7 +273,6 @@ def test_local_processes_sweep_jobs_join_the_parent_run_from_other_processes(sha
 # ------------------------------------------------------------------------------------------
 # helpers of the sweep pre-check
 # ------------------------------------------------------------------------------------------
-@pytest.mark.slow
 def test_expand_sweep_follows_hydras_job_order():
     points = expand_sweep(["benchmark=ke", "model=a,b", "shots='0','3'"])
     assert points == [
@@ -284,7 +283,6 @@ def test_expand_sweep_follows_hydras_job_order():
     assert point_label(points[3], swept_keys(points)) == "model=b shots=3"  # quotes only for Hydra's grammar
 
 
-@pytest.mark.slow
 def test_a_large_sweep_checks_the_first_point_and_each_value():
     points = expand_sweep(["a=1,2,3,4,5", "b=1,2,3,4,5", "c=1,2,3,4,5"])  # 125 points
     checked = points_to_check(points)
