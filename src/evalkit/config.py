@@ -643,6 +643,20 @@ def _check_cross(cfg: EvalConfig, bench_cls: Any) -> None:
         raise ConfigError("run.dir: give either run.dir (a new directory) or run.resume (an existing run), not both")
     if cfg.run.dir is not None and Path(cfg.run.dir).exists():
         raise ConfigError(f"run.dir: {cfg.run.dir} already exists; pick a new directory or use run.resume={cfg.run.dir}")
+    if not cfg.run.dry_run:
+        _check_writable(cfg.run.output_root, "run.output_root")
+
+
+def _check_writable(path: Path, key: str) -> None:
+    """``path`` (made if missing) can be written: the directory itself, or the nearest one
+    above it that exists. Otherwise its first user (the MLflow store, the cache, the run
+    directory) would fail and take the blame ("cannot open the MLflow store")."""
+    probe = Path(path).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.is_dir() and not os.access(probe, os.W_OK | os.X_OK):
+        where = "" if probe == Path(path).absolute() else f" (its parent {probe} is not writable)"
+        raise ConfigError(f"{key}: {path} cannot be written{where}; pick a writable folder")
 
 
 def _check_reasoning(model: ModelConfig, generation: GenerationParams, key: str) -> None:

@@ -38,7 +38,8 @@ class TableModel:
 
 
 def load_replay_file(path: Path, continuation: bool = False) -> dict[str, str]:
-    """Read a replay file: JSONL of ``{"sample_id": str, "output": str}``.
+    """Read a replay file: JSONL of ``{"sample_id": str, "output": str}`` (an integer
+    ``sample_id`` is its decimal text, as SOBHard's data and ``run.sample_ids`` have it).
 
     ``continuation`` (``model.api=completion``): each answer is the model's continuation of a
     completion-mode prompt, which the engine puts after the benchmark's answer prefix as a
@@ -61,9 +62,11 @@ def load_replay_file(path: Path, continuation: bool = False) -> dict[str, str]:
         except SideFileError as exc:  # its first characters are not the output: the sample fails (missing_output)
             log.warning("%s:%d: %s; the sample is not replayed", path, lineno, exc)
             continue
-        if not isinstance(row.get("sample_id"), str) or not isinstance(row.get("output"), str):
-            raise DataError(f"{path}:{lineno}: expected an object with string fields sample_id and output")
-        sid = row["sample_id"]
+        sid = row.get("sample_id")
+        if isinstance(sid, int) and not isinstance(sid, bool):
+            sid = str(sid)  # SOBHard's ids are integers in its data: 1 is the id "1" (as run.sample_ids=[1] takes it)
+        if not isinstance(sid, str) or not isinstance(row.get("output"), str):
+            raise DataError(f"{path}:{lineno}: expected an object with fields sample_id (text or integer) and output (text)")
         text = row["raw_output"] if continuation and isinstance(row.get("raw_output"), str) else row["output"]
         if sid in outputs and outputs[sid] != text:
             raise DataError(f"{path}:{lineno}: sample {printable(sid, 200)} appears twice with different outputs")
