@@ -248,3 +248,11 @@ def test_mlflow_text_escapes_lone_surrogates_and_images_only_in_the_copy():
     assert shown == "ok \\ud800 !\\[x](http://h/x.png)\\u0000"
     shown.encode("utf-8")  # the store's encoder takes it
     assert mlflow_obj({"k\ud800": [text]}) == {"k\\ud800": [shown]} and text == "ok \ud800 ![x](http://h/x.png)\x00"
+
+
+def test_a_one_line_error_prints_the_data_in_it_escaped(capsys):
+    from evalkit.cli import report_error
+
+    assert report_error(DataError("data.jsonl:3: unknown sample id \x1b[2Jx\r")) == 2
+    err = capsys.readouterr().err
+    assert err == "evalkit: error: data.jsonl:3: unknown sample id \\x1b[2Jx\\x0d\n"

@@ -12,7 +12,7 @@ import sys
 from evalkit import sweep
 from evalkit.cli import hide_secret_overrides, precheck_sweep, report_error, run_config
 from evalkit.compose import CONF_DIR, benchmark_keys_addable, compose, quote_numeric_groups, search_path_overrides
-from evalkit.errors import ConfigError, EvalkitError, interrupted_line
+from evalkit.errors import ConfigError, EvalkitError, interrupted_line, printable
 
 _MULTIRUN_FLAGS = {"-m", "--multirun"}
 
@@ -54,7 +54,7 @@ def report_crash(exc: BaseException) -> int:
         with tempfile.NamedTemporaryFile("w", prefix="evalkit-crash-", suffix=".log", delete=False, encoding="utf-8") as fh:
             fh.write(entry)
         where = Path(fh.name)
-    what = secrets.scrub(f"{type(exc).__name__}: {first_line(exc, 200)}")
+    what = printable(secrets.scrub(f"{type(exc).__name__}: {first_line(exc, 200)}"))
     print(f"evalkit: error: unexpected error ({what}); the traceback is in {where}", file=sys.stderr)
     return 1
 

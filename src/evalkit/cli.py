@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from evalkit import secrets
 from evalkit.compose import bad_override, compose, hydra_error_line, quote_numeric_groups, resolve
-from evalkit.errors import ConfigError, EvalkitError
+from evalkit.errors import ConfigError, EvalkitError, printable
 from evalkit.job import run_composed
 from evalkit.sweep import expand_sweep, point_label, points_to_check, swept_keys
 from evalkit.tracking import MlflowObserver
@@ -123,6 +123,7 @@ def precheck_sweep(overrides: Sequence[str]) -> int:
 
 
 def report_error(exc: EvalkitError) -> int:
-    """Print ``evalkit: error: <one line>`` on stderr; returns the exit code (2)."""
-    print(f"evalkit: error: {exc}", file=sys.stderr)
+    """Print ``evalkit: error: <one line>`` on stderr (data in it escaped,
+    :func:`~evalkit.errors.printable`); returns the exit code (2)."""
+    print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
     return exc.exit_code

@@ -382,7 +382,7 @@ class MlflowObserver(Observer):
         if ledger.run_id is None:
             tags[RUN_KEY_TAG] = key_digest(ledger.new_key())
             exp_id = experiment_id(mlflow_client, self.experiment, self.artifact_root)
-            run = mlflow_client.create_run(exp_id, start_time=_ms(summary.get("started_at")), tags=tags)
+            run = mlflow_client.create_run(exp_id, start_time=_ms(summary.get("started_at")), tags=mlflow_obj(tags))
             ledger.run_id, ledger.experiment_id = run.info.run_id, exp_id
             ledger.save()
         else:
