@@ -18,6 +18,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from evalkit import config
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import EvalConfig, resolve_layers, validate
 from evalkit.errors import ConfigError
@@ -80,8 +81,6 @@ def similar_key(key: str) -> str | None:
     :func:`difflib.get_close_matches` over the fields of the group's settings model; ``None``
     when none is close or the group is not one of the validated ones."""
     import difflib
-
-    from evalkit import config
 
     group, _, leaf = key.partition(".")
     models = {"run": (config.RunSettings,), "model": (config.ModelConfig,), "runner": (config.RunnerConfig,),
