@@ -27,3 +27,20 @@ def test_a_spent_scoring_budget_leaves_resumable_failures_not_zeros(run_eval, tm
     again = run_eval([*ARGS, f"run.resume={first.run_dir}"], output_root=root)  # the default budget (1800 s)
     assert again.summary["status"] == "complete" and again.summary["n_scored"] == 5
     assert again.summary["metrics"]["overall"] == 1.0
+
+
+def test_a_resume_that_completes_leaves_no_stale_partial_metrics_in_mlflow(run_eval, tmp_path):
+    """MLflow's partial_* metrics once kept the first attempt's values after a resume completed the run."""
+    import math
+
+    from mlflow.tracking import MlflowClient
+
+    root = tmp_path / "outputs"
+    first = run_eval([*ARGS, "tracking=mlflow", "benchmark.score_budget_s=0.000001"], output_root=root)
+    again = run_eval([*ARGS, "tracking=mlflow", f"run.resume={first.run_dir}"], output_root=root)
+    assert again.summary["status"] == "complete"
+    run_id = json.loads((first.run_dir / "tracking.json").read_text())["mlflow_run_id"]
+    metrics = MlflowClient(f"sqlite:///{root / 'mlflow.db'}").get_run(run_id).data.metrics
+    partial = {k: v for k, v in metrics.items() if k.startswith("partial_")}
+    assert partial and all(math.isnan(v) for v in partial.values())
+    assert metrics["overall"] == 1.0 and metrics["n_scored"] == 5.0

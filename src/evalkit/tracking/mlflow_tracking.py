@@ -425,10 +425,13 @@ class MlflowObserver(Observer):
         """Params (those not logged yet), metrics, the dataset, the tables and the files."""
         recorded = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
         recorded = secrets.redact_config(recorded)
-        logged = mlflow_client.get_run(run_id).data.params
-        params = {k: v for k, v in curate.run_params(recorded, summary).items() if k not in logged}
-        log_values(mlflow_client, run_id, params=params, metrics=curate.run_metrics(summary),
-                   timestamp_ms=_ms(summary.get("finished_at")))  # fmt: skip
+        data = mlflow_client.get_run(run_id).data
+        params = {k: v for k, v in curate.run_params(recorded, summary).items() if k not in data.params}
+        metrics = curate.run_metrics(summary)
+        # an earlier attempt's partial_* figures no longer hold (MLflow keeps a metric's last
+        # value and cannot delete it): their latest value becomes NaN, "not applicable"
+        metrics.update({k: float("nan") for k in data.metrics if k.startswith("partial_") and k not in metrics})
+        log_values(mlflow_client, run_id, params=params, metrics=metrics, timestamp_ms=_ms(summary.get("finished_at")))
         log_dataset(mlflow_client, run_id, dataset_input(summary, recorded))
         self._log_tables(mlflow_client, run_id, summary, outs)
         for path, folder in run_files(run_dir):
