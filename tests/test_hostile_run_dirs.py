@@ -256,3 +256,21 @@ def test_a_one_line_error_prints_the_data_in_it_escaped(capsys):
     assert report_error(DataError("data.jsonl:3: unknown sample id \x1b[2Jx\r")) == 2
     err = capsys.readouterr().err
     assert err == "evalkit: error: data.jsonl:3: unknown sample id \\x1b[2Jx\\x0d\n"
+
+
+def test_a_run_directory_holding_a_link_is_not_resumed(tmp_path: Path, acebench_dir: Path):
+    """Before: a link planted as config.yaml, evalkit.log or predictions.jsonl was written
+    through by the resumed run (config.yaml is rewritten on every resume)."""
+    from evalkit.compose import compose, resolve
+    from evalkit.engine.rundir import choose_run_dir
+    from tests.conftest import base_overrides
+
+    run, victim = tmp_path / "run", tmp_path / "victim.txt"
+    (run / "trajectories").mkdir(parents=True)
+    victim.write_text("keep me")
+    (run / "config.yaml").write_text("{}\n")
+    (run / "trajectories" / "evalkit.log").symlink_to(victim)
+    _, cfg = resolve(compose(base_overrides(tmp_path / "out", acebench_dir) + ["model=reference", f"run.resume={run}"]))
+    with pytest.raises(RunDirError, match="evalkit.log is a symbolic link"):
+        choose_run_dir(cfg)
+    assert victim.read_text() == "keep me"

@@ -19,7 +19,7 @@ import yaml
 
 from evalkit import secrets
 from evalkit.config import CONFIG_FORMAT, EvalConfig
-from evalkit.errors import RunDirError, RunInterrupted
+from evalkit.errors import RunDirError, RunInterrupted, printable
 
 log = logging.getLogger("evalkit")
 
@@ -104,10 +104,12 @@ def choose_run_dir(cfg: EvalConfig) -> tuple[Path, bool]:
 
     Raises:
         RunDirError: the directory exists, or the resume target is not a run of this
-            configuration (or was written in an older config format).
+            configuration (or was written in an older config format), or holds a symbolic
+            link (a resumed run writes its files again and never through a link).
     """
     if cfg.run.resume is not None:
         run_dir = Path(cfg.run.resume)
+        _check_no_links(run_dir)
         _check_resumable(run_dir, cfg)
         return run_dir, True
     if cfg.run.dir is not None:
@@ -123,6 +125,21 @@ def choose_run_dir(cfg: EvalConfig) -> tuple[Path, bool]:
         run_dir = parent / f"{stamp}-{os.getpid()}-{k}"
         k += 1
     return run_dir, False
+
+
+def _check_no_links(run_dir: Path) -> None:
+    """Refuse to resume a run directory holding a symbolic link anywhere in it (a link
+    planted as ``config.yaml``, ``evalkit.log`` or ``predictions.jsonl`` would have the
+    resumed run write outside the directory): one line naming the first, nothing written.
+
+    Raises:
+        RunDirError: a link was found.
+    """
+    for top, dirs, files in os.walk(run_dir, followlinks=False):
+        for name in sorted(dirs + files):
+            if (Path(top) / name).is_symlink():
+                raise RunDirError(f"run.resume: {printable(str(Path(top) / name))} is a symbolic link; evalkit never "
+                                  "writes through links in a run directory (remove it to resume)")  # fmt: skip
 
 
 def _setup_file_logging(run_dir: Path) -> logging.Handler:
