@@ -697,11 +697,12 @@ def _check_sampling(model: ModelConfig, generation: GenerationParams, key: str) 
 
 
 def _check_budget(cfg: EvalConfig) -> None:
-    """``run.max_cost_usd`` needs a price for every model that may be called."""
+    """``run.max_cost_usd`` needs a price for the agent (the user simulator's is checked once
+    the selection is known, :func:`evalkit.engine.plan.run_prices`: it is called only for
+    selected rollouts)."""
     if cfg.run.max_cost_usd is None:
         return
-    models = [(cfg.model, cfg.backend)] + ([(cfg.user.model, cfg.user.backend)] if cfg.user is not None else [])
-    for model, backend in models:
+    for model, backend in [(cfg.model, cfg.backend)]:
         if model_price(model, backend.kind) is None:
             raise ConfigError(
                 f"run.max_cost_usd: model {model.name} ({model.provider_model}) has no price in litellm's price map; "

@@ -11,6 +11,7 @@ single-turn sample, the rollout loop for an agent sample) with its models wrappe
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -22,6 +23,9 @@ from evalkit.models.base import ModelCallError
 from evalkit.types import Completion, Failure, Request, Sample, Trajectory
 
 log = logging.getLogger(__name__)
+
+#: the failure kind of a call the run's budget kept from being sent (evalkit.engine.budget)
+BUDGET_EXCEEDED = "budget_exceeded"
 
 
 @dataclass
@@ -138,7 +142,8 @@ class ActorModel:
     ``started_at`` / ``ended_at``, Unix seconds, of the call, retries included); a failed
     call raises :class:`ModelCallError` naming ``actor``."""
 
-    def __init__(self, model: Any, cache: Any, actor: str, params: dict[str, Any], turns: list[dict[str, Any]], epoch: int = 0):
+    def __init__(self, model: Any, cache: Any, actor: str, params: dict[str, Any], turns: list[dict[str, Any]], epoch: int = 0,
+                 budget: Any = None):  # fmt: skip
         self.model = model
         self.cache = cache
         self.actor = actor
@@ -146,13 +151,17 @@ class ActorModel:
         self.turns = turns
         self.epoch = epoch
         self.model_id = getattr(model, "model_id", actor)
+        self.budget = budget  # the run's budget gate (evalkit.engine.budget), None without limits
 
     async def generate(self, request: Request) -> Completion:
         if not request.params:
             request.params = dict(self.params)
         request.epoch = self.epoch  # every turn of epoch e carries e in its identity
         started_at = time.time()
-        result = await execute(self.model, request, self.cache)
+        if self.budget is None:
+            result = await execute(self.model, request, self.cache)
+        else:
+            result = await self._within_budget(request)
         if isinstance(result, Failure):
             result.actor = self.actor
             raise ModelCallError(result)
@@ -173,18 +182,44 @@ class ActorModel:
         return result
 
 
+    async def _within_budget(self, request: Request) -> Completion | Failure:
+        """:func:`execute` once the budget has reserved the call's upper bound (a
+        ``budget_exceeded`` Failure, nothing sent, when it has no room), the reservation
+        then replaced by what the call spent (:meth:`evalkit.engine.budget.Budget.settle`)."""
+        from evalkit.providers import estimate_prompt_tokens
+
+        provider_model = str(getattr(self.model, "provider_model", "gpt-3.5-turbo"))
+        try:
+            estimate = estimate_prompt_tokens(provider_model, request.messages, request.prompt)
+        except Exception:  # noqa: BLE001 - a prompt litellm cannot count: its UTF-8 bytes bound any byte-level tokenizer's count
+            estimate = len(json.dumps([request.messages, request.prompt], ensure_ascii=False).encode())
+        held = await self.budget.reserve(self.actor, estimate, request.params.get("max_tokens"))
+        if held is None:
+            return Failure(BUDGET_EXCEEDED, "not sent: the run's budget has no room for this request's upper bound", attempts=0)
+        usage, measured = None, False  # cancelled in flight: the reservation counts as spent
+        try:
+            result = await execute(self.model, request, self.cache)
+            usage = result.usage if isinstance(result, Failure) or not result.cached else None
+            measured = isinstance(result, Failure) or result.cached or result.usage is not None
+            return result
+        finally:
+            await self.budget.settle(held, self.actor, usage, measured)
+
+
 async def solve_unit(
-    solver: Any, unit: Unit, agents: Any, cache: Any, agent_params: dict[str, Any], user_params: dict[str, Any]
+    solver: Any, unit: Unit, agents: Any, cache: Any, agent_params: dict[str, Any], user_params: dict[str, Any],
+    budget: Any = None,
 ) -> Trajectory:
     """Solve one unit with ``agents.pair(sample)``; never raises (but for cancellation).
+    ``budget``: the run's budget gate, asked before each model call (``None``: no limits).
 
     The model under evaluation is named ``agent`` in a rollout and ``model`` otherwise
     (``failed.jsonl``'s ``actor``)."""
     turns: list[dict[str, Any]] = []
     agent, user = agents.pair(unit.sample)
     epoch = unit.request.epoch
-    wrapped_agent = ActorModel(agent, cache, "agent" if unit.rollout else "model", agent_params, turns, epoch)
-    wrapped_user = ActorModel(user, cache, "user", user_params, turns, epoch) if user is not None else None
+    wrapped_agent = ActorModel(agent, cache, "agent" if unit.rollout else "model", agent_params, turns, epoch, budget)
+    wrapped_user = ActorModel(user, cache, "user", user_params, turns, epoch, budget) if user is not None else None
     try:
         trajectory = await solver.solve(unit.sample, unit.request, wrapped_agent, wrapped_user)
     except ModelCallError as exc:
@@ -195,6 +230,6 @@ async def solve_unit(
         log.exception("solving %s raised", unit.sample.id)
         trajectory = Trajectory(failure=Failure("environment", f"{type(exc).__name__}: {exc}"[:500], actor="environment"))
     trajectory.turns = turns
-    if trajectory.failure is not None:
-        trajectory.failure.attempts = max(trajectory.failure.attempts, 1)
+    if trajectory.failure is not None and not (trajectory.failure.error_kind == BUDGET_EXCEEDED and not turns):
+        trajectory.failure.attempts = max(trajectory.failure.attempts, 1)  # a unit the budget kept back: nothing sent
     return trajectory

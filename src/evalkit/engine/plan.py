@@ -96,10 +96,25 @@ def prepare(cfg: EvalConfig, priced: bool = True) -> RunPlan:
 
 def run_prices(cfg: EvalConfig, with_user: bool, lookup: Callable[[str], Price | None] | None = None) -> dict[str, Price | None]:
     """The price of each model taking part (:func:`evalkit.providers.model_price`);
-    ``lookup``: how litellm's price map is asked (default: in this process)."""
+    ``lookup``: how litellm's price map is asked (default: in this process). An offline run
+    (reference, replay, baselines) is free for every actor, its scripted user simulator too.
+
+    Raises:
+        ConfigError: ``run.max_cost_usd`` with a user simulator that takes part (a selected
+            rollout needs it) and has no price.
+    """
     prices = {"agent": model_price(cfg.model, cfg.backend.kind, lookup)}
+    if cfg.model.kind != "litellm":
+        return {"agent": prices["agent"], "user": prices["agent"]}
     if with_user and cfg.user is not None:
         prices["user"] = model_price(cfg.user.model, cfg.user.backend.kind, lookup)
+        if prices["user"] is None and cfg.run.max_cost_usd is not None:
+            model = cfg.user.model
+            raise ConfigError(
+                f"run.max_cost_usd: the user simulator's model {model.name} ({model.provider_model}) has no price in litellm's "
+                "price map; give it one (\"benchmark.user_overrides=['+model.pricing.input_per_mtok=…',"
+                "'+model.pricing.output_per_mtok=…']\") or drop the budget"
+            )
     return prices
 
 

@@ -29,7 +29,7 @@ from typing import Any, Callable
 from evalkit import secrets
 from evalkit.config import EvalConfig
 from evalkit.engine.batch import DETACHED_EXIT_CODE, batch_prices, check_batchable, refuse_live_resume, run_batch
-from evalkit.engine.budget import Budget
+from evalkit.engine.budget import UNJOURNALED, Budget, journal_spend
 from evalkit.engine.calls import Unit, all_cached, open_cache
 from evalkit.engine.executor import Executor, LocalExecutor, RayExecutor
 from evalkit.engine.finalize import finalize
@@ -185,8 +185,15 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
                      executor.ready_s or 0.0)  # fmt: skip
         journaler = stack.enter_context(Journaler(plan, state, observer, scorer, len(pending)))
         budget = Budget.of_run(cfg, plan.prices, state.run_dir)
-        engine = asyncio.run(run_units(executor, pending, cfg.backend.concurrency, journaler.on_result,
-                                       cfg.backend.adaptive_concurrency, budget))  # fmt: skip
+        if isinstance(executor, RayExecutor) and budget.limited:
+            executor.set_budget(budget)
+        try:
+            engine = asyncio.run(run_units(executor, pending, cfg.backend.concurrency, journaler.on_result,
+                                           cfg.backend.adaptive_concurrency, budget))  # fmt: skip
+        except KeyboardInterrupt:
+            if isinstance(executor, RayExecutor):
+                _note_unjournaled(executor, state.run_dir)
+            raise
         phases.add("scoring_s", journaler.scoring_s)
     phases.since_start("to_first_request_s", engine.pop("first_dispatch_perf"))
     phases.add("requests_s", engine["requests_wall_s"])
@@ -206,6 +213,25 @@ def _execute_batch(plan: RunPlan, state: RunState, observer: Observer, phases: P
         phases.add("scoring_s", journaler.scoring_s)
     phases.add("requests_s", engine["requests_wall_s"])
     return engine
+
+
+def _note_unjournaled(executor: RayExecutor, run_dir: Path) -> None:
+    """At Ctrl-C, append to ``unjournaled.jsonl`` what the budget's keeper counted spent or
+    still reserved beyond the journal (answers paid for but not journaled, calls in flight at
+    their upper bound), so that a resume's budget counts them."""
+    state = executor.budget_state()
+    journal_cost, journal_tokens = journal_spend(run_dir)
+    if state is None or journal_cost is None and journal_tokens is None:
+        return
+    cost, tokens, outstanding = state
+    row = {
+        "cost_usd": None if cost is None or journal_cost is None else max(0.0, cost - journal_cost) + outstanding["cost_usd"],
+        "spent_tokens": None if tokens is None or journal_tokens is None else max(0, tokens - journal_tokens) + outstanding["spent_tokens"],
+        "note": "answered or in flight at an interruption, not journaled (calls in flight at their upper bound)",
+    }  # fmt: skip
+    if row["cost_usd"] or row["spent_tokens"]:
+        with JsonlAppender(run_dir / UNJOURNALED) as out:
+            out.append(row)
 
 
 def _open_executor(plan: RunPlan, state: RunState, stack: ExitStack, pending: list[Unit], shared: Session | None) -> Executor:

@@ -5,7 +5,8 @@
   and grows back by one per window of unthrottled results;
 * units are dispatched in selection order, and each result is handed to the driver's
   ``on_result`` (which journals it) the moment it arrives;
-* no unit is dispatched once the run's budget is spent (:mod:`evalkit.engine.budget`).
+* no unit is dispatched once the run's budget is spent or refused a call
+  (:mod:`evalkit.engine.budget`: each model call reserves its upper bound first).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from evalkit.engine.budget import Budget
-from evalkit.engine.calls import Unit
+from evalkit.engine.calls import BUDGET_EXCEEDED, Unit
 from evalkit.engine.executor import Executor
 from evalkit.types import Failure, Trajectory
 
@@ -102,6 +103,8 @@ class _Solving:
             self.throttled += n
             if self.budget is not None:
                 self.budget.charge(result)  # before the slot is freed: the next dispatch sees it
+                if result.failure is not None and result.failure.error_kind == BUDGET_EXCEEDED and not result.turns:
+                    result = self.budget.not_sent()  # refused at its first call: the run's whole reason
             await self.window.release(seq, n)
         await self.on_result(unit, result)
 

@@ -1,0 +1,231 @@
+"""The driver's side of the model workers: units out in small batches, results back on Ray's
+streaming generators (``num_returns="streaming"``), each unit journaled once.
+
+Rules (each tested in-process against a fake actor handle, tests/engine/test_delivery.py):
+
+* the units ready in one turn of the driver's event loop go to the live worker with the
+  fewest units held, at most ``max_batch`` to one call of its ``solve`` generator, which
+  yields ``(unit key, result)`` as each unit finishes;
+* the generator runs with Ray's task retries off: after a worker dies Ray would re-run it
+  from the start and drop its first items *by position* (some units would come back twice,
+  others never). The driver resends by unit key instead, and takes the first result of
+  each key (a second one is dropped and counted);
+* a stream that fails (the worker died, the call failed) or ends without some of its units
+  costs each of them a try; the worker is then pinged (a restarted worker answers; one Ray
+  reports dead for good, or silent for ``ping_timeout_s``, is left out of the run) and the
+  units go back as *suspects*: one suspect at a time, alone in its batch, so that a unit
+  that kills its worker takes a unit it merely shared the worker with down once at most; a
+  unit lost ``UNIT_MAX_TRIES`` times is a ``worker_died`` failure, and so is every unit
+  once no worker is left;
+* no wait is unbounded: a stream silent for ``liveness_s`` pings its worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Hashable
+
+from evalkit.engine.calls import Unit
+from evalkit.types import Failure, Trajectory
+
+log = logging.getLogger("evalkit")
+
+#: a unit lost with its worker this many times is a ``worker_died`` failure
+UNIT_MAX_TRIES = 3
+#: the most units in one ``solve`` call
+MAX_BATCH = 64
+#: a stream with no result for this long pings its worker (seconds)
+LIVENESS_S = 30.0
+#: a worker that does not answer a ping within this (its restart included) is left out (seconds)
+PING_TIMEOUT_S = 120.0
+
+
+@dataclass
+class _Held:
+    """A unit the driver holds until its result is in: its future, the worker that has it
+    (-1 while queued), the number of times it was lost and the number of its current send."""
+
+    unit: Unit
+    future: asyncio.Future[Trajectory]
+    worker: int = -1
+    tries: int = 0
+    send: int = 0
+
+
+class Delivery:
+    """Units to ``workers`` (Ray actor handles, or fakes with the same calls:
+    ``solve.options(num_returns="streaming").remote(*solve_args, units)`` iterating
+    awaitables of ``(key, trajectory or exception)``, and ``ping.remote()``); ``submit`` is
+    awaited once per unit, with a unique ``unit.key``."""
+
+    def __init__(self, workers: list[Any], solve_args: tuple[Any, ...], max_batch: int = MAX_BATCH,
+                 liveness_s: float = LIVENESS_S, ping_timeout_s: float = PING_TIMEOUT_S):  # fmt: skip
+        self.workers, self.solve_args, self.max_batch = workers, solve_args, max_batch
+        self.liveness_s, self.ping_timeout_s = liveness_s, ping_timeout_s
+        self.load = [0] * len(workers)
+        self.live = [True] * len(workers)
+        self.checking: dict[int, asyncio.Future[bool]] = {}
+        self.held: dict[Hashable, _Held] = {}
+        self.queue: list[Hashable] = []
+        self.suspects: deque[Hashable] = deque()
+        self.suspect_out = False
+        self.flush_soon = False
+        self.tasks: set[asyncio.Future[Any]] = set()
+        self.stats = {"resent": 0, "duplicates": 0, "workers_lost": 0}
+
+    async def submit(self, unit: Unit) -> Trajectory:
+        if unit.key in self.held:
+            raise ValueError(f"unit {unit.key!r} is in flight already")
+        held = self.held[unit.key] = _Held(unit, asyncio.get_running_loop().create_future())
+        self.queue.append(unit.key)
+        self._flush_later()
+        return await held.future
+
+    def close(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+
+    # -- sending ------------------------------------------------------------------------------
+    def _flush_later(self) -> None:
+        if not self.flush_soon:
+            self.flush_soon = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self.flush_soon = False
+        if not any(self.live):
+            for key in [*self.queue, *self.suspects]:
+                self._fail(key, "every model worker of this run died")
+            self.queue, self.suspects = [], deque()
+            return
+        usable = [i for i, up in enumerate(self.live) if up and i not in self.checking]
+        if not usable:
+            return  # a check under way flushes again when it ends
+        batches: dict[int, list[Hashable]] = {}
+        if self.suspects and not self.suspect_out:
+            self.suspect_out = True
+            self._send(min(usable, key=self.load.__getitem__), [self.suspects.popleft()], suspect=True)
+        for key in self.queue:
+            i = min(usable, key=self.load.__getitem__)
+            self.load[i] += 1  # counted now, so the next unit sees it; _send counts it again
+            batches.setdefault(i, []).append(key)
+        self.queue = []
+        for i, keys in batches.items():
+            self.load[i] -= len(keys)
+            for start in range(0, len(keys), self.max_batch):
+                self._send(i, keys[start : start + self.max_batch])
+
+    def _send(self, i: int, keys: list[Hashable], suspect: bool = False) -> None:
+        sends = []
+        for key in keys:
+            held = self.held[key]
+            held.worker, held.send = i, held.send + 1
+            sends.append((key, held.send))
+        self.load[i] += len(keys)
+        task = asyncio.ensure_future(self._stream(i, sends, suspect))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _stream(self, i: int, sends: list[tuple[Hashable, int]], suspect: bool) -> None:
+        """One ``solve`` call: each result handed on as it arrives; the units it did not
+        bring back are lost with the worker (a try each)."""
+        error: BaseException | None = None
+        try:
+            units = [self.held[key].unit for key, _ in sends]
+            stream = self.workers[i].solve.options(num_returns="streaming").remote(*self.solve_args, units).__aiter__()
+            while True:
+                item = asyncio.ensure_future(_next(stream))
+                while not (await asyncio.wait({item}, timeout=self.liveness_s))[0]:
+                    if not await self._check(i):
+                        item.cancel()
+                        raise RuntimeError(f"model worker {i} does not answer")
+                key, result = item.result()
+                if key is _END:
+                    break
+                self._resolve(key, result)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the worker died, or the call failed: its units are sent again
+            error = exc
+        finally:
+            if suspect:
+                self.suspect_out = False
+                self._flush_later()
+        lost = [key for key, send in sends if key in self.held and self.held[key].worker == i and self.held[key].send == send]
+        if lost:
+            await self._lost(i, lost, error or RuntimeError("the model worker's stream ended without these units"))
+
+    async def _lost(self, i: int, keys: list[Hashable], error: BaseException) -> None:
+        log.warning("model worker %d lost %d unit(s) in flight (%s); sending them again", i, len(keys), type(error).__name__)
+        again = []
+        for key in keys:
+            held = self.held[key]
+            held.worker, held.tries = -1, held.tries + 1
+            self.load[i] -= 1
+            if held.tries >= UNIT_MAX_TRIES:
+                self._fail(key, f"{type(error).__name__}: {error}")
+            else:
+                again.append(key)
+        await self._check(i)
+        self.stats["resent"] += len(again)
+        self.suspects.extend(key for key in again if key in self.held)
+        self._flush_later()
+
+    async def _check(self, i: int) -> bool:
+        """Whether worker ``i`` answers a ping (Ray restarts a dead one first); one ping at a
+        time per worker. A worker that does not answer is left out of the run."""
+        if not self.live[i]:
+            return False
+        if i not in self.checking:
+            self.checking[i] = asyncio.ensure_future(self._ping(i))
+        return await asyncio.shield(self.checking[i])
+
+    async def _ping(self, i: int) -> bool:
+        try:
+            await asyncio.wait_for(self.workers[i].ping.remote(), self.ping_timeout_s)
+            return True
+        except Exception as exc:  # noqa: BLE001 - dead for good (ActorDiedError), or silent past the timeout
+            log.warning("model worker %d is left out of this run (%s: %s)", i, type(exc).__name__, str(exc)[:200])
+            self.live[i] = False
+            self.stats["workers_lost"] += 1
+            return False
+        finally:
+            del self.checking[i]
+            self._flush_later()
+
+    # -- results ------------------------------------------------------------------------------
+    def _resolve(self, key: Hashable, result: Any) -> None:
+        held = self.held.pop(key, None)
+        if held is None:  # answered already: a second delivery of the same unit
+            self.stats["duplicates"] += 1
+            return
+        if held.worker >= 0:
+            self.load[held.worker] -= 1
+        if held.future.done():
+            return
+        if isinstance(result, BaseException):
+            held.future.set_exception(result)
+        else:
+            held.future.set_result(result)
+
+    def _fail(self, key: Hashable, message: str) -> None:
+        held = self.held.get(key)
+        if held is not None:
+            held.worker = -1
+            actor = "environment" if held.unit.rollout else "model"
+            self._resolve(key, Trajectory(failure=Failure("worker_died", message[:500], actor=actor)))
+
+
+_END = object()
+
+
+async def _next(stream: Any) -> tuple[Any, Any]:
+    """The next ``(key, result)`` of a stream, or ``(_END, None)`` at its end."""
+    try:
+        ref = await stream.__anext__()
+    except StopAsyncIteration:
+        return _END, None
+    return await ref
