@@ -24,6 +24,8 @@ from evalkit.engine.journal import read_jsonl
 from tests.conftest import REPO_ROOT, base_overrides, evalkit_cmd
 from tests.engine.test_engine_faults import load_gold
 
+pytestmark = pytest.mark.slow  # Ray, subprocess runs, process kills
+
 IDS = [f"en/normal_atom_enum_{i}" for i in range(12)]
 
 
@@ -269,10 +271,10 @@ def test_a_run_whose_only_worker_dies_for_good_ends_with_failures_and_the_next_j
 def test_a_unit_that_kills_its_worker_every_time_ends_as_a_failure(fake_openai, ray_address, gold, tmp_path, run_eval):
     """One worker, one unit in flight; the worker is SIGKILLed whenever the poison sample's
     request reaches the server. The sample is sent three times (the first send and
-    ``UNIT_MAX_RESENDS`` more, each to the restarted worker), then it is a
+    two more, alone, each to the restarted worker: ``UNIT_MAX_TRIES`` in all), then it is a
     ``worker_died`` failure; every other sample is answered by the restarted worker and
     journaled once, and the run ends incomplete instead of hanging."""
-    from evalkit.engine.executor import UNIT_MAX_RESENDS
+    from evalkit.engine.delivery import UNIT_MAX_TRIES
 
     poison = IDS[0]
     fake_openai.set_plan(_plan(gold, latency_s=0.0, **{poison: {"latency_s": 5.0}}))
@@ -281,19 +283,19 @@ def test_a_unit_that_kills_its_worker_every_time_ends_as_a_failure(fake_openai, 
     known = set(_live_model_workers(exclude_job=""))
     run = _InThread(run_eval, _args(fake_openai, "backend.concurrency=1", "runner.num_workers=1", f"run.dir={run_dir}"))
     kills, deadline = 0, time.time() + 150
-    while run.thread.is_alive() and kills <= UNIT_MAX_RESENDS:
+    while run.thread.is_alive() and kills < UNIT_MAX_TRIES:
         assert time.time() < deadline, f"the run hangs after {kills} kill(s)"
         if _asked(fake_openai, gold, since)[poison] > kills:  # the poison sample is in flight: kill its worker
             os.kill(next(iter(_new_workers(known, 1).values())), signal.SIGKILL)
             kills += 1
         time.sleep(0.02)
     res = run.join()
-    assert kills == 1 + UNIT_MAX_RESENDS
+    assert kills == UNIT_MAX_TRIES
     assert res.summary["status"] != "complete" and res.exit_code != 0, res.summary
     failed = list(read_jsonl(run_dir / "failed.jsonl"))
     assert [(f["sample_id"], f["error_kind"]) for f in failed] == [(poison, "worker_died")], failed
     assert Counter(r["sample_id"] for r in read_jsonl(run_dir / "predictions.jsonl")) == Counter(IDS[1:])
-    assert _asked(fake_openai, gold, since)[poison] == 1 + UNIT_MAX_RESENDS
+    assert _asked(fake_openai, gold, since)[poison] == UNIT_MAX_TRIES
 
 
 @pytest.mark.slow

@@ -161,30 +161,34 @@ def test_no_request_carries_an_earlier_turns_reasoning(fake_openai, ray_address,
 
 @pytest.mark.slow
 def test_a_budget_stops_the_run_and_a_resume_with_a_larger_one_completes_it(fake_openai, ray_address, acebench_dir, run_eval, tmp_path):
-    """Six samples at the same cost c each, run one at a time under run.max_cost_usd=2.5c:
-    three are sent, the three others fail as budget_exceeded (nothing sent), the run is
-    incomplete; resumed with a larger budget it sends exactly those three and ends with
-    the metrics of the same run without a budget, its spend counted across both attempts."""
+    """Six samples at the same cost c each, run one at a time under a run.max_cost_usd that
+    has room for three answers and the upper bound of a fourth request, not for four answers
+    and a fifth bound: three are sent, the three others fail as budget_exceeded (nothing
+    sent), the run is incomplete; resumed with a larger budget it sends exactly those three
+    and ends with the metrics of the same run without a budget, its spend counted across both
+    attempts. (A request's upper bound here: its prompt estimate ×1.25 + 64 tokens and
+    max_tokens=1200, between $0.0232 and $0.0271; c = $0.018.)"""
     ids = [f"en/normal_atom_bool_{i}" for i in range(6)]
     gold = load_gold(acebench_dir, ids)
-    usage = {"prompt_tokens": 1000, "completion_tokens": 100, "reasoning_tokens": 60}
+    usage = {"prompt_tokens": 1000, "completion_tokens": 1000, "reasoning_tokens": 600}
     rules = [{"match": q, "content": a, "usage": usage} for sid, (q, a) in gold.items() if int(sid[-1]) % 2 == 0]
     plan = {"default": {"content": "[]", "usage": usage}, "rules": rules}
     c = _cost(usage)
+    limit = 2 * c + 0.03  # 2c + any bound fits; 3c + any bound does not
     base = _api(fake_openai, f"run.sample_ids=[{','.join(ids)}]", "run.cache=false", "backend.concurrency=1", *PRICING)
     fake_openai.set_plan(plan)
     free = run_eval(base, output_root=tmp_path / "free")
     assert free.summary["status"] == "complete" and free.summary["metrics"]["overall"] == 0.5
     fake_openai.set_plan(plan)
-    first = run_eval([*base, f"run.max_cost_usd={2.5 * c}"], output_root=tmp_path / "budget")
+    first = run_eval([*base, f"run.max_cost_usd={limit}"], output_root=tmp_path / "budget")
     assert first.exit_code == 1 and first.summary["status"] == "incomplete" and first.summary["metrics"] == {}
     assert {sid for sid, (q, _) in gold.items() for e in fake_openai.log if q in e["last"]} == set(ids[:3])
     assert len(fake_openai.log) == 3
     failed = list(read_jsonl(first.run_dir / "failed.jsonl"))
     assert [(f["sample_id"], f["error_kind"], f["attempts"]) for f in failed] == [(sid, "budget_exceeded", 0) for sid in ids[3:]]
     assert "run.max_cost_usd" in failed[0]["message"] and f"run.resume={first.run_dir}" in failed[0]["message"]
-    assert first.summary["budget"] == {"max_cost_usd": 2.5 * c, "max_total_tokens": None, "reached": True, "not_sent": 3}
-    assert first.summary["cost_usd"] == pytest.approx(3 * c, rel=1e-6)
+    assert first.summary["budget"] == {"max_cost_usd": limit, "max_total_tokens": None, "reached": True, "not_sent": 3}
+    assert first.summary["cost_usd"] == pytest.approx(3 * c, rel=1e-6) and first.summary["cost_usd"] <= limit
     assert "budget_exceeded: 3" in outcome_line(first)
     _check_schema(first.summary)
     fake_openai.set_plan(plan)
@@ -197,14 +201,35 @@ def test_a_budget_stops_the_run_and_a_resume_with_a_larger_one_completes_it(fake
 
 @pytest.mark.slow
 def test_a_token_budget_already_spent_sends_nothing_more(fake_openai, ray_address, run_eval, tmp_path):
+    """Two answers fit the token budget, not a third request's upper bound (the bounds of the
+    first three: 3,428, 2,933 and 3,431 tokens); a resume under the same budget sends nothing,
+    as the spend is counted across attempts."""
     fake_openai.set_plan({"default": {"content": "[]", "usage": {"prompt_tokens": 700, "completion_tokens": 300}}})
     base = _api(fake_openai, "benchmark.subsets=[normal_atom_bool]", "run.limit=4", "run.cache=false", "backend.concurrency=1")
-    first = run_eval([*base, "run.max_total_tokens=1500"])
+    first = run_eval([*base, "run.max_total_tokens=5000"])
     assert len(fake_openai.log) == 2 and first.summary["spent_tokens"] == 2000
     assert first.summary["failed_by_kind"] == {"budget_exceeded": 2}
     fake_openai.set_plan({"default": {"content": "[]"}})
-    again = run_eval([*base, "run.max_total_tokens=1500", f"run.resume={first.run_dir}"])
+    again = run_eval([*base, "run.max_total_tokens=5000", f"run.resume={first.run_dir}"])
     assert fake_openai.log == [] and again.summary["failed_by_kind"] == {"budget_exceeded": 2}  # spent across resumes
+
+
+@pytest.mark.slow
+def test_a_resume_past_an_unmeasured_spend_says_what_to_do(fake_openai, ray_address, acebench_dir, run_eval, tmp_path):
+    """A first attempt without a budget journals answers without usage (spend unknown) and one
+    failure; a resume with a token budget, even 1e9, cannot check the spend and says exactly
+    how to go on."""
+    ids = [f"en/normal_atom_bool_{i}" for i in range(3)]
+    gold = load_gold(acebench_dir, ids)
+    fake_openai.set_plan({"default": {"content": "[]", "no_usage": True}, "rules": [{"match": gold[ids[0]][0], "always_status": 503}]})
+    base = _api(fake_openai, f"run.sample_ids=[{','.join(ids)}]", "run.cache=false", "backend.concurrency=1", "backend.max_retries=0")
+    first = run_eval(base)
+    assert first.summary["spent_tokens"] is None and first.summary["n_failed"] == 1
+    again = run_eval([*base, "run.max_total_tokens=1000000000", f"run.resume={first.run_dir}"])
+    failed = list(read_jsonl(first.run_dir / "failed.jsonl"))
+    assert [(f["sample_id"], f["error_kind"]) for f in failed] == [(ids[0], "budget_exceeded")]
+    assert "run.max_total_tokens cannot be checked" in failed[0]["message"] and "run.max_total_tokens=null" in failed[0]["message"]
+    assert again.exit_code == 1
 
 
 @pytest.mark.slow

@@ -9,8 +9,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from evalkit.engine.journal import read_jsonl
 from tests.conftest import REPO_ROOT, evalkit_cmd
+
+pytestmark = pytest.mark.slow  # a sweep in a subprocess, on Ray
 
 
 def _args(fake, acebench: Path, out: Path) -> list[str]:

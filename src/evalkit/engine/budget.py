@@ -108,7 +108,8 @@ class Budget:
         prompt = math.ceil(prompt_tokens * PROMPT_MARGIN) + PROMPT_SLACK_TOKENS
         completion = int(max_tokens) if max_tokens else DEFAULT_COMPLETION_BOUND
         price = self.prices.get("user" if actor == "user" else "agent")
-        cost = price.cost({"prompt_tokens": prompt, "completion_tokens": completion}) if price is not None else None
+        priced = price is not None and self.max_cost_usd is not None  # pricing imports litellm: only for a cost limit
+        cost = price.cost({"prompt_tokens": prompt, "completion_tokens": completion}) if priced else None  # type: ignore[union-attr]
         return cost or 0.0, prompt + completion
 
     def _fits(self, cost: float, tokens: int) -> bool:
@@ -157,7 +158,8 @@ class Budget:
             self.in_flight -= 1
             if measured:
                 price = self.prices.get("user" if actor == "user" else "agent")
-                cost = price.cost(usage) if price is not None and usage is not None else 0.0
+                priced = price is not None and usage is not None and self.max_cost_usd is not None
+                cost = price.cost(usage) if priced else 0.0  # type: ignore[union-attr]
                 tokens = total_tokens(usage) if usage is not None else 0
                 if usage is not None and (cost is None or tokens is None):
                     cost, tokens = held

@@ -20,6 +20,7 @@ from typing import Any
 
 from evalkit.errors import ConfigError
 from evalkit.models.base import ModelCallError
+from evalkit.providers import estimate_prompt_tokens
 from evalkit.types import Completion, Failure, Request, Sample, Trajectory
 
 log = logging.getLogger(__name__)
@@ -186,8 +187,6 @@ class ActorModel:
         """:func:`execute` once the budget has reserved the call's upper bound (a
         ``budget_exceeded`` Failure, nothing sent, when it has no room), the reservation
         then replaced by what the call spent (:meth:`evalkit.engine.budget.Budget.settle`)."""
-        from evalkit.providers import estimate_prompt_tokens
-
         provider_model = str(getattr(self.model, "provider_model", "gpt-3.5-turbo"))
         try:
             estimate = estimate_prompt_tokens(provider_model, request.messages, request.prompt)

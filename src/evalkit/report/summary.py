@@ -211,7 +211,7 @@ def spend_fields(
     what the run spent across its attempts, read back from its journal (``spent``), ``null``
     when unknown; ``prices``: each model's price (``null``: none known); ``budget`` (when
     ``run.max_cost_usd`` / ``run.max_total_tokens`` is set): the limits, whether the spend
-    reached one, and ``not_sent`` (samples failed as ``budget_exceeded``); ``reasoning``:
+    reached one or a request was kept back for want of room, and ``not_sent`` (samples failed as ``budget_exceeded``); ``reasoning``:
     the rule the scored outputs went through, whether ``benchmark.strip_reasoning_prefix``
     was on (scores are then not the official rule's), how many answers it stripped, and
     how many carried reasoning in the provider's separate field.
@@ -240,7 +240,7 @@ def spend_fields(
         },
     }
     if limits.get("max_cost_usd") is not None or limits.get("max_total_tokens") is not None:
-        reached = (limits.get("max_cost_usd") is not None and (cost is None or cost >= limits["max_cost_usd"])) or (
+        reached = bool(not_sent) or (limits.get("max_cost_usd") is not None and (cost is None or cost >= limits["max_cost_usd"])) or (
             limits.get("max_total_tokens") is not None and (tokens is None or tokens >= limits["max_total_tokens"])
         )
         out["budget"] = {**limits, "reached": reached, "not_sent": not_sent}
