@@ -143,7 +143,35 @@ def dry_run_lines(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> list[str]:
     if cfg.run.resume is not None:
         lines.append(f"evalkit: dry run: resuming {cfg.run.resume}: {dry.journaled} of {len(plan.units)} requests "
                      f"already journaled, {dry.requests} to send")
+    budget = _budget_line(cfg, plan, dry)
+    if budget:
+        lines.append(budget)
     return lines
+
+
+def _budget_line(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> str | None:
+    """A line when the estimate passes ``run.max_total_tokens`` / ``run.max_cost_usd``: by the
+    prompt tokens alone (the run will stop short), or only if answers used ``max_tokens``
+    (it may). A resume's estimate does not count what its journal spent already."""
+    if cfg.model.kind != "litellm" or not dry.requests or dry.prompt_tokens is None:
+        return None
+    max_tokens = cfg.generation.max_tokens or 0
+    upper_tokens = dry.prompt_tokens + max_tokens * dry.requests
+    price = plan.prices.get("agent")
+    checks = []
+    if cfg.run.max_total_tokens is not None:
+        checks.append(("run.max_total_tokens", cfg.run.max_total_tokens, dry.prompt_tokens, upper_tokens, "{:,} tokens"))
+    if cfg.run.max_cost_usd is not None and dry.cost_usd is not None and price is not None:
+        upper_cost = price.cost({"prompt_tokens": dry.prompt_tokens, "completion_tokens": max_tokens * dry.requests})
+        checks.append(("run.max_cost_usd", cfg.run.max_cost_usd, dry.cost_usd, upper_cost, "${:.4f}"))
+    for key, limit, lower, upper, shown in checks:
+        if lower > limit:
+            return (f"evalkit: dry run: the estimate exceeds {key}={limit:g} by the prompt tokens alone ({shown.format(lower)}): "
+                    "the run will stop short, its unsent requests failed as budget_exceeded (resume with a larger budget)")
+        if upper is not None and upper > limit and not dry.rollouts:
+            return (f"evalkit: dry run: the estimate may exceed {key}={limit:g} ({shown.format(upper)} if every answer used "
+                    f"max_tokens={max_tokens}): requests whose upper bound does not fit are not sent")
+    return None
 
 
 def _rollouts_part(dry: DryRun) -> str:

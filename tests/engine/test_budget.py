@@ -71,11 +71,12 @@ def test_a_cost_budget_holds_and_reservations_are_priced():
 
 
 def test_the_reservation_bounds_the_estimate_and_max_tokens():
-    budget = Budget(None, 10**6, {"agent": PRICE})
+    budget = Budget(1.0, 10**6, {"agent": PRICE})
     cost, tokens = budget.bound("agent", 1000, 200)
     assert tokens == 1250 + PROMPT_SLACK_TOKENS + 200
     assert cost == pytest.approx((1250 + PROMPT_SLACK_TOKENS) * 3e-6 + 200 * 15e-6)
     assert budget.bound("agent", 1000, None)[1] > 10_000  # no max_tokens sent: a wide completion bound
+    assert Budget(None, 10**6, {"agent": PRICE}).bound("agent", 1000, 200)[0] == 0.0  # no cost limit: not priced
 
 
 def test_an_answer_without_usage_is_charged_its_reservation_and_a_cache_hit_nothing():
@@ -158,7 +159,8 @@ def test_an_offline_run_costs_exactly_zero_with_its_scripted_user(tmp_path):
 def test_a_cost_budget_asks_the_user_simulator_price_only_for_selected_rollouts():
     from evalkit.engine.plan import run_prices
 
-    unpriced_user = ["benchmark.user_model=openai_compatible", "run.max_cost_usd=1", "model=openai_compatible",
+    unpriced_user = ["benchmark.user_model=openai_compatible", "benchmark.user_overrides=['backend.api_base=http://127.0.0.1:9/v1']",
+                     "run.max_cost_usd=1", "model=openai_compatible", "backend.api_base=http://127.0.0.1:9/v1",
                      "+model.pricing.input_per_mtok=1", "+model.pricing.output_per_mtok=1"]  # fmt: skip
     cfg = _cfg(*unpriced_user, "benchmark.subsets=[normal_atom_bool]")  # validation no longer refuses it
     assert "user" not in run_prices(cfg, with_user=False)
@@ -171,3 +173,24 @@ def _cfg(*overrides: str):
     from tests.test_reasoning import SHARED_DIR
 
     return resolve(compose([f"benchmark.data_dir={SHARED_DIR / 'data' / 'acebench'}", *overrides]))[1]
+
+
+def test_at_ctrl_c_what_was_answered_or_in_flight_but_not_journaled_counts(tmp_path):
+    """The keeper counted 3,000 tokens spent (1,000 of them journaled) and 2,000 reserved by
+    calls in flight when the run was interrupted: a resume's budget starts from 5,000."""
+    import json
+
+    from evalkit.engine.budget import journal_spend
+    from evalkit.engine.run import _note_unjournaled
+
+    (tmp_path / "predictions.jsonl").write_text(json.dumps({"sample_id": "a", "cost_usd": 0.01, "spent_tokens": 1000}) + "\n")
+
+    class Interrupted:
+        @staticmethod
+        def budget_state() -> tuple:
+            return 0.03, 3000, {"cost_usd": 0.02, "spent_tokens": 2000}
+
+    assert journal_spend(tmp_path) == (0.01, 1000)
+    _note_unjournaled(Interrupted(), tmp_path)  # type: ignore[arg-type]
+    cost, tokens = journal_spend(tmp_path)
+    assert tokens == 5000 and cost == pytest.approx(0.05)

@@ -68,3 +68,23 @@ def test_an_offline_multi_turn_run_under_a_token_budget_costs_exactly_zero(run_e
     assert res.summary["status"] == "complete", res.summary
     assert res.summary["cost_usd"] == 0.0 and res.summary["spent_tokens"] == 0
     assert all(r["cost_usd"] == 0.0 for r in read_jsonl(res.run_dir / "predictions.jsonl"))
+
+
+def test_a_dry_run_whose_estimate_exceeds_the_budget_says_so(acebench_dir, sized):
+    """Five requests of about 9,100 prompt tokens in all (max_tokens 1200 each): a token budget
+    of 1,000 is passed by the prompts alone, one of 12,000 only if the answers used max_tokens,
+    one of 100,000 not at all."""
+    from evalkit.compose import compose, resolve
+    from evalkit.job import dry_run
+
+    def lines(limit: int) -> list[str]:
+        _, cfg = resolve(compose([f"benchmark.data_dir={acebench_dir}", "model=openai_compatible", "model.provider_model=openai/fake",
+                                  "backend.api_base=http://127.0.0.1:9/v1", f"benchmark.subsets=[{SUBSET}]", "run.limit=5",
+                                  "run.dry_run=true", f"run.max_total_tokens={limit}"]))  # fmt: skip
+        return dry_run(cfg).lines
+
+    prompts = sum(est for _, est, _ in list(sized.values())[:5])
+    assert 1000 < prompts < 12_000 < prompts + 5 * 1200 < 100_000
+    assert lines(1000)[-1].startswith(f"evalkit: dry run: the estimate exceeds run.max_total_tokens=1000 by the prompt tokens alone ({prompts:,} tokens)")
+    assert lines(12_000)[-1].startswith("evalkit: dry run: the estimate may exceed run.max_total_tokens=12000 (")
+    assert not any("run.max_total_tokens" in line for line in lines(100_000))

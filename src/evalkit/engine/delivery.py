@@ -59,11 +59,16 @@ class Delivery:
     """Units to ``workers`` (Ray actor handles, or fakes with the same calls:
     ``solve.options(num_returns="streaming").remote(*solve_args, units)`` iterating
     awaitables of ``(key, trajectory or exception)``, and ``ping.remote()``); ``submit`` is
-    awaited once per unit, with a unique ``unit.key``."""
+    awaited once per unit, with a unique ``unit.key``. A worker that lost units once gets
+    ``again_args`` instead of ``solve_args`` from then on (a restarted process must be told
+    the run again)."""
 
     def __init__(self, workers: list[Any], solve_args: tuple[Any, ...], max_batch: int = MAX_BATCH,
-                 liveness_s: float = LIVENESS_S, ping_timeout_s: float = PING_TIMEOUT_S):  # fmt: skip
+                 liveness_s: float = LIVENESS_S, ping_timeout_s: float = PING_TIMEOUT_S,
+                 again_args: tuple[Any, ...] | None = None):  # fmt: skip
         self.workers, self.solve_args, self.max_batch = workers, solve_args, max_batch
+        self.again_args = again_args  # the arguments of a call to a worker lost before (it may be a new process)
+        self.lost_before = [False] * len(workers)
         self.liveness_s, self.ping_timeout_s = liveness_s, ping_timeout_s
         self.load = [0] * len(workers)
         self.live = [True] * len(workers)
@@ -134,8 +139,9 @@ class Delivery:
         bring back are lost with the worker (a try each)."""
         error: BaseException | None = None
         try:
-            units = [self.held[key].unit for key, _ in sends]
-            stream = self.workers[i].solve.options(num_returns="streaming").remote(*self.solve_args, units).__aiter__()
+            units = [self.held[key].unit for key, _ in sends if key in self.held]
+            args = self.again_args if self.lost_before[i] and self.again_args is not None else self.solve_args
+            stream = self.workers[i].solve.options(num_returns="streaming").remote(*args, units).__aiter__()
             while True:
                 item = asyncio.ensure_future(_next(stream))
                 while not (await asyncio.wait({item}, timeout=self.liveness_s))[0]:
@@ -160,6 +166,7 @@ class Delivery:
 
     async def _lost(self, i: int, keys: list[Hashable], error: BaseException) -> None:
         log.warning("model worker %d lost %d unit(s) in flight (%s); sending them again", i, len(keys), type(error).__name__)
+        self.lost_before[i] = True
         again = []
         for key in keys:
             held = self.held[key]

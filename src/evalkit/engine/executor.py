@@ -102,7 +102,7 @@ class ModelWorker:
         return os.getpid()
 
     async def _job(self, job: str, holder: list[Any]) -> tuple[Any, dict[str, Any], dict[str, Any]] | None:
-        if job not in self.jobs:
+        if job not in self.jobs and holder:
             state = await holder[0]
             if job not in self.forgotten:
                 self.jobs.setdefault(job, state)
@@ -127,9 +127,10 @@ class ModelWorker:
 
     async def solve(self, job: str, holder: list[Any], budget: Any, units: list[Unit]) -> AsyncIterator[tuple[Any, Any]]:
         """Solve ``units`` of run ``job`` (registered first from ``holder`` when this process
-        does not know it: a restarted worker) concurrently, yielding ``(unit key,
-        trajectory or the exception solving raised)`` as each finishes; nothing for a run
-        that has ended. ``budget``: the run's :class:`~evalkit.engine.budget.BudgetKeeper`
+        does not know it: a restarted worker; the driver sends an empty ``holder`` to a
+        worker it has not lost, as the run's object reference costs every call) concurrently,
+        yielding ``(unit key, trajectory or the exception solving raised)`` as each finishes;
+        nothing for a run that has ended or is not known here. ``budget``: the run's :class:`~evalkit.engine.budget.BudgetKeeper`
         (``None``: no limits), asked before each model call."""
         state = await self._job(job, holder)
         if state is None:
@@ -238,7 +239,7 @@ class RayExecutor:
         self._holder: list[Any] = []
         self._ready: list[Any] = [w.ping.remote() for w in self.workers]
         self.pids: list[int] = []
-        self.delivery = Delivery(self.workers, (self.job, self._holder, None))
+        self.delivery = Delivery(self.workers, (self.job, [], None), again_args=(self.job, self._holder, None))
         self.budget_keeper: Any = None
 
     @staticmethod
@@ -276,7 +277,8 @@ class RayExecutor:
         """Have every model call of this run reserve against ``budget`` (limited), held by a
         :class:`~evalkit.engine.budget.BudgetKeeper` actor."""
         self.budget_keeper = keeper(budget)
-        self.delivery.solve_args = (self.job, self._holder, self.budget_keeper)
+        self.delivery.solve_args = (self.job, [], self.budget_keeper)
+        self.delivery.again_args = (self.job, self._holder, self.budget_keeper)
 
     def budget_state(self, timeout_s: float = 10.0) -> Any:
         """The keeper's ``(cost_usd, tokens, outstanding)``, or ``None`` (no keeper, or no answer)."""
