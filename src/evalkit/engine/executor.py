@@ -232,7 +232,7 @@ class RayExecutor:
         if self.reused:
             self.workers = warm[key]  # type: ignore[index]
         else:
-            self.workers = self._start(agents_factory, cache, n, per_actor)
+            self.workers = self._start(agents_factory, cache, n, concurrency)
             if warm is not None:
                 warm[key] = self.workers
         self.job = uuid.uuid4().hex
@@ -243,12 +243,12 @@ class RayExecutor:
         self.budget_keeper: Any = None
 
     @staticmethod
-    def _start(agents_factory: Callable[[], Any], cache: str | None, n: int, per_actor: int) -> list[Any]:
+    def _start(agents_factory: Callable[[], Any], cache: str | None, n: int, concurrency: int) -> list[Any]:
         worker_cls = _worker_class()
         status.info("starting %s…", "1 model worker (a Ray actor)" if n == 1 else f"{n} model workers (Ray actors)")
         return [
             worker_cls.options(
-                max_concurrency=per_actor + 16,  # calls: at most one solve per unit held, pings, the set-up calls
+                max_concurrency=concurrency + 16,  # calls: a solve per unit at most (all of them, the others lost), pings, set-up
                 max_restarts=ACTOR_MAX_RESTARTS,
                 max_task_retries=-1,  # calls other than solve made while Ray restarts the actor wait for it
                 scheduling_strategy="SPREAD",  # one actor per node first on a cluster
