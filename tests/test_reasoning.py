@@ -297,8 +297,10 @@ def test_budget_is_reached_at_its_limit_and_when_the_spend_is_unknown():
     assert budget.exhausted() and "spent $0.003 of run.max_cost_usd=0.0025" in budget.reason()
     tokens = Budget(None, 1500, {"agent": price}, tokens=1000)
     assert not tokens.exhausted()
-    tokens.charge(Trajectory(turns=[{"actor": "agent", "usage": None}]))
-    assert tokens.exhausted() and "unknown" in tokens.reason()
+    tokens.charge(Trajectory(turns=[{"actor": "agent", "usage": None}]))  # in a run, the keeper charged its reservation
+    assert not tokens.exhausted() and tokens.tokens == 1000
+    unknown = Budget(None, 10**9, {"agent": price}, tokens=None)  # an earlier attempt journaled an unmeasured answer
+    assert unknown.exhausted() and "run.max_total_tokens cannot be checked" in unknown.reason()
     assert not Budget(None, None, {"agent": None}, cost_usd=None, tokens=None).exhausted()  # no limit: never reached
 
 

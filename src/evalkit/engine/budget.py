@@ -176,16 +176,17 @@ class Budget:
     # -- the driver's view (after each unit) -----------------------------------------------------
     def charge(self, trajectory: Trajectory) -> None:
         """Add what a finished unit spent (:func:`evalkit.engine.records.spend`; the driver's
-        view, for its messages and its stop); a call the budget refused stops the dispatch."""
+        view, for its messages and its stop: what was not measured is left out, the keeper
+        counted its reservation); a call the budget refused stops the dispatch."""
         if not self.limited:
             return
         failure = trajectory.failure
         if failure is not None and failure.error_kind == BUDGET_EXCEEDED:
             self.refused = True
-        spent = spend(trajectory, self.prices)
+        spent = spend(trajectory, self.prices)  # an unmeasured part: the keeper charged its reservation
         c, t = spent["cost_usd"], spent["spent_tokens"]
-        self.cost_usd = None if self.cost_usd is None or c is None else self.cost_usd + c
-        self.tokens = None if self.tokens is None or t is None else self.tokens + t
+        self.cost_usd = self.cost_usd + c if self.cost_usd is not None and c is not None else self.cost_usd
+        self.tokens = self.tokens + t if self.tokens is not None and t is not None else self.tokens
 
     def exhausted(self) -> bool:
         """True once a call was refused, a limit is reached, or the spend it limits is unknown."""
