@@ -61,6 +61,7 @@ def test_a_token_budget_holds_within_one_request_at_any_concurrency(concurrency)
     assert sent < 20
 
 
+@pytest.mark.slow  # litellm's import (pricing, token_counter)
 def test_a_cost_budget_holds_and_reservations_are_priced():
     limit = 0.05
     budget = Budget(limit, None, {"agent": PRICE})
@@ -70,6 +71,7 @@ def test_a_cost_budget_holds_and_reservations_are_priced():
                                                  "completion_tokens": 400})  # fmt: skip
 
 
+@pytest.mark.slow  # litellm's import (pricing, token_counter)
 def test_the_reservation_bounds_the_estimate_and_max_tokens():
     budget = Budget(1.0, 10**6, {"agent": PRICE})
     cost, tokens = budget.bound("agent", 1000, 200)
@@ -123,6 +125,7 @@ class _Answers:
         return Completion(text="ok", usage={"prompt_tokens": 10, "completion_tokens": 2})
 
 
+@pytest.mark.slow  # litellm's import (pricing, token_counter)
 def test_the_model_wrapper_asks_the_budget_before_each_call_of_a_rollout():
     """Each call of a rollout reserves first: the third call of a rollout the budget has no
     room for is not sent, and the failure is budget_exceeded."""
@@ -156,6 +159,7 @@ def test_an_offline_run_costs_exactly_zero_with_its_scripted_user(tmp_path):
     assert spend(Trajectory(turns=turns), prices) == {"cost_usd": 0.0, "spent_tokens": 0}
 
 
+@pytest.mark.slow  # litellm's import (the user simulator's price)
 def test_a_cost_budget_asks_the_user_simulator_price_only_for_selected_rollouts():
     from evalkit.engine.plan import run_prices
 
