@@ -39,24 +39,18 @@ def run_validated(cfg: EvalConfig, sweep: dict[str, Any] | None = None, phases: 
 
 
 def outcome_line(result: RunResult) -> str:
-    """The one line a finished run prints: its headline, or why there is none."""
-    s = result.summary
-    if s["status"] == "batch_submitted":
+    """The one line a finished run prints: its headline, or why there is none (counts as
+    :class:`~evalkit.summary.Summary` defines them: samples, and answers with repeats)."""
+    if result.summary["status"] == "batch_submitted":
+        s = result.summary
         return (f"evalkit: batch submitted: {s['benchmark']} × {s['model']}: batches {', '.join(s['batch_ids'])} left "
                 f"running at the provider; collect them with run.resume={result.run_dir} run.batch=true")  # fmt: skip
-    if s["status"] == "complete":
-        return f"evalkit: complete: {s['benchmark']} × {s['model']}: {headline_text(s)}; {_cost(s)} → {result.run_dir}"
-    kinds = ", ".join(f"{k}: {v}" for k, v in s["failed_by_kind"].items()) or "never ran"
-    return (
-        f"evalkit: INCOMPLETE: {Summary.model_validate(s).count_line()} ({kinds}); "
-        f"no headline score; {_cost(s)}. Resume: run.resume={result.run_dir}"
-    )
-
-
-def _cost(summary: dict[str, Any]) -> str:
-    """``cost $0.0123`` of a summary (``cost unknown`` without a price or usage)."""
-    cost = summary.get("cost_usd")
-    return f"cost ${cost:.4f}" if isinstance(cost, (int, float)) else "cost unknown"
+    typed = Summary.model_validate(result.summary)
+    cost = f"cost ${typed.cost_usd:.4f}" if typed.cost_usd is not None else "cost unknown"
+    if typed.complete:
+        return f"evalkit: complete: {typed.benchmark} × {typed.model}: {headline_text(result.summary)}; {cost} → {result.run_dir}"
+    kinds = ", ".join(f"{k}: {v}" for k, v in typed.failed_by_kind.items()) or "never ran"
+    return f"evalkit: INCOMPLETE: {typed.count_line()} ({kinds}); no headline score; {cost}. Resume: run.resume={result.run_dir}"
 
 
 def run_composed(cfg: DictConfig, sweep: dict[str, Any] | None = None, shared: Session | None = None) -> RunResult | DryRun:
