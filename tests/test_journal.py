@@ -42,6 +42,7 @@ def stale_first(run_eval):
     return again, fresh
 
 
+@pytest.mark.slow  # over 2 s: two runs, or a 1 MiB answer
 def test_a_stale_row_before_a_fresh_one_counts_nowhere(stale_first):
     """Issue 26 item 13: the engine scored the sample 1.0 from the fresh row while the
     MLflow samples table showed it not_run (it kept the stale first row, then refused it)
@@ -114,6 +115,7 @@ def test_rescore_and_compare_refuse_a_row_at_an_impossible_epoch_in_one_line(run
 # the typed summary: counts with repeats, the console line, check_report.sh, validation
 # ------------------------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.slow  # over 2 s: two runs, or a 1 MiB answer
 def test_counts_with_repeats_are_samples_and_rows(run_eval, tmp_path, capsys):
     """Issue 26 items 2, 9, 17: with run.repeats=3 and one of 4 samples never answered,
     n_scored/n_failed count samples (3 + 1 == n_samples 4), the rows are counted apart
@@ -186,6 +188,7 @@ def test_a_malformed_summary_is_one_line_for_every_reader(run_eval, capsys, chan
     assert str(exc.value) == line
 
 
+@pytest.mark.slow  # over 2 s: two runs, or a 1 MiB answer
 def test_audit_scores_a_capped_output_in_full_from_its_side_file(run_eval, shared_data_dir, tmp_path, capsys):
     """Issue 25 items 6 and 8: a KE answer over 1 MiB is capped in its journal row (the first
     4,096 characters kept, the whole text in its side file). The audit read only the row
