@@ -265,3 +265,17 @@ def test_a_summary_that_does_not_validate_is_still_written_and_said(tmp_path, ca
     assert write_summary(tmp_path / "summary.json", built) is None
     assert json.loads((tmp_path / "summary.json").read_text(encoding="utf-8")) == built
     assert "metrics.accuracy: expected a number, got NoneType (written as built)" in caplog.text
+
+
+def test_rescore_says_which_journal_lines_it_skipped(run_eval, capsys):
+    """Issue 26 item 11: rescore said nothing about damaged journal lines. It prints the
+    journal reader's one warning line (unreadable lines, conflicting duplicates) and goes on."""
+    res = run_eval(ACE)
+    preds = res.run_dir / "predictions.jsonl"
+    lines = _lines(preds)
+    other = {**json.loads(lines[1]), "scores": {"accuracy": 0.0}}
+    _write(preds, lines + [json.dumps(other), "not json"])
+    assert rescore_mod.main([str(res.run_dir)]) == 0
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("evalkit: warning:")]
+    assert len(warned) == 1 and "unreadable lines 5 skipped" in warned[0]
+    assert f"sample {other['sample_id']} journaled twice with different scores: line 2" in warned[0]

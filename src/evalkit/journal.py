@@ -158,7 +158,7 @@ class Journal:
         parts = []
         if self.unreadable:
             kind = "a torn last line" if self.torn_last and len(self.unreadable) == 1 else "unreadable lines"
-            parts.append(f"{kind} {_numbers(self.unreadable)} skipped (their samples are asked again)")
+            parts.append(f"{kind} {_numbers(self.unreadable)} skipped (a resume asks their samples again)")
         if self.invalid:
             line, why = self.invalid[0]
             more = f" and {len(self.invalid) - 1} more" if len(self.invalid) > 1 else ""
