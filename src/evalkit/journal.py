@@ -128,8 +128,15 @@ class Journal:
         return self.path.parent
 
     def epochs(self, samples: list[Any], repeats: int) -> list[list[dict[str, Any]]]:
-        """The rows of ``samples``, one list per epoch ``0 .. repeats-1``, in selection order."""
-        return [[self.rows[(s.id, e)] for s in samples if (s.id, e) in self.rows] for e in range(repeats)]
+        """The rows of ``samples``, one list per epoch ``0 .. repeats-1``, in selection order.
+        Linear in the rows and ``repeats`` (not their product: ``repeats`` may come from a
+        run directory's summary)."""
+        order = {s.id: i for i, s in enumerate(samples)}
+        placed: list[list[tuple[int, dict[str, Any]]]] = [[] for _ in range(repeats)]
+        for (sid, epoch), row in self.rows.items():
+            if epoch < repeats and sid in order:
+                placed[epoch].append((order[sid], row))
+        return [[row for _, row in sorted(rows, key=lambda p: p[0])] for rows in placed]
 
     def uncounted(self) -> list[int]:
         """The lines a reader without the requests must skip to count as this read did: the
