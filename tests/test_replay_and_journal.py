@@ -72,7 +72,7 @@ def test_chat_replay_of_a_continuation_scores_it_as_a_chat_answer(run_eval, ke_d
         (["model=replay", "+model.provider_model=openai/x"], "model.provider_model: a replay model does not use provider_model"),
         (["model=reference", "+model.path=x.jsonl"], "model.path: a reference model does not use path"),
         (["model=baseline_echo", "+model.generation.max_tokens=5"], "model.generation: a baseline model generates nothing"),
-        (["model=openai_compatible", "+model.path=x.jsonl"], "model.path: a litellm model does not use path"),
+        (["model=openai_compatible", "backend.api_base=http://127.0.0.1:9/v1", "+model.path=x.jsonl"], "model.path: a litellm model does not use path"),
     ],
 )
 def test_a_model_key_its_kind_does_not_use_is_one_line(overrides, expected, tmp_path, shared_data_dir):
