@@ -3,7 +3,7 @@ streaming generators (``num_returns="streaming"``), each unit journaled once.
 
 Rules (each tested in-process against a fake actor handle, tests/engine/test_delivery.py):
 
-* the units ready in one turn of the driver's event loop go to the live worker with the
+* the units queued within ``FLUSH_DELAY_S`` go to the live worker with the
   fewest units held, at most ``max_batch`` to one call of its ``solve`` generator, which
   yields ``(unit key, result)`` as each unit finishes;
 * the generator runs with Ray's task retries off: after a worker dies Ray would re-run it
@@ -37,6 +37,9 @@ log = logging.getLogger("evalkit")
 UNIT_MAX_TRIES = 3
 #: the most units in one ``solve`` call
 MAX_BATCH = 64
+#: units queued within this long of the first go out together (seconds): results arrive one
+#: by one, and each frees a slot; without it most calls would carry a single unit
+FLUSH_DELAY_S = 0.002
 #: a stream with no result for this long pings its worker (seconds)
 LIVENESS_S = 30.0
 #: a worker that does not answer a ping within this (its restart included) is left out (seconds)
@@ -65,7 +68,8 @@ class Delivery:
 
     def __init__(self, workers: list[Any], solve_args: tuple[Any, ...], max_batch: int = MAX_BATCH,
                  liveness_s: float = LIVENESS_S, ping_timeout_s: float = PING_TIMEOUT_S,
-                 again_args: tuple[Any, ...] | None = None):  # fmt: skip
+                 again_args: tuple[Any, ...] | None = None, flush_delay_s: float = FLUSH_DELAY_S):  # fmt: skip
+        self.flush_delay_s = flush_delay_s
         self.workers, self.solve_args, self.max_batch = workers, solve_args, max_batch
         self.again_args = again_args  # the arguments of a call to a worker lost before (it may be a new process)
         self.lost_before = [False] * len(workers)
@@ -95,9 +99,9 @@ class Delivery:
 
     # -- sending ------------------------------------------------------------------------------
     def _flush_later(self) -> None:
-        if not self.flush_soon:
+        if not self.flush_soon:  # what is queued meanwhile goes in the same calls
             self.flush_soon = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            asyncio.get_running_loop().call_later(self.flush_delay_s, self._flush)
 
     def _flush(self) -> None:
         self.flush_soon = False
@@ -138,25 +142,22 @@ class Delivery:
         """One ``solve`` call: each result handed on as it arrives; the units it did not
         bring back are lost with the worker (a try each)."""
         error: BaseException | None = None
+        watch = _Watch(self, i, asyncio.current_task())  # type: ignore[arg-type]
         try:
             units = [self.held[key].unit for key, _ in sends if key in self.held]
             args = self.again_args if self.lost_before[i] and self.again_args is not None else self.solve_args
-            stream = self.workers[i].solve.options(num_returns="streaming").remote(*args, units).__aiter__()
-            while True:
-                item = asyncio.ensure_future(_next(stream))
-                while not (await asyncio.wait({item}, timeout=self.liveness_s))[0]:
-                    if not await self._check(i):
-                        item.cancel()
-                        raise RuntimeError(f"model worker {i} does not answer")
-                key, result = item.result()
-                if key is _END:
-                    break
+            async for ref in self.workers[i].solve.options(num_returns="streaming").remote(*args, units):
+                key, result = await ref
+                watch.last = watch.loop.time()
                 self._resolve(key, result)
         except asyncio.CancelledError:
-            raise
+            if not watch.silent:
+                raise
+            error = RuntimeError(f"model worker {i} does not answer")
         except Exception as exc:  # noqa: BLE001 - the worker died, or the call failed: its units are sent again
             error = exc
         finally:
+            watch.stop()
             if suspect:
                 self.suspect_out = False
                 self._flush_later()
@@ -226,13 +227,33 @@ class Delivery:
             self._resolve(key, Trajectory(failure=Failure("worker_died", message[:500], actor=actor)))
 
 
-_END = object()
+class _Watch:
+    """A stream's liveness: once it has brought nothing for ``liveness_s``, its worker is
+    pinged, and a worker that does not answer has the stream cancelled (``silent``)."""
 
+    def __init__(self, delivery: Delivery, i: int, task: asyncio.Task[Any]):
+        self.delivery, self.i, self.task, self.silent = delivery, i, task, False
+        self.loop = asyncio.get_running_loop()
+        self.last = self.loop.time()
+        self.probe: asyncio.Future[None] | None = None
+        self.handle = self.loop.call_later(delivery.liveness_s, self._fire)
 
-async def _next(stream: Any) -> tuple[Any, Any]:
-    """The next ``(key, result)`` of a stream, or ``(_END, None)`` at its end."""
-    try:
-        ref = await stream.__anext__()
-    except StopAsyncIteration:
-        return _END, None
-    return await ref
+    def _fire(self) -> None:
+        idle = self.loop.time() - self.last
+        if idle < self.delivery.liveness_s:
+            self.handle = self.loop.call_later(self.delivery.liveness_s - idle, self._fire)
+        else:
+            self.probe = asyncio.ensure_future(self._ping())
+
+    async def _ping(self) -> None:
+        if await self.delivery._check(self.i):
+            self.last = self.loop.time()
+            self.handle = self.loop.call_later(self.delivery.liveness_s, self._fire)
+        else:
+            self.silent = True
+            self.task.cancel()
+
+    def stop(self) -> None:
+        self.handle.cancel()
+        if self.probe is not None and self.probe is not asyncio.current_task():
+            self.probe.cancel()
