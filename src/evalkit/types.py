@@ -12,11 +12,47 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
 from typing import Any, Protocol
 
 #: the most epochs a run may have (``run.repeats``); a journal row's ``epoch`` is below it, and
 #: summary.json's ``repeats`` at most it (a count read from a run directory is bounded before use)
 MAX_REPEATS = 10_000
+
+
+class ErrorKind(str, Enum):
+    """Why a sample has no scorable answer: the one list of ``error_kind`` values written to
+    ``failed.jsonl`` (``Failure.error_kind``), counted in ``summary.json`` → ``failed_by_kind``
+    and shown in MLflow. Every failure is resumable: ``run.resume`` asks again for exactly
+    the samples whose rows carry one of these kinds. A value is written as its plain string.
+    """
+
+    # the provider or the network (``models/litellm_client.error_kind`` classifies exceptions)
+    CONNECTION = "connection"  #: the endpoint could not be reached (refused, reset, DNS)
+    TIMEOUT = "timeout"  #: no answer within ``backend.timeout_s`` (after the retries)
+    RATE_LIMIT = "rate_limit"  #: HTTP 429 until the retry budget ran out
+    SERVER_ERROR = "server_error"  #: HTTP 5xx until the retry budget ran out
+    MALFORMED_RESPONSE = "malformed_response"  #: an answer that is not the API's shape
+    CLIENT_ERROR = "client_error"  #: HTTP 4xx other than auth, 429 and context length
+    CLIENT_CONFIG = "client_config"  #: the request could not be built; nothing was sent
+    CONTEXT_WINDOW = "context_window"  #: the prompt does not fit the model's context
+    AUTH = "auth"  #: the key was refused (HTTP 401/403)
+    # the answer came back but holds nothing to score
+    EMPTY = "empty"  #: an empty answer
+    TRUNCATED_EMPTY = "truncated_empty"  #: empty because ``max_tokens`` ran out (e.g. while reasoning)
+    MISSING_OUTPUT = "missing_output"  #: a replay file holds no output for the sample
+    # evalkit's own limits and machinery
+    BUDGET_EXCEEDED = "budget_exceeded"  #: never sent: ``run.max_cost_usd`` / ``run.max_total_tokens`` spent
+    SCORE_BUDGET_EXCEEDED = "score_budget_exceeded"  #: answered, not scored: ``benchmark.score_budget_s`` spent
+    WORKER_DIED = "worker_died"  #: the unit's model worker died with it each time it was sent
+    ENVIRONMENT = "environment"  #: an agent rollout's simulated environment raised
+    INTERNAL = "internal"  #: an unexpected exception inside evalkit (its type and message kept)
+    # provider batch APIs (``run.batch``)
+    BATCH_EXPIRED = "batch_expired"  #: the batch's completion window ended before this request
+    BATCH_FAILED = "batch_failed"  #: the provider refused or failed this request (or the whole batch)
+    BATCH_CANCELLED = "batch_cancelled"  #: the batch was cancelled (``run.batch_cancel``)
+    # read side only: a selected sample with neither a row nor a failure (MLflow's samples table)
+    NOT_RUN = "not_run"
 
 
 def canonical_json(obj: Any) -> str:
@@ -113,11 +149,8 @@ class Completion:
 class Failure:
     """A request that did not produce a scorable answer (never scored, see failure protocol).
 
-    ``error_kind`` is one of: ``connection``, ``timeout``, ``rate_limit``, ``server_error``,
-    ``malformed_response``, ``client_error``, ``client_config`` (the request could not
-    be built, nothing was sent), ``context_window``, ``auth``, ``empty``,
-    ``truncated_empty``, ``missing_output``, ``internal``, ``budget_exceeded`` (and
-    ``environment`` for a crashing rollout environment). ``actor`` names who failed
+    ``error_kind`` is an :class:`ErrorKind` value (its plain string; the list and meaning of
+    each live there). ``actor`` names who failed
     (``agent``, ``user``, ``environment``, ``model``). ``throttled`` counts HTTP 429
     answers among the attempts. ``usage``: the tokens the failed answer reported (an empty
     answer still read its prompt and may have reasoned), ``None`` when none were
