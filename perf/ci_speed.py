@@ -5,7 +5,7 @@
 The run is ``benchmark.language=all``: 2,040 samples over 17 categories and two languages,
 with the weighted OVERALL, answered by a mixed-quality model (reference answers, some cut
 in half) so that no interval is degenerate. Times the plan's construction and the
-percentile bootstrap of every metric (:func:`evalkit.report.figures.metric_intervals`), the
+interval of every metric, by regime (:func:`evalkit.report.figures.plan_figures`), the
 work a run does once, after its requests.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from evalkit.benchmarks.acebench import AceBench, AceBenchSettings
-from evalkit.report.figures import metric_intervals
+from evalkit.report.figures import plan_figures
 from evalkit.types import Trajectory
 
 
@@ -50,7 +50,7 @@ def main() -> None:
     t0 = time.perf_counter()
     plan = bench.stat_plan(samples, epochs)
     t1 = time.perf_counter()
-    ci = metric_intervals(bench, samples, epochs, run)
+    ci = plan_figures(bench, samples, epochs, run)["metrics_ci"]
     t2 = time.perf_counter()
     print(f"ACEBench language=all: {len(samples)} samples x {args.repeats} epochs, {len(plan.units)} units, "
           f"{len(ci)} metrics with intervals, {args.resamples} resamples")

@@ -16,6 +16,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import yaml
@@ -29,7 +30,7 @@ from evalkit.engine.scoring import Scorer
 from evalkit.errors import ConfigError, EvalkitError, RunDirError, printable
 from evalkit.journal import damaged_journal, read_run_journal
 from evalkit.jsonl import SideFileError
-from evalkit.report.figures import epoch_mean, repeat_figures
+from evalkit.report.figures import epoch_mean, plan_figures
 from evalkit.summary import read_summary
 
 log = logging.getLogger("evalkit")
@@ -85,9 +86,13 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
             row["scores"] = scored.scores
             epochs[epoch].append(row)
     metrics = epoch_mean([bench.aggregate(selected, records) for records in epochs])
-    metrics.update(repeat_figures(bench, epochs))
+    metrics.update(plan_figures(bench, selected, epochs, _NO_INTERVALS)["repeat"])
     recorded = recorded_summary.shown_metrics()[0] if recorded_summary else {}
     return {"metrics": metrics, "recorded": recorded, "changed": changed, "unreadable": unreadable}
+
+
+#: the run settings :func:`plan_figures` reads, with intervals off (rescore compares metrics only)
+_NO_INTERVALS = SimpleNamespace(bootstrap_resamples=0, ci_level=0.95, seed=0)
 
 
 def load_benchmark(run_dir: Path, data_dir: Path | None = None) -> Any:

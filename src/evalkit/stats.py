@@ -1,4 +1,4 @@
-"""Uncertainty of every metric, and paired tests between runs.
+"""Uncertainty of every metric, paired tests between runs, multiplicity, power and gates.
 
 A benchmark describes its metrics as a :class:`StatPlan` over its *independent units*
 (an ACEBench record, a multi-turn dialogue or an agent rollout; a SOBHard question; a KE
@@ -6,36 +6,58 @@ item), each in a *stratum* (a category, a SOBHard family × difficulty cell):
 
 * **base metrics** are means of a per-unit value over a subset of the units (``values``,
   ``mask``); with unit weights ``w`` (how often each unit is drawn) a base metric is
-  ``Σ w·v·m / Σ w·m``, so one matrix product evaluates it on every resample at once;
+  ``Σ w·v·m / Σ w·m``, so one matrix product evaluates it on many resamples at once;
 * **derived metrics** (a group = the unweighted mean of its categories, the weighted
   OVERALL, SOBHard's ``balance_score``) are computed from the base metrics by the plan's
   ``derive`` function, which works on arrays (one value per resample).
 
 With all weights 1 a plan gives the benchmark's point estimates: its reported metrics
-(``Benchmark.aggregate``), the plan being each metric's one definition.
+(``Benchmark.aggregate``), the plan being each metric's one definition. With repeats
+(epochs) a unit carries all its epochs: metrics are computed per epoch and averaged
+(clustered by sample).
 
-Intervals: the **percentile bootstrap** (BCa returns NaN when every score is equal, e.g. a
-reference run at 1.0), resampling units **within each stratum** (n uniform draws with
-replacement among a stratum's n units, so every stratum keeps its size and the weights of a
-weighted aggregate are the headline's own), ``run.bootstrap_resamples`` resamples from
-``run.seed``; ``stderr`` is the resamples' standard deviation. With repeats (epochs) a unit
-carries all its epochs: metrics are computed per epoch and averaged, on every resample
-(clustered by sample). ``scipy.stats.bootstrap`` is not used for these because it refuses
-``paired=True`` for strata of unequal size and cannot recompute a stratified, weighted
-aggregate.
+**Intervals by regime** (:func:`intervals`; every interval's ``method`` names the method and
+why it was chosen; the thresholds are the constants below; coverage is simulated by
+``perf/coverage.py``):
 
-Paired comparison of runs A and B over the units scored in both: Δ = B − A with a paired
-bootstrap interval (the same draws for both runs); its p-value is the exact McNemar test
-(``scipy.stats.binomtest`` on the discordant pairs; p = 1 when there are none) for a plain
-mean of 0/1 scores, a paired sign-flip permutation test for a plain mean of graded scores,
-and a two-sided paired-bootstrap p for every other metric.
+* a mean whose every unit scores 0 (or every unit 1), any score in [0, 1]: the exact
+  binomial (Clopper–Pearson) bound on the n units — never a zero-width interval (for a
+  score in [0, 1] with mean μ, P(all n at 1) ≤ μⁿ, so the bound holds for graded scores);
+* a mean of 0/1 scores (one epoch): Clopper–Pearson when it has fewer than
+  :data:`TAIL_COUNT` successes or failures, Wilson below :data:`RATE_BOOTSTRAP_N` units,
+  else the stratified percentile bootstrap;
+* a mean of graded scores (or of 0/1 scores averaged over epochs): a t interval on the
+  per-unit means below :data:`SMALL_N` units, else the stratified percentile bootstrap;
+* a derived metric: the stratified percentile bootstrap, or a t interval with the
+  bootstrap's standard error below :data:`SMALL_N` units; a biased non-linear one
+  (kind :data:`NONLINEAR`, SOBHard's geometric-mean ``balance_score``) the *basic*
+  bootstrap (which removes the percentile interval's bias) and *not estimable* when a
+  stratum has fewer than :data:`NONLINEAR_MIN_PER_STRATUM` units (its bias is then beyond
+  any bootstrap's repair).
+
+The bootstrap resamples units **within each stratum** (n draws with replacement among a
+stratum's n units); strata with fewer than 2 units are pooled (into one, or into the
+smallest other stratum), since a one-unit stratum would add no variance; ``stderr`` is the
+resamples' standard deviation. The resampling weights are drawn in chunks of rows
+(:func:`weight_chunks`), so memory is linear in the number of units. A zero-width interval
+carries a ``warning``.
+
+**Paired comparison** of runs A and B (:func:`paired`): for each metric, over the units
+scored in both runs where the metric is defined in both (one n), Δ = B − A with its
+interval and p-value from **one procedure**: for a mean of 0/1 scores (one epoch) the exact
+McNemar test and the interval that inverts it (Clopper–Pearson on the discordant pairs);
+for a mean of graded scores (or of epochs) a paired t on the per-unit differences; for a
+derived metric a t on the paired stratified bootstrap's standard error. The interval
+excludes 0 exactly when p < 1 − level. The minimum detectable effect at 80 % power is
+given beside it (:func:`mde`). Holm and Benjamini–Hochberg adjust a family of p-values
+(:func:`adjust`); :func:`gate` turns the headline's Δ into PASS / FAIL / INCONCLUSIVE.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -48,8 +70,23 @@ def _scipy_stats() -> Any:
     return sps
 
 
-#: kinds of metrics (what test a paired comparison uses)
+#: kinds of metrics (what interval and test they get)
 BINARY, GRADED, DERIVED = "binary_mean", "graded_mean", "derived"
+#: a derived metric that is a biased non-linear function of stratum means (basic bootstrap)
+NONLINEAR = "nonlinear"
+
+#: below this many units a graded mean gets a t interval, not the percentile bootstrap
+SMALL_N = 30
+#: below this many units a 0/1 rate gets Wilson's interval, not the bootstrap
+RATE_BOOTSTRAP_N = 100
+#: a 0/1 rate with fewer successes (or failures) than this gets Clopper–Pearson
+TAIL_COUNT = 10
+#: a NONLINEAR metric with a stratum of fewer units than this is not estimable
+NONLINEAR_MIN_PER_STRATUM = 5
+#: power at which :func:`mde` states the minimum detectable effect
+POWER = 0.8
+#: most cells (resamples × units) of one chunk of bootstrap weights (8 bytes each)
+CHUNK_CELLS = 1 << 21
 
 
 @dataclass
@@ -60,6 +97,14 @@ class Column:
     values: np.ndarray
     mask: np.ndarray
     kind: str = GRADED
+
+    def unit_means(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(covered, means)``: whether each unit is scored in some epoch (``(U,)`` bool)
+        and its mean over those epochs (``nan`` where not covered)."""
+        count = self.mask.sum(axis=0)
+        total = (np.nan_to_num(self.values) * self.mask).sum(axis=0)
+        covered = count > 0
+        return covered, np.where(covered, total / np.maximum(count, 1), np.nan)
 
 
 @dataclass
@@ -72,8 +117,10 @@ class StatPlan:
         columns: base metric name → :class:`Column`.
         derive: ``{base name: array}`` → ``{derived name: array}``; arrays of one value per
             resample (``nan`` where undefined). Must use only numpy operations.
-        kinds: kind of each derived metric (default :data:`DERIVED`).
-        derived_n: how many units each derived metric covers (default: all of them).
+        kinds: kind of each derived metric (default :data:`DERIVED`; :data:`NONLINEAR` for a
+            biased non-linear aggregate such as a geometric mean).
+        derived_n: how many units each derived metric covers (default: the units its base
+            metrics cover, :meth:`covered`).
         unit_label / stratum_label: what the units and a stratum are, in words (plural units,
             e.g. ``"questions"``; for ``method``).
     """
@@ -86,10 +133,23 @@ class StatPlan:
     derived_n: dict[str, int] = field(default_factory=dict)
     unit_label: str = "samples"
     stratum_label: str = "category"
+    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def n_epochs(self) -> int:
         return max((c.values.shape[0] for c in self.columns.values()), default=1)
+
+    def _matrices(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per epoch ``(values × mask, mask)`` as ``(U, M)`` float matrices (built once)."""
+        if "matrices" not in self._cache:
+            names = list(self.columns)
+            out = []
+            for e in range(self.n_epochs):
+                mask = np.stack([_row(self.columns[n].mask, e) for n in names], axis=1).astype(float)
+                values = np.stack([_row(self.columns[n].values, e) for n in names], axis=1)
+                out.append((np.nan_to_num(values) * mask, mask))
+            self._cache["matrices"] = out
+        return self._cache["matrices"]
 
     def evaluate(self, weights: np.ndarray, epoch_mean: bool = True) -> dict[str, np.ndarray]:
         """Every metric for each row of ``weights`` (shape ``(R, U)``): ``{name: (R,)}`` —
@@ -98,20 +158,19 @@ class StatPlan:
         if not names:
             return {}
         per_epoch: list[dict[str, np.ndarray]] = []
-        for e in range(self.n_epochs):
-            values = np.stack([_row(self.columns[n].values, e) for n in names], axis=1)  # (U, M)
-            mask = np.stack([_row(self.columns[n].mask, e) for n in names], axis=1).astype(float)
-            num = weights @ (np.nan_to_num(values) * mask)
+        for vm, mask in self._matrices():
+            num = weights @ vm
             den = weights @ mask
             with np.errstate(invalid="ignore", divide="ignore"):
                 base = {n: np.where(den[:, i] > 0, num[:, i] / np.where(den[:, i] > 0, den[:, i], 1), np.nan) for i, n in enumerate(names)}
             out = dict(base)
             if self.derive is not None:
-                out.update(self.derive(base))
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out.update(self.derive(base))
             per_epoch.append(out)
         if len(per_epoch) == 1 or not epoch_mean:
             return per_epoch[0]
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore"), _quiet_nanmean():
             return {n: np.nanmean(np.stack([p[n] for p in per_epoch]), axis=0) for n in per_epoch[0]}
 
     def point(self) -> dict[str, float]:
@@ -122,57 +181,296 @@ class StatPlan:
     def kind(self, name: str) -> str:
         return self.columns[name].kind if name in self.columns else self.kinds.get(name, DERIVED)
 
+    def dependencies(self) -> dict[str, list[str]]:
+        """``{derived metric: the base metrics it depends on}``, found by moving each base
+        metric in turn (one call of ``derive`` on ``M + 1`` rows)."""
+        if "deps" in self._cache:
+            return self._cache["deps"]
+        names = list(self.columns)
+        deps: dict[str, list[str]] = {}
+        if self.derive is not None and names:
+            base0 = self.evaluate(np.ones((1, len(self.units))))
+            rows = {n: np.repeat(base0[n], len(names) + 1) for n in names}
+            for i, n in enumerate(names):
+                v = rows[n][i + 1]
+                rows[n][i + 1] = 0.5 if math.isnan(v) else (v + 0.37 if v < 0.5 else v - 0.37)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                derived = self.derive(rows)
+            for d, arr in derived.items():
+                ref = arr[0]
+                deps[d] = [n for i, n in enumerate(names) if not _same(arr[i + 1], ref)]
+        self._cache["deps"] = deps
+        return deps
+
+    def covered(self, name: str) -> np.ndarray:
+        """``(U,)`` bool: the units metric ``name`` rests on (a base metric's scored units;
+        a derived metric's: those of the base metrics it depends on)."""
+        cols = [name] if name in self.columns else self.dependencies().get(name, list(self.columns))
+        out = np.zeros(len(self.units), dtype=bool)
+        for c in cols:
+            out |= np.any(self.columns[c].mask, axis=0)
+        return out
+
+    def n_of(self, name: str) -> int:
+        """How many units metric ``name`` rests on (``derived_n`` when the plan gives it)."""
+        if name not in self.columns and name in self.derived_n:
+            return int(self.derived_n[name])
+        return int(self.covered(name).sum())
+
+
+def _same(x: float, y: float) -> bool:
+    return (math.isnan(x) and math.isnan(y)) or x == y
+
+
+class _quiet_nanmean:
+    """Silence numpy's "Mean of empty slice" (an all-``nan`` column is ``nan``, as meant)."""
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._w.__exit__(*exc)
+
 
 def _row(a: np.ndarray, e: int) -> np.ndarray:
     return a[e] if a.shape[0] > e else np.zeros_like(a[0])
 
 
-def stratified_weights(strata: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """``(resamples, U)`` draw counts: within each stratum of size n, n units drawn uniformly
-    with replacement (the counts are a multinomial over the stratum's units)."""
+# ------------------------------------------------------------------------------------------
+# resampling
+# ------------------------------------------------------------------------------------------
+def resampling_strata(strata: np.ndarray) -> tuple[np.ndarray, str]:
+    """The strata the bootstrap resamples within, and a note: strata of fewer than 2 units
+    are pooled into one (or, when only one is that small, into the smallest other stratum),
+    since resampling one unit among itself adds no variance."""
     strata = np.asarray(strata)
-    weights = np.zeros((resamples, len(strata)))
-    offsets = np.arange(resamples)[:, None]
-    for s in np.unique(strata):
-        idx = np.flatnonzero(strata == s)
-        n = len(idx)
-        draws = rng.integers(0, n, size=(resamples, n)) + offsets * n
-        weights[:, idx] = np.bincount(draws.ravel(), minlength=resamples * n).reshape(resamples, n)
-    return weights
+    keys, inverse, counts = np.unique(strata, return_inverse=True, return_counts=True)
+    small = np.flatnonzero(counts < 2)
+    if small.size == 0 or keys.size < 2:
+        return inverse, ""
+    out = inverse.copy()
+    if small.size == 1:
+        others = np.flatnonzero(counts >= 2)
+        target = others[np.argmin(counts[others])]
+        out[inverse == small[0]] = target
+        return out, "; a stratum of one unit pooled with the smallest other"
+    out[np.isin(inverse, small)] = small[0]
+    return out, f"; {small.size} strata of one unit pooled into one"
 
 
-def intervals(plan: StatPlan, level: float, resamples: int, seed: int) -> dict[str, dict[str, Any]]:
-    """``{metric: {low, high, stderr, n, method}}`` for every metric of ``plan`` with a
-    point estimate (percentile bootstrap; see the module docstring). ``n`` is the number of
-    units the metric's base metrics cover."""
-    point = plan.point()
-    if resamples <= 0 or not plan.units:
-        return {}
+def weight_chunks(strata: np.ndarray, resamples: int, rng: np.random.Generator, max_cells: int = CHUNK_CELLS) -> Iterator[np.ndarray]:
+    """``(r, U)`` draw counts, in chunks of rows totalling ``resamples``: within each stratum
+    of size n, n units drawn uniformly with replacement (a multinomial over its units).
+    Each chunk holds at most ``max_cells`` cells, so memory is linear in U."""
+    strata = np.asarray(strata)
+    n_units = len(strata)
+    if n_units == 0:
+        return
+    order = np.argsort(strata, kind="stable")
+    sorted_strata = strata[order]
+    _, first, counts = np.unique(sorted_strata, return_index=True, return_counts=True)
+    size = np.repeat(counts, counts)
+    start = np.repeat(first, counts)
+    rows = max(1, max_cells // n_units)
+    done = 0
+    while done < resamples:
+        r = min(rows, resamples - done)
+        pos = start[None, :] + (rng.random((r, n_units)) * size[None, :]).astype(np.int64)
+        flat = (np.arange(r, dtype=np.int64)[:, None] * n_units + pos).ravel()
+        counts_sorted = np.bincount(flat, minlength=r * n_units).reshape(r, n_units)
+        chunk = np.empty((r, n_units))
+        chunk[:, order] = counts_sorted
+        done += r
+        yield chunk
+
+
+def stratified_weights(strata: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """All ``(resamples, U)`` draw counts at once (:func:`weight_chunks` concatenated; for
+    small plans — the engine evaluates chunk by chunk)."""
+    chunks = list(weight_chunks(strata, resamples, rng))
+    return np.concatenate(chunks) if chunks else np.zeros((0, len(strata)))
+
+
+def bootstrap_draws(plans: list[StatPlan], strata: np.ndarray, resamples: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """Every metric of each plan on the same ``resamples`` stratified resamples (plans over
+    the same units, in one order): ``[{name: (resamples,)}]``, evaluated chunk by chunk."""
     rng = np.random.default_rng(seed)
-    draws = plan.evaluate(stratified_weights(plan.strata, resamples, rng))
-    alpha = (1 - level) / 2
-    method = (f"percentile bootstrap: {resamples} resamples of the {plan.unit_label} within each {plan.stratum_label}"
-              + (", clustered by sample over epochs" if plan.n_epochs > 1 else ""))  # fmt: skip
-    n_all = len(plan.units)
-    out: dict[str, dict[str, Any]] = {}
-    for name in point:
-        d = draws[name][~np.isnan(draws[name])]
-        if d.size == 0:
-            continue
-        col = plan.columns.get(name)
-        n = int(np.any(col.mask, axis=0).sum()) if col is not None else plan.derived_n.get(name, n_all)
-        low, high = np.quantile(d, [alpha, 1 - alpha])
-        out[name] = {"low": float(low), "high": float(high), "stderr": float(d.std(ddof=1)) if d.size > 1 else 0.0,
-                     "n": n, "method": method}  # fmt: skip
-    return out
+    parts: list[list[dict[str, np.ndarray]]] = [[] for _ in plans]
+    for chunk in weight_chunks(strata, resamples, rng):
+        for i, plan in enumerate(plans):
+            parts[i].append(plan.evaluate(chunk))
+    return [{n: np.concatenate([p[n] for p in ps]) for n in ps[0]} if ps else {} for ps in parts]
+
+
+# ------------------------------------------------------------------------------------------
+# intervals
+# ------------------------------------------------------------------------------------------
+def clopper_pearson(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper–Pearson) interval of a binomial rate: beta quantiles, the bounds of
+    scipy's ``binomtest(k, n).proportion_ci(method="exact")`` without its root finding."""
+    if n == 0:
+        return (math.nan, math.nan)
+    beta, a = _scipy_stats().beta, (1 - level) / 2
+    low = 0.0 if successes == 0 else float(beta.ppf(a, successes, n - successes + 1))
+    high = 1.0 if successes == n else float(beta.ppf(1 - a, successes + 1, n - successes))
+    return low, high
 
 
 def wilson(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a binomial rate (scipy's ``binomtest(...).proportion_ci``)."""
+    """Wilson score interval of a binomial rate (the closed form of scipy's
+    ``binomtest(k, n).proportion_ci(method="wilson")``)."""
     if n == 0:
         return (math.nan, math.nan)
-    ci = _scipy_stats().binomtest(successes, n).proportion_ci(confidence_level=level, method="wilson")
-    return float(ci.low), float(ci.high)
+    z = _z((1 + level) / 2)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def t_interval(mean: float, se: float, df: float, level: float) -> tuple[float, float]:
+    """``mean ± t_{(1+level)/2, df} · se``."""
+    q = float(_scipy_stats().t.ppf((1 + level) / 2, max(df, 1)))
+    return mean - q * se, mean + q * se
+
+
+def _in_unit_range(plan: StatPlan, names: list[str]) -> bool:
+    for n in names:
+        v = plan.columns[n].values[plan.columns[n].mask]
+        if v.size and (np.nanmin(v) < 0 or np.nanmax(v) > 1):
+            return False
+    return True
+
+
+def _base_interval(plan: StatPlan, name: str, point: float, level: float, units: str) -> dict[str, Any] | None:
+    """The analytic interval of base metric ``name`` when its regime calls for one, else
+    ``None`` (the bootstrap's)."""
+    col = plan.columns[name]
+    covered, means = col.unit_means()
+    m = means[covered]
+    n = int(m.size)
+    bounded = _in_unit_range(plan, [name])
+    if bounded and (np.all(m == 1.0) or np.all(m == 0.0)):
+        k = n if m[0] == 1.0 else 0
+        low, high = clopper_pearson(k, n, level)
+        return _entry(low, high, 0.0, n, f"exact binomial (Clopper–Pearson): every one of the {n} {units} scores {int(m[0])}"
+                      " (valid for any score in [0, 1])")  # fmt: skip
+    binary = bounded and bool(np.all((m == 0.0) | (m == 1.0)))
+    if binary:
+        k = int(m.sum())
+        se = math.sqrt(max(point * (1 - point), 0.0) / n)
+        if min(k, n - k) < TAIL_COUNT:
+            low, high = clopper_pearson(k, n, level)
+            return _entry(low, high, se, n, f"exact binomial (Clopper–Pearson): {k} of {n} {units}, fewer than {TAIL_COUNT} "
+                          f"{'successes' if k < TAIL_COUNT else 'failures'}")  # fmt: skip
+        if n < RATE_BOOTSTRAP_N:
+            low, high = wilson(k, n, level)
+            return _entry(low, high, se, n, f"Wilson score: {k} of {n} {units} (fewer than {RATE_BOOTSTRAP_N})")
+        return None
+    if n < SMALL_N:
+        if n < 2:
+            return None
+        se = float(np.std(m, ddof=1) / math.sqrt(n))
+        low, high = t_interval(point, se, n - 1, level)
+        if bounded:
+            low, high = max(low, 0.0), min(high, 1.0)
+        return _entry(low, high, se, n, f"t interval: on the per-unit means of {n} {units} (graded scores, fewer than {SMALL_N})")
+    return None
+
+
+def _entry(low: float, high: float, se: float, n: int, method: str) -> dict[str, Any]:
+    return {"low": float(low), "high": float(high), "stderr": float(se), "n": int(n), "method": method}
+
+
+def intervals(plan: StatPlan, level: float, resamples: int, seed: int, metrics: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """``{metric: {low, high, stderr, n, method[, warning]}}`` for every metric of ``plan``
+    (or of ``metrics``) with a point estimate and an estimable interval, the method chosen by
+    regime (see the module docstring). ``n`` is the number of units the metric rests on;
+    ``warning`` marks a zero-width interval. Metrics left out are those of
+    :func:`not_estimable`."""
+    point = plan.point()
+    if metrics is not None:
+        point = {n: v for n, v in point.items() if n in metrics}
+    if resamples <= 0 or not plan.units:
+        return {}
+    units = plan.unit_label
+    skip = not_estimable(plan)
+    out: dict[str, dict[str, Any]] = {}
+    need_boot = []
+    for name, value in point.items():
+        if name in skip:
+            continue
+        entry = _base_interval(plan, name, value, level, units) if name in plan.columns else None
+        if entry is None:
+            need_boot.append(name)
+        else:
+            out[name] = entry
+    if need_boot:
+        strata, note = resampling_strata(plan.strata)
+        (draws,) = bootstrap_draws([plan], strata, resamples, seed)
+        boot = (f"{resamples} resamples of the {units} within each {plan.stratum_label}{note}"
+                + (", clustered by sample over epochs" if plan.n_epochs > 1 else ""))  # fmt: skip
+        n_strata = len(np.unique(strata))
+        for name in need_boot:
+            entry = _boot_interval(plan, name, point[name], draws[name], level, boot, n_strata)
+            if entry is not None:
+                out[name] = entry
+    for name, entry in out.items():
+        if entry["high"] - entry["low"] <= 0:
+            entry["warning"] = (f"zero-width interval ({entry['method']}): the data show no variation; "
+                                "it understates the uncertainty unless these units are the whole population")  # fmt: skip
+    return {n: out[n] for n in point if n in out}
+
+
+def _boot_interval(plan: StatPlan, name: str, value: float, d: np.ndarray, level: float, boot: str, n_strata: int) -> dict[str, Any] | None:
+    d = d[~np.isnan(d)]
+    if d.size == 0:
+        return None
+    n = plan.n_of(name)
+    alpha = (1 - level) / 2
+    se = float(d.std(ddof=1)) if d.size > 1 else 0.0
+    kind = plan.kind(name)
+    deps = [name] if name in plan.columns else plan.dependencies().get(name, [])
+    bounded = _in_unit_range(plan, deps)
+    if se == 0.0 and bounded and value in (0.0, 1.0):
+        low, high = clopper_pearson(n if value == 1.0 else 0, n, level)
+        return _entry(low, high, 0.0, n, f"exact binomial (Clopper–Pearson): every one of the {n} {plan.unit_label} scores "
+                      f"{int(value)} (a weighted aggregate's effective n is smaller: the interval is then too narrow)")  # fmt: skip
+    q_low, q_high = (float(x) for x in np.quantile(d, [alpha, 1 - alpha]))
+    if kind == NONLINEAR:
+        low, high = 2 * value - q_high, 2 * value - q_low
+        if bounded:
+            low, high = max(low, 0.0), min(high, 1.0)
+        return _entry(low, high, se, n, f"basic bootstrap (a biased non-linear aggregate): {boot}")
+    if name not in plan.columns and n < SMALL_N and n > n_strata:
+        se_t = se * math.sqrt(n / (n - n_strata))
+        low, high = t_interval(value, se_t, n - n_strata, level)
+        if bounded:
+            low, high = max(low, 0.0), min(high, 1.0)
+        return _entry(low, high, se_t, n, f"t interval with the bootstrap's standard error: df {n - n_strata}, fewer than "
+                      f"{SMALL_N} {plan.unit_label}; {boot}")  # fmt: skip
+    return _entry(q_low, q_high, se, n, f"percentile bootstrap: {boot}")
+
+
+def not_estimable(plan: StatPlan) -> dict[str, str]:
+    """``{metric: why it has no interval}``: a :data:`NONLINEAR` metric with a stratum of
+    fewer than :data:`NONLINEAR_MIN_PER_STRATUM` units (its estimator's bias is then
+    beyond any bootstrap's repair)."""
+    out: dict[str, str] = {}
+    nonlinear = [n for n, k in plan.kinds.items() if k == NONLINEAR]
+    if not nonlinear or not plan.units:
+        return out
+    for name in nonlinear:
+        covered = plan.covered(name)
+        _, counts = np.unique(np.asarray(plan.strata)[covered], return_counts=True)
+        if counts.size and counts.min() < NONLINEAR_MIN_PER_STRATUM:
+            out[name] = (f"not estimable: a {plan.stratum_label} has {int(counts.min())} {plan.unit_label} (fewer than "
+                         f"{NONLINEAR_MIN_PER_STRATUM}), too few for this non-linear aggregate's bias to be corrected")  # fmt: skip
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -181,8 +479,9 @@ def wilson(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
 def align(a: StatPlan, b: StatPlan) -> tuple[StatPlan, StatPlan, int]:
     """The two plans restricted to the units both have (in one order), and how many units
     of either were left out."""
-    common = [u for u in a.units if u in set(b.units)]
-    excluded = len(set(a.units) | set(b.units)) - len(common)
+    in_b = set(b.units)
+    common = [u for u in a.units if u in in_b]
+    excluded = len(set(a.units) | in_b) - len(common)
     return _restrict(a, common), _restrict(b, common), excluded
 
 
@@ -190,73 +489,222 @@ def _restrict(plan: StatPlan, units: list[str]) -> StatPlan:
     pos = {u: i for i, u in enumerate(plan.units)}
     idx = np.array([pos[u] for u in units], dtype=int)
     cols = {n: Column(c.values[:, idx], c.mask[:, idx], c.kind) for n, c in plan.columns.items()}
-    return StatPlan(units, plan.strata[idx], cols, plan.derive, plan.kinds, {}, plan.unit_label, plan.stratum_label)
+    return StatPlan(units, np.asarray(plan.strata)[idx], cols, plan.derive, plan.kinds, {}, plan.unit_label, plan.stratum_label)
+
+
+def _intersect(a: StatPlan, b: StatPlan) -> tuple[StatPlan, StatPlan]:
+    """Aligned plans with each base metric's mask cut to the units it covers in *both*
+    (a metric one run lacks covers none), so every metric rests on the same units in both."""
+    def cut(p: StatPlan, other: StatPlan) -> StatPlan:
+        cols = {}
+        for n, c in p.columns.items():
+            keep = other.columns[n].unit_means()[0] if n in other.columns else np.zeros(len(p.units), dtype=bool)
+            cols[n] = Column(c.values, c.mask & keep[None, :], c.kind)
+        return StatPlan(p.units, p.strata, cols, p.derive, p.kinds, {}, p.unit_label, p.stratum_label)
+
+    return cut(a, b), cut(b, a)
 
 
 def mcnemar(a: np.ndarray, b: np.ndarray) -> tuple[int, int, float]:
     """Exact McNemar test of paired 0/1 scores: ``(b_count, c_count, p)`` where ``b_count``
-    pairs are right in A only and ``c_count`` right in B only; p = 1 when both are 0."""
+    pairs are right in A only and ``c_count`` right in B only; p = 1 when both are 0. At
+    rate 1/2 the binomial is symmetric, so the two-sided p is twice the smaller tail: the
+    test the Clopper–Pearson interval of :func:`paired` inverts."""
     only_a = int(np.sum((a >= 0.5) & (b < 0.5)))
     only_b = int(np.sum((a < 0.5) & (b >= 0.5)))
-    if only_a + only_b == 0:
+    m = only_a + only_b
+    if m == 0:
         return only_a, only_b, 1.0
-    return only_a, only_b, float(_scipy_stats().binomtest(only_a, only_a + only_b, 0.5).pvalue)
+    return only_a, only_b, float(_scipy_stats().binomtest(only_a, m, 0.5).pvalue)
 
 
-def sign_flip(a: np.ndarray, b: np.ndarray, permutations: int, rng: np.random.Generator) -> float:
-    """Two-sided paired permutation (sign-flip) test of the mean difference ``b − a``
-    (``scipy.stats.permutation_test``, ``permutation_type="samples"``); p = 1 when every
-    difference is 0."""
-    d = b - a
-    if not np.any(d) or d.size < 2:  # one pair: both signs give |d|, p = 1
-        return 1.0
-    res = _scipy_stats().permutation_test((a, b), lambda x, y, axis: np.mean(y - x, axis=axis), permutation_type="samples",
-                               n_resamples=permutations, alternative="two-sided", random_state=rng, vectorized=True)  # fmt: skip
-    return float(min(1.0, res.pvalue))
+def _z(q: float) -> float:
+    return float(_scipy_stats().norm.ppf(q))
+
+
+def mde(se: float | None, df: float | None, level: float, power: float = POWER) -> float | None:
+    """Minimum detectable effect of a two-sided test at ``1 − level`` with ``power``:
+    ``(q_{1−α/2} + q_{power}) · se`` (t quantiles with ``df``, normal ones without);
+    ``None`` when ``se`` is unknown or 0."""
+    if se is None or not se > 0:
+        return None
+    if df is None:
+        return (_z((1 + level) / 2) + _z(power)) * se
+    t = _scipy_stats().t
+    return float((t.ppf((1 + level) / 2, df) + t.ppf(power, df)) * se)
+
+
+def _mcnemar_entry(va: np.ndarray, vb: np.ndarray, level: float) -> dict[str, Any]:
+    n = int(va.size)
+    only_a, only_b, p = mcnemar(va, vb)
+    m = only_a + only_b
+    if m == 0:
+        low = high = 0.0
+    else:
+        lo, hi = clopper_pearson(only_b, m, level)
+        low, high = (2 * lo - 1) * m / n, (2 * hi - 1) * m / n
+    se = math.sqrt(m) / n if n else None
+    return {"low": low, "high": high, "p": p, "only_a": only_a, "only_b": only_b, "se": se, "df": None,
+            "test": "exact McNemar",
+            "method": "exact McNemar on the discordant pairs; interval by inverting it (Clopper–Pearson on the "
+                      "discordant pairs, scaled by their share)"}  # fmt: skip
+
+
+def _t_entry(delta: float, se: float, df: float, level: float, test: str, method: str) -> dict[str, Any]:
+    if se > 0:
+        low, high = t_interval(delta, se, df, level)
+        p = float(2 * _scipy_stats().t.sf(abs(delta) / se, df))
+    else:
+        low = high = delta
+        p = 1.0 if delta == 0 else 0.0
+    return {"low": low, "high": high, "p": p, "se": se, "df": df, "test": test, "method": method}
 
 
 def paired(a: StatPlan, b: StatPlan, level: float, resamples: int, seed: int) -> dict[str, dict[str, Any]]:
-    """``{metric: {a, b, delta, low, high, p, test, n, n_paired, n_excluded[, only_a, only_b]}}``
-    for every metric both runs have, over the units scored in both (see the module
-    docstring for the tests): ``n`` units the metric covers, ``n_paired`` units scored in
-    both runs, ``n_excluded`` units scored in one run only."""
+    """``{metric: {a, b, delta, low, high, p, test, method, n, n_paired, n_excluded, se, df,
+    mde[, only_a, only_b][, note]}}`` for every metric both runs have: ``a``, ``b``, Δ, its
+    interval and p over the **same** units — those scored in both runs where the metric is
+    defined in both (``n`` of them; see the module docstring for the procedures).
+    ``n_paired``: units scored in both runs; ``n_excluded``: units scored in one run only.
+    A metric with no paired unit has ``n`` 0, ``note`` "no paired samples" and no Δ;
+    a metric that is not estimable has Δ but ``low``/``high``/``p`` ``None`` and a ``note``."""
+    full_a, full_b = a.point(), b.point()
+    names = [n for n in full_a if n in full_b]
     a, b, excluded = align(a, b)
+    a, b = _intersect(a, b)
     pa, pb = a.point(), b.point()
-    rng = np.random.default_rng(seed)
-    weights = stratified_weights(a.strata, resamples, rng) if resamples > 0 and a.units else np.ones((1, len(a.units)))
-    da, db = a.evaluate(weights), b.evaluate(weights)
-    alpha = (1 - level) / 2
+    single = a.n_epochs == 1 and b.n_epochs == 1
+    skip = {**not_estimable(a), **not_estimable(b)}
+    strata, note = resampling_strata(a.strata) if a.units else (np.zeros(0, dtype=int), "")
+    n_strata = len(np.unique(strata))
+    draws: list[dict[str, np.ndarray]] | None = None
     out: dict[str, dict[str, Any]] = {}
-    for name in [n for n in pa if n in pb]:
+    for name in names:
+        n = int((a.covered(name) & b.covered(name)).sum()) if a.units else 0
+        entry: dict[str, Any] = {"n": n, "n_paired": len(a.units), "n_excluded": excluded}
+        if n == 0 or name not in pa or name not in pb:
+            out[name] = {**entry, "n": 0, "a": None, "b": None, "delta": None, "low": None, "high": None, "p": None,
+                         "test": "none", "method": "none", "mde": None, "note": "no paired samples"}  # fmt: skip
+            continue
         delta = pb[name] - pa[name]
-        diffs = db[name] - da[name]
-        diffs = diffs[~np.isnan(diffs)]
-        n = len(a.units)
-        if name in a.columns and name in b.columns:
-            n = int(np.sum(np.any(a.columns[name].mask, axis=0) & np.any(b.columns[name].mask, axis=0)))
-        entry: dict[str, Any] = {"a": pa[name], "b": pb[name], "delta": delta, "n": n, "n_paired": len(a.units), "n_excluded": excluded}
-        low, high = (np.quantile(diffs, [alpha, 1 - alpha]) if diffs.size else (delta, delta))
-        entry.update(low=float(low), high=float(high))
-        entry.update(_p_value(name, a, b, diffs, delta, rng))
+        entry.update(a=pa[name], b=pb[name], delta=delta)
+        if name in skip:
+            entry.update(low=None, high=None, p=None, se=None, df=None, test="none", method="none", note=skip[name])
+        elif name in a.columns:
+            ca, cb = a.columns[name], b.columns[name]
+            both = ca.unit_means()[0] & cb.unit_means()[0]
+            ma, mb = ca.unit_means()[1][both], cb.unit_means()[1][both]
+            if single and np.all(np.isin(ma, (0.0, 1.0))) and np.all(np.isin(mb, (0.0, 1.0))):
+                entry.update(_mcnemar_entry(ma, mb, level))
+            else:
+                d = mb - ma
+                se = float(np.std(d, ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+                entry.update(_t_entry(delta, se, max(n - 1, 1), level, "paired t",
+                                      "paired t on the per-unit differences" + (" (epochs averaged per sample)" if not single else "")))
+        else:
+            if draws is None:
+                draws = bootstrap_draws([a, b], strata, resamples, seed) if resamples > 0 else [{}, {}]
+            diffs = draws[1].get(name, np.zeros(0)) - draws[0].get(name, np.zeros(0))
+            diffs = diffs[~np.isnan(diffs)]
+            se = float(diffs.std(ddof=1)) if diffs.size > 1 else 0.0
+            df = max(n - n_strata, 1)
+            if n > n_strata:
+                se *= math.sqrt(n / (n - n_strata))
+            entry.update(_t_entry(delta, se, df, level, "paired bootstrap t",
+                                  f"t (df {df}) on the standard error of {resamples} paired stratified resamples{note}"))
+        if entry.get("low") is not None and entry["high"] - entry["low"] <= 0 and delta != 0:
+            entry["note"] = "zero-width interval: the runs differ by the same amount on every resample"
+        entry["mde"] = mde(entry.get("se"), entry.get("df"), level)
         out[name] = entry
     return out
 
 
-def _p_value(name: str, a: StatPlan, b: StatPlan, diffs: np.ndarray, delta: float, rng: np.random.Generator) -> dict[str, Any]:
-    kind = a.kind(name)
-    if kind in (BINARY, GRADED) and a.n_epochs == 1 and b.n_epochs == 1:
-        ca, cb = a.columns[name], b.columns[name]
-        both = ca.mask[0] & cb.mask[0]
-        va, vb = ca.values[0][both], cb.values[0][both]
-        if kind == BINARY:
-            only_a, only_b, p = mcnemar(va, vb)
-            return {"p": p, "test": "exact McNemar", "only_a": only_a, "only_b": only_b}
-        return {"p": sign_flip(va, vb, 9999, rng), "test": "paired sign-flip permutation"}
-    if delta == 0 and (diffs.size == 0 or not np.any(diffs)):
-        return {"p": 1.0, "test": "paired bootstrap"}
-    # two-sided: how often the resampled difference falls on the other side of 0
-    p = 2 * min(np.mean(diffs <= 0), np.mean(diffs >= 0)) if diffs.size else 1.0
-    return {"p": float(min(1.0, max(p, 1.0 / (diffs.size + 1)))), "test": "paired bootstrap"}
+# ------------------------------------------------------------------------------------------
+# multiplicity and gates
+# ------------------------------------------------------------------------------------------
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error), in the input order."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        out[i] = running
+    return out
+
+
+def adjust(pvalues: dict[str, float | None]) -> dict[str, dict[str, float]]:
+    """``{name: {"holm": p, "bh": p}}`` for the names with a p-value: Holm (family-wise
+    error) and Benjamini–Hochberg (false discovery rate, ``scipy.stats.false_discovery_control``)
+    over that family."""
+    names = [n for n, p in pvalues.items() if isinstance(p, (int, float)) and not math.isnan(p)]
+    if not names:
+        return {}
+    ps = [float(pvalues[n]) for n in names]  # type: ignore[arg-type]
+    bh = _scipy_stats().false_discovery_control(ps, method="bh")
+    return {n: {"holm": h, "bh": float(q)} for n, h, q in zip(names, holm(ps), bh)}
+
+
+GATES = ("noninferior", "superior", "equivalent")
+#: exit code of each gate verdict
+GATE_EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}
+
+
+def parse_gate(text: str) -> tuple[str, float]:
+    """``noninferior:0.02`` → ``("noninferior", 0.02)``; ``superior`` → ``("superior", 0.0)``.
+
+    Raises:
+        ValueError: an unknown gate or a margin that is not a number ≥ 0 (> 0 for
+            ``equivalent``; one line).
+    """
+    kind, _, margin = text.partition(":")
+    if kind not in GATES:
+        raise ValueError(f"--gate {text!r}: expected noninferior:MARGIN, superior or equivalent:MARGIN")
+    if kind == "superior":
+        if margin:
+            raise ValueError(f"--gate {text!r}: superior takes no margin")
+        return kind, 0.0
+    try:
+        value = float(margin)
+    except ValueError:
+        raise ValueError(f"--gate {text!r}: the margin must be a number, e.g. {kind}:0.02") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"--gate {text!r}: the margin must be a positive number")
+    return kind, value
+
+
+def gate(entry: dict[str, Any] | None, kind: str, margin: float, level: float, metric: str) -> dict[str, Any]:
+    """The verdict on a paired entry's Δ (new − base): ``{"gate", "verdict", "exit", "line"}``.
+
+    With the entry's two-sided interval at ``level`` ([low, high], each side a one-sided
+    test at (1 − level)/2):
+
+    * ``noninferior:δ``: PASS when low > −δ, FAIL when high < −δ (shown inferior), else
+      INCONCLUSIVE;
+    * ``superior``: PASS when low > 0, FAIL when high < 0, else INCONCLUSIVE;
+    * ``equivalent:δ`` (two one-sided tests, TOST): PASS when −δ < low and high < δ, FAIL
+      when the interval lies wholly outside (−δ, δ), else INCONCLUSIVE.
+
+    No interval (no paired samples, not estimable) is INCONCLUSIVE.
+    """
+    name = f"{kind}:{margin:g}" if kind != "superior" else kind
+    side = f"one-sided α = {(1 - level) / 2:.3g} each side" if kind == "equivalent" else f"one-sided α = {(1 - level) / 2:.3g}"
+    if not entry or entry.get("low") is None:
+        why = (entry or {}).get("note") or "no paired comparison"
+        return {"gate": name, "verdict": "INCONCLUSIVE", "exit": GATE_EXIT["INCONCLUSIVE"],
+                "line": f"gate {name}: INCONCLUSIVE — {metric}: {why}"}  # fmt: skip
+    low, high = entry["low"], entry["high"]
+    if kind == "noninferior":
+        verdict = "PASS" if low > -margin else "FAIL" if high < -margin else "INCONCLUSIVE"
+    elif kind == "superior":
+        verdict = "PASS" if low > 0 else "FAIL" if high < 0 else "INCONCLUSIVE"
+    else:
+        verdict = "PASS" if -margin < low and high < margin else "FAIL" if (low >= margin or high <= -margin) else "INCONCLUSIVE"
+    test = "TOST" if kind == "equivalent" else "one-sided test"
+    line = (f"gate {name}: {verdict} — {metric} Δ {entry['delta']:+.4f}, {int(round(100 * level))}% interval "
+            f"[{low:+.4f}, {high:+.4f}] ({test} on the paired Δ, {side}; {entry['test']}, n={entry['n']})")  # fmt: skip
+    return {"gate": name, "verdict": verdict, "exit": GATE_EXIT[verdict], "line": line}
 
 
 # ------------------------------------------------------------------------------------------
@@ -269,16 +717,41 @@ def pass_at_k(correct: np.ndarray, n: np.ndarray, k: int) -> float:
     return float(np.mean(vals)) if vals else math.nan
 
 
+def repeat_plan(plan: StatPlan, k: int, every: bool) -> StatPlan:
+    """A one-epoch plan whose 0/1 base metrics hold each unit's pass@k (``every=False``:
+    ``1 − C(n−c, k)/C(n, k)``) or pass^k (``every=True``: ``C(c, k)/C(n, k)``, right in all
+    k tries), from its ``c`` right of ``n ≥ k`` scored epochs; units with fewer epochs and
+    graded metrics are left out. Its derived metrics are then aggregated exactly as the
+    headline is (categories, dialogues, weights)."""
+    from scipy.special import comb
+
+    cols: dict[str, Column] = {}
+    for name, col in plan.columns.items():
+        m = col.mask
+        v = np.nan_to_num(col.values)
+        tries = m.sum(axis=0)
+        right = (v * m).sum(axis=0)
+        binary = bool(np.all(np.isin(v[m], (0.0, 1.0))))
+        ok = (tries >= k) & binary
+        with np.errstate(invalid="ignore", divide="ignore"):
+            total = comb(tries, k)
+            value = comb(right, k) / total if every else 1.0 - comb(tries - right, k) / total
+        cols[name] = Column(np.where(ok, value, 0.0)[None, :], ok[None, :], GRADED)
+    return StatPlan(plan.units, plan.strata, cols, plan.derive, plan.kinds, {}, plan.unit_label, plan.stratum_label)
+
+
 # ------------------------------------------------------------------------------------------
 # display
 # ------------------------------------------------------------------------------------------
 def with_interval(value: float | None, ci: dict[str, Any] | None, digits: int = 4) -> str:
-    """``0.5440 [0.4900, 0.6000]`` (the value alone when it has no interval)."""
+    """``0.5440 [0.4900, 0.6000]`` (the value alone when it has no interval; a zero-width
+    interval is marked ``(zero width!)``)."""
     if value is None:
         return ""
     if not ci:
         return f"{value:.{digits}f}"
-    return f"{value:.{digits}f} [{ci['low']:.{digits}f}, {ci['high']:.{digits}f}]"
+    mark = " (zero width!)" if ci.get("warning") else ""
+    return f"{value:.{digits}f} [{ci['low']:.{digits}f}, {ci['high']:.{digits}f}]{mark}"
 
 
 def scored_of(counts: dict[str, int] | None) -> str:

@@ -19,7 +19,7 @@ from evalkit.engine.plan import RunPlan, data_fingerprint
 from evalkit.engine.records import reasoning_rule
 from evalkit.engine.rundir import FAILED, PREDICTIONS, SUMMARY, RunState
 from evalkit.journal import read_failures, read_journal
-from evalkit.report.figures import aggregation, category_counts, epoch_mean, metric_intervals, repeat_figures
+from evalkit.report.figures import aggregation, category_counts, epoch_mean, plan_figures, worst_case_bounds
 from evalkit.report.summary import build_summary, spend_fields, write_report
 from evalkit.summary import write_summary
 from evalkit.tracking.base import Observer, RunInfo
@@ -51,8 +51,9 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> 
     failures = read_failures(state.run_dir / FAILED, [k for k in hashes if k not in journal.rows])
     missing = [u.key for u in plan.units if u.key not in journal.rows]
     metrics = epoch_mean([bench.aggregate(samples, rows) for rows in epochs])
-    metrics.update(repeat_figures(bench, epochs))
-    ci = metric_intervals(bench, samples, epochs, cfg.run, prefix="" if not missing else "partial_")
+    figs = plan_figures(bench, samples, epochs, cfg.run, prefix="" if not missing else "partial_")
+    metrics.update(figs["repeat"])
+    ci = figs["metrics_ci"]
     names = list(metrics) if not missing else [f"partial_{k}" for k in metrics]
     finished_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
     wall_s = (dt.datetime.fromisoformat(finished_at) - dt.datetime.fromisoformat(state.started_at)).total_seconds()
@@ -61,6 +62,10 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> 
         fingerprint=data_fingerprint(samples), prompt_hash=plan.prompt_hash(), code_version=code_version(),
         model_id=plan.models.model_id, started_at=state.started_at, finished_at=finished_at, wall_s=wall_s,
         figures={"metrics_ci": ci, "ci_level": cfg.run.ci_level, "seed": cfg.run.seed,
+                 "metrics_not_estimable": figs["not_estimable"],
+                 **({"partial_bounds": {f"partial_{k}": v for k, v in worst_case_bounds(bench, samples, epochs, missing).items()}}
+                    if missing else {}),
+                 **({"repeat_variance": figs["repeat_variance"]} if figs["repeat_variance"] else {}),
                  "category_counts": category_counts(bench, samples, epochs), "aggregation": aggregation(bench, names)},
     )  # fmt: skip
     summary["stale_lines"] = journal.uncounted()  # what readers without the requests skip (evalkit.journal)

@@ -134,6 +134,7 @@ def write_report(run_dir: Path, summary: dict[str, Any], bench: Any, generates: 
     for title, headers, rows in bench.report_tables(metrics, ci, summary.get("category_counts")):
         table = tabulate(md_cells(rows), headers=md_cells([headers])[0], tablefmt="github", floatfmt=".4f")
         lines += [f"## {md_text(title)}{'' if complete else ' (partial)'}", "", table, ""]
+    lines += caveat_lines(summary)
     lines += _repeats_and_rules(summary, metrics, ci)
     lines += _limited(summary.get("scorer_limit_ids") or [])
     plots = sorted((Path(run_dir) / "plots").glob("*.png")) if (Path(run_dir) / "plots").is_dir() else []
@@ -156,11 +157,45 @@ def _facts(summary: dict[str, Any], generates: bool) -> list[str]:
         f"code: `{summary['code_version']}`",
         f"- statuses of the scored answers: {_counts(summary.get('status_counts') or {})}",
         *([f"- generation: `{summary['generation_params']}`"] if generates else []),
-        f"- intervals: {int(round(100 * summary.get('ci_level', 0.95)))}% percentile bootstrap, seed {summary.get('seed', 0)} "
-        f"({next(iter((summary.get('metrics_ci') or {}).values()), {}).get('method', 'none computed')})",
+        f"- intervals: {int(round(100 * summary.get('ci_level', 0.95)))}%, seed {summary.get('seed', 0)}, method by regime: "
+        + (_methods(summary.get("metrics_ci") or {}) or "none computed"),
         f"- wall time: {summary['wall_s']} s; tokens: {summary['usage'] or 'n/a'}",
         "",
     ]
+
+
+def _methods(cis: dict[str, Any]) -> str:
+    """``percentile bootstrap (12 metrics), Wilson score (3 metrics)``: the interval methods
+    used (each method's name, before its reasons)."""
+    counts: dict[str, int] = {}
+    for ci in cis.values():
+        name = str(ci.get("method", "")).split(":")[0]
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{name} ({n} metric{'s' if n > 1 else ''})" for name, n in counts.items())
+
+
+def caveat_lines(summary: dict[str, Any]) -> list[str]:
+    """report.md's section on what the intervals do not cover: zero-width intervals (a
+    warning), metrics that are not estimable, and — for an incomplete run — the assumption
+    under which failures are left out, with the worst-case bounds."""
+    cis = summary.get("metrics_ci") or {}
+    zero = [md_code(name) for name, ci in cis.items() if ci.get("warning")]
+    lines: list[str] = []
+    if zero:
+        lines.append(f"- **Warning: zero-width intervals** for {', '.join(zero[:10])}"
+                     + (f" and {len(zero) - 10} more" if len(zero) > 10 else "")
+                     + ": the data show no variation, so the interval understates the uncertainty "
+                     "(unless these units are the whole population).")  # fmt: skip
+    for name, why in (summary.get("metrics_not_estimable") or {}).items():
+        lines.append(f"- {md_code(name)} has no interval: {md_text(why)}.")
+    if summary.get("status") != "complete":
+        lines.append("- Failed answers are left out of the partial figures, which assumes they are missing at random "
+                     "(as likely to be right as the scored ones). The worst case counts every failure as 0 or as 1:")  # fmt: skip
+        for name, (low, high) in list((summary.get("partial_bounds") or {}).items())[:12]:
+            value = (summary.get("partial_metrics") or {}).get(name)
+            shown = with_interval(value, cis.get(name)) if isinstance(value, (int, float)) else ""
+            lines.append(f"  - {md_code(name)} {shown}: worst case [{low:.4f}, {high:.4f}]")
+    return ["## What the intervals do not cover", "", *lines, ""] if lines else []
 
 
 def _repeats_and_rules(summary: dict[str, Any], metrics: dict[str, float], ci: dict[str, Any]) -> list[str]:

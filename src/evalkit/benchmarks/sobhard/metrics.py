@@ -90,7 +90,7 @@ def stat_plan(samples: list[Any], epochs: list[list[dict[str, Any]]], categories
     (:func:`balance_of`, §10.2)."""
     import numpy as np
 
-    from evalkit.stats import BINARY, GRADED, Column, StatPlan
+    from evalkit.stats import BINARY, GRADED, NONLINEAR, Column, StatPlan
 
     ids = sorted({r["sample_id"] for records in epochs for r in records}, key=lambda sid: (len(sid), sid))
     pos = {sid: i for i, sid in enumerate(ids)}
@@ -123,5 +123,6 @@ def stat_plan(samples: list[Any], epochs: list[list[dict[str, Any]]], categories
             return {"balance_score": np.zeros(1)}
         return {"balance_score": balance_of(np.stack([base[n] for n in cell_names]))}
 
-    return StatPlan(ids, np.array([sorted(set(cells)).index(c) for c in cells]), columns, derive,
+    cell_index = {c: i for i, c in enumerate(sorted(set(cells)))}
+    return StatPlan(ids, np.array([cell_index[c] for c in cells], dtype=int), columns, derive, kinds={"balance_score": NONLINEAR},
                     unit_label="questions", stratum_label="family × difficulty cell")  # fmt: skip
