@@ -317,6 +317,10 @@ def test_ke_sweep_reports_intervals_and_the_paired_delta_compare_agrees(tmp_path
     assert f"{jobs[0]['headline_value']:.4f} [{jobs[0]['headline_ci']['low']:.4f}, {jobs[0]['headline_ci']['high']:.4f}]" in report
     shots_pair = next(p for p in summary["paired"] if p["key"] == "shots" and p["base"] == 0)
     assert (shots_pair["delta"], shots_pair["p"]) == (0.0, 1.0)  # a rule baseline ignores the shots
+    with_p = [p for p in summary["paired"] if p.get("p") is not None]
+    assert summary["multiplicity"]["family_size"] == len(with_p) >= 2
+    assert all(p["p_holm"] >= p["p"] and p["p_bh"] >= p["p"] and p["level"] == 0.95 for p in with_p)
+    assert "p Holm" in report and "| 95% |" in report
 
 
 @pytest.mark.slow
@@ -406,3 +410,148 @@ def test_the_coverage_script_runs_reduced(capsys):
     assert rows["0/1 rate, n = 100, p = 0.99"]["coverage"] >= 0.9
     assert all(r["disagree"] == 0 and r["sims"] == 20 for r in out["size"])
     assert out["sweep"]["holm"] <= out["sweep"]["any_significant"]
+
+
+@pytest.mark.slow
+def test_compare_pairs_runs_with_repeats_and_gates_the_headline(run_eval, capsys, shared_data_dir):
+    """Issue 22: compare refused every run with run.repeats ≥ 2, even against itself."""
+    from evalkit.compare import main
+
+    opts = ["benchmark.subsets=[normal_atom_bool]", "run.limit=40"]
+    twice = run_eval(["model=reference", *opts, "run.repeats=2"]).run_dir
+    once = run_eval(["model=reference", *opts]).run_dir
+    assert main([str(twice), str(twice), "--json", "--gate", "noninferior:0.02"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    head = out["paired"][0]["primary"]
+    m = out["paired"][0]["metrics"][head]
+    assert (m["delta"], m["p"], m["n"]) == (0.0, 1.0, 40) and out["gate"]["verdict"] == "PASS"
+    assert main([str(once), str(twice), "--json"]) == 0
+    pair = json.loads(capsys.readouterr().out)["paired"][0]
+    assert pair["metrics"][head]["n"] == 40 and any("1 epoch(s) vs 2" in n for n in pair["notes"])
+    assert main([str(once), str(once), "--gate", "superior"]) == 3
+    assert "no difference detected" in capsys.readouterr().out
+    assert main([str(once), str(once), "--gate", "better:0.1"]) == 2
+    ke = shared_data_dir / "ke"
+    ke_opts = ["benchmark=ke", f"benchmark.pilot_path={ke / 'pilot.jsonl'}", f"benchmark.icl_path={ke / 'icl_examples.jsonl'}"]
+    ref = run_eval(["model=reference", *ke_opts]).run_dir
+    worse = run_eval(["model=baseline_first_k", *ke_opts]).run_dir
+    assert main([str(ref), str(worse), "--gate", "noninferior:0.02"]) == 1
+    text = capsys.readouterr().out
+    assert text.rstrip().splitlines()[-1].startswith("gate noninferior:0.02: FAIL")
+    assert "f1_macro: a difference, Δ -" in text
+
+
+def test_dry_run_prints_the_power_of_a_comparison(tmp_path, acebench_dir):
+    from evalkit.compose import compose, resolve
+    from evalkit.job import dry_run
+    from tests.conftest import base_overrides
+
+    opts = ["model=reference", "benchmark.subsets=[normal_atom_bool]", "run.limit=40", "run.dry_run=true"]
+    _, cfg = resolve(compose(base_overrides(tmp_path, acebench_dir) + opts + ["run.baseline=0.7", "run.target_effect=0.02"]))
+    line = dry_run(cfg).line.splitlines()[-1]
+    z = sps.norm.ppf(0.975) + sps.norm.ppf(0.8)
+    assert f"could detect |Δ| ≥ {z * np.sqrt(2 * 0.7 * 0.3 / 40):.4f}" in line and "40 samples" in line
+    assert f"needs about {int(np.ceil(z**2 * 2 * 0.7 * 0.3 / 0.02**2)):,} samples" in line
+    _, plain = resolve(compose(base_overrides(tmp_path, acebench_dir) + opts))
+    assert "power" not in dry_run(plain).line
+
+
+def test_pass_at_k_is_aggregated_as_the_headline_with_intervals(loaded):
+    """Issue 22: with identical epochs pass@2 = pass^2 = 0.7307 against overall = 0.6964
+    (flat means over records); they must equal the headline, and have intervals."""
+    from types import SimpleNamespace
+
+    from evalkit.report.figures import plan_figures
+
+    run = SimpleNamespace(bootstrap_resamples=300, ci_level=0.95, seed=0)
+    for bench, samples in loaded:
+        if bench.name == "ke":
+            continue  # graded headline: no pass@K
+        rows = _records(bench, samples, 4)
+        head = bench.aggregate(samples, rows)[bench.headline_metric]
+        figs = plan_figures(bench, samples, [rows, rows], run)
+        assert figs["repeat"]["pass@2"] == pytest.approx(head, abs=1e-12), bench.name
+        assert figs["repeat"]["pass^2"] == pytest.approx(head, abs=1e-12), bench.name
+        assert {"pass@2", "pass^2"} <= set(figs["metrics_ci"]) and figs["repeat"]["within_sample_std"] == 0.0
+        assert figs["repeat_variance"]["within_unit_variance"] == 0.0 and figs["repeat_variance"]["effective_n"] == pytest.approx(
+            figs["repeat_variance"]["units"])
+
+
+def test_within_sample_std_uses_ddof_one_and_the_variance_is_decomposed(loaded):
+    from types import SimpleNamespace
+
+    from evalkit.report.figures import plan_figures
+
+    bench, samples = next((b, s) for b, s in loaded if b.name == "ke")
+    e1, e2 = _records(bench, samples, 1, drop=0.0), _records(bench, samples, 2, drop=0.0)
+    figs = plan_figures(bench, samples, [e1, e2], SimpleNamespace(bootstrap_resamples=0, ci_level=0.95, seed=0))
+    f1 = np.array([[r["scores"]["f1"] for r in e] for e in (e1, e2)])
+    assert figs["repeat"]["within_sample_std"] == pytest.approx(np.mean(np.std(f1, axis=0, ddof=1)))
+    var = figs["repeat_variance"]
+    assert var["within_unit_variance"] == pytest.approx(np.mean(np.var(f1, axis=0, ddof=1)))
+    between = max(np.var(f1.mean(axis=0), ddof=1) - var["within_unit_variance"] / 2, 0)
+    assert var["between_unit_variance"] == pytest.approx(between) and 0 <= var["icc"] <= 1
+    assert var["effective_n"] == pytest.approx(len(samples) * 2 / (1 + var["icc"]))
+    assert "pass@2" not in figs["repeat"]
+
+
+def test_holm_and_benjamini_hochberg():
+    from evalkit.stats import adjust, holm
+
+    p = [0.01, 0.04, 0.03, 0.5]
+    assert holm(p) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+    adj = adjust(dict(zip("abcd", p)) | {"e": None})
+    assert set(adj) == set("abcd")
+    assert [adj[k]["bh"] for k in "abcd"] == pytest.approx(list(sps.false_discovery_control(p)))
+
+
+@pytest.mark.parametrize(("spec", "low", "high", "verdict"), [
+    ("noninferior:0.02", -0.01, 0.03, "PASS"), ("noninferior:0.02", -0.05, 0.01, "INCONCLUSIVE"),
+    ("noninferior:0.02", -0.09, -0.03, "FAIL"), ("superior", 0.01, 0.05, "PASS"), ("superior", -0.01, 0.05, "INCONCLUSIVE"),
+    ("superior", -0.05, -0.01, "FAIL"), ("equivalent:0.05", -0.02, 0.03, "PASS"), ("equivalent:0.05", -0.02, 0.07, "INCONCLUSIVE"),
+    ("equivalent:0.05", 0.06, 0.09, "FAIL")])  # fmt: skip
+def test_gate_verdicts(spec, low, high, verdict):
+    from evalkit.stats import gate, parse_gate
+
+    kind, margin = parse_gate(spec)
+    got = gate({"delta": (low + high) / 2, "low": low, "high": high, "test": "paired t", "n": 100}, kind, margin, 0.95, "overall")
+    assert got["verdict"] == verdict and got["exit"] == {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}[verdict]
+    assert got["line"].startswith(f"gate {spec}: {verdict}")
+    assert gate({"note": "no paired samples"}, kind, margin, 0.95, "overall")["verdict"] == "INCONCLUSIVE"
+    with pytest.raises(ValueError):
+        parse_gate("noninferior:-1")
+
+
+@pytest.mark.slow
+def test_compare_log_records_the_comparison_in_mlflow_linked_to_both_runs(run_eval, tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from evalkit.compare import main
+
+    out = tmp_path / "out"
+    opts = ["benchmark.subsets=[normal_atom_bool]", "run.limit=20", "tracking=mlflow"]
+    a = run_eval(["model=reference", *opts], output_root=out).run_dir
+    b = run_eval(["model=reference", *opts], output_root=out).run_dir
+    assert main([str(a), str(b), "--log", "--gate", "noninferior:0.05"]) == 0
+    text = capsys.readouterr().out
+    uri = f"sqlite:///{out.resolve() / 'mlflow.db'}"
+    assert f"in {uri}" in text.splitlines()[-1]
+    ids = [json.loads((d / "tracking.json").read_text())["mlflow_run_id"] for d in (a, b)]
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("evalkit").experiment_id], "tags.`evalkit.kind` = 'comparison'")
+    tags, metrics = run.data.tags, run.data.metrics
+    assert (tags["evalkit.base_run_id"], tags["evalkit.new_run_id"]) == tuple(ids) and tags["evalkit.verdict"] == "PASS"
+    assert all(i in tags["mlflow.note.content"] for i in ids)
+    assert "headline" not in metrics and metrics["delta"] == 0.0 and metrics["p"] == 1.0
+    other = tmp_path / "other"
+    c = run_eval(["model=reference", *opts], output_root=other).run_dir
+    assert main([str(a), str(c), "--log"]) == 2
+    assert "different MLflow stores" in capsys.readouterr().err
+
+
+def test_a_change_of_scorer_is_a_comparability_note(tmp_path):
+    from evalkit.compare import Run, comparability
+
+    base = {"benchmark": "ke", "status": "complete", "data_fingerprint": "x", "code_version": "0.1.0+aaa"}
+    notes = comparability(Run(tmp_path, base), Run(tmp_path, {**base, "code_version": "0.1.0+bbb"}))
+    assert notes == ["code versions (the scorer may differ) differ: '0.1.0+aaa' vs '0.1.0+bbb'"]

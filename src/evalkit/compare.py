@@ -3,6 +3,7 @@ per-sample flips between them.
 
     python -m evalkit.compare RUN_A RUN_B [RUN_C ...] [--json] [--metrics-only]
         [--ci-level 0.95] [--resamples 2000] [--seed 0] [--data-dir DIR] [--tracking-uri URI]
+        [--gate noninferior:MARGIN | superior | equivalent:MARGIN] [--log]
 
 A run is a run directory, or an MLflow run id (found through the run's ``run_dir`` tag in
 ``--tracking-uri``, default the project's store ``outputs/mlflow.db``).
@@ -11,12 +12,22 @@ A run is a run directory, or an MLflow run id (found through the run's ``run_dir
   fingerprint; one line names each difference that matters (prompt hash, generation
   parameters, shots, repeats, sample selection).
 - **Paired statistics** (runs of one benchmark, each pair): for every metric, over the
-  units scored in both runs, Δ = B − A with a paired-bootstrap interval and a p-value —
-  exact McNemar for a plain mean of 0/1 scores (with the discordant counts), a paired
-  sign-flip permutation test for a plain mean of graded scores, a two-sided
-  paired-bootstrap p for every other metric (:func:`evalkit.stats.paired`); the numbers of
-  paired and excluded units. This needs the benchmark's data (as ``rescore`` does;
-  ``--data-dir`` when it moved); without it the section says why and the rest is shown.
+  units scored in both runs where the metric is defined in both (its own n), Δ = B − A
+  with its interval and p-value from one procedure — exact McNemar and the interval that
+  inverts it for a plain mean of 0/1 scores (with the discordant counts), a paired t for a
+  mean of graded scores or of epochs, a t on the paired stratified bootstrap's standard
+  error for every derived metric (:func:`evalkit.stats.paired`); "no paired samples" when
+  there are none; Holm- and Benjamini–Hochberg-adjusted p over the pair's metrics (the
+  family), the headline marked primary; for the headline, "no difference detected" or a
+  difference, with the minimum detectable effect at 80 % power, and worst-case bounds of Δ
+  when a run has failures. Runs with repeats pair by sample, each sample's epochs averaged.
+  This needs the benchmark's data (as ``rescore`` does; ``--data-dir`` when it moved);
+  without it the section says why and the rest is shown.
+- **In MLflow** (``--log``): each comparison becomes an MLflow run (``evalkit.kind=comparison``)
+  in the compared runs' store (:func:`log_comparisons`), linked to both.
+- **Gate** (``--gate``, two runs BASE NEW): PASS / FAIL / INCONCLUSIVE on the headline's
+  paired Δ (:func:`evalkit.stats.gate`), printed last and in ``--json`` as ``gate``; the
+  exit code is 0 / 1 / 3.
 
 - **Metric table**: one column per run, one row per metric of any run (the headline first).
   An incomplete run has no ``metrics`` (they are withheld); its ``partial_*`` figures are
@@ -49,7 +60,7 @@ from tabulate import tabulate
 
 from evalkit import stats
 from evalkit.benchmarks import get_benchmark_class
-from evalkit.errors import EvalkitError, printable
+from evalkit.errors import EvalkitError, first_line, printable
 from evalkit.journal import Journal, damaged_journal, read_run_journal
 from evalkit.rescore import load_benchmark
 from evalkit.summary import Summary, read_summary
@@ -219,7 +230,7 @@ def flips(a: Run, b: Run, key: str | None = None) -> dict[str, Any]:
 
 #: summary fields whose difference makes two runs of one benchmark less comparable
 _SETTINGS = (("prompt_hash", "prompt hash"), ("generation_params", "generation parameters"), ("shots", "shots"),
-             ("repeats", "repeats"), ("mode", "API mode"))  # fmt: skip
+             ("repeats", "repeats"), ("mode", "API mode"), ("code_version", "code versions (the scorer may differ)"))  # fmt: skip
 
 
 def comparability(a: Run, b: Run) -> list[str]:
@@ -266,8 +277,66 @@ def paired_stats(a: Run, b: Run, level: float = 0.95, resamples: int = 2000, see
     if pa is None or pb is None:
         out["error"] = f"benchmark {a.benchmark} has no statistics plan"
         return out
-    out["metrics"] = stats.paired(pa, pb, level, resamples, seed)
+    metrics = stats.paired(pa, pb, level, resamples, seed)
+    head = a.summary.get("headline") if a.summary.get("headline") == b.summary.get("headline") else None
+    adjusted = stats.adjust({n: m["p"] for n, m in metrics.items()})
+    for name, adj in adjusted.items():
+        metrics[name]["p_holm"], metrics[name]["p_bh"] = adj["holm"], adj["bh"]
+    out["metrics"] = metrics
+    out["primary"] = head
+    out["family"] = (f"the {len(adjusted)} metrics with a p-value of this pair (Holm: family-wise error; "
+                     f"Benjamini–Hochberg: false discovery rate); the headline {head} is primary, its p also unadjusted")  # fmt: skip
+    out["level"] = level
+    if pa.n_epochs != pb.n_epochs:
+        out["notes"].append(f"{pa.n_epochs} epoch(s) vs {pb.n_epochs}: paired by sample, each sample's epochs averaged")
+    bounds = _worst_case_delta(a, b, head)
+    if bounds is not None:
+        out["worst_case_delta"] = bounds
     return out
+
+
+def _worst_case_delta(a: Run, b: Run, head: str | None) -> list[float] | None:
+    """``[low, high]``: the headline's Δ (B − A) whatever the failed answers of either run
+    would have scored — from each run's worst-case bounds (``partial_bounds``; a complete
+    run's value is its own bound); ``None`` when neither run has failures or a bound is
+    unknown."""
+    if head is None or (a.complete and b.complete):
+        return None
+
+    def bounds(run: Run) -> list[float] | None:
+        if run.complete:
+            value = (run.summary.get("metrics") or {}).get(head)
+            return [float(value)] * 2 if isinstance(value, (int, float)) else None
+        got = (run.summary.get("partial_bounds") or {}).get(PARTIAL_PREFIX + head)
+        return [float(got[0]), float(got[1])] if isinstance(got, list) and len(got) == 2 else None
+
+    ba, bb = bounds(a), bounds(b)
+    if ba is None or bb is None:
+        return None
+    return [bb[0] - ba[1], bb[1] - ba[0]]
+
+
+def _parse_gate(spec: str) -> tuple[str, float]:
+    try:
+        return stats.parse_gate(spec)
+    except ValueError as exc:
+        raise CompareError(str(exc)) from None
+
+
+def gate_verdict(result: dict[str, Any], spec: str) -> dict[str, Any]:
+    """The ``--gate`` verdict (:func:`evalkit.stats.gate`) on the headline of the first pair
+    (BASE → NEW): ``{"gate", "verdict", "exit", "line"}``.
+
+    Raises:
+        CompareError: ``spec`` is not a gate (one line).
+    """
+    kind, margin = _parse_gate(spec)
+    pair = (result.get("paired") or [{}])[0]
+    head = pair.get("primary") or result["runs"][0].get("headline")
+    entry = (pair.get("metrics") or {}).get(head)
+    if entry is None and "error" in pair:
+        entry = {"note": pair["error"]}
+    return stats.gate(entry, kind, margin, pair.get("level", 0.95), str(head))
 
 
 def metric_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
@@ -381,7 +450,9 @@ def render(result: dict[str, Any]) -> str:
 
 def _render_paired(pair: dict[str, Any], order: list[str], heads: set[str]) -> list[str]:
     ia, ib = pair["ia"], pair["ib"]
-    out = ["", f"Paired [{ia}] → [{ib}] (Δ = [{ib}] − [{ia}], over the units scored in both):"]
+    level = int(round(100 * pair.get("level", 0.95)))
+    out = ["", f"Paired [{ia}] → [{ib}] (Δ = [{ib}] − [{ia}]; each metric over the units scored in both where it is defined "
+               f"in both, its n; {level}% intervals):"]  # fmt: skip
     out += [f"  note: {note}" for note in pair["notes"]]
     if "error" in pair:
         return out + [f"  {pair['error']}"]
@@ -389,13 +460,89 @@ def _render_paired(pair: dict[str, Any], order: list[str], heads: set[str]) -> l
     names = [n for n in order if n in pair["metrics"]] + [n for n in pair["metrics"] if n not in order]
     for name in names:
         m = pair["metrics"][name]
+        label = name + (" * (primary)" if name == pair.get("primary") else " *" if name in heads else "")
+        if m["delta"] is None:
+            rows.append([label, "-", "-", m.get("note", "no paired samples"), "", "", "", 0])
+            continue
+        if m["low"] is None:
+            rows.append([label, f"{m['a']:.4f}", f"{m['b']:.4f}", f"{m['delta']:+.4f} (no interval: not estimable)", "", "", "none", m["n"]])
+            continue
         test = m["test"] + (f" (b={m['only_a']}, c={m['only_b']})" if "only_a" in m else "")
-        rows.append([name + (" *" if name in heads else ""), f"{m['a']:.4f}", f"{m['b']:.4f}",
-                     f"{m['delta']:+.4f} [{m['low']:+.4f}, {m['high']:+.4f}]", f"{m['p']:.4g}", test, m["n"]])  # fmt: skip
+        adj = f"{m['p_holm']:.3g} / {m['p_bh']:.3g}" if "p_holm" in m else ""
+        rows.append([label, f"{m['a']:.4f}", f"{m['b']:.4f}", f"{m['delta']:+.4f} [{m['low']:+.4f}, {m['high']:+.4f}]",
+                     f"{m['p']:.4g}", adj, test, m["n"]])  # fmt: skip
     first = next(iter(pair["metrics"].values()), {"n_paired": 0, "n_excluded": 0})
     out.append(f"  {first['n_paired']} units paired, {first['n_excluded']} excluded (scored in one run only)")
-    table = tabulate(rows, headers=["metric", f"[{ia}]", f"[{ib}]", "Δ [interval]", "p", "test", "n"], tablefmt="simple", disable_numparse=True)
-    return out + ["    " + line for line in table.splitlines()]
+    table = tabulate(rows, headers=["metric", f"[{ia}]", f"[{ib}]", "Δ [interval]", "p", "p Holm / BH", "test", "n"],
+                     tablefmt="simple", disable_numparse=True)  # fmt: skip
+    out += ["    " + line for line in table.splitlines()]
+    out.append(f"  multiplicity: {pair.get('family', '')}")
+    out += _verdict_lines(pair)
+    return out
+
+
+def _verdict_lines(pair: dict[str, Any]) -> list[str]:
+    """What the headline's comparison shows: a difference, or "no difference detected" with
+    the smallest difference this comparison could detect; worst-case bounds with failures."""
+    head = pair.get("primary")
+    m = (pair.get("metrics") or {}).get(head) if head else None
+    if not m or m.get("p") is None:
+        return []
+    level = pair.get("level", 0.95)
+    mde = m.get("mde")
+    power = f"this comparison could detect |Δ| ≥ {mde:.4f} (80% power, two-sided α = {1 - level:.2g})" if mde else \
+        "its minimum detectable effect cannot be estimated (the runs never disagree)"  # fmt: skip
+    if m["p"] < 1 - level:
+        lines = [f"  {head}: a difference, Δ {m['delta']:+.4f} (p = {m['p']:.3g}; {power})"]
+    else:
+        lines = [f"  {head}: no difference detected (p = {m['p']:.3g}) — not evidence of no difference; {power}"]
+    if "worst_case_delta" in pair:
+        low, high = pair["worst_case_delta"]
+        lines.append(f"  {head}: failures are left out (assumed missing at random); counting them as 0 or 1, Δ could be "
+                     f"anywhere in [{low:+.4f}, {high:+.4f}]")  # fmt: skip
+    return lines
+
+
+def _ledger(run_dir: Path) -> dict[str, Any]:
+    """A run's ``tracking.json`` as far as it names its MLflow run (``{}`` when absent or
+    unusable): ``tracking_uri``, ``mlflow_run_id``, ``experiment_id`` (strings only)."""
+    try:
+        state = json.loads((Path(run_dir) / "tracking.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    if not isinstance(state, dict):
+        return {}
+    return {k: state[k] for k in ("tracking_uri", "mlflow_run_id", "experiment_id") if isinstance(state.get(k), str)}
+
+
+def log_comparisons(result: dict[str, Any], tracking_uri: str | None = None) -> list[str]:
+    """Record every paired comparison of ``result`` as an MLflow run (``compare --log``;
+    :func:`evalkit.tracking.mlflow_tracking.log_comparison`) in the store of the compared
+    runs (their ``tracking.json``), or ``tracking_uri`` when given; returns one line per
+    comparison naming the MLflow run and the store.
+
+    Raises:
+        CompareError: the runs were logged to different stores, or to none, and no
+            ``tracking_uri`` is given (one line).
+    """
+    from evalkit.tracking.mlflow_tracking import log_comparison
+
+    runs = result["runs"]
+    lines = []
+    for pair, flip in zip(result.get("paired") or [], result.get("flips") or []):
+        a, b = runs[pair["ia"] - 1], runs[pair["ib"] - 1]
+        la, lb = _ledger(Path(a["dir"])), _ledger(Path(b["dir"]))
+        stores = {x["tracking_uri"] for x in (la, lb) if "tracking_uri" in x}
+        if tracking_uri is None and len(stores) != 1:
+            why = "live in different MLflow stores" if stores else "were not logged to MLflow"
+            raise CompareError(f"--log: the compared runs {why} ({', '.join(sorted(stores)) or 'none'}): pass --tracking-uri")
+        uri = tracking_uri or next(iter(stores))
+        ends = tuple({"dir": r["dir"], "name": f"{r['benchmark']} × {r['model']}",
+                      **({k: v for k, v in led.items() if k != "tracking_uri"} if led.get("tracking_uri") == uri else {})}
+                     for r, led in ((a, la), (b, lb)))  # fmt: skip
+        rid = log_comparison(uri, pair, flip, ends, verdict=result.get("gate") if pair is result["paired"][0] else None)  # type: ignore[arg-type]
+        lines.append(f"comparison [{pair['ia']}] → [{pair['ib']}] recorded in MLflow: run {rid} in {uri}")
+    return lines
 
 
 def resolve_run(arg: str, tracking_uri: str | None) -> Path:
@@ -420,7 +567,8 @@ def resolve_run(arg: str, tracking_uri: str | None) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line; returns the exit code (0, or 2 on an error)."""
+    """Command line; returns the exit code (0; 2 on an error; with ``--gate`` 1 on FAIL and 3
+    on INCONCLUSIVE)."""
     parser = argparse.ArgumentParser(prog="python -m evalkit.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run directories (outputs/runs/<benchmark>/<model>/<stamp>) or MLflow run ids")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
@@ -430,18 +578,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
     parser.add_argument("--data-dir", type=Path, default=None, help="the benchmark's data, if not where the runs found it")
     parser.add_argument("--tracking-uri", default=None, help="MLflow store of run ids (default: sqlite:///outputs/mlflow.db)")
+    parser.add_argument("--gate", default=None, metavar="GATE",
+                        help="noninferior:MARGIN, superior or equivalent:MARGIN on the headline's paired Δ of RUN_B − RUN_A: "
+                             "PASS exits 0, FAIL 1, INCONCLUSIVE 3")  # fmt: skip
+    parser.add_argument("--log", action="store_true",
+                        help="record each comparison as an MLflow run (evalkit.kind=comparison) in the compared runs' store")  # fmt: skip
     args = parser.parse_args(argv)
     try:
+        if args.log and args.metrics_only:
+            raise CompareError("--log records paired comparisons: it cannot go with --metrics-only")
+        if args.gate is not None:
+            _parse_gate(args.gate)
+            if len(args.runs) != 2 or args.metrics_only:
+                raise CompareError("--gate compares exactly two runs, BASE and NEW, with their paired statistics")
         paths = [resolve_run(r, args.tracking_uri) for r in args.runs]
         result = compare(paths, not args.metrics_only, args.ci_level, args.resamples, args.seed, args.data_dir)
+        verdict = gate_verdict(result, args.gate) if args.gate is not None else None
     except EvalkitError as exc:
         print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
         return 2
+    if verdict is not None:
+        result["gate"] = verdict
+    if args.log:
+        try:
+            result["logged"] = log_comparisons(result, args.tracking_uri)
+        except EvalkitError as exc:
+            print(f"evalkit: error: {exc}", file=sys.stderr)
+            return 2
+        except Exception as exc:  # noqa: BLE001 - a store that fails is one line; the comparison is still printed
+            print(f"evalkit: error: --log: MLflow failed ({type(exc).__name__}: {first_line(exc)})", file=sys.stderr)
+            return 2
     try:
-        print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else render(result), flush=True)
+        text = json.dumps(result, indent=2, ensure_ascii=False) if args.json else render(result) + (f"\n\n{verdict['line']}" if verdict else "")
+        text += "".join(f"\n{line}" for line in result.get("logged") or []) if not args.json else ""
+        print(text, flush=True)
     except BrokenPipeError:  # `| head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
+    return verdict["exit"] if verdict else 0
 
 
 if __name__ == "__main__":

@@ -277,6 +277,10 @@ class RunSettings(_Strict):
     ``batch_poll_s`` / ``batch_poll_max_s``: the first and the longest wait between polls
     (seconds; ×1.5 per poll); ``batch_max_requests`` / ``batch_max_bytes``: the most lines
     and bytes of one batch input file (OpenAI's limits: 50,000 and 200 MB).
+    ``baseline`` (a rate in (0, 1), or a finished run directory whose headline is taken as
+    the rate) and ``target_effect`` (a difference of rates): the dry run's power line — the
+    minimum detectable effect of comparing two runs on the selected samples, and the
+    samples needed to detect ``target_effect`` (:func:`evalkit.stats.plan_power`).
     """
 
     limit: int | None = Field(default=None, ge=1, strict=True)
@@ -313,6 +317,17 @@ class RunSettings(_Strict):
         if self.batch_cancel and self.resume is None:
             raise ValueError("run.batch_cancel: needs run.resume=<run dir> (the run whose batches to cancel)")
         return self
+    baseline: float | str | None = None
+    target_effect: float | None = Field(default=None, gt=0.0, lt=1.0)
+
+    @field_validator("baseline")
+    @classmethod
+    def _baseline_usable(cls, v: float | str | None) -> float | str | None:
+        if isinstance(v, float) and not 0.0 < v < 1.0:
+            raise ValueError(f"a baseline rate must be between 0 and 1 (exclusive), got {v}")
+        if isinstance(v, str) and not (Path(v) / "summary.json").is_file():
+            raise ValueError(f"{v} is not a finished evalkit run directory (no summary.json)")
+        return v
 
     @field_validator("sample_ids", mode="before")
     @classmethod

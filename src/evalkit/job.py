@@ -6,7 +6,9 @@ line and the sweep's jobs share; it sits below both (neither imports the other f
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
@@ -20,8 +22,10 @@ from evalkit.engine.rundir import PREDICTIONS, choose_run_dir
 from evalkit.engine.phases import Phases
 from evalkit.engine.run import RunResult, run_evaluation
 from evalkit.engine.session import Session
+from evalkit.errors import ConfigError
 from evalkit.providers import estimate_prompt_tokens
 from evalkit.report.summary import headline_text
+from evalkit.stats import plan_power
 from evalkit.summary import Summary
 from evalkit.tracking import make_observer
 
@@ -140,6 +144,9 @@ def dry_run_lines(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> list[str]:
     budget = _budget_line(cfg, plan, dry)
     if budget:
         lines.append(budget)
+    power = power_line(cfg, len(plan.samples))
+    if power:
+        lines.append(power)
     return lines
 
 
@@ -184,3 +191,35 @@ def _cost_part(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> str:
         upper = price.cost({"prompt_tokens": dry.prompt_tokens or 0, "completion_tokens": max_tokens * dry.requests})
         shown += f", ≤ ${upper:.4f} if every answer used max_tokens={max_tokens}"
     return shown
+
+
+def power_line(cfg: EvalConfig, n_samples: int) -> str:
+    """The dry run's power line (``""`` without ``run.baseline``): for ``n_samples`` and the
+    baseline rate (``run.baseline``: a rate, or a run directory whose headline is the rate),
+    the minimum detectable effect of comparing two runs and, with ``run.target_effect``, the
+    samples needed (:func:`evalkit.stats.plan_power`).
+
+    Raises:
+        ConfigError: the baseline run's summary has no usable headline (one line).
+    """
+    run = cfg.run
+    if run.baseline is None:
+        return ""
+    rate, source = run.baseline, "stated"
+    if isinstance(rate, str):
+        summary_path = Path(rate) / "summary.json"
+        try:
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+            head = summary["headline"]
+            rate = (summary.get("metrics") or {}).get(head, (summary.get("partial_metrics") or {}).get(f"partial_{head}"))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            rate = None
+        if not isinstance(rate, (int, float)) or not 0 < rate < 1:
+            raise ConfigError(f"run.baseline: {summary_path} has no headline strictly between 0 and 1 to plan with")
+        source = f"the headline of {run.baseline}"
+    got = plan_power(n_samples, float(rate), run.ci_level, run.target_effect)
+    text = (f"evalkit: dry run: power: at a baseline rate of {rate:.4f} ({source}) and {n_samples} samples, a comparison of two "
+            f"runs could detect |Δ| ≥ {got['mde']:.4f} (80% power, two-sided α = {1 - run.ci_level:.2g}; runs treated as independent)")  # fmt: skip
+    if got["n_needed"] is not None:
+        text += f"; detecting |Δ| = {run.target_effect:g} needs about {got['n_needed']:,} samples"
+    return text

@@ -707,6 +707,18 @@ def gate(entry: dict[str, Any] | None, kind: str, margin: float, level: float, m
     return {"gate": name, "verdict": verdict, "exit": GATE_EXIT[verdict], "line": line}
 
 
+def plan_power(n: int, baseline: float, level: float, target: float | None = None, power: float = POWER) -> dict[str, Any]:
+    """Planning a comparison of two runs on the same ``n`` samples with a 0/1 headline at
+    rate ``baseline``: ``{"mde": the smallest |Δ| detectable with ``power`` by a two-sided
+    test at 1 − ``level``, "n_needed": samples to detect ``target`` (or None)}``. The two
+    runs are treated as independent (variance ``2p(1 − p)/n``): conservative, as pairing
+    removes the variance of the answers both runs share."""
+    zsum = _z((1 + level) / 2) + _z(power)
+    var = 2 * baseline * (1 - baseline)
+    need = math.ceil(zsum**2 * var / target**2) if target else None
+    return {"mde": zsum * math.sqrt(var / n) if n > 0 else None, "n_needed": need}
+
+
 # ------------------------------------------------------------------------------------------
 # repeats
 # ------------------------------------------------------------------------------------------

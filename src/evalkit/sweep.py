@@ -41,7 +41,7 @@ from evalkit.compare import load_run, paired_stats
 from evalkit.engine import session
 from evalkit.errors import EvalkitError, first_line, printable
 from evalkit.report.markdown import md_code, md_text
-from evalkit.stats import with_interval
+from evalkit.stats import adjust, with_interval
 from evalkit.job import run_composed
 from evalkit.tracking import make_observer, sweep_observer
 
@@ -350,6 +350,7 @@ def summarize(sweep_dir: Path, info: dict[str, Any], interrupted: bool = False) 
         j["point"] = point_label(j.get("overrides") or [], swept).split()
     n_complete = sum(j["status"] == "complete" for j in ordered)
     paired = paired_headlines(ordered, swept)
+    multiplicity = adjust_sweep(paired)
     return {
         "sweep_id": info.get("sweep_id"),
         "sweep_dir": info.get("sweep_dir"),
@@ -365,7 +366,20 @@ def summarize(sweep_dir: Path, info: dict[str, Any], interrupted: bool = False) 
         "n_failed_jobs": len(ordered) - n_complete,
         "jobs": [{k: v for k, v in j.items() if k != "traceback"} for j in ordered],
         "paired": paired,
+        "multiplicity": multiplicity,
     }
+
+
+def adjust_sweep(paired: list[dict[str, Any]]) -> dict[str, Any]:
+    """Holm and Benjamini–Hochberg adjusted p over the sweep's paired headline comparisons
+    (the family: every comparison with a p-value), written into each entry as ``p_holm``
+    and ``p_bh``; returns ``{"family", "family_size", "methods"}``."""
+    ps = {str(i): p.get("p") for i, p in enumerate(paired)}
+    adjusted = adjust(ps)
+    for i, adj in adjusted.items():
+        paired[int(i)]["p_holm"], paired[int(i)]["p_bh"] = adj["holm"], adj["bh"]
+    return {"family": "every paired headline comparison of this sweep with a p-value", "family_size": len(adjusted),
+            "methods": ["holm (family-wise error)", "bh (Benjamini–Hochberg, false discovery rate)"]}  # fmt: skip
 
 
 def _point(job: dict[str, Any]) -> dict[str, str]:
@@ -399,7 +413,9 @@ def paired_headlines(jobs: list[dict[str, Any]], swept: set[str]) -> list[dict[s
             if base is None:
                 continue
             try:
-                result = paired_stats(load_run(base["run_dir"]), load_run(job["run_dir"]), plans=plans)
+                run_a, run_b = load_run(base["run_dir"]), load_run(job["run_dir"])
+                level = float(run_b.summary.get("ci_level") or 0.95)
+                result = paired_stats(run_a, run_b, level=level, plans=plans)
             except Exception as exc:  # noqa: BLE001 - the sweep's summary is written whatever a comparison meets
                 out.append({"key": key, "base": base["num"], "job": job["num"], "error": f"{type(exc).__name__}: {first_line(exc)}"})
                 continue
@@ -407,8 +423,9 @@ def paired_headlines(jobs: list[dict[str, Any]], swept: set[str]) -> list[dict[s
             if m is None:
                 out.append({"key": key, "base": base["num"], "job": job["num"], "error": result.get("error", "no paired headline")})
                 continue
-            out.append({"key": key, "base": base["num"], "job": job["num"], "headline": job["headline"],
-                        **{k: m[k] for k in ("delta", "low", "high", "p", "test", "n")}})  # fmt: skip
+            out.append({"key": key, "base": base["num"], "job": job["num"], "headline": job["headline"], "level": level,
+                        "notes": result.get("notes") or [],
+                        **{k: m.get(k) for k in ("delta", "low", "high", "p", "test", "n", "mde")}})  # fmt: skip
     return out
 
 
@@ -435,12 +452,21 @@ def report_markdown(summary: dict[str, Any]) -> str:
         run = Path(j["run_dir"]).name if j.get("run_dir") else ""
         lines.append(f"| {j['num']} | {md_code(' '.join(j['point']) or ' '.join(j['overrides']), in_table=True)} | {j['status']} | {md_text(j.get('headline') or '')} | {md_text(shown)} | {md_text(run)} |")
     if summary.get("paired"):
-        lines += ["", "Paired against the first value of each swept key (Δ = job − base, over the samples scored in both):", "",
-                  "| key | base job | job | Δ headline [interval] | p | test |", "|---|---|---|---|---|---|"]  # fmt: skip
+        multi = summary.get("multiplicity") or {}
+        lines += ["", "Paired against the first value of each swept key (Δ = job − base, over the samples scored in both; "
+                  f"each row's interval at its runs' `run.ci_level`; p adjusted by Holm and Benjamini–Hochberg over "
+                  f"{multi.get('family_size', 0)} comparisons, {multi.get('family', 'the sweep')}):", "",
+                  "| key | base job | job | Δ headline [interval] | level | p | p Holm | p BH | test | notes |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for p in summary["paired"]:
             if "error" in p:
-                lines.append(f"| {md_text(p['key'])} | {p['base']} | {p['job']} | {md_text(p['error'])} | | |")
-            else:
-                lines.append(f"| {md_text(p['key'])} | {p['base']} | {p['job']} | {p['delta']:+.4f} [{p['low']:+.4f}, {p['high']:+.4f}] | {p['p']:.4g} | {p['test']} |")
+                lines.append(f"| {md_text(p['key'])} | {p['base']} | {p['job']} | {md_text(p['error'])} | | | | | | |")
+                continue
+            shown = (f"{p['delta']:+.4f} [{p['low']:+.4f}, {p['high']:+.4f}]" if p.get("low") is not None
+                     else "no paired samples" if p.get("delta") is None else f"{p['delta']:+.4f} (not estimable)")  # fmt: skip
+            fmt = lambda x: f"{x:.4g}" if isinstance(x, (int, float)) else ""  # noqa: E731
+            lines.append(f"| {md_text(p['key'])} | {p['base']} | {p['job']} | {shown} | {int(round(100 * p.get('level', 0.95)))}% | "
+                         f"{fmt(p.get('p'))} | {fmt(p.get('p_holm'))} | {fmt(p.get('p_bh'))} | {md_text(p['test'])} | "
+                         f"{md_text('; '.join(p.get('notes') or []))} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 

@@ -556,3 +556,62 @@ def retry_line(run_dir: Path, exc: BaseException, uri: str) -> str:
         f"evalkit: warning: tracking: MLflow logging failed ({what}); the run's results are in {run_dir} — "
         f"log them with: python -m evalkit.track --tracking-uri {shlex.quote(secrets.scrub(uri))} {run_dir}"
     )
+
+
+def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None, runs: tuple[dict[str, Any], dict[str, Any]],
+                   experiment: str = "evalkit", verdict: dict[str, Any] | None = None) -> str:  # fmt: skip
+    """Record one paired comparison (``pair``: an entry of :func:`evalkit.compare.compare`'s
+    ``paired``) as an MLflow run of its own in the store ``uri``; returns its run id.
+
+    ``runs``: ``({"dir", "mlflow_run_id", "experiment_id", "name"}, ...)`` of BASE and NEW.
+    The run is tagged ``evalkit.kind=comparison``, ``evalkit.base_run_id`` /
+    ``evalkit.new_run_id`` (and their directories); its description links both runs (MLflow
+    has one parent per run and no run-to-run links). Metrics: the headline's ``delta``,
+    ``delta_ci_low``/``_high``, ``p``, ``p_holm``, ``p_bh``, ``mde`` and the paired ``n`` —
+    never ``headline``, so it does not mix into the runs' columns. Tables:
+    ``tables/paired.json`` (every metric) and ``tables/flips.json`` (the flipped samples).
+    """
+    import pandas as pd  # deferred: MLflow's own dependency
+
+    mlflow_client = client(uri)
+    base, new = runs
+    exp_id = base.get("experiment_id") or new.get("experiment_id") or experiment_id(mlflow_client, experiment, "")
+    head = pair.get("primary")
+    m = (pair.get("metrics") or {}).get(head) or {}
+    said = verdict["verdict"] if verdict else ("no paired samples" if m.get("delta") is None else
+                                               "not estimable" if m.get("p") is None else
+                                               "difference" if m["p"] < 1 - pair.get("level", 0.95) else "no difference detected")  # fmt: skip
+
+    def link(r: dict[str, Any]) -> str:
+        rid = r.get("mlflow_run_id")
+        where = f"[{rid}](#/experiments/{r.get('experiment_id') or exp_id}/runs/{rid})" if rid else "(not in MLflow)"
+        return f"{r.get('name') or r['dir']} {where}, directory `{r['dir']}`"
+
+    level = int(round(100 * pair.get("level", 0.95)))
+    text = [f"evalkit comparison: Δ = NEW − BASE over the units scored in both ({level}% intervals).",
+            f"BASE: {link(base)}", f"NEW: {link(new)}"]  # fmt: skip
+    if m.get("delta") is not None and m.get("low") is not None:
+        text.append(f"Headline `{head}`: Δ {m['delta']:+.4f} [{m['low']:+.4f}, {m['high']:+.4f}], p = {m['p']:.3g} "
+                    f"({m['test']}, n = {m['n']}); verdict: {said}" + (f" — {verdict['line']}" if verdict else ""))  # fmt: skip
+    text += [f"Note: {n}" for n in pair.get("notes") or []]
+    tags = {"evalkit.kind": "comparison", "evalkit.verdict": said, "headline_name": str(head),
+            "evalkit.base_run_dir": str(base["dir"]), "evalkit.new_run_dir": str(new["dir"]),
+            "mlflow.runName": f"compare {Path(str(base['dir'])).name} → {Path(str(new['dir'])).name}",
+            "mlflow.note.content": "\n\n".join(text)}  # fmt: skip
+    tags.update({f"evalkit.{k}_run_id": str(r["mlflow_run_id"]) for k, r in (("base", base), ("new", new)) if r.get("mlflow_run_id")})
+    run = mlflow_client.create_run(exp_id, tags=tags)
+    rid = run.info.run_id
+    names = {"delta": "delta", "low": "delta_ci_low", "high": "delta_ci_high", "p": "p", "p_holm": "p_holm", "p_bh": "p_bh",
+             "mde": "mde", "n": "n_paired"}  # fmt: skip
+    log_values(mlflow_client, rid, metrics={names[k]: m[k] for k in names if isinstance(m.get(k), (int, float))})
+    rows = [{"metric": name, **{k: e.get(k) for k in ("a", "b", "delta", "low", "high", "p", "p_holm", "p_bh", "mde", "test", "n")},
+             "note": e.get("note", "")} for name, e in (pair.get("metrics") or {}).items()]  # fmt: skip
+    if rows:
+        mlflow_client.log_table(rid, data=pd.DataFrame(rows, dtype=object), artifact_file="tables/paired.json")
+    if flips:
+        flipped = [{"sample_id": e["sample_id"], "subset": e.get("subset"), "base": e["a"], "new": e["b"], "better_in": side}
+                   for side, key in (("base", "a_better"), ("new", "b_better")) for e in flips.get(key, [])]  # fmt: skip
+        if flipped:
+            mlflow_client.log_table(rid, data=pd.DataFrame(flipped, dtype=object), artifact_file="tables/flips.json")
+    mlflow_client.set_terminated(rid, status="FINISHED")
+    return rid
