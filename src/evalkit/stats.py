@@ -86,7 +86,7 @@ NONLINEAR_MIN_PER_STRATUM = 5
 #: power at which :func:`mde` states the minimum detectable effect
 POWER = 0.8
 #: most cells (resamples × units) of one chunk of bootstrap weights (8 bytes each)
-CHUNK_CELLS = 1 << 21
+CHUNK_CELLS = 1 << 22
 
 
 @dataclass
