@@ -553,5 +553,5 @@ def test_a_change_of_scorer_is_a_comparability_note(tmp_path):
     from evalkit.compare import Run, comparability
 
     base = {"benchmark": "ke", "status": "complete", "data_fingerprint": "x", "code_version": "0.1.0+aaa"}
-    notes = comparability(Run(tmp_path, base), Run(tmp_path, {**base, "code_version": "0.1.0+bbb"}))
+    notes = comparability(Run(tmp_path, base, None), Run(tmp_path, {**base, "code_version": "0.1.0+bbb"}, None))
     assert notes == ["code versions (the scorer may differ) differ: '0.1.0+aaa' vs '0.1.0+bbb'"]
