@@ -33,7 +33,7 @@ def _run(script: str, *args: str, timeout: int = 600) -> str:
 
 def test_every_perf_script_has_a_test_here():
     tested = {"ci_speed.py", "scoring_speed.py", "tracking_speed.py", "startup.py", "throughput.py", "engine_cpu.py",
-              "frameworks.py", "run_evalkit.py", "run_inspect.py"}  # fmt: skip
+              "frameworks.py", "run_evalkit.py", "run_inspect.py", "coverage.py", "summary_size.py"}  # fmt: skip
     assert {p.name for p in PERF.glob("*.py")} == tested
 
 
@@ -103,3 +103,13 @@ def test_run_inspect_for_a_few_prompts(tmp_path):
          f"--results={results}")  # fmt: skip
     rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
     assert rows and all(r["framework"] == "inspect" and r["rc"] == 0 for r in rows)
+
+
+def test_coverage():
+    out = _run("coverage.py", "--sims=10", "--boot-sims=3", "--resamples=100")
+    assert "Coverage at a nominal 95%" in out and "| 0/1 rate, n = 100, p = 0.99 |" in out and "7-point sweep" in out, out
+
+
+def test_summary_size(shared_data_dir):
+    out = _run("summary_size.py", "--sizes=300", "--benchmarks=sobhard,ke", "--resamples=50", f"--data={shared_data_dir}")
+    assert "| sobhard | 300 |" in out and "| ke | 300 |" in out and "failed" not in out, out
