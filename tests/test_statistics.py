@@ -551,7 +551,12 @@ def test_compare_log_records_the_comparison_in_mlflow_linked_to_both_runs(run_ev
 
 def test_a_change_of_scorer_is_a_comparability_note(tmp_path):
     from evalkit.compare import Run, comparability
+    from evalkit.journal import Journal
+    from evalkit.summary import Summary
+
+    def run(summary):
+        return Run(tmp_path, summary, Journal(tmp_path), Summary.model_construct(**summary))
 
     base = {"benchmark": "ke", "status": "complete", "data_fingerprint": "x", "code_version": "0.1.0+aaa"}
-    notes = comparability(Run(tmp_path, base, None), Run(tmp_path, {**base, "code_version": "0.1.0+bbb"}, None))
+    notes = comparability(run(base), run({**base, "code_version": "0.1.0+bbb"}))
     assert notes == ["code versions (the scorer may differ) differ: '0.1.0+aaa' vs '0.1.0+bbb'"]
