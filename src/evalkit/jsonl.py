@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from evalkit.errors import DataError, EvalkitError, printable
+from evalkit.errors import DataError, EvalkitError, RunDirError, printable
 
 #: characters JSON allows raw inside strings that some line readers treat as line breaks
 _LINE_BREAKS_IN_STRINGS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"}
@@ -166,15 +166,29 @@ class TolerantRead:
         return [row for _, row in self.rows]
 
 
+def _link_error(path: Path) -> RunDirError:
+    return RunDirError(f"{printable(str(path))}: a symbolic link; evalkit never reads or writes a journal "
+                       "through a link (nothing follows links out of a run directory)")
+
+
 def read_tolerant(path: Path) -> TolerantRead:
     """Tolerant reading of a JSON Lines file evalkit appends to (a journal). A missing file
     reads as empty; undecodable bytes are replaced; a line that is not a JSON object is
-    skipped and its number kept in ``unreadable``."""
+    skipped and its number kept in ``unreadable``.
+
+    Raises:
+        RunDirError: ``path`` is a symbolic link (never followed, one line).
+    """
     path = Path(path)
     out = TolerantRead()
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return out
-    text = path.read_bytes().decode("utf-8", errors="replace")
+    try:
+        fd = os.open(path, _open_flags(write=False))
+    except OSError as exc:
+        raise _link_error(path) if exc.errno == errno.ELOOP else exc from None
+    with os.fdopen(fd, "rb") as fh:
+        text = fh.read().decode("utf-8", errors="replace")
     last = None
     for lineno, line in _lines(text):
         last = lineno
@@ -206,10 +220,14 @@ class JsonlAppender:
     def __init__(self, path: Path, fsync_interval_s: float = 1.0, transform: Any = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_symlink():
+            raise _link_error(self.path)
         self._repair_torn_tail()
         # backslashreplace: a lone surrogate in model text is written as the JSON escape
-        # \udXXX (valid JSON that reads back to the same string) instead of crashing
-        self._fh = open(self.path, "a", encoding="utf-8", errors="backslashreplace")
+        # \udXXX (valid JSON that reads back to the same string) instead of crashing;
+        # O_NOFOLLOW: a link planted after the check above is not written through either
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        self._fh = os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace")
         self._fsync_interval_s = fsync_interval_s
         self._last_fsync = time.monotonic()
         self._transform = transform
@@ -309,6 +327,29 @@ def read_no_link(path: Path, limit: int) -> bytes:
     fd = os.open(path, _open_flags(write=False))
     with os.fdopen(fd, "rb") as fh:
         return fh.read(limit + 1)
+
+
+#: the largest record file of a run directory read whole (config.yaml, summary.json, …)
+MAX_RECORD_BYTES = 256 * 1024 * 1024
+
+
+def read_run_text(path: Path, limit: int = MAX_RECORD_BYTES) -> str:
+    """The text of a run directory's record file (``config.yaml``, …), read without following
+    a symbolic link and at most ``limit`` bytes.
+
+    Raises:
+        RunDirError: missing, unreadable, a link, over ``limit`` bytes or not UTF-8 (one line).
+    """
+    try:
+        data = read_no_link(path, limit)
+        if len(data) > limit:
+            raise RunDirError(f"{printable(str(path))}: over {limit} bytes; not read")
+        return data.decode("utf-8")
+    except OSError as exc:
+        why = "a symbolic link, never followed" if exc.errno == errno.ELOOP else (exc.strerror or type(exc).__name__)
+        raise RunDirError(f"{printable(str(path))} cannot be read ({why})") from None
+    except UnicodeDecodeError:
+        raise RunDirError(f"{printable(str(path))} is not UTF-8 text") from None
 
 
 def with_side_file(row: dict[str, Any], base_dir: Path) -> dict[str, Any]:

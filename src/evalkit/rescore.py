@@ -29,7 +29,7 @@ from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
 from evalkit.errors import ConfigError, EvalkitError, RunDirError, printable
 from evalkit.journal import damaged_journal, read_run_journal
-from evalkit.jsonl import SideFileError
+from evalkit.jsonl import SideFileError, read_run_text
 from evalkit.report.figures import epoch_mean, plan_figures
 from evalkit.summary import read_summary
 
@@ -104,8 +104,8 @@ def load_benchmark(run_dir: Path, data_dir: Path | None = None) -> Any:
             do not validate (one line naming the key).
     """
     try:
-        cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        cfg = yaml.safe_load(read_run_text(Path(run_dir) / "config.yaml"))
+    except yaml.YAMLError as exc:
         raise RunDirError(f"{run_dir}/config.yaml cannot be read ({type(exc).__name__})") from None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("benchmark"), dict) or "name" not in cfg["benchmark"]:
         raise RunDirError(f"{run_dir}/config.yaml is not an evalkit run config (no benchmark.name)")

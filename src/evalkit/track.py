@@ -47,13 +47,10 @@ from evalkit.config import EvalConfig
 from evalkit.engine.plan import prepare
 from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.journal import read_run_journal
-from evalkit.jsonl import read_no_link
+from evalkit.jsonl import MAX_RECORD_BYTES, read_no_link
 from evalkit.summary import validate_summary
 from evalkit.tracking import MlflowObserver, ledger
 from evalkit.tracking.mlflow_tracking import artifact_root, tracking_uri
-
-#: the largest config.yaml / summary.json / sweep.json read (bytes)
-MAX_RECORD_BYTES = 256 * 1024 * 1024
 
 
 def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
