@@ -4,7 +4,7 @@ tests/engine/test_crash_resume.py). No Ray is imported; each test takes well und
 
 The fake's ``solve`` has the call shape of a Ray actor method with ``num_returns="streaming"``:
 ``solve.options(num_returns="streaming").remote(job, holder, units)`` is an async iterable of
-awaitables of ``(unit key, trajectory)``; ``ping.remote()`` is an awaitable. A worker "dies" by
+awaitables of ``[(unit key, trajectory), ...]``; ``ping.remote()`` is an awaitable. A worker "dies" by
 raising from its stream (every stream it runs at that moment fails, as when its process is
 killed); it "restarts" unless its restarts are spent, after which a ping fails.
 """
@@ -90,11 +90,12 @@ class FakeWorker:
             done, pending = await asyncio.wait(pending, timeout=0.001, return_when=asyncio.FIRST_COMPLETED)
             if self.epoch != epoch:
                 raise WorkerDied("the worker's process was killed")
-            for task in done:
-                key, result = task.result()
-                yield _done((key, result))
-                if key in self.twice:
-                    yield _done((key, result))
+            ready = [task.result() for task in done]
+            if ready:
+                yield _done(ready)
+            again = [(key, result) for key, result in ready if key in self.twice]
+            if again:
+                yield _done(again)
 
     async def _one(self, unit: Unit) -> tuple[Any, Trajectory]:
         await asyncio.sleep(self.latency(unit.key))

@@ -5,7 +5,7 @@ Rules (each tested in-process against a fake actor handle, tests/engine/test_del
 
 * the units queued within ``FLUSH_DELAY_S`` go to the live worker with the
   fewest units held, at most ``max_batch`` to one call of its ``solve`` generator, which
-  yields ``(unit key, result)`` as each unit finishes;
+  yields ``[(unit key, result), ...]``, the results ready together, as units finish;
 * the generator runs with Ray's task retries off: after a worker dies Ray would re-run it
   from the start and drop its first items *by position* (some units would come back twice,
   others never). The driver resends by unit key instead, and takes the first result of
@@ -37,9 +37,9 @@ log = logging.getLogger("evalkit")
 UNIT_MAX_TRIES = 3
 #: the most units in one ``solve`` call
 MAX_BATCH = 64
-#: units queued within this long of the first go out together (seconds): results arrive one
-#: by one, and each frees a slot; without it most calls would carry a single unit
-FLUSH_DELAY_S = 0.002
+#: units queued within this long of the first go out together (seconds): results arrive a
+#: few at a time, and each frees a slot; without it most calls would carry a single unit
+FLUSH_DELAY_S = 0.005
 #: a stream with no result for this long pings its worker (seconds)
 LIVENESS_S = 30.0
 #: a worker that does not answer a ping within this (its restart included) is left out (seconds)
@@ -61,7 +61,8 @@ class _Held:
 class Delivery:
     """Units to ``workers`` (Ray actor handles, or fakes with the same calls:
     ``solve.options(num_returns="streaming").remote(*solve_args, units)`` iterating
-    awaitables of ``(key, trajectory or exception)``, and ``ping.remote()``); ``submit`` is
+    awaitables of ``[(key, trajectory or exception), ...]`` (the results ready together), and
+    ``ping.remote()``); ``submit`` is
     awaited once per unit, with a unique ``unit.key``. A worker that lost units once gets
     ``again_args`` instead of ``solve_args`` from then on (a restarted process must be told
     the run again)."""
@@ -147,9 +148,10 @@ class Delivery:
             units = [self.held[key].unit for key, _ in sends if key in self.held]
             args = self.again_args if self.lost_before[i] and self.again_args is not None else self.solve_args
             async for ref in self.workers[i].solve.options(num_returns="streaming").remote(*args, units):
-                key, result = await ref
+                ready = await ref
                 watch.last = watch.loop.time()
-                self._resolve(key, result)
+                for key, result in ready:
+                    self._resolve(key, result)
         except asyncio.CancelledError:
             if not watch.silent:
                 raise

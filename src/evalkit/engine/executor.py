@@ -125,12 +125,13 @@ class ModelWorker:
 
         return litellm_price(provider_model)
 
-    async def solve(self, job: str, holder: list[Any], budget: Any, units: list[Unit]) -> AsyncIterator[tuple[Any, Any]]:
+    async def solve(self, job: str, holder: list[Any], budget: Any, units: list[Unit]) -> AsyncIterator[list[tuple[Any, Any]]]:
         """Solve ``units`` of run ``job`` (registered first from ``holder`` when this process
         does not know it: a restarted worker; the driver sends an empty ``holder`` to a
         worker it has not lost, as the run's object reference costs every call) concurrently,
-        yielding ``(unit key, trajectory or the exception solving raised)`` as each finishes;
-        nothing for a run that has ended or is not known here. ``budget``: the run's :class:`~evalkit.engine.budget.BudgetKeeper`
+        yielding ``[(unit key, trajectory or the exception solving raised), ...]``, the
+        results ready at that moment, as units finish; nothing for a run that has ended or is
+        not known here. ``budget``: the run's :class:`~evalkit.engine.budget.BudgetKeeper`
         (``None``: no limits), asked before each model call."""
         state = await self._job(job, holder)
         if state is None:
@@ -141,8 +142,10 @@ class ModelWorker:
         tasks = [asyncio.ensure_future(self._one(solver, unit, agent_params, user_params, gate)) for unit in units]
         running.update(tasks)
         try:
-            for finished in asyncio.as_completed(tasks):
-                yield await finished
+            pending = set(tasks)
+            while pending:  # every result ready at once in one item: one Ray message for many units
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                yield [task.result() for task in done]
         finally:
             for task in tasks:
                 task.cancel()
