@@ -105,14 +105,17 @@ def test_a_small_graded_stratum_gets_scipys_t_interval(loaded):
     assert got["n"] == len(f1) and got["method"].startswith("t interval")
 
 
-def test_a_large_single_stratum_interval_agrees_with_scipys_bootstrap():
+def test_a_derived_metric_over_one_stratum_gets_scipys_percentile_bootstrap():
     rng = np.random.default_rng(3)
     v = rng.random(300)
-    plan = StatPlan([str(i) for i in range(300)], np.zeros(300, dtype=int), {"m": Column(v[None, :], np.ones((1, 300), bool))})
-    ci = intervals(plan, 0.95, 20_000, 0)["m"]
-    ref = sps.bootstrap((v,), np.mean, method="percentile", n_resamples=20_000, random_state=1).confidence_interval
-    assert (ci["low"], ci["high"]) == pytest.approx((ref.low, ref.high), abs=0.004)
-    assert ci["method"].startswith("percentile bootstrap")
+    cols = {"m": Column(v[None, :], np.ones((1, 300), bool)), "other": Column(v[None, :], np.ones((1, 300), bool))}
+    plan = StatPlan([str(i) for i in range(300)], np.zeros(300, dtype=int), cols, lambda base: {"d": 2 * base["m"]})
+    ci = intervals(plan, 0.95, 20_000, 0)
+    ref = sps.bootstrap((2 * v,), np.mean, method="percentile", n_resamples=20_000, random_state=1).confidence_interval
+    assert (ci["d"]["low"], ci["d"]["high"]) == pytest.approx((ref.low, ref.high), abs=0.008)
+    assert ci["d"]["method"].startswith("percentile bootstrap") and ci["m"]["method"].startswith("t interval")
+    ref_t = sps.ttest_1samp(v, 0.5).confidence_interval(0.95)
+    assert (ci["m"]["low"], ci["m"]["high"]) == pytest.approx((ref_t.low, ref_t.high), abs=1e-9)
 
 
 def _rate(successes: int, n: int) -> StatPlan:
@@ -123,7 +126,7 @@ def _rate(successes: int, n: int) -> StatPlan:
 
 @pytest.mark.parametrize(("k", "n", "method"), [(20, 20, "exact binomial (Clopper–Pearson)"), (1, 50, "exact binomial (Clopper–Pearson)"),
                                                 (99, 100, "exact binomial (Clopper–Pearson)"), (30, 60, "Wilson score"),
-                                                (60, 200, "percentile bootstrap")])  # fmt: skip
+                                                (60, 200, "Wilson score")])  # fmt: skip
 def test_a_rate_gets_its_regimes_interval(k, n, method):
     """Issue 22: a perfect 20/20 category had [1, 1]; n = 50 at p̂ = 0.02 and n = 100 at
     0.99 undercovered (64 %, 65 %). Each now names its method, and its bounds are scipy's."""

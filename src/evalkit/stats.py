@@ -24,10 +24,10 @@ why it was chosen; the thresholds are the constants below; coverage is simulated
   binomial (Clopper–Pearson) bound on the n units — never a zero-width interval (for a
   score in [0, 1] with mean μ, P(all n at 1) ≤ μⁿ, so the bound holds for graded scores);
 * a mean of 0/1 scores (one epoch): Clopper–Pearson when it has fewer than
-  :data:`TAIL_COUNT` successes or failures, Wilson below :data:`RATE_BOOTSTRAP_N` units,
-  else the stratified percentile bootstrap;
-* a mean of graded scores (or of 0/1 scores averaged over epochs): a t interval on the
-  per-unit means below :data:`SMALL_N` units, else the stratified percentile bootstrap;
+  :data:`TAIL_COUNT` successes or failures, else Wilson;
+* a mean of graded scores (or of 0/1 scores averaged over epochs, clustered by unit): a t
+  interval on the per-unit means (a plain mean needs no resampling; ignoring the strata
+  only widens it, and it keeps a 100k-sample summary's work to the derived metrics);
 * a derived metric: the stratified percentile bootstrap, or a t interval with the
   bootstrap's standard error below :data:`SMALL_N` units; a biased non-linear one
   (kind :data:`NONLINEAR`, SOBHard's geometric-mean ``balance_score``) the *basic*
@@ -75,10 +75,9 @@ BINARY, GRADED, DERIVED = "binary_mean", "graded_mean", "derived"
 #: a derived metric that is a biased non-linear function of stratum means (basic bootstrap)
 NONLINEAR = "nonlinear"
 
-#: below this many units a graded mean gets a t interval, not the percentile bootstrap
+#: below this many units a derived metric gets a t interval with the bootstrap's standard
+#: error, not the percentile interval
 SMALL_N = 30
-#: below this many units a 0/1 rate gets Wilson's interval, not the bootstrap
-RATE_BOOTSTRAP_N = 100
 #: a 0/1 rate with fewer successes (or failures) than this gets Clopper–Pearson
 TAIL_COUNT = 10
 #: a NONLINEAR metric with a stratum of fewer units than this is not estimable
@@ -367,19 +366,16 @@ def _base_interval(plan: StatPlan, name: str, point: float, level: float, units:
             low, high = clopper_pearson(k, n, level)
             return _entry(low, high, se, n, f"exact binomial (Clopper–Pearson): {k} of {n} {units}, fewer than {TAIL_COUNT} "
                           f"{'successes' if k < TAIL_COUNT else 'failures'}")  # fmt: skip
-        if n < RATE_BOOTSTRAP_N:
-            low, high = wilson(k, n, level)
-            return _entry(low, high, se, n, f"Wilson score: {k} of {n} {units} (fewer than {RATE_BOOTSTRAP_N})")
+        low, high = wilson(k, n, level)
+        return _entry(low, high, se, n, f"Wilson score: {k} of {n} {units}")
+    if n < 2:
         return None
-    if n < SMALL_N:
-        if n < 2:
-            return None
-        se = float(np.std(m, ddof=1) / math.sqrt(n))
-        low, high = t_interval(point, se, n - 1, level)
-        if bounded:
-            low, high = max(low, 0.0), min(high, 1.0)
-        return _entry(low, high, se, n, f"t interval: on the per-unit means of {n} {units} (graded scores, fewer than {SMALL_N})")
-    return None
+    se = float(np.std(m, ddof=1) / math.sqrt(n))
+    low, high = t_interval(point, se, n - 1, level)
+    if bounded:
+        low, high = max(low, 0.0), min(high, 1.0)
+    return _entry(low, high, se, n, f"t interval: on the per-unit means of {n} {units}"
+                  + (" (epochs averaged per unit)" if plan.n_epochs > 1 else ""))  # fmt: skip
 
 
 def _entry(low: float, high: float, se: float, n: int, method: str) -> dict[str, Any]:
@@ -411,7 +407,7 @@ def intervals(plan: StatPlan, level: float, resamples: int, seed: int, metrics: 
             out[name] = entry
     if need_boot:
         strata, note = resampling_strata(plan.strata)
-        (draws,) = bootstrap_draws([plan], strata, resamples, seed)
+        (draws,) = bootstrap_draws([_only(plan, need_boot)], strata, resamples, seed)
         boot = (f"{resamples} resamples of the {units} within each {plan.stratum_label}{note}"
                 + (", clustered by sample over epochs" if plan.n_epochs > 1 else ""))  # fmt: skip
         n_strata = len(np.unique(strata))
@@ -424,6 +420,34 @@ def intervals(plan: StatPlan, level: float, resamples: int, seed: int, metrics: 
             entry["warning"] = (f"zero-width interval ({entry['method']}): the data show no variation; "
                                 "it understates the uncertainty unless these units are the whole population")  # fmt: skip
     return {n: out[n] for n in point if n in out}
+
+
+class _NanBase(dict):
+    """Base metrics for ``derive`` with the columns a sub-plan left out read as ``nan``."""
+
+    def __init__(self, base: dict[str, np.ndarray], rows: int) -> None:
+        super().__init__(base)
+        self.rows = rows
+
+    def __missing__(self, key: str) -> np.ndarray:
+        return np.full(self.rows, np.nan)
+
+
+def _only(plan: StatPlan, names: list[str]) -> StatPlan:
+    """``plan`` with only the base columns ``names`` rest on (the bootstrap's matrix
+    products then cost only those); its ``derive`` reads the others as ``nan``."""
+    deps = dict.fromkeys(c for n in names for c in ([n] if n in plan.columns else plan.dependencies().get(n, [])))
+    if not deps or len(deps) == len(plan.columns):
+        return plan
+    derive = plan.derive
+
+    def sub_derive(base: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        rows = len(next(iter(base.values()))) if base else 1
+        return derive(_NanBase(base, rows)) if derive is not None else {}
+
+    cols = {n: plan.columns[n] for n in deps}
+    return StatPlan(plan.units, plan.strata, cols, sub_derive if derive is not None else None, plan.kinds, plan.derived_n,
+                    plan.unit_label, plan.stratum_label)  # fmt: skip
 
 
 def _boot_interval(plan: StatPlan, name: str, value: float, d: np.ndarray, level: float, boot: str, n_strata: int) -> dict[str, Any] | None:
