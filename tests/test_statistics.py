@@ -358,6 +358,11 @@ def test_a_failed_sample_shows_scored_of_requested(fake_openai, ray_address, run
     assert failed == 1 and counts == {"n_requested": 4, "n_scored": 3, "n_failed": 1}
     assert f"| {4 - failed} of 4 " in (res.run_dir / "report.md").read_text()
     assert "partial_accuracy/normal_atom_bool" in res.summary["metrics_ci"] and "accuracy/normal_atom_bool" not in res.summary["metrics_ci"]
+    # issue 22: failures are left out under a stated assumption, with the worst case beside
+    right = res.summary["partial_metrics"]["partial_accuracy/normal_atom_bool"] * 3
+    assert res.summary["partial_bounds"]["partial_accuracy/normal_atom_bool"] == pytest.approx([right / 4, (right + 1) / 4])
+    report = (res.run_dir / "report.md").read_text()
+    assert "missing at random" in report and "worst case [" in report
 
 
 @pytest.mark.slow
