@@ -98,7 +98,22 @@ def test_four_job_sweep_has_run_dirs_child_runs_and_a_summary(good_sweep):
     runs = _runs(out)
     (parent,) = [r for r in runs if r.data.tags.get("evalkit.kind") == "sweep"]
     children = [r for r in runs if r.data.tags.get("evalkit.kind") == "run"]
-    assert len(runs) == 5 and len(children) == 4
+    comparisons = [r for r in runs if r.data.tags.get("evalkit.kind") == "comparison"]
+    # every paired headline comparison of the sweep is a comparison run under the parent,
+    # linked to both jobs' runs, with the sweep's Holm / BH p (no headline of its own)
+    assert len(runs) == 9 and len(children) == 4 and len(comparisons) == len(sweep["paired"]) == 4
+    by_dir = {r.data.tags["run_dir"]: r.info.run_id for r in children}
+    resolved = {num: str(Path(j["run_dir"]).resolve()) for num, j in enumerate(sweep["jobs"])}
+    jobs = {j["num"]: j for j in sweep["jobs"]}
+    for pair in sweep["paired"]:
+        (cmp,) = [c for c in comparisons if c.data.tags["evalkit.base_run_dir"] == jobs[pair["base"]]["run_dir"]
+                  and c.data.tags["evalkit.new_run_dir"] == jobs[pair["job"]]["run_dir"]]  # fmt: skip
+        assert cmp.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert cmp.data.tags["evalkit.base_run_id"] == by_dir[resolved[pair["base"]]]
+        assert cmp.data.tags["evalkit.new_run_id"] == by_dir[resolved[pair["job"]]]
+        assert cmp.data.metrics["delta"] == pytest.approx(pair["delta"]) and "headline" not in cmp.data.metrics
+        if pair.get("p_holm") is not None:
+            assert cmp.data.metrics["p_holm"] == pytest.approx(pair["p_holm"])
     assert parent.data.tags["sweep"] == sweep_dir.name and parent.info.status == "FINISHED"
     assert sweep["parent_run_id"] == parent.info.run_id
     assert parent.data.metrics["n_jobs"] == 4 and parent.data.metrics["n_failed_jobs"] == 0

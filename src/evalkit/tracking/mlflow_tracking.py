@@ -60,6 +60,7 @@ import evalkit.tracking.curate as curate
 from evalkit.tracking.base import Observer, RunInfo
 from evalkit.tracking.ledger import FILE as LEDGER_FILE
 from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, key_digest, owner_problem
+from evalkit.tracking.ledger import read_file as read_ledger_file
 from evalkit.tracking.samples import Outcome, outcomes, primary_score
 from evalkit.tracking.store import open_client
 from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of
@@ -524,7 +525,40 @@ class MlflowObserver(Observer):
         mlflow_client.log_table(run_id, data=pd.DataFrame(curate.sweep_table(summary), dtype=object), artifact_file="tables/sweep.json")
         for name in SWEEP_FILES:
             mlflow_client.log_artifact(run_id, str(Path(sweep_dir) / name))
+        self._log_sweep_comparisons(info.get("tracking_uri") or self.uri, run_id, summary)
         mlflow_client.set_terminated(run_id, status=status)
+
+    def _log_sweep_comparisons(self, uri: str, parent_run_id: str, summary: dict[str, Any]) -> None:
+        """Each paired headline comparison of the sweep (``sweep_summary.json`` → ``paired``,
+        with its Holm and BH p over the sweep's family) as a comparison run
+        (:func:`log_comparison`), nested under the sweep's parent run and linked to both
+        jobs' runs."""
+        jobs = {j.get("num"): j for j in summary.get("jobs") or []}
+        family = summary.get("multiplicity") or {}
+        for pair in summary.get("paired") or []:
+            if pair.get("delta") is None or pair.get("base") not in jobs or pair.get("job") not in jobs:
+                continue
+            ends = tuple(_sweep_end(jobs[pair[k]]) for k in ("base", "job"))
+            notes = list(pair.get("notes") or []) + [
+                f"Swept key `{pair.get('key')}`; p_holm / p_bh adjusted over {family.get('family', 'the sweep')} "
+                f"(family size {family.get('family_size', '?')})"]  # fmt: skip
+            compared = {"primary": pair.get("headline"), "level": pair.get("level", 0.95), "notes": notes,
+                        "metrics": {pair.get("headline"): {k: pair.get(k) for k in
+                                                           ("delta", "low", "high", "p", "p_holm", "p_bh", "mde", "test", "n")}}}  # fmt: skip
+            log_comparison(uri, compared, None, ends, experiment=self.experiment, parent_run_id=parent_run_id)
+
+
+def _sweep_end(job: dict[str, Any]) -> dict[str, Any]:
+    """A sweep job as one end of a comparison: its directory, its point as the name, and the
+    MLflow run its ``tracking.json`` names (none when it was not logged)."""
+    end: dict[str, Any] = {"dir": str(job.get("run_dir")), "name": " ".join(job.get("point") or []) or f"job {job.get('num')}"}
+    try:
+        state = read_ledger_file(Path(str(job.get("run_dir"))) / LEDGER_FILE)
+    except RunDirError:
+        state = None
+    if state is not None and state.mlflow_run_id:
+        end.update(mlflow_run_id=state.mlflow_run_id, experiment_id=state.experiment_id)
+    return end
 
 
 def run_files(run_dir: Path) -> list[tuple[Path, str | None]]:
@@ -560,7 +594,8 @@ def retry_line(run_dir: Path, exc: BaseException, uri: str) -> str:
 
 
 def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None, runs: tuple[dict[str, Any], dict[str, Any]],
-                   experiment: str = "evalkit", verdict: dict[str, Any] | None = None) -> str:  # fmt: skip
+                   experiment: str = "evalkit", verdict: dict[str, Any] | None = None,
+                   parent_run_id: str | None = None) -> str:  # fmt: skip
     """Record one paired comparison (``pair``: an entry of :func:`evalkit.compare.compare`'s
     ``paired``) as an MLflow run of its own in the store ``uri``; returns its run id.
 
@@ -571,6 +606,7 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
     ``delta_ci_low``/``_high``, ``p``, ``p_holm``, ``p_bh``, ``mde`` and the paired ``n`` —
     never ``headline``, so it does not mix into the runs' columns. Tables:
     ``tables/paired.json`` (every metric) and ``tables/flips.json`` (the flipped samples).
+    ``parent_run_id``: a sweep's parent run, under which the comparison is nested.
     """
     import pandas as pd  # deferred: MLflow's own dependency
 
@@ -600,6 +636,8 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
             "mlflow.runName": f"compare {Path(str(base['dir'])).name} → {Path(str(new['dir'])).name}",
             "mlflow.note.content": "\n\n".join(text)}  # fmt: skip
     tags.update({f"evalkit.{k}_run_id": str(r["mlflow_run_id"]) for k, r in (("base", base), ("new", new)) if r.get("mlflow_run_id")})
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
     run = mlflow_client.create_run(exp_id, tags=tags)
     rid = run.info.run_id
     names = {"delta": "delta", "low": "delta_ci_low", "high": "delta_ci_high", "p": "p", "p_holm": "p_holm", "p_bh": "p_bh",
