@@ -634,10 +634,8 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
     tags = {"evalkit.kind": "comparison", "evalkit.verdict": said, "headline_name": str(head),
             "evalkit.base_run_dir": str(base["dir"]), "evalkit.new_run_dir": str(new["dir"]),
             "mlflow.runName": f"compare {Path(str(base['dir'])).name} → {Path(str(new['dir'])).name}",
-            "mlflow.note.content": "\n\n".join(text)}  # fmt: skip
+            "mlflow.note.content": "\n\n".join(text), **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})}  # fmt: skip
     tags.update({f"evalkit.{k}_run_id": str(r["mlflow_run_id"]) for k, r in (("base", base), ("new", new)) if r.get("mlflow_run_id")})
-    if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
     run = mlflow_client.create_run(exp_id, tags=tags)
     rid = run.info.run_id
     names = {"delta": "delta", "low": "delta_ci_low", "high": "delta_ci_high", "p": "p", "p_holm": "p_holm", "p_bh": "p_bh",
