@@ -243,13 +243,17 @@ class RunnerConfig(_Strict):
 class TrackingConfig(_Strict):
     """``tracking.*``: MLflow store (``None`` tracking_uri = ``sqlite:///<output_root>/mlflow.db``).
     ``traces``: one MLflow trace per selected sample (``false``: runs, tables and the dataset
-    only — the escape hatch when per-sample logging costs too much)."""
+    only — the escape hatch when per-sample logging costs too much). ``max_traces``: at most
+    this many traces (``None``: one per sample): a seeded sample (``run.seed``), failed
+    samples first (:func:`evalkit.tracking.traces.traced_sample`); metrics, tables, the
+    dataset and the files are logged whole either way."""
 
     kind: Literal["mlflow", "none"] = "mlflow"
     tracking_uri: str | None = None
     experiment: str = Field(default="evalkit", min_length=1)
     artifact_root: str | None = None
     traces: bool = True
+    max_traces: int | None = Field(default=None, ge=1, description="traces logged at most (null: all)")
 
 
 class RunSettings(_Strict):

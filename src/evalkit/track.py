@@ -22,7 +22,9 @@ written, one error line says why, and the exit code is 2. Logging is idempotent:
 call adds nothing (and a run resumed since gets only its new samples). No symbolic link in
 the directory is followed or uploaded. The selection and the prompts of the traces are
 rebuilt from the benchmark's data, as the run built them; when the data cannot be read any
-more, the traces carry no prompt (one note line says so).
+more, the traces carry no prompt (one note line says so). Which samples get a trace follows the run's
+``tracking.traces`` and ``tracking.max_traces`` with its ``run.seed``: the same seeded sample
+the run logged.
 
 Output: one line per run (``evalkit: tracked <dir> → MLflow run <id> (<store>)``) or one
 error line. Exit code: 0 every run logged, 1 some run's logging failed, 2 a directory that
@@ -119,7 +121,12 @@ def observer_for(run_dir: Path, recorded: dict[str, Any], args: argparse.Namespa
         raise RunDirError(f"{run_dir}/config.yaml: tracking.experiment: not a name of at most 500 characters")
     run = recorded.get("run") if isinstance(recorded.get("run"), dict) else {}
     traces = bool(tracking.get("traces", True)) and not args.no_traces
-    return MlflowObserver(uri, experiment, root, run.get("suite"), _sweep_of(run_dir, run), traces)
+    max_traces, seed = tracking.get("max_traces"), run.get("seed", 0)
+    if max_traces is not None and (type(max_traces) is not int or max_traces < 1):
+        raise RunDirError(f"{run_dir}/config.yaml: tracking.max_traces: not a positive integer or null")
+    if type(seed) is not int:
+        raise RunDirError(f"{run_dir}/config.yaml: run.seed: not an integer")
+    return MlflowObserver(uri, experiment, root, run.get("suite"), _sweep_of(run_dir, run), traces, max_traces, seed)
 
 
 def _sweep_of(run_dir: Path, run: dict[str, Any]) -> dict[str, Any] | None:

@@ -20,7 +20,9 @@ Per run (logged when it finishes, from its run directory):
   per selected sample: sample_id, subset, status, the primary score, the output cut),
   ``tables/subsets.json`` (counts per subset), ``tables/breakdown_<dimension>.json``;
 * every file of the run directory as an artifact;
-* one trace per selected sample (``tracking.traces=false``: none), linked to the run
+* one trace per selected sample (``tracking.traces=false``: none; ``tracking.max_traces=N``:
+  a seeded sample of N, failed samples first — :func:`~evalkit.tracking.traces.traced_sample`;
+  the tag ``evalkit.traces`` and the description say "N of M"), linked to the run
   (``mlflow.sourceRun``): scores as assessments, rollouts as spans. Each trace is written
   with its assessments in one ``start_trace`` call and the spans of a batch of traces in one
   ``log_spans`` call, synchronously, and the store's count is checked afterwards.
@@ -63,7 +65,7 @@ from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, key_digest, owner_probl
 from evalkit.tracking.ledger import read_file as read_ledger_file
 from evalkit.tracking.samples import Outcome, outcomes, primary_score
 from evalkit.tracking.store import open_client
-from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of
+from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of, traced_sample
 
 log = logging.getLogger(__name__)
 say = logging.getLogger("evalkit.status")  # what is being logged now, on the console (__main__)
@@ -255,25 +257,33 @@ class MlflowObserver(Observer):
 
     ``uri`` / ``experiment`` / ``artifact_root``: the store (:meth:`from_config` reads them
     from a config); ``suite``: the ``suite`` tag; ``sweep``: the ``sweep.json`` of the sweep
-    this run is a job of (``None`` outside a sweep); ``traces``: log one trace per sample.
+    this run is a job of (``None`` outside a sweep); ``traces``: log one trace per sample;
+    ``max_traces``: at most this many (``None``: all), chosen with ``seed`` (``run.seed``).
     """
 
     def __init__(self, uri: str, experiment: str, artifact_root: str, suite: str | None = None,
-                 sweep: dict[str, Any] | None = None, traces: bool = True):  # fmt: skip
+                 sweep: dict[str, Any] | None = None, traces: bool = True, max_traces: int | None = None,
+                 seed: int = 0):  # fmt: skip
         self.uri = uri
         self.experiment = experiment
         self.artifact_root = artifact_root
         self.suite = suite
         self.sweep = sweep
         self.traces = traces
+        self.max_traces = max_traces
+        self.seed = seed
 
     @classmethod
     def from_config(cls, cfg: Any, sweep: dict[str, Any] | None = None) -> "MlflowObserver":
         """The observer of ``cfg``'s ``tracking.*`` settings (a validated or a composed config)."""
         run = cfg.run
-        suite = run.get("suite") if isinstance(run, dict) or hasattr(run, "get") else getattr(run, "suite", None)
-        traces = cfg.tracking.get("traces", True) if hasattr(cfg.tracking, "get") else getattr(cfg.tracking, "traces", True)
-        return cls(tracking_uri(cfg), str(cfg.tracking.experiment), artifact_root(cfg), suite, sweep, bool(traces))
+        suite = run.get("suite") if hasattr(run, "get") else getattr(run, "suite", None)
+        def setting(group: Any, key: str, default: Any) -> Any:
+            return group.get(key, default) if hasattr(group, "get") else getattr(group, key, default)
+
+        return cls(tracking_uri(cfg), str(cfg.tracking.experiment), artifact_root(cfg), suite, sweep,
+                   bool(setting(cfg.tracking, "traces", True)), setting(cfg.tracking, "max_traces", None),
+                   int(setting(run, "seed", 0)))  # fmt: skip
 
     # ---- runs ---------------------------------------------------------------------------
     def run_started(self, run: RunInfo) -> None:
@@ -348,7 +358,16 @@ class MlflowObserver(Observer):
             return label or name
         return f"{summary['benchmark']}-{summary['model']}-{name}"
 
-    def _run_tags(self, run_dir: Path, summary: dict[str, Any]) -> dict[str, str]:
+    def traces_note(self, n_traced: int, n_outcomes: int) -> str:
+        """What the run's traces cover, for the ``evalkit.traces`` tag and the description."""
+        if not self.traces:
+            return "none (tracking.traces=false)"
+        if n_traced < n_outcomes:
+            return (f"{n_traced} of {n_outcomes} samples, sampled (tracking.max_traces={self.max_traces}, "
+                    f"run.seed={self.seed}; failed samples first)")  # fmt: skip
+        return f"all {n_outcomes} samples"
+
+    def _run_tags(self, run_dir: Path, summary: dict[str, Any], traced: str) -> dict[str, str]:
         return {
             "benchmark": summary["benchmark"],
             "model": summary["model"],
@@ -361,7 +380,8 @@ class MlflowObserver(Observer):
             "run_dir": str(Path(run_dir).resolve()),
             "user_model": str(summary.get("user_model")),
             "mlflow.runName": self.run_name(run_dir, summary),
-            "mlflow.note.content": curate.description(summary, run_dir),
+            "mlflow.note.content": f"{curate.description(summary, run_dir)} Traces: {traced}.",
+            "evalkit.traces": traced,
             "evalkit.kind": "run",
             **({"suite": str(self.suite)} if self.suite else {}),
             **self.sweep_tags(),
@@ -380,7 +400,9 @@ class MlflowObserver(Observer):
         run_dir = Path(run_dir)
         mlflow_client = client(self.uri)
         ledger = Ledger.load(run_dir, self.uri)
-        tags = self._run_tags(run_dir, summary)
+        outs = outcomes(run_dir, summary, requests)
+        traced = traced_sample(outs, self.max_traces, self.seed) if self.traces else []
+        tags = self._run_tags(run_dir, summary, self.traces_note(len(traced), len(outs)))
         if ledger.run_id is None:
             tags[RUN_KEY_TAG] = key_digest(ledger.new_key())
             exp_id = experiment_id(mlflow_client, self.experiment, self.artifact_root)
@@ -391,13 +413,12 @@ class MlflowObserver(Observer):
             ledger.experiment_id = self._owned_run(mlflow_client, run_dir, ledger)
             tags[RUN_KEY_TAG] = key_digest(ledger.new_key())
             log_values(mlflow_client, ledger.run_id, tags=tags)
-        outs = outcomes(run_dir, summary, requests)
         digest = _sha256(summary)
         if ledger.summary_sha256 != digest:
             say.info("MLflow: logging the run's params, metrics, tables and files to %s", self.uri)
             self._log_record(mlflow_client, ledger.run_id, run_dir, summary, outs)
         if self.traces:
-            self._log_traces(mlflow_client, ledger, run_dir, summary, outs)
+            self._log_traces(mlflow_client, ledger, run_dir, summary, traced)
         status = "FINISHED" if summary["status"] == "complete" else "FAILED"
         mlflow_client.set_terminated(ledger.run_id, status=status, end_time=_ms(summary.get("finished_at")))
         ledger.summary_sha256 = digest
@@ -454,9 +475,9 @@ class MlflowObserver(Observer):
             mlflow_client.log_table(run_id, data=pd.DataFrame(mlflow_obj(table), dtype=object), artifact_file=f"tables/{name}.json")
 
     def _log_traces(self, mlflow_client: Any, ledger: Ledger, run_dir: Path, summary: dict[str, Any], outs: list[Outcome]) -> None:
-        """One trace per outcome that the store does not hold as it is now (see the module
-        docstring); traces of samples no longer selected, or whose outcome changed, are
-        deleted. The ledger is saved after every batch."""
+        """One trace per outcome of ``outs`` (those chosen to be traced) that the store does
+        not hold as it is now (see the module docstring); traces of samples no longer
+        selected or chosen, or whose outcome changed, are deleted. The ledger is saved after every batch."""
         tracer, run_id, exp_id = trace_client(self.uri), str(ledger.run_id), str(ledger.experiment_id)
         ledger.traces = self.logged_traces(tracer, exp_id, run_id)  # the store's, never ids read from the directory
         wanted = {mlflow_text(o.key): (o, trace_id_of(run_id, o)) for o in outs}  # keys as the store's evalkit.key tags
@@ -479,7 +500,7 @@ class MlflowObserver(Observer):
             ledger.save()
         held = self.logged_traces(tracer, exp_id, run_id)
         if held != ledger.traces:
-            raise TrackingError(f"tracking: the store holds {len(held)} traces of the run, {len(outs)} expected")
+            raise TrackingError(f"tracking: the store holds {len(held)} traces of the run, {len(wanted)} expected")
 
     @staticmethod
     def logged_traces(tracer: Any, exp_id: str, run_id: str) -> dict[str, str]:

@@ -23,6 +23,11 @@ A scored sample's trace (state ``OK``):
 A failed sample's trace (state ``ERROR``): the request, no assessment, the root span in
 error with ``<error kind> (<actor>): <message>``, tags ``error_kind`` and ``actor``.
 
+``tracking.max_traces=N`` (:func:`traced_sample`): only N outcomes get a trace — the failed
+ones first, then the scored ones, each group ordered by SHA-256 of (``run.seed``, sample key),
+so the choice is seeded, the same on every logging, and a sample's place does not depend on
+the others'.
+
 Ids are derived, not random: the trace id from (MLflow run id, sample key, the outcome's
 digest), span and assessment ids from the trace id. Writing the same outcome twice is the
 same trace (the store merges it); a changed outcome is a new trace id.
@@ -30,6 +35,7 @@ same trace (the store merges it); a changed outcome is a new trace id.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -90,6 +96,26 @@ def cut(text: Any, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… [{len(text) - limit} more characters]"
+
+
+def traced_sample(outs: list[Outcome], max_traces: int | None, seed: int) -> list[Outcome]:
+    """The outcomes that get a trace under ``tracking.max_traces`` (``None``: all of them).
+
+    Rule: when there are more than ``max_traces`` outcomes, the failed ones (``failed.jsonl``
+    rows and samples never run) come first, then the scored ones; within each group the order
+    is SHA-256 of ``f"{seed}\\0{key}"`` (``seed`` = ``run.seed``, ``key`` = the sample key, epoch
+    included). The first ``max_traces`` are kept, in ``outs``' order. The same run directory
+    and seed give the same choice on every logging (``python -m evalkit.track`` included);
+    a sample that failed and then scored on resume may leave the sample and be replaced.
+    Time: O(M log M) for M outcomes."""
+    if max_traces is None or len(outs) <= max_traces:
+        return list(outs)
+
+    def rank(o: Outcome) -> tuple[bool, bytes]:
+        return o.ok, hashlib.sha256(f"{seed}\0{o.key}".encode("utf-8", "surrogatepass")).digest()
+
+    keep = {id(o) for o in sorted(outs, key=rank)[:max_traces]}
+    return [o for o in outs if id(o) in keep]
 
 
 def trace_id_of(run_id: str, outcome: Outcome) -> str:
