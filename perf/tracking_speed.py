@@ -2,6 +2,7 @@
 run, beside MLflow's own cheapest way to write the same traces (prints figures).
 
     .venv/bin/python perf/tracking_speed.py [--data ../shared/data] [--out DIR] [--context 300] [--limit N]
+                                            [--max-traces N]
 
 1. **evalkit**: ``model=reference benchmark=acebench benchmark.language=all`` (2,040 samples,
    offline) with ``tracking=mlflow`` into a fresh SQLite store (created and migrated before
@@ -20,6 +21,12 @@ run, beside MLflow's own cheapest way to write the same traces (prints figures).
 
 SQLite's cost is mostly its commits, so the figures move with the disk and with other load
 on the machine (the load average is printed); the ratio is measured under the same load.
+4. An extrapolation to 100,000 samples: the trace seconds per trace × the traces logged
+   (all of them, or ``--max-traces``), plus the rest of the tracking (params, metrics, the
+   dataset, tables, files) per sample × 100,000 — both assumed linear, which the store's
+   commits and the tables roughly are; a straight line from one size, not a measurement.
+
+``--max-traces N`` runs with ``tracking.max_traces=N`` (a seeded sample of N traces).
 Not a test: nothing is asserted beyond the trace counts.
 """
 
@@ -115,6 +122,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="output root (default: a temporary directory)")
     parser.add_argument("--context", type=int, default=300, help="traces for the per-trace and one-call-at-a-time figures")
     parser.add_argument("--limit", type=int, default=None, help="run.limit: the first N samples only (a quick check)")
+    parser.add_argument("--max-traces", type=int, default=None, help="tracking.max_traces: traces for a seeded sample of N")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="evalkit-tracking-speed-"))
     overrides = ["model=reference", "benchmark=acebench", "benchmark.language=all", f"benchmark.data_dir={args.data / 'acebench'}",
@@ -124,7 +132,7 @@ def main() -> None:
     _, cfg = resolve(compose(overrides))
     base = MlflowObserver.from_config(cfg)
     mlflow_client = client(base.uri)  # the store exists (created, migrated) before the clock starts
-    observer = TimedObserver(base.uri, base.experiment, base.artifact_root)
+    observer = TimedObserver(base.uri, base.experiment, base.artifact_root, max_traces=args.max_traces, seed=cfg.run.seed)
     observer.seconds = {}
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; store {base.uri}")
     t0 = time.perf_counter()
@@ -137,7 +145,15 @@ def main() -> None:
 
     tracer = trace_client(base.uri)
     exp_id = mlflow_client.get_experiment_by_name(base.experiment).experiment_id
-    assert count(tracer, exp_id, json.loads((result.run_dir / "tracking.json").read_text())["mlflow_run_id"]) == n
+    n_traces = min(n, args.max_traces or n)
+    assert count(tracer, exp_id, json.loads((result.run_dir / "tracking.json").read_text())["mlflow_run_id"]) == n_traces
+    per_trace = observer.seconds.get("of which traces", 0.0) / n_traces
+    rest = (tracked - observer.seconds.get("of which traces", 0.0)) / n
+    print(f"per trace {1000 * per_trace:.1f} ms ({n_traces} traces); the rest of the tracking {1000 * rest:.2f} ms per sample")
+    for bound in (None, 1000, 10000):
+        total = 100_000 * rest + min(100_000, bound or 100_000) * per_trace
+        print(f"100,000 samples, {'all traces' if bound is None else f'max_traces={bound}'}: about {total:.0f} s "
+              f"({total / 60:.1f} min), a straight line from {n} samples")  # fmt: skip
     outs = outcomes(result.run_dir, result.summary, [u.request for u in prepare(cfg).units])
     start_s = time.time()
 

@@ -33,7 +33,8 @@ def _run(script: str, *args: str, timeout: int = 600) -> str:
 
 def test_every_perf_script_has_a_test_here():
     tested = {"ci_speed.py", "scoring_speed.py", "tracking_speed.py", "startup.py", "throughput.py", "engine_cpu.py",
-              "frameworks.py", "run_evalkit.py", "run_inspect.py", "coverage.py", "summary_size.py"}  # fmt: skip
+              "frameworks.py", "run_evalkit.py", "run_inspect.py", "coverage.py", "summary_size.py",
+              "score_budget.py"}  # fmt: skip
     assert {p.name for p in PERF.glob("*.py")} == tested
 
 
@@ -113,3 +114,9 @@ def test_coverage():
 def test_summary_size(shared_data_dir):
     out = _run("summary_size.py", "--sizes=300", "--benchmarks=sobhard,ke", "--resamples=50", f"--data={shared_data_dir}")
     assert "| sobhard | 300 |" in out and "| ke | 300 |" in out and "failed" not in out, out
+
+
+def test_score_budget(shared_data_dir, tmp_path):
+    # a budget of a microsecond: the first answer is scored, the other four are over the budget
+    out = _run("score_budget.py", "--n=5", "--kb=20", "--budget=0.000001", f"--data={shared_data_dir / 'sobhard'}", f"--out={tmp_path}")
+    assert "5 answers, benchmark.score_budget_s=1e-06:" in out and "failed_by_kind {'score_budget_exceeded': 4}" in out, out
