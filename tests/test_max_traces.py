@@ -50,6 +50,7 @@ def _traces(uri: str, run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
 
 @pytest.mark.slow  # whole runs into an MLflow store
 def test_max_traces_logs_a_seeded_sample_of_n_and_the_same_n_on_retrack(tmp_path: Path, acebench_dir: Path):
+    from evalkit.job import outcome_line
     from evalkit.track import main
 
     root = tmp_path / "out"
@@ -57,6 +58,8 @@ def test_max_traces_logs_a_seeded_sample_of_n_and_the_same_n_on_retrack(tmp_path
     args = ("model=reference", "benchmark.subsets=[normal_atom_bool]", "run.limit=12", "tracking=mlflow")
     res = _run(root, acebench_dir, *args, "tracking.max_traces=3", "run.seed=7")
     assert res.summary["n_samples"] == 12
+    phases = res.summary["engine"]["phases"]  # scoring and tracking counted apart, and printed apart
+    assert f"; scoring {phases['scoring_s']:.1f} s, tracking {phases['tracking_s']:.1f} s → " in outcome_line(res)
     traces, tags = _traces(uri, res.run_dir)
     assert len(traces) == 3
     assert tags["evalkit.traces"].startswith("3 of 12 samples, sampled (tracking.max_traces=3, run.seed=7")

@@ -44,17 +44,28 @@ def run_validated(cfg: EvalConfig, sweep: dict[str, Any] | None = None, phases: 
 
 def outcome_line(result: RunResult) -> str:
     """The one line a finished run prints: its headline, or why there is none (counts as
-    :class:`~evalkit.summary.Summary` defines them: samples, and answers with repeats)."""
+    :class:`~evalkit.summary.Summary` defines them: samples, and answers with repeats), its
+    cost, and its scoring and tracking seconds apart (:func:`time_part`)."""
     if result.summary["status"] == "batch_submitted":
         s = result.summary
         return (f"evalkit: batch submitted: {s['benchmark']} × {s['model']}: batches {', '.join(s['batch_ids'])} left "
                 f"running at the provider; collect them with run.resume={result.run_dir} run.batch=true")  # fmt: skip
     typed = Summary.model_validate(result.summary)
     cost = f"cost ${typed.cost_usd:.4f}" if typed.cost_usd is not None else "cost unknown"
+    cost += time_part(result.summary)
     if typed.complete:
         return f"evalkit: complete: {typed.benchmark} × {typed.model}: {headline_text(result.summary)}; {cost} → {result.run_dir}"
     kinds = ", ".join(f"{k}: {v}" for k, v in typed.failed_by_kind.items()) or "never ran"
     return f"evalkit: INCOMPLETE: {typed.count_line()} ({kinds}); no headline score; {cost}. Resume: run.resume={result.run_dir}"
+
+
+def time_part(summary: dict[str, Any]) -> str:
+    """``; scoring X s, tracking Y s``: the run's ``engine.phases`` ``scoring_s`` and
+    ``tracking_s`` (seconds; counted apart, see :mod:`evalkit.engine.phases`), or ``""``
+    when the summary has neither."""
+    phases = (summary.get("engine") or {}).get("phases") or {}
+    shown = [f"{name} {phases[f'{name}_s']:.1f} s" for name in ("scoring", "tracking") if isinstance(phases.get(f"{name}_s"), (int, float))]
+    return f"; {', '.join(shown)}" if shown else ""
 
 
 def run_composed(cfg: DictConfig, sweep: dict[str, Any] | None = None, shared: Session | None = None) -> RunResult | DryRun:
