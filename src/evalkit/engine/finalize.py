@@ -100,7 +100,7 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
     phases = phases or Phases()
     started = time.perf_counter()
     run = plan.cfg.run
-    status.info("summary: %d samples × %d epochs, intervals from %d bootstrap resamples; then report.md and the plots",
+    status.info("summary: %d samples × %d epochs, intervals from %d bootstrap resamples; then report.md and the plots…",
                 len(plan.samples), run.repeats, run.bootstrap_resamples)  # fmt: skip
     summary, records = summarize(plan, state, engine)
     run_dir = state.run_dir

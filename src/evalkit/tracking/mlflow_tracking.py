@@ -415,7 +415,7 @@ class MlflowObserver(Observer):
             log_values(mlflow_client, ledger.run_id, tags=tags)
         digest = _sha256(summary)
         if ledger.summary_sha256 != digest:
-            say.info("MLflow: logging the run's params, metrics, tables and files to %s", self.uri)
+            say.info("MLflow: logging the run's params, metrics, tables and files to %s…", self.uri)
             self._log_record(mlflow_client, ledger.run_id, run_dir, summary, outs)
         if self.traces:
             self._log_traces(mlflow_client, ledger, run_dir, summary, traced)
@@ -488,7 +488,7 @@ class MlflowObserver(Observer):
         ledger.save()
         todo = [(o, tid) for key, (o, tid) in wanted.items() if key not in ledger.traces]
         if todo:
-            say.info("MLflow: logging %d traces (%d already there), %d per batch", len(todo), len(ledger.traces), TRACE_BATCH)
+            say.info("MLflow: logging %d traces (%d already there), %d per batch…", len(todo), len(ledger.traces), TRACE_BATCH)
         start_s = (_ms(summary.get("started_at")) or int(time.time() * 1000)) / 1000
         for i in range(0, len(todo), TRACE_BATCH):
             batch = todo[i : i + TRACE_BATCH]
