@@ -34,7 +34,7 @@ def _run(script: str, *args: str, timeout: int = 600) -> str:
 def test_every_perf_script_has_a_test_here():
     tested = {"ci_speed.py", "scoring_speed.py", "tracking_speed.py", "startup.py", "throughput.py", "engine_cpu.py",
               "frameworks.py", "run_evalkit.py", "run_inspect.py", "coverage.py", "summary_size.py",
-              "score_budget.py"}  # fmt: skip
+              "score_budget.py", "footprint.py"}  # fmt: skip
     assert {p.name for p in PERF.glob("*.py")} == tested
 
 
@@ -93,6 +93,18 @@ def test_frameworks_for_a_few_prompts(tmp_path):
     rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
     assert rows and all(r["framework"] == "evalkit" and r["rc"] == 0 for r in rows), out
     assert "evalkit" in _run("frameworks.py", f"--report={results}")
+
+
+def test_footprint_for_a_few_prompts(tmp_path):
+    pytest.importorskip("psutil", reason="perf/footprint.py measures process trees with psutil (pip install -e '.[bench]')")
+    results = tmp_path / "r.jsonl"
+    out = _run("footprint.py", "--concurrency", "1", "-n", "3", "--bare-s", "1", f"--results={results}")
+    rows = {r["mode"]: r for r in (json.loads(line) for line in results.read_text().splitlines() if line.strip())}
+    assert set(rows) == {"run", "bare"}, out
+    for r in (rows["run"]["peak"], rows["run"]["end_of_requests"], rows["bare"]["peak"]):
+        assert {"driver", "gcs_server", "raylet", "ray workers", "tree"} <= set(r), out
+        assert 0 < r["tree"]["pss_mib"] <= r["tree"]["rss_mib"], out  # shared pages are split in PSS, counted whole in RSS
+    assert rows["bare"]["peak"]["ray workers"]["procs"] >= 2, out  # the two idle actors that imported litellm
 
 
 def test_run_inspect_for_a_few_prompts(tmp_path):
