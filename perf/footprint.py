@@ -3,6 +3,7 @@
     .venv/bin/python perf/footprint.py                                  # fixed 200 ms, C=64, N=400, and bare
     .venv/bin/python perf/footprint.py --profile lognormal --concurrency 64 -n 2000
     .venv/bin/python perf/footprint.py --mode bare                      # Ray + 2 idle litellm workers + driver
+    .venv/bin/python perf/footprint.py --mode run -n 20000 --prompt-kb 2 6   # the driver's growth with N
 
 ``run`` mode: one evalkit run the way ``perf/frameworks.py`` runs it (``perf/run_evalkit.py``
 in a process of its own, against ``tests/support/fake_openai.py`` under a latency profile),
@@ -30,6 +31,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -172,10 +174,22 @@ def start(cmd: list[str], env: dict[str, str], log: Path, exclude: set[int], eve
     return proc, sampler
 
 
+def prompts(work: Path, n: int, kb: tuple[float, float]) -> Path:
+    """``work/prompts-N.jsonl``: N prompts of ``kb[0]``–``kb[1]`` KB each (uniform, seed 0),
+    ending in ``sample {i}`` as the server's latency profile expects."""
+    rng = random.Random(0)
+    data = work / f"prompts-{n}.jsonl"
+    with data.open("w") as fh:
+        for i in range(n):
+            fill = "lorem ipsum " * int(rng.uniform(*kb) * 1024 / 12)
+            fh.write(json.dumps({"i": i, "text": f"{fill}sample {i}"}) + "\n")
+    return data
+
+
 def run_mode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     server, base = start_server()
     try:
-        data = lmeval_task_dir(work, args.n, 16) / "data.jsonl"
+        data = prompts(work, args.n, args.prompt_kb) if args.prompt_kb else lmeval_task_dir(work, args.n, 16) / "data.jsonl"
         lat = latencies(args.profile, 0, args.n)
         cmd, env, out = framework_command("evalkit", sys.executable, work, "fp", data, base, args.concurrency, args.workers, 16)
         post(f"{base}/_plan", plan_of(args.profile, 0))
@@ -195,11 +209,14 @@ def run_mode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     before = [s for s in sampler.samples if s[0] <= end] or sampler.samples[:1]
     at_end = before[-1]
     what = f"fixed {args.fixed_ms} ms" if args.profile == "fixed" else "lognormal (median 2 s, sigma 1, cap 60 s)"
-    print(f"run: {what}, C={args.concurrency}, N={args.n}, runner.num_workers={args.workers}; "
+    size = f", prompts {args.prompt_kb[0]:g}-{args.prompt_kb[1]:g} KB" if args.prompt_kb else ""
+    print(f"run: {what}, C={args.concurrency}, N={args.n}{size}, runner.num_workers={args.workers}; "
           f"{len(sampler.samples)} samples every {args.every} s")  # fmt: skip
     print(table(f"at the tree's PSS peak (t = {peak[0] - sampler.samples[0][0]:.1f} s after launch):", peak[1]))
     print(table(f"at the end of the request phase (sample {end - at_end[0]:.1f} s before the last answer):", at_end[1]))
-    return {"mode": "run", "profile": args.profile, "c": args.concurrency, "n": args.n, "workers": args.workers,
+    driver_peak = [max(smp[1].get("driver", [0, 0])[i] for smp in sampler.samples) / 2**20 for i in (0, 1)]
+    print(f"the driver's own peak: {driver_peak[0]:.0f} MiB RSS, {driver_peak[1]:.0f} MiB PSS")
+    return {"mode": "run", "driver_peak": {"rss_mib": round(driver_peak[0], 1), "pss_mib": round(driver_peak[1], 1)}, "profile": args.profile, "c": args.concurrency, "n": args.n, "workers": args.workers, "prompt_kb": args.prompt_kb,
             "samples": len(sampler.samples), "peak": as_mib(peak[1]), "end_of_requests": as_mib(at_end[1])}  # fmt: skip
 
 
@@ -231,6 +248,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("-n", type=int, default=400, help="samples (prompts) of the run")
     parser.add_argument("--workers", type=int, default=2, help="runner.num_workers")
+    parser.add_argument("--prompt-kb", type=float, nargs=2, default=None, metavar=("LO", "HI"),
+                        help="prompts of LO-HI KB (ACEBench-sized: 2 6) instead of 'sample {i}'")  # fmt: skip
     parser.add_argument("--every", type=float, default=0.5, help="seconds between samples of the tree")
     parser.add_argument("--bare-s", type=float, default=5.0, help="seconds the bare tree is sampled once up")
     parser.add_argument("--results", type=Path, default=None, help="JSON Lines file the figures are appended to")

@@ -98,13 +98,14 @@ def test_frameworks_for_a_few_prompts(tmp_path):
 def test_footprint_for_a_few_prompts(tmp_path):
     pytest.importorskip("psutil", reason="perf/footprint.py measures process trees with psutil (pip install -e '.[bench]')")
     results = tmp_path / "r.jsonl"
-    out = _run("footprint.py", "--concurrency", "1", "-n", "3", "--bare-s", "1", f"--results={results}")
+    out = _run("footprint.py", "--concurrency", "1", "-n", "3", "--prompt-kb", "1", "2", "--bare-s", "1", f"--results={results}")
     rows = {r["mode"]: r for r in (json.loads(line) for line in results.read_text().splitlines() if line.strip())}
     assert set(rows) == {"run", "bare"}, out
     for r in (rows["run"]["peak"], rows["run"]["end_of_requests"], rows["bare"]["peak"]):
         assert {"driver", "gcs_server", "raylet", "ray workers", "tree"} <= set(r), out
         assert 0 < r["tree"]["pss_mib"] <= r["tree"]["rss_mib"], out  # shared pages are split in PSS, counted whole in RSS
     assert rows["bare"]["peak"]["ray workers"]["procs"] >= 2, out  # the two idle actors that imported litellm
+    assert rows["run"]["driver_peak"]["rss_mib"] >= rows["run"]["peak"]["driver"]["rss_mib"] > 0, out
 
 
 def test_run_inspect_for_a_few_prompts(tmp_path):
