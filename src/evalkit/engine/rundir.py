@@ -31,8 +31,12 @@ CONFIG = "config.yaml"
 #: config parts a resumed run may change: the selection, where things go, and how requests
 #: are scheduled and retried (none of these changes what a request asks); ``layers`` is
 #: provenance (a value moved between layers without changing what is sent is no change)
+#: what may change on resume: how the run is driven, never what is asked; the backend's
+#: driving knobs hold for the user simulator's backend too (``user.backend``: the model under
+#: test plays ACEBench's user by default, so ``backend.concurrency=…`` changes both)
 RESUMABLE_KEYS = {"run", "tracking", "runner", "hydra", "layers", "benchmark.score_budget_s"} | {
-    f"backend.{k}"
+    f"{side}backend.{k}"
+    for side in ("", "user.")
     for k in ("concurrency", "adaptive_concurrency", "timeout_s", "max_retries", "retry_initial_wait_s",
               "retry_max_wait_s", "retry_budget_s")
 }  # fmt: skip
@@ -89,7 +93,7 @@ def _check_resumable(run_dir: Path, cfg: EvalConfig) -> None:
         raise RunDirError(
             f"run.resume: {diff} differs from the run being resumed ({run_dir}); "
             "only run.*, runner.*, tracking.*, benchmark.score_budget_s and backend.{concurrency, "
-            "adaptive_concurrency, timeout_s, max_retries, retry_*} may change on resume"
+            "adaptive_concurrency, timeout_s, max_retries, retry_*} (and user.backend's) may change on resume"
         )
 
 
