@@ -102,7 +102,9 @@ def test_compare_incomplete_run_shows_partial(run_eval, two_runs, tmp_path: Path
     inc = run_eval(["model=replay", f"model.path={short}", SUBSETS, "run.limit=6"], output_root=tmp_path / "inc")
     assert inc.summary["status"] == "incomplete" and inc.summary["n_failed"] == 2
 
-    data = json.loads(_compare(ref.run_dir, inc.run_dir, "--json").stdout)
+    res = _compare(ref.run_dir, inc.run_dir, "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
     overall = next(r for r in data["metrics"] if r["metric"] == "overall")
     assert overall["partial"] == [False, True]
     assert overall["values"][1] == pytest.approx(inc.summary["partial_metrics"]["partial_overall"])

@@ -307,7 +307,7 @@ def _worst_case_delta(a: Run, b: Run, head: str | None) -> list[float] | None:
         if run.complete:
             value = (run.summary.get("metrics") or {}).get(head)
             return [float(value)] * 2 if isinstance(value, (int, float)) else None
-        got = (run.summary.get("partial_bounds") or {}).get(PARTIAL_PREFIX + head)
+        got = (run.summary.get("partial_bounds") or {}).get(f"partial_{head}")
         return [float(got[0]), float(got[1])] if isinstance(got, list) and len(got) == 2 else None
 
     ba, bb = bounds(a), bounds(b)

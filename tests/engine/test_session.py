@@ -4,7 +4,6 @@ a standalone run's."""
 
 from __future__ import annotations
 
-import pytest
 import json
 import subprocess
 from pathlib import Path
