@@ -60,10 +60,12 @@ from tabulate import tabulate
 
 from evalkit import stats
 from evalkit.benchmarks import get_benchmark_class
-from evalkit.errors import EvalkitError, first_line, printable
+from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.journal import Journal, damaged_journal, read_run_journal
 from evalkit.rescore import load_benchmark
 from evalkit.summary import Summary, read_summary
+from evalkit.tracking.ledger import FILE as LEDGER_FILE
+from evalkit.tracking.ledger import read_file as read_ledger_file
 
 
 
@@ -505,14 +507,15 @@ def _verdict_lines(pair: dict[str, Any]) -> list[str]:
 
 def _ledger(run_dir: Path) -> dict[str, Any]:
     """A run's ``tracking.json`` as far as it names its MLflow run (``{}`` when absent or
-    unusable): ``tracking_uri``, ``mlflow_run_id``, ``experiment_id`` (strings only)."""
+    unusable): ``tracking_uri``, ``mlflow_run_id``, ``experiment_id`` (strings only), read
+    by the ledger's own reader (no link followed, bounded, checked against its schema)."""
     try:
-        state = json.loads((Path(run_dir) / "tracking.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        state = read_ledger_file(Path(run_dir) / LEDGER_FILE)
+    except RunDirError:
         return {}
-    if not isinstance(state, dict):
+    if state is None:
         return {}
-    return {k: state[k] for k in ("tracking_uri", "mlflow_run_id", "experiment_id") if isinstance(state.get(k), str)}
+    return {k: v for k, v in state.model_dump(include={"tracking_uri", "mlflow_run_id", "experiment_id"}).items() if isinstance(v, str)}
 
 
 def log_comparisons(result: dict[str, Any], tracking_uri: str | None = None) -> list[str]:
