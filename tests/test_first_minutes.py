@@ -10,7 +10,8 @@ import pytest
 
 from evalkit.benchmarks.ke.benchmark import CAVEAT_3SHOT
 from evalkit.benchmarks.ke.parser import PARSER_VERSION
-from evalkit.engine.calls import Unit, all_cached, open_cache
+from evalkit.engine.cache import all_cached, open_cache
+from evalkit.engine.work import WorkItem
 from evalkit.engine.journal import read_jsonl
 from evalkit.types import Request, Sample
 from tests.conftest import REPO_ROOT, base_overrides, evalkit_cmd
@@ -45,9 +46,9 @@ def test_the_console_says_what_is_starting(fake_openai, ray_address, acebench_di
 # ------------------------------------------------------------------------------------------
 # a fully cached re-run starts no server of evalkit's own
 # ------------------------------------------------------------------------------------------
-def _unit(sid: str, text: str, rollout: bool = False) -> Unit:
+def _unit(sid: str, text: str, rollout: bool = False) -> WorkItem:
     request = Request(sample_id=sid, subset="s", messages=[{"role": "user", "content": text}], params={"max_tokens": 8})
-    return Unit(Sample(sid, "s"), request, rollout)
+    return WorkItem(Sample(sid, "s"), request, rollout)
 
 
 def test_all_cached_needs_every_single_turn_answer_in_the_cache(tmp_path):

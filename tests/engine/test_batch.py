@@ -12,7 +12,7 @@ import pytest
 
 from evalkit.config import ModelConfig
 from evalkit.engine.batch import Ledger, reserve, split_lines
-from evalkit.engine.calls import Unit
+from evalkit.engine.work import WorkItem
 from evalkit.errors import ConfigError, RunDirError
 from evalkit.models.litellm_batch import BATCH_EXPIRED, BATCH_FAILED, batch_refusal, parse_result
 from evalkit.providers import batch_price
@@ -137,8 +137,8 @@ def _cfg(**run) -> SimpleNamespace:
                            model=SimpleNamespace(provider_model="openai/gpt-4o-2024-11-20"))  # fmt: skip
 
 
-def _units(n: int) -> list[Unit]:
-    return [Unit(Sample(f"s{i}", "a"), Request(f"s{i}", "a", messages=[{"role": "user", "content": "hello " * 50}]))
+def _units(n: int) -> list[WorkItem]:
+    return [WorkItem(Sample(f"s{i}", "a"), Request(f"s{i}", "a", messages=[{"role": "user", "content": "hello " * 50}]))
             for i in range(n)]  # fmt: skip
 
 

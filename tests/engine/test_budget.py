@@ -11,7 +11,7 @@ import random
 import pytest
 
 from evalkit.engine.budget import PROMPT_MARGIN, PROMPT_SLACK_TOKENS, Budget
-from evalkit.engine.calls import ActorModel
+from evalkit.engine.solve import ActorModel
 from evalkit.engine.records import spend
 from evalkit.errors import ConfigError
 from evalkit.models.base import ModelCallError

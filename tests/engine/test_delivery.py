@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from evalkit.engine import delivery
-from evalkit.engine.calls import Unit
+from evalkit.engine.work import WorkItem
 from evalkit.engine.delivery import UNIT_MAX_TRIES, Delivery
 from evalkit.engine.scheduling import run_units
 from evalkit.types import Request, Sample, Trajectory
@@ -75,7 +75,7 @@ class FakeWorker:
         if self.deaths > self.restarts:
             self.dead_for_good = True
 
-    async def _solve(self, job: str, holder: list, units: list[Unit]):
+    async def _solve(self, job: str, holder: list, units: list[WorkItem]):
         if self.dead_for_good:
             raise WorkerDied("the actor is dead for good")
         epoch = self.epoch
@@ -97,22 +97,22 @@ class FakeWorker:
             if again:
                 yield _done(again)
 
-    async def _one(self, unit: Unit) -> tuple[Any, Trajectory]:
+    async def _one(self, unit: WorkItem) -> tuple[Any, Trajectory]:
         await asyncio.sleep(self.latency(unit.key))
         return unit.key, Trajectory(final_output=f"answer of {unit.sample.id}")
 
 
-def _units(n: int) -> list[Unit]:
-    return [Unit(Sample(f"s{i}", "x"), Request(f"s{i}", "x", messages=[{"role": "user", "content": str(i)}])) for i in range(n)]
+def _units(n: int) -> list[WorkItem]:
+    return [WorkItem(Sample(f"s{i}", "x"), Request(f"s{i}", "x", messages=[{"role": "user", "content": str(i)}])) for i in range(n)]
 
 
-def _run(workers: list[FakeWorker], units: list[Unit], concurrency: int = 8, **kw: Any) -> tuple[dict, Counter, Delivery]:
+def _run(workers: list[FakeWorker], units: list[WorkItem], concurrency: int = 8, **kw: Any) -> tuple[dict, Counter, Delivery]:
     """Every unit through ``run_units`` (the engine's window) over a Delivery: ``({key:
     trajectory}, {key: times handed on}, delivery)``."""
     got: dict = {}
     handed: Counter = Counter()
 
-    async def on_result(unit: Unit, trajectory: Trajectory) -> None:
+    async def on_result(unit: WorkItem, trajectory: Trajectory) -> None:
         got[unit.key] = trajectory
         handed[unit.key] += 1
 

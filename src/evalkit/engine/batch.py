@@ -33,7 +33,7 @@ The execute stage of a batch run (:func:`run_batch`), instead of the Ray workers
 5. **Collect.** A batch that ended (completed, expired, failed or cancelled) has its output
    and error files kept in ``batch/<batch id>.output.jsonl`` / ``.errors.jsonl``. Each of
    its units is then solved by the benchmark's own solver through the response cache
-   (:func:`~evalkit.engine.calls.solve_unit`), its model answering from those files, and
+   (:func:`~evalkit.engine.solve.solve_unit`), its model answering from those files, and
    journaled, scored and traced by the run's journaler exactly as a live answer. A request
    with no answer is a failure of kind ``batch_expired`` / ``batch_failed`` /
    ``batch_cancelled`` in ``failed.jsonl``, never scored; a resume sends only those again,
@@ -60,7 +60,9 @@ from typing import Any, Awaitable, Callable
 from evalkit import secrets
 from evalkit.config import EvalConfig
 from evalkit.engine.budget import journal_spend
-from evalkit.engine.calls import Unit, _cache_get, open_cache, solve_unit
+from evalkit.engine.cache import cache_get, open_cache
+from evalkit.engine.solve import solve_unit
+from evalkit.engine.work import WorkItem
 from evalkit.engine.phases import Phases
 from evalkit.engine.plan import RunPlan
 from evalkit.engine.rundir import RunState
@@ -264,7 +266,7 @@ def split_lines(lines: list[tuple[str, bytes]], max_requests: int, max_bytes: in
 # ------------------------------------------------------------------------------------------
 # budget: the whole batch reserved before it is sent
 # ------------------------------------------------------------------------------------------
-def reserve(cfg: EvalConfig, units: list[Unit], price: Price | None, run_dir: Path, held: tuple[float, int]) -> tuple[float | None, int | None]:
+def reserve(cfg: EvalConfig, units: list[WorkItem], price: Price | None, run_dir: Path, held: tuple[float, int]) -> tuple[float | None, int | None]:
     """``(USD, tokens)`` the new batch of ``units`` reserves: estimated prompt tokens plus
     ``generation.max_tokens`` per request, at the batch ``price``; ``(None, None)`` without a
     budget. ``held``: what batches still running hold already.
@@ -336,10 +338,10 @@ class _Answers:
 # ------------------------------------------------------------------------------------------
 # the driver
 # ------------------------------------------------------------------------------------------
-OnResult = Callable[[Unit, Trajectory], Awaitable[None]]
+OnResult = Callable[[WorkItem, Trajectory], Awaitable[None]]
 
 
-def run_batch(plan: RunPlan, state: RunState, pending: list[Unit], on_result: OnResult, phases: Phases,
+def run_batch(plan: RunPlan, state: RunState, pending: list[WorkItem], on_result: OnResult, phases: Phases,
               cache_dir: Path | None) -> dict[str, Any]:  # fmt: skip
     """Solve ``pending`` through the provider's batch API (see the module docstring);
     ``on_result`` journals each unit. Returns the engine figures: ``batch`` (``batched``,
@@ -371,7 +373,7 @@ def run_batch(plan: RunPlan, state: RunState, pending: list[Unit], on_result: On
 
 
 class _Driver:
-    def __init__(self, plan: RunPlan, state: RunState, pending: list[Unit], on_result: OnResult, cache_dir: Path | None):
+    def __init__(self, plan: RunPlan, state: RunState, pending: list[WorkItem], on_result: OnResult, cache_dir: Path | None):
         self.plan, self.state, self.pending, self.on_result = plan, state, pending, on_result
         self.cfg = plan.cfg
         self.client = client_of(self.cfg)
@@ -400,10 +402,10 @@ class _Driver:
         if self.cfg.run.batch_cancel:
             await self._cancel_all()
         owed = self.ledger.owed()
-        new: list[Unit] = []
+        new: list[WorkItem] = []
         for unit in self.pending:
             h = self.hash_of[id(unit)]
-            if self.cache is not None and _cache_get(self.cache, h) is not None:
+            if self.cache is not None and cache_get(self.cache, h) is not None:
                 self.cache_hits += 1
                 await self._journal(unit)
             elif h in self.answers and isinstance(self.answers[h], Completion):
@@ -424,7 +426,7 @@ class _Driver:
                 return
         await self._wait()
 
-    async def _journal(self, unit: Unit) -> None:
+    async def _journal(self, unit: WorkItem) -> None:
         if id(unit) in self.journaled:
             return
         self.journaled.add(id(unit))
@@ -432,15 +434,15 @@ class _Driver:
         trajectory = await solve_unit(self.solver, unit, self.model, self.cache, params, {})
         await self.on_result(unit, trajectory)
 
-    async def _journal_failure(self, unit: Unit, failure: Failure) -> None:
+    async def _journal_failure(self, unit: WorkItem, failure: Failure) -> None:
         self.journaled.add(id(unit))
         await self.on_result(unit, Trajectory(failure=failure))
 
     # ---- submit ---------------------------------------------------------------------
-    def _prepare(self, units: list[Unit]) -> None:
+    def _prepare(self, units: list[WorkItem]) -> None:
         """Record the new batches' inputs (digests, request hashes, reservations): the
         budget is checked for all of them before any is sent."""
-        distinct: dict[str, Unit] = {}
+        distinct: dict[str, WorkItem] = {}
         for unit in units:
             distinct.setdefault(self.hash_of[id(unit)], unit)
         lines = [(h, self.client.line(h, u.request)) for h, u in distinct.items()]

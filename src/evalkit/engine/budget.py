@@ -9,7 +9,7 @@ was interrupted).
 
 **Reservations.** Every model call is sent only while *spent + reserved + its own
 reservation* stays within each limit (:meth:`Budget.reserve`, asked by
-:class:`evalkit.engine.calls.ActorModel` before each call, so a rollout, whose number of
+:class:`evalkit.engine.solve.ActorModel` before each call, so a rollout, whose number of
 calls is unknown in advance, is checked call by call). A call's reservation is an upper
 bound of what it can cost: its prompt's tokens as litellm's ``token_counter`` estimates them
 (0.947 of a provider's count in one measurement) times ``PROMPT_MARGIN`` plus
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evalkit.engine.calls import BUDGET_EXCEEDED
+from evalkit.engine.solve import BUDGET_EXCEEDED
 from evalkit.engine.records import Prices, spend
 from evalkit.engine.rundir import FAILED, PREDICTIONS
 from evalkit.journal import read_jsonl

@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Hashable
 
-from evalkit.engine.calls import Unit
+from evalkit.engine.work import WorkItem
 from evalkit.types import Failure, Trajectory
 
 log = logging.getLogger("evalkit")
@@ -51,7 +51,7 @@ class _Held:
     """A unit the driver holds until its result is in: its future, the worker that has it
     (-1 while queued), the number of times it was lost and the number of its current send."""
 
-    unit: Unit
+    unit: WorkItem
     future: asyncio.Future[Trajectory]
     worker: int = -1
     tries: int = 0
@@ -86,7 +86,7 @@ class Delivery:
         self.tasks: set[asyncio.Future[Any]] = set()
         self.stats = {"resent": 0, "duplicates": 0, "workers_lost": 0}
 
-    async def submit(self, unit: Unit) -> Trajectory:
+    async def submit(self, unit: WorkItem) -> Trajectory:
         if unit.key in self.held:
             raise ValueError(f"unit {unit.key!r} is in flight already")
         held = self.held[unit.key] = _Held(unit, asyncio.get_running_loop().create_future())

@@ -7,7 +7,7 @@ Scheduling rules of this module (the window and retries are in
   actor taking its share of the in-flight units); offline models (reference, replay,
   baselines) run in the driver's event loop — they do no I/O, so Ray would add nothing but
   latency;
-* every unit goes through :func:`evalkit.engine.calls.solve_unit`: the benchmark's solver
+* every unit goes through :func:`evalkit.engine.solve.solve_unit`: the benchmark's solver
   with cached, retried model calls, failures returned as data;
 * units travel to an actor in small batches, one call of its ``solve`` method each, a Ray
   streaming generator that yields each unit's result as it finishes
@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Protocol
 
 from evalkit.engine.budget import Budget, RemoteBudget, keeper
-from evalkit.engine.calls import Unit, open_cache, solve_unit
+from evalkit.engine.cache import open_cache
+from evalkit.engine.solve import solve_unit
+from evalkit.engine.work import WorkItem
 from evalkit.engine.delivery import Delivery
 from evalkit.types import Trajectory, sha256_hex
 
@@ -42,7 +44,7 @@ class Executor(Protocol):
     """Solves units; ``submit`` never raises for a unit's own failure (it is in the
     trajectory's ``failure``)."""
 
-    async def submit(self, unit: Unit) -> Trajectory:  # pragma: no cover - protocol
+    async def submit(self, unit: WorkItem) -> Trajectory:  # pragma: no cover - protocol
         ...
 
     def close(self) -> None:  # pragma: no cover - protocol
@@ -66,7 +68,7 @@ class LocalExecutor:
         self.agent_params = agent_params
         self.user_params = user_params
 
-    async def submit(self, unit: Unit) -> Trajectory:
+    async def submit(self, unit: WorkItem) -> Trajectory:
         return await solve_unit(self.solver, unit, self.agents, self.cache, self.agent_params, self.user_params)
 
     def close(self) -> None:
@@ -125,7 +127,7 @@ class ModelWorker:
 
         return litellm_price(provider_model)
 
-    async def solve(self, job: str, holder: list[Any], budget: Any, units: list[Unit]) -> AsyncIterator[list[tuple[Any, Any]]]:
+    async def solve(self, job: str, holder: list[Any], budget: Any, units: list[WorkItem]) -> AsyncIterator[list[tuple[Any, Any]]]:
         """Solve ``units`` of run ``job`` (registered first from ``holder`` when this process
         does not know it: a restarted worker; the driver sends an empty ``holder`` to a
         worker it has not lost, as the run's object reference costs every call) concurrently,
@@ -151,7 +153,7 @@ class ModelWorker:
                 task.cancel()
                 running.discard(task)
 
-    async def _one(self, solver: Any, unit: Unit, agent_params: dict[str, Any], user_params: dict[str, Any],
+    async def _one(self, solver: Any, unit: WorkItem, agent_params: dict[str, Any], user_params: dict[str, Any],
                    gate: Any) -> tuple[Any, Any]:  # fmt: skip
         try:
             result: Any = await solve_unit(solver, unit, self.agents, self.cache, agent_params, user_params, gate)
@@ -292,7 +294,7 @@ class RayExecutor:
         except Exception:  # noqa: BLE001 - a keeper gone: nothing to read
             return None
 
-    async def submit(self, unit: Unit) -> Trajectory:
+    async def submit(self, unit: WorkItem) -> Trajectory:
         return await self.delivery.submit(unit)
 
     def close(self) -> None:

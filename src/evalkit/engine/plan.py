@@ -15,7 +15,7 @@ from evalkit import secrets
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.benchmarks.base import Benchmark
 from evalkit.config import EvalConfig
-from evalkit.engine.calls import Unit
+from evalkit.engine.work import WorkItem
 from evalkit.errors import ConfigError, DataError
 from evalkit.models.factory import ModelPlan, plan_models
 from evalkit.providers import Price, model_price
@@ -27,13 +27,13 @@ log = logging.getLogger("evalkit")
 @dataclass
 class RunPlan:
     """Everything a run needs before it starts: the validated config, the benchmark, the
-    selected samples, one :class:`~evalkit.engine.calls.Unit` per sample and epoch (epoch by
+    selected samples, one :class:`~evalkit.engine.work.WorkItem` per sample and epoch (epoch by
     epoch, each in selection order) and the planned models."""
 
     cfg: EvalConfig
     bench: Benchmark
     samples: list[Sample]
-    units: list[Unit]
+    units: list[WorkItem]
     models: ModelPlan
     #: ``{"agent": price, "user": price}`` (the user only when a user simulator takes part);
     #: ``None`` = no price known (costs are then null, never 0)
@@ -84,8 +84,8 @@ def prepare(cfg: EvalConfig, priced: bool = True) -> RunPlan:
         )
     if cfg.model.kind == "replay" and rollouts:
         raise ConfigError("model=replay: agent rollouts cannot be replayed from single outputs; deselect those subsets")
-    first = [Unit(s, build_request(bench, cfg, s), bench.is_rollout(s)) for s in samples]
-    units = [Unit(u.sample, replace(u.request, epoch=e), u.rollout) for e in range(cfg.run.repeats) for u in first]
+    first = [WorkItem(s, build_request(bench, cfg, s), bench.is_rollout(s)) for s in samples]
+    units = [WorkItem(u.sample, replace(u.request, epoch=e), u.rollout) for e in range(cfg.run.repeats) for u in first]
     if cfg.run.repeats > 1 and cfg.generation_params().get("temperature") == 0:
         log.warning("run.repeats=%d at temperature 0: the repeats measure only the provider's nondeterminism", cfg.run.repeats)
     with_user = cfg.user is not None and bool(rollouts)

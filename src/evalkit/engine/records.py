@@ -40,7 +40,7 @@ from typing import Any
 
 from evalkit import secrets
 from evalkit.benchmarks.base import Benchmark, strip_reasoning_prefix
-from evalkit.engine.calls import Unit
+from evalkit.engine.work import WorkItem
 from evalkit.jsonl import SIDE_FILE_FIELDS, dumps_line, unit_file_name, with_side_file, write_unit_file
 from evalkit.providers import Price, add_usage, total_tokens
 from evalkit.types import Failure, SampleScore, Trajectory, sha256_hex
@@ -135,7 +135,7 @@ def turn_totals(turns: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def prediction_record(unit: Unit, model_id: str, trajectory: Trajectory, scored: SampleScore, prices: Prices,
+def prediction_record(unit: WorkItem, model_id: str, trajectory: Trajectory, scored: SampleScore, prices: Prices,
                       rule: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """One ``predictions.jsonl`` row of a unit whose scored view (``trajectory``) and rule
     fields (``rule``) come from :func:`scored_view`. A single-turn answer cut at the token
@@ -208,7 +208,7 @@ def write_transcript(run_dir: Path, sample_id: str, epoch: int, trajectory: Traj
     write_unit_file(run_dir, "trajectories", unit_file_name(sample_id, epoch), text.encode("utf-8", errors="backslashreplace"))
 
 
-def failure_record(unit: Unit, model_id: str, trajectory: Trajectory, prices: Prices) -> dict[str, Any]:
+def failure_record(unit: WorkItem, model_id: str, trajectory: Trajectory, prices: Prices) -> dict[str, Any]:
     """One ``failed.jsonl`` row of a unit whose ``trajectory.failure`` is set: the sample is
     not scored; the tokens its calls reported, what they cost and the reasoning its answers
     carried (the earlier turns' and the failed answer's; ``None`` without) are kept."""

@@ -30,7 +30,8 @@ from evalkit import secrets
 from evalkit.config import EvalConfig
 from evalkit.engine.batch import DETACHED_EXIT_CODE, batch_prices, check_batchable, refuse_live_resume, run_batch
 from evalkit.engine.budget import UNJOURNALED, Budget, journal_spend
-from evalkit.engine.calls import Unit, all_cached, open_cache
+from evalkit.engine.cache import all_cached, open_cache
+from evalkit.engine.work import WorkItem
 from evalkit.engine.executor import Executor, LocalExecutor, RayExecutor
 from evalkit.engine.finalize import finalize
 from evalkit.engine.plan import RunPlan, prepare, run_prices
@@ -203,7 +204,7 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
     return engine
 
 
-def _execute_batch(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, pending: list[Unit]) -> dict[str, Any]:
+def _execute_batch(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, pending: list[WorkItem]) -> dict[str, Any]:
     """``run.batch``: the pending units through the provider's batch API
     (:func:`~evalkit.engine.batch.run_batch`), journaled by the same :class:`Journaler`."""
     with ExitStack() as stack:
@@ -234,7 +235,7 @@ def _note_unjournaled(executor: RayExecutor, run_dir: Path) -> None:
             out.append(row)
 
 
-def _open_executor(plan: RunPlan, state: RunState, stack: ExitStack, pending: list[Unit], shared: Session | None) -> Executor:
+def _open_executor(plan: RunPlan, state: RunState, stack: ExitStack, pending: list[WorkItem], shared: Session | None) -> Executor:
     """The models opened (evalkit's own servers started, unless every request is in the
     response cache; in a sweep's session, from its server pool) and their executor."""
     serve = not (plan.models.starts_servers and all_cached(_cache_dir(plan.cfg), pending, plan.models.model_id))
@@ -289,14 +290,14 @@ class Journaler:
     def __exit__(self, *exc: object) -> None:
         self.stack.close()
 
-    async def on_result(self, unit: Unit, trajectory: Trajectory) -> None:
+    async def on_result(self, unit: WorkItem, trajectory: Trajectory) -> None:
         if self.in_order is None:
             await self._journal(unit, trajectory)
             return
         async with self.in_order:
             await self._journal(unit, trajectory)
 
-    async def _journal(self, unit: Unit, trajectory: Trajectory) -> None:
+    async def _journal(self, unit: WorkItem, trajectory: Trajectory) -> None:
         model_id, prices = self.plan.models.model_id, self.plan.prices
         if trajectory.failure is None:
             view, rule = scored_view(self.plan.bench, trajectory)
@@ -332,7 +333,7 @@ class Journaler:
         self.drawn_at = now if refresh else self.drawn_at
         self.progress.set_postfix(shown, refresh=refresh)
 
-    def _not_scored(self, unit: Unit, trajectory: Trajectory) -> None:
+    def _not_scored(self, unit: WorkItem, trajectory: Trajectory) -> None:
         """Journal an answer left unscored once ``benchmark.score_budget_s`` is spent as a
         ``score_budget_exceeded`` failure (its tokens and cost kept; a resume scores it)."""
         budget = self.plan.cfg.benchmark.score_budget_s

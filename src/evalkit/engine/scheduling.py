@@ -16,7 +16,8 @@ import time
 from typing import Any, Awaitable, Callable
 
 from evalkit.engine.budget import Budget
-from evalkit.engine.calls import BUDGET_EXCEEDED, Unit
+from evalkit.engine.solve import BUDGET_EXCEEDED
+from evalkit.engine.work import WorkItem
 from evalkit.engine.executor import Executor
 from evalkit.types import Failure, Trajectory
 
@@ -89,12 +90,12 @@ class _Solving:
     """One unit solved: its throttling counted, the budget charged, its slot freed, then
     its result handed to ``on_result``."""
 
-    def __init__(self, executor: Executor, window: AdaptiveWindow, on_result: Callable[[Unit, Trajectory], Awaitable[None]],
+    def __init__(self, executor: Executor, window: AdaptiveWindow, on_result: Callable[[WorkItem, Trajectory], Awaitable[None]],
                  budget: Budget | None):  # fmt: skip
         self.executor, self.window, self.on_result, self.budget = executor, window, on_result, budget
         self.throttled = 0
 
-    async def one(self, seq: int, unit: Unit) -> None:
+    async def one(self, seq: int, unit: WorkItem) -> None:
         result = Trajectory(failure=Failure("internal", "not run"))
         try:
             result = await self.executor.submit(unit)
@@ -111,9 +112,9 @@ class _Solving:
 
 async def run_units(
     executor: Executor,
-    units: list[Unit],
+    units: list[WorkItem],
     concurrency: int,
-    on_result: Callable[[Unit, Trajectory], Awaitable[None]],
+    on_result: Callable[[WorkItem, Trajectory], Awaitable[None]],
     adaptive: bool = True,
     budget: Budget | None = None,
 ) -> dict[str, Any]:

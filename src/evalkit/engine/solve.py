@@ -1,7 +1,7 @@
 """One sample, solved: every model call through the response cache and the model's retry
 policy, every failure turned into data, and one path for every benchmark.
 
-:func:`solve_unit` runs the benchmark's solver on a sample (one ``generate`` for a
+:func:`solve_unit` runs the benchmark's solver on a work item (one ``generate`` for a
 single-turn sample, the rollout loop for an agent sample) with its models wrapped in
 :class:`ActorModel`, and returns the :class:`~evalkit.types.Trajectory` — with
 ``failure`` set instead of raising when a model call failed after its retries (actor
@@ -14,99 +14,21 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from evalkit.errors import ConfigError
+from evalkit.engine.cache import cache_get, cache_set
+from evalkit.engine.work import WorkItem
 from evalkit.models.base import ModelCallError
 from evalkit.providers import estimate_prompt_tokens
-from evalkit.types import Completion, Failure, Request, Sample, Trajectory
+from evalkit.types import Completion, Failure, Request, Trajectory
 
 log = logging.getLogger(__name__)
 
 #: the failure kind of a call the run's budget kept from being sent (evalkit.engine.budget)
-BUDGET_EXCEEDED = "budget_exceeded"
+BUDGET_EXCEEDED = "budget_exceeded"  # ErrorKind.BUDGET_EXCEEDED (a literal: tests/test_error_kinds.py scans for it)
 
 
-@dataclass
-class Unit:
-    """One unit of work: a sample in one epoch, its first request (whose hash identifies
-    the result; it carries the epoch) and whether the solver runs it as a multi-turn rollout."""
-
-    sample: Sample
-    request: Request
-    rollout: bool = False
-
-    @property
-    def key(self) -> tuple[str, int]:
-        """``(sample id, epoch)``: what a journal row of this unit is found by."""
-        return self.sample.id, self.request.epoch
-
-
-# ------------------------------------------------------------------------------------------
-# response cache
-# ------------------------------------------------------------------------------------------
-def open_cache(cache_dir: str | Path | None) -> Any:
-    """A process-safe on-disk response cache (diskcache, SQLite-backed), or ``None``.
-
-    Raises:
-        ConfigError: ``cache_dir`` is not a cache diskcache can open (one line).
-    """
-    if cache_dir is None:
-        return None
-    import diskcache
-
-    try:
-        return diskcache.Cache(str(cache_dir), size_limit=2**34)
-    except Exception as exc:  # noqa: BLE001 - sqlite3.DatabaseError, OSError, ...
-        raise ConfigError(
-            f"run.cache_dir: {cache_dir} is not a usable response cache ({type(exc).__name__}: {exc}); "
-            "move it away, point run.cache_dir elsewhere or set run.cache=false"
-        ) from None
-
-
-def _cache_get(cache: Any, key: str) -> Completion | None:
-    """A cached completion, or ``None`` — also for an entry that cannot be read or has
-    another shape (a corrupt entry is a miss; the fresh answer then replaces it)."""
-    try:
-        hit = cache.get(key)
-    except Exception as exc:  # noqa: BLE001 - unpickling and SQLite errors alike
-        log.warning("response cache: entry %s unreadable (%s: %s); asking the model", key[:16], type(exc).__name__, exc)
-        return None
-    try:
-        return Completion(**hit) if isinstance(hit, dict) else None
-    except TypeError:
-        return None
-
-
-def all_cached(cache_dir: str | Path | None, units: list[Unit], model_id: str) -> bool:
-    """True when every unit's answer is in the response cache at ``cache_dir``, so that
-    solving them asks no model: each is single-turn (one call, its ``request``) and
-    ``request.request_hash(model_id)`` holds a readable completion. False without a cache
-    (``None`` or not made yet), for no units, or when any unit is a rollout (its later turns
-    are not known before it runs). Reading the cache writes nothing.
-
-    Raises:
-        ConfigError: ``cache_dir`` is not a cache diskcache can open.
-    """
-    if cache_dir is None or not Path(cache_dir).is_dir() or not units or any(u.rollout for u in units):
-        return False
-    cache = open_cache(cache_dir)
-    try:
-        return all(_cache_get(cache, u.request.request_hash(model_id)) is not None for u in units)
-    finally:
-        cache.close()
-
-
-def _cache_set(cache: Any, key: str, value: dict[str, Any]) -> None:
-    try:
-        cache.set(key, value)
-    except Exception as exc:  # noqa: BLE001 - a cache that cannot be written costs reuse, not the answer
-        log.warning("response cache: cannot store %s (%s: %s)", key[:16], type(exc).__name__, exc)
-
-
-async def execute(model: Any, request: Request, cache: Any = None) -> Completion | Failure:
+async def call_model(model: Any, request: Request, cache: Any = None) -> Completion | Failure:
     """One request through cache → model (with its retries) → Completion or Failure.
 
     Only successful, non-empty completions are cached; the key is
@@ -115,7 +37,7 @@ async def execute(model: Any, request: Request, cache: Any = None) -> Completion
     """
     key = request.request_hash(model.model_id) if cache is not None else None
     if key is not None:
-        completion = _cache_get(cache, key)
+        completion = cache_get(cache, key)
         if completion is not None:
             completion.cached = True
             completion.attempts = completion.throttled = 0
@@ -133,12 +55,12 @@ async def execute(model: Any, request: Request, cache: Any = None) -> Completion
     if key is not None:
         stored = completion.to_dict()
         stored["cached"] = False
-        _cache_set(cache, key, stored)
+        cache_set(cache, key, stored)
     return completion
 
 
 class ActorModel:
-    """A model as a solver sees it: parameters filled in, every call through :func:`execute`
+    """A model as a solver sees it: parameters filled in, every call through :func:`call_model`
     (cache, retries, failure conversion), per-call statistics appended to ``turns`` (with
     ``started_at`` / ``ended_at``, Unix seconds, of the call, retries included); a failed
     call raises :class:`ModelCallError` naming ``actor``."""
@@ -160,7 +82,7 @@ class ActorModel:
         request.epoch = self.epoch  # every turn of epoch e carries e in its identity
         started_at = time.time()
         if self.budget is None:
-            result = await execute(self.model, request, self.cache)
+            result = await call_model(self.model, request, self.cache)
         else:
             result = await self._within_budget(request)
         if isinstance(result, Failure):
@@ -184,7 +106,7 @@ class ActorModel:
 
 
     async def _within_budget(self, request: Request) -> Completion | Failure:
-        """:func:`execute` once the budget has reserved the call's upper bound (a
+        """:func:`call_model` once the budget has reserved the call's upper bound (a
         ``budget_exceeded`` Failure, nothing sent, when it has no room), the reservation
         then replaced by what the call spent (:meth:`evalkit.engine.budget.Budget.settle`)."""
         provider_model = str(getattr(self.model, "provider_model", "gpt-3.5-turbo"))
@@ -197,7 +119,7 @@ class ActorModel:
             return Failure(BUDGET_EXCEEDED, "not sent: the run's budget has no room for this request's upper bound", attempts=0)
         usage, measured = None, False  # cancelled in flight: the reservation counts as spent
         try:
-            result = await execute(self.model, request, self.cache)
+            result = await call_model(self.model, request, self.cache)
             usage = result.usage if isinstance(result, Failure) or not result.cached else None
             measured = isinstance(result, Failure) or result.cached or result.usage is not None
             return result
@@ -206,7 +128,7 @@ class ActorModel:
 
 
 async def solve_unit(
-    solver: Any, unit: Unit, agents: Any, cache: Any, agent_params: dict[str, Any], user_params: dict[str, Any],
+    solver: Any, unit: WorkItem, agents: Any, cache: Any, agent_params: dict[str, Any], user_params: dict[str, Any],
     budget: Any = None,
 ) -> Trajectory:
     """Solve one unit with ``agents.pair(sample)``; never raises (but for cancellation).
