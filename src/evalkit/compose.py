@@ -188,6 +188,8 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
     benchmark with a user simulator (a ``user_model`` setting) and no ``user_model`` set
     gets the model under test, as configured (its ``model`` and ``backend`` nodes), as the
     user of a litellm model: the README's ``model=gpt4o`` runs every ACEBench subset.
+    ``judge=<name>`` (or a panel ``judge=[a,b]``) with ``judge_overrides`` becomes the
+    ``judge`` list likewise (:func:`_compose_judges`).
 
     Raises:
         ConfigError: one line naming the key.
@@ -209,7 +211,36 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
             )
         # the default user simulator: the model under test as configured (its model and backend nodes)
         raw["user"] = {"model": copy.deepcopy(raw["model"]), "backend": copy.deepcopy(raw["backend"])}
+    raw["judge"] = _compose_judges(raw.pop("judge", None), raw.pop("judge_overrides", None))
     return raw, validate(raw, get_benchmark_class)
+
+
+def _compose_judges(names: Any, overrides: Any) -> list[dict[str, Any]]:
+    """The ``judge`` nodes of ``judge=<name>`` (or a panel ``judge=[a,b]``): each
+    ``conf/model/<name>.yaml`` with ``judge_overrides`` (applied to every judge) and its own
+    backend, composed like the user simulator (``{"model", "backend"}``).
+
+    Raises:
+        ConfigError: a name that is not a model config, overrides without a judge, or
+            values of the wrong shape — one line naming the key.
+    """
+    if names is None or names == []:
+        if overrides:
+            raise ConfigError("judge_overrides: they apply to the judge named by judge=<model config name>; name it too")
+        return []
+    names = [names] if isinstance(names, str) else names
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError("judge: expected a model config name (judge=gpt4o) or a list of them (judge=[gpt4o,smollm2])")
+    if overrides is not None and (not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides)):
+        raise ConfigError("judge_overrides: expected a list of overrides (judge_overrides=['backend.api_base=...'])")
+    judges = []
+    for name in names:
+        try:
+            judge_raw = to_plain(_compose_in_context([f"model={name}", *list(overrides or [])]))
+        except ConfigError as exc:
+            raise ConfigError(f"judge: {exc}") from None
+        judges.append({"model": judge_raw["model"], "backend": judge_raw["backend"]})
+    return judges
 
 
 def _settings_fields(bench: dict[str, Any]) -> dict[str, Any]:

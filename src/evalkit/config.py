@@ -377,6 +377,18 @@ class UserConfig(_Strict):
     generation: GenerationParams = Field(default_factory=GenerationParams)
 
 
+class JudgeConfig(UserConfig):
+    """One judge of a task's ``llm_judge`` scorers (:mod:`evalkit.benchmarks.task.judge`),
+    composed from ``conf/model/<name>.yaml`` named by the top-level ``judge`` key (one name,
+    or a list for a panel) with ``judge_overrides`` and that model's own backend, as the
+    user simulator is; ``generation``: its model defaults < its ``dataset_args.<benchmark>``.
+    ``kind: reference`` is the reference judge (the gold verdict; ``model=reference`` only)."""
+
+
+#: the judge of ``model=reference`` when none is named: the reference judge (gold verdicts)
+REFERENCE_JUDGE = {"model": {"name": "reference", "kind": "reference"}, "backend": {"kind": "offline"}}
+
+
 #: ``config_format`` of a resolved run config (``config.yaml``). Format 1 (no key) recorded
 #: the raw layers (``model.generation``, ``benchmark.generation``, ``model.dataset_args``).
 CONFIG_FORMAT = 2
@@ -397,6 +409,8 @@ class EvalConfig(_Strict):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     run: RunSettings = Field(default_factory=RunSettings)
     user: UserConfig | None = None
+    #: the judges of a task's ``llm_judge`` scorers (several: a panel), in the order named
+    judge: list[JudgeConfig] = Field(default_factory=list)
     layers: dict[str, Any] = Field(default_factory=dict)
 
     # ---- derived values -------------------------------------------------------------
@@ -421,6 +435,14 @@ class EvalConfig(_Strict):
             return {}
         return _with_extra_body(self.user.generation.sent_params(), self.user.model.extra_body)
 
+    def judge_sent_params(self, judge: JudgeConfig) -> dict[str, Any]:
+        """:meth:`sent_params` of a judge (one of ``self.judge``)."""
+        return _with_extra_body(judge.generation.sent_params(), judge.model.extra_body)
+
+    def judge_api_key(self, judge: JudgeConfig) -> str | None:
+        """The API key of a judge, from its backend or its ``api_key_env`` variable."""
+        return _key_of(judge)
+
     def record(self) -> dict[str, Any]:
         """The resolved configuration as ``config.yaml`` records it (secrets not yet
         redacted): every group with its defaults filled in, in a fixed order."""
@@ -432,17 +454,13 @@ class EvalConfig(_Strict):
             user = self.user.model_dump(mode="json")
             user["generation"] = self.user_generation_params()
             out["user"] = user
+        if self.judge:
+            out["judge"] = [{**j.model_dump(mode="json"), "generation": j.generation.as_params()} for j in self.judge]
         out["layers"] = self.layers
         return out
 
     def user_api_key(self) -> str | None:
-        if self.user is None:
-            return None
-        if getattr(self.user.backend, "api_key", None):
-            return self.user.backend.api_key  # type: ignore[union-attr]
-        if self.user.model.api_key_env:
-            return os.environ.get(self.user.model.api_key_env)
-        return None
+        return _key_of(self.user) if self.user is not None else None
 
     def request_timeout_s(self) -> float:
         """Seconds one attempt may take: ``benchmark.request_timeout_s`` or ``backend.timeout_s``."""
@@ -455,6 +473,16 @@ class EvalConfig(_Strict):
         if self.model.api_key_env:
             return os.environ.get(self.model.api_key_env)
         return None
+
+
+def _key_of(actor: UserConfig) -> str | None:
+    """The API key of a user simulator or a judge: its ``backend.api_key`` or its
+    ``model.api_key_env`` variable."""
+    if getattr(actor.backend, "api_key", None):
+        return actor.backend.api_key  # type: ignore[union-attr]
+    if actor.model.api_key_env:
+        return os.environ.get(actor.model.api_key_env)
+    return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -568,17 +596,26 @@ def resolve_layers(raw: dict[str, Any], lookup: BenchmarkLookup) -> dict[str, An
     out["model"] = model
     out["generation"] = {**layers["model.generation"], **layers["benchmark.generation"], **per_bench_gen}
     if isinstance(raw.get("user"), dict):
-        user = dict(raw["user"])
-        user_model = dict(user.get("model") or {})
-        user_args = _dataset_args(user_model, bench_cls.name, "user.model")
-        own = _generation_layer(user_model.pop("generation", None), "user.model.generation")
-        user_model.pop("dataset_args", None)
-        extra = _generation_layer(user_args.get("generation"), f"user.model.dataset_args.{bench_cls.name}.generation")
-        layers["user.model.generation"] = own
-        layers[f"user.model.dataset_args.{bench_cls.name}"] = user_args
-        out["user"] = {**user, "model": user_model, "generation": {**own, **extra}}
+        out["user"] = _actor_layers(raw["user"], bench_cls.name, "user", layers)
+    if isinstance(raw.get("judge"), list):
+        out["judge"] = [_actor_layers(j, bench_cls.name, f"judge.{i}", layers) if isinstance(j, dict) else j
+                        for i, j in enumerate(raw["judge"])]  # fmt: skip
     out["layers"] = {k: v for k, v in layers.items() if v}
     return out
+
+
+def _actor_layers(actor: dict[str, Any], bench_name: str, where: str, layers: dict[str, Any]) -> dict[str, Any]:
+    """A user simulator's or a judge's node (``where``: ``user``, ``judge.<i>``) with its
+    generation folded: its ``model.generation`` < its ``model.dataset_args.<benchmark>.generation``;
+    the layers are added to ``layers`` (provenance)."""
+    model = dict(actor.get("model") or {})
+    args = _dataset_args(model, bench_name, f"{where}.model")
+    own = _generation_layer(model.pop("generation", None), f"{where}.model.generation")
+    model.pop("dataset_args", None)
+    extra = _generation_layer(args.get("generation"), f"{where}.model.dataset_args.{bench_name}.generation")
+    layers[f"{where}.model.generation"] = own
+    layers[f"{where}.model.dataset_args.{bench_name}"] = args
+    return {**actor, "model": model, "generation": {**own, **extra}}
 
 
 def _dataset_args(model: dict[str, Any], bench_name: str, where: str) -> dict[str, Any]:
@@ -609,11 +646,15 @@ def validate(raw: dict[str, Any], lookup: BenchmarkLookup) -> EvalConfig:
         if model.get("kind", "litellm") != "litellm" and model.get("generation"):
             raise ConfigError(f"model.generation: a {model.get('kind')} model generates nothing (model={model.get('name')}); remove it")
         raw = resolve_layers(raw, lookup)
+    raw = {k: v for k, v in raw.items() if k != "judge_overrides"}  # applied where the judges are composed
+    raw["judge"] = raw.get("judge") or []  # conf/config.yaml's judge: null
     bench_cls = _benchmark_class(lookup, raw["benchmark"])
     try:
         bench = bench_cls.settings_model(**raw["benchmark"])
     except ValidationError as exc:
         raise ConfigError(_first_error_line(exc, "benchmark.")) from None
+    if bench.needs_judge() and not raw.get("judge") and (raw.get("model") or {}).get("kind") == "reference":
+        raw = {**raw, "judge": [REFERENCE_JUDGE]}  # model=reference's gold answers, judged by the gold verdicts
     try:
         cfg = EvalConfig(**{**raw, "benchmark": bench})
     except ValidationError as exc:
@@ -652,11 +693,15 @@ def _check_cross(cfg: EvalConfig, bench_cls: Any) -> None:
                 f"benchmark.user_model: environment variable {cfg.user.model.api_key_env} is not set "
                 f"(user model {cfg.user.model.name} needs it)"
             )
+    _check_judges(cfg, keyed)
     _check_reasoning(cfg.model, cfg.generation, "generation")
     _check_sampling(cfg.model, cfg.generation, "generation")
     if cfg.user is not None:
         _check_reasoning(cfg.user.model, cfg.user.generation, "user.generation")
         _check_sampling(cfg.user.model, cfg.user.generation, "user.generation")
+    for i, judge in enumerate(cfg.judge):
+        _check_reasoning(judge.model, judge.generation, f"judge.{i}.generation")
+        _check_sampling(judge.model, judge.generation, f"judge.{i}.generation")
     _check_budget(cfg)
     if cfg.run.dir is not None and cfg.run.resume is not None:
         raise ConfigError("run.dir: give either run.dir (a new directory) or run.resume (an existing run), not both")
@@ -664,6 +709,41 @@ def _check_cross(cfg: EvalConfig, bench_cls: Any) -> None:
         raise ConfigError(f"run.dir: {cfg.run.dir} already exists; pick a new directory or use run.resume={cfg.run.dir}")
     if not cfg.run.dry_run:
         _check_writable(cfg.run.output_root, "run.output_root")
+
+
+def _check_judges(cfg: EvalConfig, keyed: bool) -> None:
+    """A benchmark whose scoring asks a judge has one (``model=reference`` gets the
+    reference judge); the reference judge judges only ``model=reference``; a network judge
+    is a litellm model, named once, with its key set (when the run sends anything)."""
+    needs = cfg.benchmark.needs_judge()
+    if needs and not cfg.judge:
+        raise ConfigError(
+            f"judge: {cfg.benchmark.name} has an llm_judge scorer; name the judge: judge=<model config name> "
+            "(e.g. judge=gpt4o), or a panel judge=[a,b]"
+        )
+    if cfg.judge and not needs:
+        raise ConfigError(f"judge: {cfg.benchmark.name} has no llm_judge scorer; remove judge=...")
+    names = [j.model.name for j in cfg.judge]
+    for i, judge in enumerate(cfg.judge):
+        kind = judge.model.kind
+        if names.count(judge.model.name) > 1:
+            raise ConfigError(f"judge: {judge.model.name} is named twice; a panel's judges are different model configs")
+        if kind == "reference" and cfg.model.kind != "reference":
+            raise ConfigError(
+                f"judge=reference: the reference judge answers the gold verdict, so it judges only model=reference "
+                f"(got model={cfg.model.name}); name a real judge"
+            )
+        if kind not in {"litellm", "reference"}:
+            raise ConfigError(f"judge: {judge.model.name} is a {kind} model; a judge is a litellm model (or reference)")
+        if kind == "litellm" and cfg.model.kind != "litellm":
+            raise ConfigError(
+                f"judge: a network judge ({judge.model.name}) with model={cfg.model.name} is not supported yet: "
+                "an offline model runs in-process; judge a model served over the network, or use model=reference"
+            )
+        if keyed and judge.model.api_key_env and not cfg.judge_api_key(judge):
+            raise ConfigError(
+                f"judge: environment variable {judge.model.api_key_env} is not set (judge {judge.model.name} needs it)"
+            )
 
 
 def _check_writable(path: Path, key: str) -> None:
@@ -716,12 +796,13 @@ def _check_sampling(model: ModelConfig, generation: GenerationParams, key: str) 
 
 
 def _check_budget(cfg: EvalConfig) -> None:
-    """``run.max_cost_usd`` needs a price for the agent (the user simulator's is checked once
+    """``run.max_cost_usd`` needs a price for the agent and each judge (the user simulator's is checked once
     the selection is known, :func:`evalkit.engine.plan.run_prices`: it is called only for
     selected rollouts)."""
     if cfg.run.max_cost_usd is None:
         return
-    for model, backend in [(cfg.model, cfg.backend)]:
+    judges = [(j.model, j.backend) for j in cfg.judge if j.model.kind == "litellm"]
+    for model, backend in [(cfg.model, cfg.backend), *judges]:
         if model_price(model, backend.kind) is None:
             raise ConfigError(
                 f"run.max_cost_usd: model {model.name} ({model.provider_model}) has no price in litellm's price map; "

@@ -86,3 +86,8 @@ class BenchmarkSettings(BaseModel):
     score_memory_mb: int = Field(default=2048, ge=64)
     score_budget_s: float | None = Field(default=1800.0, gt=0)
     strip_reasoning_prefix: bool = False
+
+    def needs_judge(self) -> bool:
+        """True when the benchmark's scoring asks an LLM judge (a task's ``llm_judge``
+        scorer): the run then needs ``judge=<model config>`` (:mod:`evalkit.config`)."""
+        return False

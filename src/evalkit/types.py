@@ -46,6 +46,9 @@ class ErrorKind(str, Enum):
     SCORE_BUDGET_EXCEEDED = "score_budget_exceeded"  #: answered, not scored: ``benchmark.score_budget_s`` spent
     WORKER_DIED = "worker_died"  #: the unit's model worker died with it each time it was sent
     ENVIRONMENT = "environment"  #: an agent rollout's simulated environment raised
+    #: an LLM judge's call failed after its retries, or no judge gave a verdict matching the
+    #: schema (actor ``judge``; the model's answer is kept, a resume asks only the judge again)
+    JUDGE_ERROR = "judge_error"
     INTERNAL = "internal"  #: an unexpected exception inside evalkit (its type and message kept)
     # provider batch APIs (``run.batch``)
     BATCH_EXPIRED = "batch_expired"  #: the batch's completion window ended before this request
@@ -151,7 +154,7 @@ class Failure:
 
     ``error_kind`` is an :class:`ErrorKind` value (its plain string; the list and meaning of
     each live there). ``actor`` names who failed
-    (``agent``, ``user``, ``environment``, ``model``). ``throttled`` counts HTTP 429
+    (``agent``, ``user``, ``environment``, ``model``, ``judge``). ``throttled`` counts HTTP 429
     answers among the attempts. ``usage``: the tokens the failed answer reported (an empty
     answer still read its prompt and may have reasoned), ``None`` when none were
     reported. ``budget_exceeded``: the sample was never sent because the run's budget was

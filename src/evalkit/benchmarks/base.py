@@ -213,7 +213,18 @@ class Benchmark(ABC):
 
 class Solver(ABC):
     """How a sample becomes a trajectory (inspect_ai's solver). Lives in a worker: picklable,
-    and holds no live state between samples (a rollout builds its own environment)."""
+    and holds no live state between samples (a rollout builds its own environment).
+
+    A solver with ``needs_judges = True`` is also given the run's judges (``judge=...``):
+    ``solve(..., judges={judge name: Generator})``, the panel in order; their calls are
+    the engine's like the agent's (actor ``judge``), and ``judges[name].generate(request,
+    accept=fn)`` keeps an answer in the response cache only when ``fn(completion)`` is true
+    (an invalid verdict is asked again on resume). ``request.meta["params"]`` adds
+    parameters to the actor's own (a judge's ``response_format``) and
+    ``request.meta["turn"]`` fields to the call's entry in ``turns``."""
+
+    #: whether :meth:`solve` takes ``judges`` (:mod:`evalkit.benchmarks.task.solver`)
+    needs_judges: ClassVar[bool] = False
 
     @abstractmethod
     async def solve(self, sample: Sample, request: Request, agent: Generator, user: Generator | None) -> Trajectory:

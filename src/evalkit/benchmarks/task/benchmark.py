@@ -15,14 +15,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-from evalkit.benchmarks.base import Benchmark, score_means_plan
+from evalkit.benchmarks.base import Benchmark, Generate, Solver, score_means_plan
 from evalkit.benchmarks.bounds import safe_score
-from evalkit.benchmarks.task.scorers import LETTERS, extract, score_one, target_letter
+from evalkit.benchmarks.task.judge import panel_score
+from evalkit.benchmarks.task.scorers import LETTERS, score_one, target_letter
 from evalkit.benchmarks.task.settings import Dataset, TaskSettings
+from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_messages
+from evalkit.benchmarks.task.template import render
 from evalkit.errors import DataError
 from evalkit.jsonl import read_objects
 from evalkit.stats import BINARY, Column
-from evalkit.types import Request, Sample, SampleScore
+from evalkit.types import Request, Sample, SampleScore, Trajectory
 
 
 class TaskBenchmark(Benchmark):
@@ -112,25 +115,57 @@ class TaskBenchmark(Benchmark):
         messages.append({"role": "user", "content": render(p.template, sample.data, p.max_chars, sample.id)})
         if sum(len(m["content"]) for m in messages) > p.max_chars:
             raise DataError(f"task {self.name}: sample {sample.id!r}: the prompt is over prompt.max_chars={p.max_chars} characters")
+        for scorer in self.settings.scorers:  # a judge's template that cannot render: one line now, not a failure per sample
+            if scorer.kind == "llm_judge":
+                if scorer.judge_setting("mode") == "pairwise" and sample.data.get(scorer.judge_setting("against")) is None:
+                    raise DataError(f"task {self.name}: sample {sample.id!r}: no field {scorer.judge_setting('against')!r} "
+                                    f"to judge the answer against (scorer {scorer.score_name}: against)")  # fmt: skip
+                judge_messages(self.settings, scorer, sample, "", "model_first" if scorer.judge_setting("mode") == "pairwise" else None)
         return Request(sample.id, sample.subset, messages=messages)
+
+    # ---- solving --------------------------------------------------------------------------
+    def solver(self) -> Solver:
+        """:class:`~evalkit.benchmarks.task.solver.JudgedGenerate` for a task with
+        ``llm_judge`` scorers (the judges asked on the workers), else one ``generate``."""
+        return JudgedGenerate(self.settings) if self.settings.needs_judge() else Generate()
 
     # ---- scoring --------------------------------------------------------------------------
     def score(self, sample: Sample, output: str) -> SampleScore:
-        names = [s.score_name for s in self.settings.scorers]
+        """The verdict on ``output`` alone (:meth:`score_sample` without judgements)."""
+        return self.score_sample(sample, Trajectory(final_output=output))
+
+    def score_sample(self, sample: Sample, trajectory: Trajectory) -> SampleScore:
+        """Each scorer's score of the extracted answer; an ``llm_judge`` scorer's from the
+        judges' verdicts in ``trajectory.data["judgements"]`` (their panel's score, and
+        ``<name>_invalid``: the judges whose verdict was invalid, excluded;
+        :func:`~evalkit.benchmarks.task.judge.panel_score`)."""
+        names = self._score_names()
 
         def compute() -> SampleScore:
-            answer = extract(self.settings.extract, output)
+            answer = answer_of(self.settings, trajectory.final_output)
             if answer is None:
                 return SampleScore(scores={n: 0.0 for n in names}, status="format_error",
                                    detail=f"no answer extracted ({self.settings.extract.kind})")  # fmt: skip
             target, choices = sample.data["target"], sample.data.get("choices")
-            scores = {}
+            records = trajectory.data.get("judgements")
+            records = records if isinstance(records, list) else []
+            scores, detail = {}, None
             for scorer in self.settings.scorers:
+                if scorer.kind == "llm_judge":
+                    value, invalid = panel_score(scorer, records)
+                    scores[scorer.score_name], scores[f"{scorer.score_name}_invalid"] = value or 0.0, float(invalid)
+                    detail = detail or (None if value is not None else f"{scorer.score_name}: no valid verdict")
+                    continue
                 pattern = (scorer.pattern or "").replace("{{ target }}", _escaped(target)) if scorer.kind == "regex" else None
                 scores[scorer.score_name] = score_one(scorer, answer, target, choices, pattern)
-            return SampleScore(scores=scores, parsed=answer[:200])
+            return SampleScore(scores=scores, parsed=answer[:200], status="ok" if detail is None else "format_error", detail=detail)
 
         return safe_score(compute, {n: 0.0 for n in names})
+
+    def _score_names(self) -> list[str]:
+        """Every per-sample score: each scorer's, and ``<name>_invalid`` of each judge scorer."""
+        names = [s.score_name for s in self.settings.scorers]
+        return names + [f"{s.score_name}_invalid" for s in self.settings.scorers if s.kind == "llm_judge"]
 
     def stat_plan(self, samples: list[Sample], epochs: list[list[dict[str, Any]]]) -> Any:
         """Each score's mean overall and per category (:func:`score_means_plan`), plus
@@ -316,62 +351,3 @@ def _read_hub(hub: str, split: str, revision: str, max_rows: int) -> tuple[list[
     if len(ds) > max_rows:
         raise DataError(f"benchmark.dataset.hub: {hub} {split} has {len(ds)} rows, more than dataset.max_rows={max_rows}")
     return _plain([dict(r) for r in ds])
-
-
-# ------------------------------------------------------------------------------------------
-# Jinja2, sandboxed and bounded
-# ------------------------------------------------------------------------------------------
-_ENVS: dict[int, Any] = {}
-
-
-def _env(max_chars: int) -> Any:
-    """A sandboxed Jinja2 environment whose ``*`` / ``**`` and calls cannot build a value
-    past ``max_chars`` (the sandbox alone lets ``'ab' * 3000000`` through)."""
-    if max_chars in _ENVS:
-        return _ENVS[max_chars]
-    from jinja2 import StrictUndefined
-    from jinja2.exceptions import SecurityError
-    from jinja2.sandbox import SandboxedEnvironment
-
-    class Bounded(SandboxedEnvironment):
-        intercepted_binops = frozenset({"*", "**"})
-
-        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            if operator == "**" and isinstance(right, (int, float)) and abs(right) > 64:
-                raise SecurityError(f"exponent {right} is over the bound")
-            if operator == "*":
-                for a, b in ((left, right), (right, left)):
-                    if isinstance(a, (str, list, tuple)) and isinstance(b, int) and len(a) * b > max_chars:
-                        raise SecurityError(f"a value of {len(a) * b} items is over prompt.max_chars={max_chars}")
-            return super().call_binop(context, operator, left, right)
-
-        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's signature
-            if any(isinstance(a, int) and not isinstance(a, bool) and a > max_chars for a in (*args, *kwargs.values())):
-                raise SecurityError(f"an argument over prompt.max_chars={max_chars}")
-            return super().call(__context, __obj, *args, **kwargs)
-
-    env = Bounded(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
-    _ENVS[max_chars] = env
-    return env
-
-
-def render(template: str, data: dict[str, Any], max_chars: int, sample_id: str) -> str:
-    """``template`` rendered with ``data`` in the bounded sandbox, streamed and stopped past
-    ``max_chars`` characters.
-
-    Raises:
-        DataError: a template error, an undefined variable, or a prompt over the bound —
-            one line naming the sample.
-    """
-    from jinja2.exceptions import TemplateError
-
-    try:
-        parts, size = [], 0
-        for chunk in _env(max_chars).from_string(template).generate(**data):
-            size += len(chunk)
-            if size > max_chars:
-                raise DataError(f"sample {sample_id!r}: the prompt is over prompt.max_chars={max_chars} characters")
-            parts.append(chunk)
-    except TemplateError as exc:
-        raise DataError(f"sample {sample_id!r}: prompt template: {type(exc).__name__}: {str(exc)[:200]}") from None
-    return "".join(parts)

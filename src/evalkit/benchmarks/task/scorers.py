@@ -153,8 +153,18 @@ def score_one(scorer: Scorer, answer: str, target: Any, choices: list[str] | Non
 
 
 def _json_schema(answer: str, schema: Any) -> float:
-    """1 when ``answer`` is JSON that validates against the task's ``schema``; the validator
-    matches patterns in linear time and follows no reference out of the schema."""
+    """1 when ``answer`` is JSON that validates against the task's ``schema``."""
+    try:
+        instance = json.loads(answer)
+    except (ValueError, RecursionError):
+        return 0.0
+    return float(schema_errors(instance, schema) is None)
+
+
+def schema_errors(instance: Any, schema: Any) -> str | None:
+    """``None`` when ``instance`` validates against ``schema``, else the first error's
+    message (at most 200 characters); the validator matches patterns in linear time and
+    follows no reference out of the schema."""
     import jsonschema
     from jsonschema.validators import validator_for
     from referencing import Registry
@@ -164,11 +174,9 @@ def _json_schema(answer: str, schema: Any) -> float:
         raise NoSuchResource(ref=uri)
 
     try:
-        instance = json.loads(answer)
-    except (ValueError, RecursionError):
-        return 0.0
-    try:
         jsonschema.validate(instance, schema, cls=linear_time_validator(validator_for(schema)), registry=Registry(retrieve=refuse))
-    except (jsonschema.ValidationError, Unresolvable, RecursionError):
-        return 0.0
-    return 1.0
+    except jsonschema.ValidationError as exc:
+        return exc.message[:200]
+    except (Unresolvable, RecursionError) as exc:
+        return type(exc).__name__
+    return None

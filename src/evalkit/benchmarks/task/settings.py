@@ -5,7 +5,7 @@ line naming the field (exit 2), like every config error."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -105,6 +105,10 @@ class Extract(_Strict):
         return self
 
 
+#: the settings of an ``llm_judge`` scorer left unset, as they apply (the one place they are said)
+JUDGE_DEFAULTS: dict[str, Any] = {"mode": "pointwise", "verdict": "score", "scale_min": 1, "scale_max": 5, "against": "target",
+                                  "panel": "mean", "response_format": "json_schema"}  # fmt: skip
+
 #: normalisation steps of exact_match / includes / token_f1, applied in this order
 Normalise = Literal["lower", "strip_punctuation", "remove_articles", "collapse_whitespace"]
 
@@ -124,16 +128,38 @@ class Scorer(_Strict):
       or the text of one of the choices);
     * ``token_f1``: SQuAD's token F1 of the normalised answer and target (graded);
     * ``json_schema``: the answer parses as JSON and validates against ``schema`` (bounded:
-      linear-time patterns, no reference leaves the schema).
+      linear-time patterns, no reference leaves the schema);
+    * ``llm_judge``: the run's judge (``judge=<model config>``, or a panel ``judge=[a,b]``)
+      rates the answer by the ``rubric`` template (:mod:`evalkit.benchmarks.task.judge`
+      states each rule): ``mode: pointwise`` with ``verdict: score`` (an integer from
+      ``scale_min`` to ``scale_max``, normalised to 0-1) or ``verdict: pass_fail`` (1/0);
+      ``mode: pairwise``: the answer against the ``against`` field (default the target),
+      asked in both orders, each order's outcome for the answer (win 1, tie 0.5, loss 0)
+      averaged. A panel combines its judges' valid verdicts by ``panel``: ``mean``
+      (default) or ``majority`` (``pass_fail`` only: more than half pass 1, more than half
+      fail 0, else 0.5); invalid verdicts are excluded and counted (``<name>_invalid``).
+      ``response_format: json_schema`` (default) sends the verdict's schema as the
+      request's ``response_format``; ``none`` sends none (for a server that refuses it);
+      the verdict is validated against the schema either way.
     """
 
-    kind: Literal["exact_match", "includes", "regex", "numeric", "multiple_choice", "token_f1", "json_schema"]
+    kind: Literal["exact_match", "includes", "regex", "numeric", "multiple_choice", "token_f1", "json_schema", "llm_judge"]
     name: str | None = None
     normalise: list[Normalise] = Field(default_factory=list)
     pattern: str | None = None
     abs_tol: float = Field(default=1e-6, ge=0)
     rel_tol: float = Field(default=0.0, ge=0)
     schema_: dict | bool | None = Field(default=None, alias="schema")
+    # llm_judge (unset: the defaults of JUDGE_DEFAULTS; refused on the other kinds)
+    rubric: str | None = None
+    system: str | None = None
+    mode: Literal["pointwise", "pairwise"] | None = None
+    verdict: Literal["score", "pass_fail"] | None = None
+    scale_min: int | None = None
+    scale_max: int | None = None
+    against: str | None = None
+    panel: Literal["mean", "majority"] | None = None
+    response_format: Literal["json_schema", "none"] | None = None
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -147,7 +173,38 @@ class Scorer(_Strict):
             raise ValueError("benchmark.scorers: a regex scorer needs a pattern")
         if self.kind == "json_schema" and self.schema_ is None:
             raise ValueError("benchmark.scorers: a json_schema scorer needs a schema")
+        if self.kind == "llm_judge":
+            self._judge_rules()
+        else:
+            for key in ("rubric", "system", *JUDGE_DEFAULTS):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"benchmark.scorers: {key} belongs to an llm_judge scorer, not {self.kind}")
         return self
+
+    def judge_setting(self, key: str) -> Any:
+        """An ``llm_judge`` setting as it applies: the value set, else its default
+        (:data:`JUDGE_DEFAULTS`)."""
+        value = getattr(self, key)
+        return JUDGE_DEFAULTS[key] if value is None else value
+
+    def _judge_rules(self) -> None:
+        if not self.rubric:
+            raise ValueError("benchmark.scorers: an llm_judge scorer needs a rubric (a Jinja2 template of the judge's prompt)")
+        lo, hi = self.judge_setting("scale_min"), self.judge_setting("scale_max")
+        if hi <= lo:
+            raise ValueError(f"benchmark.scorers: scale_max={hi} must be above scale_min={lo}")
+        pass_fail = self.judge_setting("mode") == "pointwise" and self.judge_setting("verdict") == "pass_fail"
+        if self.judge_setting("panel") == "majority" and not pass_fail:
+            raise ValueError("benchmark.scorers: panel=majority combines pass/fail verdicts (mode: pointwise, verdict: "
+                             "pass_fail); use panel=mean for scores and pairwise verdicts")  # fmt: skip
+        from jinja2 import TemplateSyntaxError
+        from jinja2.sandbox import SandboxedEnvironment
+
+        for key in ("rubric", "system"):
+            try:
+                SandboxedEnvironment().parse(getattr(self, key) or "")
+            except TemplateSyntaxError as exc:
+                raise ValueError(f"benchmark.scorers: the judge's {key} is not a valid template ({exc.message})") from None
 
 
 class Metrics(_Strict):
@@ -175,9 +232,13 @@ class TaskSettings(BenchmarkSettings):
     @model_validator(mode="after")
     def _names(self) -> "TaskSettings":
         names = [s.score_name for s in self.scorers]
+        names += [f"{s.score_name}_invalid" for s in self.scorers if s.kind == "llm_judge"]
         if len(set(names)) != len(names):
             raise ValueError(f"benchmark.scorers: two scorers are named {sorted(n for n in names if names.count(n) > 1)[0]!r}; give each a name")
         head = self.metrics.headline
         if head is not None and head.split("/")[0] not in names:
             raise ValueError(f"benchmark.metrics.headline: {head!r} is not a scorer's score ({', '.join(names)})")
         return self
+
+    def needs_judge(self) -> bool:
+        return any(s.kind == "llm_judge" for s in self.scorers)

@@ -1,0 +1,128 @@
+"""The solver of a task with ``llm_judge`` scorers: the model answers, then the run's judges
+rate the answer (:mod:`evalkit.benchmarks.task.judge` states the rules), all on the model
+workers, every call through the engine (cache, retries, budget) like the model's own.
+
+A judge call that fails after its retries, or a sample no judge gave a valid verdict for,
+ends as a failure of the sample (``judge_error``, actor ``judge``; a budget refusal stays
+``budget_exceeded``) that keeps the model's answer (``final_output``) and the judgements made
+— never a score. An answer the task's extraction finds nothing in is not judged: it scores
+0 (``format_error``) like every scorer's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from evalkit.benchmarks.base import Generate, Solver, strip_reasoning_prefix
+from evalkit.benchmarks.task.judge import (
+    ORDERS,
+    format_line,
+    judge_variables,
+    judgement,
+    panel_score,
+    read_verdict,
+    reference_verdict,
+    response_format,
+    verdict_schema,
+)
+from evalkit.benchmarks.task.scorers import extract
+from evalkit.benchmarks.task.template import render
+from evalkit.errors import DataError
+from evalkit.types import ErrorKind, Failure, Generator, Request, Sample, Trajectory
+
+
+def answer_of(settings: Any, output: str) -> str | None:
+    """The answer the scorers and the judges see: the task's extraction of ``output`` (after
+    ``strip_reasoning_prefix`` when it is set, as :func:`evalkit.engine.records.scored_view`
+    does for scoring)."""
+    if settings.strip_reasoning_prefix:
+        stripped = strip_reasoning_prefix(output)
+        output = output if stripped is None else stripped
+    return extract(settings.extract, output)
+
+
+def judge_messages(settings: Any, scorer: Any, sample: Sample, answer: str, order: str | None) -> list[dict[str, Any]]:
+    """The chat messages asking a judge about ``answer`` (its ``system`` and ``rubric``
+    rendered in the task's bounded sandbox, the verdict's format line after the rubric).
+
+    Raises:
+        DataError: a template error or a prompt over ``prompt.max_chars`` (naming the sample).
+    """
+    bound = settings.prompt.max_chars
+    variables = judge_variables(sample.data, answer, scorer.judge_setting("against"), order)
+    messages = [{"role": "system", "content": render(scorer.system, variables, bound, sample.id)}] if scorer.system else []
+    messages.append({"role": "user", "content": render(scorer.rubric or "", variables, bound, sample.id) + format_line(scorer)})
+    return messages
+
+
+class JudgedGenerate(Solver):
+    """One ``generate`` of the sample's request (:class:`Generate`), then every judge of
+    ``judges`` (``{judge name: Generator}``, the panel in order) asked about the answer for
+    each ``llm_judge`` scorer — pairwise scorers in both orders — concurrently. The calls'
+    records go to ``data["judgements"]`` (shape: :func:`evalkit.benchmarks.task.judge.judgement`)."""
+
+    needs_judges = True
+
+    def __init__(self, settings: Any):
+        self.settings = settings
+
+    async def solve(self, sample: Sample, request: Request, agent: Generator, user: Generator | None,
+                    judges: dict[str, Generator] | None = None) -> Trajectory:  # fmt: skip
+        trajectory = await Generate().solve(sample, request, agent, user)
+        if not judges:
+            raise RuntimeError("a task with llm_judge scorers was solved without a judge")
+        answer = answer_of(self.settings, trajectory.final_output)
+        if answer is None:
+            return trajectory  # nothing to judge: every scorer's 0, status format_error
+        scorers = [s for s in self.settings.scorers if s.kind == "llm_judge"]
+        calls = [(name, s, order) for s in scorers for name in judges
+                 for order in (ORDERS if s.judge_setting("mode") == "pairwise" else (None,))]  # fmt: skip
+        try:
+            requests = [self._request(sample, name, s, order, answer) for name, s, order in calls]
+        except DataError as exc:
+            trajectory.failure = Failure(ErrorKind.JUDGE_ERROR.value, f"the judge's prompt: {exc}"[:500], actor="judge")
+            return trajectory
+        results = await asyncio.gather(*(_ask(judges[name], s, name, order, req) for (name, s, order), req in zip(calls, requests)),
+                                       return_exceptions=True)  # fmt: skip
+        records = [r for r in results if isinstance(r, dict)]
+        trajectory.data["judgements"] = records
+        for result in results:
+            if isinstance(result, BaseException):
+                trajectory.failure = _call_failure(result)
+                return trajectory
+        for s in scorers:
+            score, invalid = panel_score(s, records)
+            if score is None:
+                why = next((r["error"] for r in records if r["scorer"] == s.score_name and r.get("error")), "no verdict")
+                trajectory.failure = Failure(ErrorKind.JUDGE_ERROR.value,
+                                             f"{s.score_name}: no valid verdict from {invalid} judge(s): {why}"[:500], actor="judge")  # fmt: skip
+                return trajectory
+        return trajectory
+
+    def _request(self, sample: Sample, name: str, scorer: Any, order: str | None, answer: str) -> Request:
+        fmt = response_format(scorer)
+        meta = {"params": {"response_format": fmt} if fmt else {}, "turn": {"judge": name, "scorer": scorer.score_name, "order": order},
+                "reference_verdict": reference_verdict(scorer)}  # fmt: skip
+        return Request(sample.id, sample.subset, messages=judge_messages(self.settings, scorer, sample, answer, order), meta=meta)
+
+
+async def _ask(judge: Any, scorer: Any, name: str, order: str | None, request: Request) -> dict[str, Any]:
+    """One judge call and its record; an answer that is not a valid verdict is returned but
+    not kept in the response cache (``accept``), so that a resume asks again."""
+    schema = verdict_schema(scorer)
+    completion = await judge.generate(request, accept=lambda c: read_verdict(c.text, schema)[0] is not None)
+    return judgement(name, scorer, order, completion.text, cached=bool(completion.cached))
+
+
+def _call_failure(exc: BaseException) -> Failure:
+    """The sample's failure for a judge call that raised: its failure (``ModelCallError``'s)
+    as ``judge_error`` naming the call's own kind — a budget refusal stays
+    ``budget_exceeded`` — or the exception itself (re-raised: a bug)."""
+    failure = getattr(exc, "failure", None)
+    if not isinstance(failure, Failure):
+        raise exc
+    if failure.error_kind == ErrorKind.BUDGET_EXCEEDED.value:
+        return Failure(failure.error_kind, failure.message, attempts=failure.attempts, actor="judge")
+    return Failure(ErrorKind.JUDGE_ERROR.value, f"the judge's call failed ({failure.error_kind}): {failure.message}"[:500],
+                   attempts=failure.attempts, actor="judge", throttled=failure.throttled, usage=failure.usage)  # fmt: skip
