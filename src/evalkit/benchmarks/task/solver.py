@@ -29,7 +29,11 @@ from evalkit.benchmarks.task.judge import (
 from evalkit.benchmarks.task.scorers import extract
 from evalkit.benchmarks.task.template import render
 from evalkit.errors import DataError
-from evalkit.types import ErrorKind, Failure, Generator, Request, Sample, Trajectory
+from evalkit.types import Failure, Generator, Request, Sample, Trajectory
+
+#: the failure kind of a sample its judges did not rate (:class:`evalkit.types.ErrorKind`)
+JUDGE_ERROR = "judge_error"
+BUDGET_EXCEEDED = "budget_exceeded"
 
 
 def answer_of(settings: Any, output: str) -> str | None:
@@ -81,7 +85,7 @@ class JudgedGenerate(Solver):
         try:
             requests = [self._request(sample, name, s, order, answer) for name, s, order in calls]
         except DataError as exc:
-            trajectory.failure = Failure(ErrorKind.JUDGE_ERROR.value, f"the judge's prompt: {exc}"[:500], actor="judge")
+            trajectory.failure = Failure(JUDGE_ERROR, f"the judge's prompt: {exc}"[:500], actor="judge")
             return trajectory
         results = await asyncio.gather(*(_ask(judges[name], s, name, order, req) for (name, s, order), req in zip(calls, requests)),
                                        return_exceptions=True)  # fmt: skip
@@ -95,7 +99,7 @@ class JudgedGenerate(Solver):
             score, invalid = panel_score(s, records)
             if score is None:
                 why = next((r["error"] for r in records if r["scorer"] == s.score_name and r.get("error")), "no verdict")
-                trajectory.failure = Failure(ErrorKind.JUDGE_ERROR.value,
+                trajectory.failure = Failure(JUDGE_ERROR,
                                              f"{s.score_name}: no valid verdict from {invalid} judge(s): {why}"[:500], actor="judge")  # fmt: skip
                 return trajectory
         return trajectory
@@ -122,7 +126,7 @@ def _call_failure(exc: BaseException) -> Failure:
     failure = getattr(exc, "failure", None)
     if not isinstance(failure, Failure):
         raise exc
-    if failure.error_kind == ErrorKind.BUDGET_EXCEEDED.value:
+    if failure.error_kind == BUDGET_EXCEEDED:
         return Failure(failure.error_kind, failure.message, attempts=failure.attempts, actor="judge")
-    return Failure(ErrorKind.JUDGE_ERROR.value, f"the judge's call failed ({failure.error_kind}): {failure.message}"[:500],
+    return Failure(JUDGE_ERROR, f"the judge's call failed ({failure.error_kind}): {failure.message}"[:500],
                    attempts=failure.attempts, actor="judge", throttled=failure.throttled, usage=failure.usage)  # fmt: skip
