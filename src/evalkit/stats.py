@@ -801,3 +801,120 @@ def scored_of(counts: dict[str, int] | None) -> str:
         d_scored, d_req = counts["dialogues_scored"], counts["dialogues_requested"]
         text += f" ({d_scored} dialogues)" if d_scored == d_req else f" ({d_scored} of {d_req} dialogues)"
     return text
+
+
+# ------------------------------------------------------------------------------------------
+# agreement between raters (the judges of a panel)
+# ------------------------------------------------------------------------------------------
+#: the methods of :func:`agreement`: Cohen's κ for two raters, Krippendorff's α for more
+COHEN_KAPPA, KRIPPENDORFF_ALPHA = "cohen_kappa", "krippendorff_alpha_nominal"
+
+
+def _category_index(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(categories, index)``: the distinct finite labels (values rounded to 9 decimals,
+    so that 0.1 + 0.2 and 0.3 are one category) and each label's category (−1: missing)."""
+    rounded = np.round(np.asarray(labels, dtype=float), 9)
+    finite = np.isfinite(rounded)
+    categories = np.unique(rounded[finite])
+    index = np.full(rounded.shape, -1, dtype=np.int64)
+    index[finite] = np.searchsorted(categories, rounded[finite])
+    return categories, index
+
+
+def cohen_kappa_of(table: np.ndarray) -> np.ndarray:
+    """Cohen's κ (Cohen 1960) of ``(..., C, C)`` joint counts (rater 1's category × rater 2's):
+    ``(p_o − p_e) / (1 − p_e)``, ``p_o`` the share on the diagonal, ``p_e = Σ_c p_1(c)·p_2(c)``
+    from the margins. NaN where undefined (no items, or ``p_e = 1``: one category only)."""
+    table = np.asarray(table, dtype=float)
+    n = table.sum(axis=(-2, -1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p_o = np.trace(table, axis1=-2, axis2=-1) / n
+        p_e = (table.sum(axis=-1) * table.sum(axis=-2)).sum(axis=-1) / n**2
+        out = (p_o - p_e) / (1 - p_e)
+    return np.where((n > 0) & (p_e < 1 - 1e-12), out, np.nan)
+
+
+def krippendorff_alpha_of(coincidence: np.ndarray) -> np.ndarray:
+    """Krippendorff's α for nominal data (Krippendorff 2011, "Computing Krippendorff's
+    alpha-reliability", §C) of ``(..., C, C)`` coincidence matrices ``o``:
+    ``1 − (n − 1)·(n − Σ_c o_cc) / (n² − Σ_c n_c²)``, ``n_c`` the row sums and ``n`` their
+    total (pairable values). NaN where undefined (fewer than 2 pairable values, or one
+    category only)."""
+    o = np.asarray(coincidence, dtype=float)
+    n_c = o.sum(axis=-1)
+    n = n_c.sum(axis=-1)
+    expected = n**2 - (n_c**2).sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = 1 - (n - 1) * (n - np.trace(o, axis1=-2, axis2=-1)) / expected
+    return np.where((n >= 2) & (expected > 1e-12), out, np.nan)
+
+
+def _item_tables(index: np.ndarray, n_categories: int, method: str) -> np.ndarray:
+    """``(I, C, C)``: each item's joint count (two raters, both labelled; else zeros) or its
+    coincidence matrix (``(v vᵀ − diag v) / (m − 1)`` over the item's ``m ≥ 2`` labels,
+    ``v`` its counts per category; else zeros). Both sum over items into the whole table."""
+    n_items = index.shape[0]
+    tables = np.zeros((n_items, n_categories, n_categories))
+    if method == COHEN_KAPPA:
+        both = (index[:, 0] >= 0) & (index[:, 1] >= 0)
+        rows = np.flatnonzero(both)
+        tables[rows, index[rows, 0], index[rows, 1]] = 1.0
+        return tables
+    counts = np.zeros((n_items, n_categories))
+    for rater in range(index.shape[1]):
+        rows = np.flatnonzero(index[:, rater] >= 0)
+        np.add.at(counts, (rows, index[rows, rater]), 1.0)
+    m = counts.sum(axis=1)
+    pairable = m >= 2
+    outer = counts[:, :, None] * counts[:, None, :] - counts[:, :, None] * np.eye(n_categories)[None]
+    tables[pairable] = outer[pairable] / (m[pairable] - 1)[:, None, None]
+    return tables
+
+
+def agreement(labels: np.ndarray, groups: np.ndarray, level: float, resamples: int, seed: int) -> dict[str, Any]:
+    """Agreement of raters labelling the same items, with a bootstrap interval.
+
+    ``labels``: ``(I, R)`` floats, item × rater, NaN where a rater gave no label (an invalid
+    verdict); each distinct value is a category (nominal: 0.5 is as far from 0 as 1 is).
+    ``groups``: ``(I,)`` the independent unit of each item (its sample: the epochs of a
+    sample are resampled together). Two raters: Cohen's κ over the items both labelled;
+    more: Krippendorff's α (nominal), which uses every item with at least 2 labels.
+
+    Interval: the percentile bootstrap over groups (``resamples`` draws of the groups with
+    replacement, seeded by ``seed``; each resample's table is the sum of its groups' item
+    tables, so the statistic is recomputed exactly); resamples where the statistic is
+    undefined (one category only) are left out and counted. Coverage is simulated by
+    ``perf/agreement_coverage.py``.
+
+    Returns ``{"method", "value" (None when undefined), "ci" ({"low", "high", "level",
+    "method", "undefined_resamples"} or None), "n_items" (items used), "n_excluded"
+    (items with too few labels), "categories"}``.
+    """
+    labels = np.asarray(labels, dtype=float)
+    method = COHEN_KAPPA if labels.shape[1] == 2 else KRIPPENDORFF_ALPHA
+    statistic = cohen_kappa_of if method == COHEN_KAPPA else krippendorff_alpha_of
+    categories, index = _category_index(labels)
+    used = (index >= 0).sum(axis=1) >= 2 if method == KRIPPENDORFF_ALPHA else (index >= 0).all(axis=1)
+    tables = _item_tables(index, max(len(categories), 1), method)
+    _, group_of = np.unique(np.asarray(groups), return_inverse=True)
+    n_groups = int(group_of.max()) + 1 if group_of.size else 0
+    per_group = np.zeros((n_groups, *tables.shape[1:]))
+    np.add.at(per_group, group_of, tables)
+    value = float(statistic(per_group.sum(axis=0)))
+    out: dict[str, Any] = {"method": method, "value": None if math.isnan(value) else round(value, 6), "ci": None,
+                           "n_items": int(used.sum()), "n_excluded": int((~used).sum()),
+                           "categories": [float(c) for c in categories]}  # fmt: skip
+    if out["value"] is None or n_groups < 2:
+        return out
+    flat = per_group.reshape(n_groups, -1)
+    draws = np.concatenate([statistic((chunk @ flat).reshape(-1, *tables.shape[1:]))
+                            for chunk in weight_chunks(np.zeros(n_groups, dtype=int), resamples, np.random.default_rng(seed))])  # fmt: skip
+    defined = draws[~np.isnan(draws)]
+    if defined.size == 0:
+        return out
+    alpha = (1 - level) / 2
+    low, high = (float(x) for x in np.quantile(defined, [alpha, 1 - alpha]))
+    out["ci"] = {"low": round(low, 6), "high": round(high, 6), "level": level,
+                 "method": f"percentile bootstrap over {n_groups} samples ({resamples} resamples, seed {seed})",
+                 "undefined_resamples": int(draws.size - defined.size)}  # fmt: skip
+    return out
