@@ -52,14 +52,17 @@ class Outcome:
 
     def digest(self) -> str:
         """SHA-256 (hex) of what the sample's trace shows: the scored row's request hash,
-        status, scores and output, or the failure's kind, actor and message. A trace whose
-        digest is unchanged is not logged again."""
+        status, scores and output, or the failure's kind, actor and message; and, when the
+        record holds LLM judges' verdicts (``judgements``), those. A trace whose digest is
+        unchanged is not logged again."""
         if self.row is not None:
             r = self.row
             shown = ["ok", r.get("request_hash"), r.get("status"), r.get("scores"), r.get("output")]
         else:
-            f = self.failure or NOT_RUN
-            shown = ["failed", f.get("error_kind"), f.get("actor"), f.get("message"), f.get("request_hash")]
+            r = self.failure or NOT_RUN
+            shown = ["failed", r.get("error_kind"), r.get("actor"), r.get("message"), r.get("request_hash")]
+        if r.get("judgements"):
+            shown.append(r.get("judgements"))
         return sha256_hex(canonical_json(shown))
 
 

@@ -20,6 +20,21 @@ A scored sample's trace (state ``OK``):
   around it). A journal written before turns had times gets times laid end to end from the
   run's start, each turn ``latency_s`` long.
 
+A sample scored by LLM judges (a task's ``llm_judge`` scorer; the row's ``judgements``,
+:mod:`evalkit.benchmarks.task.judge`) also gets one ``LLM`` span per judge call, named
+``judge <judge>: <scorer>`` (`` (<order>)`` pairwise), with attributes ``evalkit.actor`` =
+``judge``, ``evalkit.judge``, ``evalkit.scorer``, ``evalkit.order``, the call's statistics
+(the row's ``turns`` entry of actor ``judge`` for the same judge, scorer and order, when it
+has one), outputs = the verdict (its JSON object, ``valid``, ``value``) and the reply cut to
+:data:`OUTPUT_CHARS`; a failed call's span is in error. The model's answer is then an
+``LLM`` span ``model`` beside them under a ``CHAIN`` root (a rollout's ``AGENT`` root takes
+them after its turns). Each verdict is one ``Feedback`` attached to its span: name = the
+scorer's, value = the verdict's value for the answer (0-1, as the scorer reads it; an
+invalid verdict has no value and carries the reason as its ``error``), rationale = the
+verdict's ``reason``, source ``LLM_JUDGE`` with the judge's model config name as source
+id, metadata ``actor``, ``judge``, ``order``. A failed sample whose failure record holds
+``judgements`` (a ``judge_error``) gets the same spans and feedbacks under its error span.
+
 A failed sample's trace (state ``ERROR``): the request, no assessment, the root span in
 error with ``<error kind> (<actor>): <message>``, tags ``error_kind`` and ``actor``.
 
@@ -273,30 +288,109 @@ def feedbacks(outcome: Outcome, trace_id: str, benchmark: str, headline: str) ->
     return out
 
 
-def _scored_spans(spans: _Spans, key: str, row: dict[str, Any], request: dict[str, Any], start_s: float) -> dict[str, str]:
-    """The spans of a scored sample (one ``LLM`` span, or a rollout's tree); returns the
-    trace metadata they imply (token usage)."""
+def judge_calls(record: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """The judge calls a journal row (or a ``failed.jsonl`` row) records: each entry of its
+    ``judgements`` with the statistics of the same call — the entry of actor ``judge`` of
+    its ``turns`` (a rollout's: its trajectory's) with the same judge, scorer and order,
+    taken in order — or ``None``. Entries that are not objects are skipped."""
+    raw = record.get("judgements")
+    judgements = [j for j in raw if isinstance(j, dict)] if isinstance(raw, list) else []
+    trajectory = record.get("trajectory") if isinstance(record.get("trajectory"), dict) else {}
+    turns = record.get("turns") if isinstance(record.get("turns"), list) else trajectory.get("turns")
+    waiting: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for turn in turns if isinstance(turns, list) else []:
+        if isinstance(turn, dict) and turn.get("actor") == "judge":
+            waiting.setdefault(_call_key(turn), []).append(turn)
+    calls = []
+    for judgement in judgements:
+        queue = waiting.get(_call_key(judgement))
+        calls.append((judgement, queue.pop(0) if queue else None))
+    return calls
+
+
+def _call_key(entry: dict[str, Any]) -> tuple[str, str, str]:
+    return str(entry.get("judge")), str(entry.get("scorer")), str(entry.get("order"))
+
+
+def _judge_spans(spans: _Spans, root: str, record: dict[str, Any], start_s: float) -> list[tuple[dict[str, Any], str]]:
+    """One ``LLM`` span under ``root`` per judge call of ``record`` (see the module
+    docstring), laid out from ``start_s`` when a call has no recorded times; returns each
+    judgement with its span id."""
+    calls = judge_calls(record)
+    times = _turn_times([turn or {} for _, turn in calls], start_s)
+    out = []
+    for (judgement, turn), (began, ended) in zip(calls, times):
+        judge, scorer, order = (judgement.get(k) for k in ("judge", "scorer", "order"))
+        name = f"judge {judge}: {scorer}" + (f" ({order})" if order else "")
+        attrs = {"evalkit.actor": "judge", "evalkit.judge": judge, "evalkit.scorer": scorer, "evalkit.order": order,
+                 "evalkit.valid": bool(judgement.get("valid")), **_turn_attributes(turn or {})}  # fmt: skip
+        if judgement.get("cached") is not None:
+            attrs.setdefault("evalkit.cached", judgement.get("cached"))
+        outputs = {"verdict": _shown(judgement.get("verdict")), "valid": bool(judgement.get("valid")), "value": judgement.get("value"),
+                   "text": cut(judgement.get("text") or "", OUTPUT_CHARS)}  # fmt: skip
+        failed = judgement.get("text") is None and judgement.get("error")
+        error = cut(secrets.scrub(f"judge_error (judge): {judgement.get('error')}"), PREVIEW_CHARS) if failed else None
+        span_id = spans.add(name, "LLM", began, ended, root, inputs={"judge": judge, "scorer": scorer, "order": order},
+                            outputs=secrets.scrub_obj(outputs), attributes=attrs, error=error)  # fmt: skip
+        out.append((judgement, span_id))
+    return out
+
+
+def judge_feedbacks(judged: list[tuple[dict[str, Any], str]], trace_id: str) -> list[Any]:
+    """One ``Feedback`` per judge verdict (see the module docstring): source ``LLM_JUDGE``,
+    source id = the judge's model config name, attached to the call's span."""
+    from mlflow.entities import AssessmentError, AssessmentSource, Feedback  # deferred: MLflow's import is heavy
+
+    out = []
+    for k, (judgement, span_id) in enumerate(judged):
+        judge, scorer, order = (str(judgement.get(key)) for key in ("judge", "scorer", "order"))
+        verdict = judgement.get("verdict") if isinstance(judgement.get("verdict"), dict) else {}
+        value = judgement.get("value")
+        valid = bool(judgement.get("valid")) and isinstance(value, (int, float)) and not isinstance(value, bool)
+        reason = verdict.get("reason")
+        rationale = mlflow_text(cut(secrets.scrub(reason), PREVIEW_CHARS)) if isinstance(reason, str) and reason else None
+        error = None if valid else AssessmentError("INVALID_VERDICT", mlflow_text(cut(secrets.scrub(str(judgement.get("error"))), PREVIEW_CHARS)))
+        metadata = {"actor": "judge", "judge": judge, "order": order,
+                    "verdict": cut(json.dumps(verdict, ensure_ascii=False, sort_keys=True), PREVIEW_CHARS)}  # fmt: skip
+        fb = Feedback(name=mlflow_text(scorer), value=float(value) if valid else None, error=error, trace_id=trace_id, span_id=span_id,
+                      source=AssessmentSource(source_type="LLM_JUDGE", source_id=mlflow_text(judge)), rationale=rationale,
+                      metadata=mlflow_obj(metadata))  # fmt: skip
+        fb.assessment_id = "a-" + sha256_hex(f"{trace_id}\0judge\0{k}\0{judge}\0{scorer}\0{order}")[:32]
+        out.append(fb)
+    return out
+
+
+def _scored_spans(spans: _Spans, key: str, row: dict[str, Any], request: dict[str, Any], start_s: float) -> tuple[dict[str, str], list[tuple[dict[str, Any], str]]]:
+    """The spans of a scored sample (one ``LLM`` span, or a rollout's tree; with judge
+    calls, those beside them); returns the trace metadata they imply (token usage) and the
+    judgements with their spans."""
     output = secrets.scrub(cut(row.get("output") or "", OUTPUT_CHARS))
     began = row["started_at"] if isinstance(row.get("started_at"), (int, float)) else start_s
     ended = row["ended_at"] if isinstance(row.get("ended_at"), (int, float)) else began + float(row.get("latency_s") or 0.0)
     attrs = {"evalkit.status": row.get("status"), "evalkit.detail": cut(str(row.get("detail") or ""), PREVIEW_CHARS)}
     usage = _usage(row.get("usage"))
     trajectory = row.get("trajectory") if isinstance(row.get("trajectory"), dict) else None
-    if trajectory is None:
-        spans.add(key, "LLM", began, ended, inputs=request, outputs=output, attributes={**attrs, **({"mlflow.chat.tokenUsage": usage} if usage else {})})
-    else:
-        root = spans.add(key, "AGENT", began, ended, inputs=request, outputs=output, attributes=attrs)
+    judged_row = bool(judge_calls(row))
+    llm_attrs = {**attrs, **({"mlflow.chat.tokenUsage": usage} if usage else {})}
+    if trajectory is None and not judged_row:
+        spans.add(key, "LLM", began, ended, inputs=request, outputs=output, attributes=llm_attrs)
+        return ({"mlflow.trace.tokenUsage": json.dumps(usage)} if usage else {}), []
+    root = spans.add(key, "AGENT" if trajectory is not None else "CHAIN", began, ended, inputs=request, outputs=output, attributes=attrs)
+    if trajectory is not None:
         rollout_spans(spans, root, secrets.scrub_obj(trajectory), began)
-        spans.close_root()
-    return {"mlflow.trace.tokenUsage": json.dumps(usage)} if usage else {}
+    else:
+        spans.add("model", "LLM", began, ended, root, inputs=request, outputs=output, attributes={**llm_attrs, "evalkit.actor": "agent"})
+    judged = _judge_spans(spans, root, row, max(ended, began))
+    spans.close_root()
+    return ({"mlflow.trace.tokenUsage": json.dumps(usage)} if usage else {}), judged
 
 
-def _failed_span(spans: _Spans, key: str, failure: dict[str, Any], request: dict[str, Any], start_s: float) -> dict[str, str]:
-    """The one span, in error, of a failed sample; returns the trace tags it implies."""
+def _failed_span(spans: _Spans, key: str, failure: dict[str, Any], request: dict[str, Any], start_s: float) -> tuple[dict[str, str], str]:
+    """The root span, in error, of a failed sample; returns the trace tags it implies and its id."""
     why = f"{failure.get('error_kind')} ({failure.get('actor')}): {secrets.scrub(str(failure.get('message') or ''))}"
     attrs = {f"evalkit.{k}": failure.get(k) for k in ("error_kind", "actor", "attempts")}
-    spans.add(key, "CHAIN", start_s, start_s, inputs=request, attributes=attrs, error=cut(why, PREVIEW_CHARS))
-    return {"status": "failed", "error_kind": str(failure.get("error_kind")), "actor": str(failure.get("actor"))}
+    root = spans.add(key, "CHAIN", start_s, start_s, inputs=request, attributes=attrs, error=cut(why, PREVIEW_CHARS))
+    return {"status": "failed", "error_kind": str(failure.get("error_kind")), "actor": str(failure.get("actor"))}, root
 
 
 def _with_side_file(row: dict[str, Any], run_dir: Path) -> dict[str, Any]:
@@ -324,10 +418,15 @@ def build_trace(outcome: Outcome, run_dir: Path, run_id: str, experiment_id: str
     if outcome.row is not None:
         row = _with_side_file(outcome.row, run_dir)
         tags["status"] = str(row.get("status"))
-        metadata.update(_scored_spans(spans, outcome.key, row, request_of(outcome), start_s))
+        implied, judged = _scored_spans(spans, outcome.key, row, request_of(outcome), start_s)
+        metadata.update(implied)
         state, response = TraceState.OK, secrets.scrub(str(row.get("output") or ""))[:PREVIEW_CHARS]
     else:
-        tags.update(_failed_span(spans, outcome.key, outcome.failure or {}, request_of(outcome), start_s))
+        failure = outcome.failure or {}
+        implied, root = _failed_span(spans, outcome.key, failure, request_of(outcome), start_s)
+        tags.update(implied)
+        judged = _judge_spans(spans, root, failure, start_s)
+        spans.close_root()
         state, response = TraceState.ERROR, None
     root = spans.dicts[0]
     info = TraceInfo(
@@ -340,6 +439,7 @@ def build_trace(outcome: Outcome, run_dir: Path, run_id: str, experiment_id: str
         response_preview=response and mlflow_text(response),
         trace_metadata=mlflow_obj(metadata),
         tags=mlflow_obj(tags),
-        assessments=feedbacks(outcome, trace_id, str(summary.get("benchmark")), str(summary.get("headline"))),
+        assessments=feedbacks(outcome, trace_id, str(summary.get("benchmark")), str(summary.get("headline")))
+        + judge_feedbacks(judged, trace_id),
     )
     return info, [Span.from_dict(d) for d in spans.dicts]
