@@ -91,3 +91,35 @@ def test_the_bootstrap_resamples_samples_with_their_epochs_together_and_is_seede
     width = lambda o: o["ci"]["high"] - o["ci"]["low"]  # noqa: E731
     assert width(clustered) > 1.2 * width(alone)  # copies are not independent evidence
     assert "20 samples" in clustered["ci"]["method"]
+
+
+def _row(sample_id, epoch, verdicts):
+    """A scored journal row judged pass/fail by each judge of ``verdicts`` (``None``: an
+    invalid verdict), as the judged solver records it."""
+    judgements = [{"judge": judge, "scorer": "correct", "order": None, "text": "…", "verdict": None if v is None else {"verdict": v},
+                   "valid": v is not None, "value": None if v is None else float(v == "pass"), "error": None, "cached": False}
+                  for judge, v in verdicts.items()]  # fmt: skip
+    return {"sample_id": sample_id, "epoch": epoch, "scores": {"correct": 1.0}, "judgements": judgements}
+
+
+def test_panel_agreement_of_journal_rows_and_its_report_section():
+    from evalkit.benchmarks.task.agreement import panel_agreement
+    from evalkit.report.summary import agreement_lines
+
+    a = ["pass", "pass", "fail", "fail", "pass", "fail", "pass", "pass", "fail", "pass"]
+    b = ["pass", "fail", "fail", "fail", "pass", "fail", "pass", "pass", "pass", "pass"]
+    c = ["pass", "pass", "fail", None, "pass", "fail", "pass", "fail", "fail", "pass"]
+    rows = [_row(f"s{i}", 0, {"ja": a[i], "jb": b[i], "jc": c[i]}) for i in range(10)]
+    out = panel_agreement(rows, ["ja", "jb", "jc"], 0.95, 300, 0)["correct"]
+    ab, ac, bc = out["pairs"]
+    assert ab["judges"] == ["ja", "jb"] and ab["value"] == pytest.approx(0.28 / 0.48, abs=1e-6)  # the hand computation above
+    # ja and jc over the 9 answers jc judged: 8 agree; ja passes 6 of 9, jc 5 of 9:
+    # p_e = (6·5 + 3·4) / 81 = 42/81; κ = (8/9 − 42/81) / (1 − 42/81) = 30/39
+    assert ac["n_items"] == 9 and ac["value"] == pytest.approx(30 / 39, abs=1e-6)
+    matrix = [[{"pass": 1.0, "fail": 0.0}.get(v, NAN) for v in judge] for judge in (a, b, c)]
+    assert out["panel"]["method"] == KRIPPENDORFF_ALPHA and out["panel"]["value"] == pytest.approx(_alpha_by_pairs(matrix), abs=1e-6)
+    assert panel_agreement(rows, ["ja"], 0.95, 300, 0) == {}  # one judge: nothing to agree with
+
+    report = "\n".join(agreement_lines({"judge_agreement": {"correct": out}}))
+    assert "## Agreement between judges" in report and "ja & jb" in report and f"{0.28 / 0.48:.3f} [" in report
+    assert "panel (3 judges)" in report and "krippendorff_alpha_nominal" in report

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit import __version__, secrets
+from evalkit.benchmarks.task.agreement import panel_agreement
 from evalkit.engine.budget import BUDGET_EXCEEDED, journal_spend
 from evalkit.engine.phases import Phases
 from evalkit.engine.plan import RunPlan, data_fingerprint
@@ -70,6 +71,9 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> 
     )  # fmt: skip
     summary["stale_lines"] = journal.uncounted()  # what readers without the requests skip (evalkit.journal)
     summary["endpoints"] = dict(plan.models.endpoints)
+    agreement = panel_agreement(records, [j.model.name for j in cfg.judge], cfg.run.ci_level, cfg.run.bootstrap_resamples, cfg.run.seed)
+    if agreement:
+        summary["judge_agreement"] = agreement
     summary.update(_spend(plan, state, records, failures))
     if engine is not None:
         summary["engine"] = engine

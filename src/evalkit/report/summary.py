@@ -135,6 +135,7 @@ def write_report(run_dir: Path, summary: dict[str, Any], bench: Any, generates: 
         table = tabulate(md_cells(rows), headers=md_cells([headers])[0], tablefmt="github", floatfmt=".4f")
         lines += [f"## {md_text(title)}{'' if complete else ' (partial)'}", "", table, ""]
     lines += caveat_lines(summary)
+    lines += agreement_lines(summary)
     lines += _repeats_and_rules(summary, metrics, ci)
     lines += _limited(summary.get("scorer_limit_ids") or [])
     plots = sorted((Path(run_dir) / "plots").glob("*.png")) if (Path(run_dir) / "plots").is_dir() else []
@@ -143,6 +144,28 @@ def write_report(run_dir: Path, summary: dict[str, Any], bench: Any, generates: 
     path = Path(run_dir) / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
+
+
+def agreement_lines(summary: dict[str, Any]) -> list[str]:
+    """report.md's section on the agreement between a panel's judges (``judge_agreement``,
+    :mod:`evalkit.benchmarks.task.agreement`): one table row per scorer and pair of judges
+    (and per scorer's whole panel), each figure with its interval and method."""
+    rows = []
+    for scorer, entry in (summary.get("judge_agreement") or {}).items():
+        figures = [(" & ".join(p["judges"]), p) for p in entry.get("pairs") or []]
+        if entry.get("panel"):
+            figures.append((f"panel ({len(entry.get('judges') or [])} judges)", entry["panel"]))
+        for who, fig in figures:
+            ci = fig.get("ci")
+            value = "undefined (one category only)" if fig.get("value") is None else with_interval(fig["value"], ci, 3)
+            rows.append([scorer, who, fig.get("method"), value, fig.get("n_items"), fig.get("n_excluded")])
+    if not rows:
+        return []
+    table = tabulate(md_cells(rows), headers=["scorer", "judges", "method", "value [interval]", "answers", "left out"], tablefmt="github")
+    interval = next((f["ci"]["method"] for e in summary["judge_agreement"].values() for f in e.get("pairs") or [] if f.get("ci")), None)
+    note = ("Nominal agreement of the judges' values for each answer (an invalid verdict leaves the answer out of its pair)"
+            + (f"; intervals: {interval}" if interval else "") + ".")  # fmt: skip
+    return ["## Agreement between judges", "", md_text(note), "", table, ""]
 
 
 def _facts(summary: dict[str, Any], generates: bool) -> list[str]:
