@@ -34,7 +34,7 @@ def _run(script: str, *args: str, timeout: int = 600) -> str:
 def test_every_perf_script_has_a_test_here():
     tested = {"ci_speed.py", "scoring_speed.py", "tracking_speed.py", "startup.py", "throughput.py", "engine_cpu.py",
               "frameworks.py", "run_evalkit.py", "run_inspect.py", "coverage.py", "summary_size.py",
-              "score_budget.py", "footprint.py"}  # fmt: skip
+              "score_budget.py", "footprint.py", "agreement_coverage.py"}  # fmt: skip
     assert {p.name for p in PERF.glob("*.py")} == tested
 
 
@@ -122,6 +122,12 @@ def test_run_inspect_for_a_few_prompts(tmp_path):
 def test_coverage():
     out = _run("coverage.py", "--sims=10", "--boot-sims=3", "--resamples=100")
     assert "Coverage at a nominal 95%" in out and "| 0/1 rate, n = 100, p = 0.99 |" in out and "7-point sweep" in out, out
+
+
+def test_agreement_coverage():
+    out = _run("agreement_coverage.py", "--sims=5", "--resamples=50")
+    lines = [line.split() for line in out.splitlines()[1:-1]]
+    assert len(lines) == 12 and {line[0] for line in lines} == {"2", "3"} and all(0 <= float(line[4]) <= 1 for line in lines), out
 
 
 def test_summary_size(shared_data_dir):
