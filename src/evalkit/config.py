@@ -73,7 +73,8 @@ class ModelConfig(_Strict):
 
     ``kind``: ``litellm`` (any provider through litellm), ``reference`` (gold replay),
     ``replay`` (re-score outputs recorded elsewhere; ``path`` = JSONL of
-    ``{sample_id, output}``), ``baseline`` (a benchmark's rule baseline named
+    ``{sample_id, output}``, or a finished run's directory: its journaled answers, epoch by
+    epoch), ``baseline`` (a benchmark's rule baseline named
     ``baseline``). ``provider_model`` is litellm's model string
     (``deepseek/deepseek-chat``, ``openai/smollm2``). ``api_key_env`` names the environment
     variable holding the key (never the key itself). ``extra_body``: provider request fields
@@ -126,8 +127,13 @@ class ModelConfig(_Strict):
             raise ValueError("model.path: the replay model needs model.path=FILE (JSONL of {sample_id, output})")
         if self.kind == "baseline" and not self.baseline:
             raise ValueError("model.baseline: a baseline model needs the baseline's name")
+        if self.kind == "replay" and Path(self.path).is_symlink():
+            raise ValueError(f"model.path: {self.path} is a symbolic link; give the file or run directory itself")
         if self.kind == "replay" and Path(self.path).is_dir():
-            raise ValueError(f"model.path: {self.path} is a directory; give the JSONL file of outputs")
+            if not (Path(self.path) / "summary.json").is_file():
+                raise ValueError(f"model.path: {self.path} is a directory but not a finished run (no summary.json); "
+                                 "give the JSONL file of outputs or a run directory")  # fmt: skip
+            return self
         if self.kind == "replay" and not Path(self.path).is_file():
             raise ValueError(f"model.path: replay file {self.path} does not exist")
         return self

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from evalkit.backends.llamacpp import NOT_STARTED, ServerPool, served_weights_identity, starts_server
 from evalkit.models.base import endpoint_model_id, strip_credentials
-from evalkit.models.offline import TableModel, file_digest, load_replay_file
+from evalkit.models.offline import TableModel, file_digest, load_replay_file, load_run_outputs, table_digest
 from evalkit.types import Sample
 
 
@@ -184,6 +184,9 @@ def plan_models(cfg: Any, bench: OfflineAnswers, samples: list[Sample], with_use
     elif kind == "baseline":
         outputs = {s.id: bench.baseline_output(cfg.model.baseline, s) for s in singles}
         source = f"baseline-{cfg.model.baseline}"
+    elif Path(cfg.model.path).is_dir():  # replay of a finished run's answers, per sample and epoch
+        outputs = load_run_outputs(cfg.model.path, continuation=cfg.model.api == "completion")
+        source = "run-" + table_digest(outputs) + (":completion" if cfg.model.api == "completion" else "")
     else:  # replay
         outputs = load_replay_file(cfg.model.path, continuation=cfg.model.api == "completion")
         source = file_digest(cfg.model.path) + (":completion" if cfg.model.api == "completion" else "")

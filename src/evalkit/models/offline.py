@@ -9,27 +9,31 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from evalkit.errors import DataError, printable
+from evalkit.errors import DataError, RunDirError, printable
+from evalkit.journal import FAILED, read_failures, read_run_journal
 from evalkit.jsonl import SideFileError, read_objects, with_side_file
 from evalkit.models.base import ModelCallError
-from evalkit.types import Completion, Failure, Request, sha256_hex
+from evalkit.summary import read_summary
+from evalkit.types import Completion, Failure, Request, canonical_json, sha256_hex
 
 log = logging.getLogger("evalkit")
 
 
 class TableModel:
-    """Answers each request with ``outputs[request.sample_id]``.
+    """Answers each request with ``outputs[request.sample_id]`` (or, for a table keyed by
+    ``(sample_id, epoch)`` — the replay of a run directory — ``outputs[(sample_id, epoch)]``).
 
     A sample absent from the table is a failure of kind ``missing_output`` (replay of a
     file that does not cover the selection), never an empty answer scored as 0.
     """
 
-    def __init__(self, name: str, outputs: dict[str, str], source: str):
+    def __init__(self, name: str, outputs: dict[str, str] | dict[tuple[str, int], str], source: str):
         self.outputs = outputs
+        self.by_epoch = any(isinstance(k, tuple) for k in outputs)
         self.model_id = f"{name}:{source}"
 
     async def generate(self, request: Request) -> Completion:
-        text = self.outputs.get(request.sample_id)
+        text = self.outputs.get((request.sample_id, request.epoch) if self.by_epoch else request.sample_id)  # type: ignore[call-overload]
         if text is None:
             raise ModelCallError(Failure("missing_output", f"no recorded output for {request.sample_id}", attempts=1))
         if not text.strip():
@@ -72,6 +76,47 @@ def load_replay_file(path: Path, continuation: bool = False) -> dict[str, str]:
             raise DataError(f"{path}:{lineno}: sample {printable(sid, 200)} appears twice with different outputs")
         outputs[sid] = text
     return outputs
+
+
+def load_run_outputs(run_dir: Path, continuation: bool = False) -> dict[tuple[str, int], str]:
+    """The answers a finished run recorded, per ``(sample_id, epoch)``: the rows of its
+    ``predictions.jsonl`` that count (read through :mod:`evalkit.journal`, with the
+    ``stale_lines`` of its ``summary.json``; a capped row's texts from its checked side
+    file) and, for an answer whose judges failed, the ``output`` its ``judge_error`` row of
+    ``failed.jsonl`` keeps. ``continuation``: a completion run's ``raw_output``, as
+    :func:`load_replay_file` reads it. Nothing is read through a symbolic link.
+
+    Raises:
+        RunDirError: not a finished run (no readable ``summary.json``), a journal row that
+            cannot count — one line.
+
+    A capped row whose side file cannot be trusted is left out with one warning (its sample
+    then fails as ``missing_output``).
+    """
+    run_dir = Path(run_dir)
+    if run_dir.is_symlink() or not run_dir.is_dir():
+        raise RunDirError(f"model.path: {printable(str(run_dir), 300)} is not a run directory (a link is never followed)")
+    journal = read_run_journal(run_dir, read_summary(run_dir / "summary.json").stale_lines)
+    outputs: dict[tuple[str, int], str] = {}
+    for key, row in journal.rows.items():
+        try:
+            row = journal.full(row)
+        except SideFileError as exc:
+            log.warning("%s; the sample is not replayed", exc)
+            continue
+        text = row.get("raw_output") if continuation and isinstance(row.get("raw_output"), str) else row.get("output")
+        if isinstance(text, str):
+            outputs[key] = text
+    for key, failure in read_failures(run_dir / FAILED).items():
+        if key not in outputs and failure.get("error_kind") == "judge_error" and isinstance(failure.get("output"), str):
+            outputs[key] = failure["output"]
+    return outputs
+
+
+def table_digest(outputs: dict[tuple[str, int], str]) -> str:
+    """16 hex of SHA-256 over a replayed run's answers (sorted by key): the replay model's
+    identity, so that a request hash changes when the answers do."""
+    return sha256_hex(canonical_json(sorted([sid, epoch, text] for (sid, epoch), text in outputs.items())))[:16]
 
 
 def file_digest(path: Path) -> str:
