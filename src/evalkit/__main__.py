@@ -6,57 +6,14 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
 from evalkit import sweep
-from evalkit.cli import hide_secret_overrides, precheck_sweep, report_error, run_config
+from evalkit.cli import console_logging, hide_secret_overrides, precheck_sweep, report_crash, report_error, run_config
 from evalkit.compose import CONF_DIR, benchmark_keys_addable, compose, quote_numeric_groups, search_path_overrides
-from evalkit.errors import ConfigError, EvalkitError, interrupted_line, printable
+from evalkit.errors import ConfigError, EvalkitError, interrupted_line
 
 _MULTIRUN_FLAGS = {"-m", "--multirun"}
-
-
-class _OneLineFormatter(logging.Formatter):
-    """Console lines without tracebacks: those go to the run's ``evalkit.log`` only."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        saved = record.exc_info, record.exc_text, record.stack_info
-        record.exc_info = record.exc_text = record.stack_info = None
-        try:
-            return super().format(record)
-        finally:
-            record.exc_info, record.exc_text, record.stack_info = saved
-
-
-def report_crash(exc: BaseException) -> int:
-    """Report an unexpected exception (a bug, not a config or data error) as one line on
-    stderr and return exit code 1. The traceback is never printed: it is appended, secrets
-    scrubbed, to the run's ``evalkit.log`` when the run had its directory (engine/run.py
-    tags the exception with ``evalkit_run_dir``), else to a new ``evalkit-crash-*.log`` in
-    the temporary directory; the line names that file."""
-    import tempfile
-    import time
-    import traceback
-    from pathlib import Path
-
-    from evalkit import secrets
-    from evalkit.errors import first_line
-
-    run_dir = getattr(exc, "evalkit_run_dir", None)
-    text = secrets.scrub("".join(traceback.format_exception(exc)))
-    entry = f"{time.strftime('%Y-%m-%d %H:%M:%S')} ERROR evalkit: unexpected error; the run stopped\n{text}"
-    if run_dir is not None and Path(run_dir).is_dir():
-        where = Path(run_dir) / "evalkit.log"
-        with where.open("a", encoding="utf-8") as fh:
-            fh.write(entry)
-    else:
-        with tempfile.NamedTemporaryFile("w", prefix="evalkit-crash-", suffix=".log", delete=False, encoding="utf-8") as fh:
-            fh.write(entry)
-        where = Path(fh.name)
-    what = printable(secrets.scrub(f"{type(exc).__name__}: {first_line(exc, 200)}"))
-    print(f"evalkit: error: unexpected error ({what}); the traceback is in {where}", file=sys.stderr)
-    return 1
 
 
 def _precheck(argv: list[str]) -> None:
@@ -83,17 +40,7 @@ def main() -> None:
     import hydra
     from omegaconf import DictConfig
 
-    console = logging.StreamHandler(sys.stderr)
-    console.setLevel(logging.WARNING)
-    console.setFormatter(_OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.WARNING, handlers=[console])
-    # what is starting (Ray, model workers, llama.cpp's server): `evalkit: <message>` lines on
-    # the console (INFO only; warnings keep the format above); they propagate to evalkit.log
-    status = logging.StreamHandler(sys.stderr)
-    status.addFilter(lambda record: record.levelno < logging.WARNING)
-    status.setFormatter(_OneLineFormatter("evalkit: %(message)s"))
-    logging.getLogger("evalkit.status").addHandler(status)
-    logging.getLogger("evalkit.status").setLevel(logging.INFO)
+    console_logging()
 
     sys.argv[1:] = hide_secret_overrides(quote_numeric_groups(sys.argv[1:]))
     try:

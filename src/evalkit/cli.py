@@ -1,5 +1,6 @@
-"""Command-line plumbing of ``python -m evalkit``: secrets moved off the command line, the
-pre-check of a sweep's points, and the one-line error report.
+"""Command-line plumbing of ``python -m evalkit`` (and ``python -m evalkit.judge``): secrets
+moved off the command line, the pre-check of a sweep's points, the console's logging, and the
+one-line reports of an error and of a crash.
 
 Every configuration mistake — an unknown key or group option, a wrong type, a broken
 override, a missing mandatory value or credential, a missing data directory — ends as one
@@ -8,18 +9,72 @@ line ``evalkit: error: <key>: <reason>`` on stderr and exit code 2, before anyth
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
 from typing import Any, Sequence
 
 from omegaconf import DictConfig
 
 from evalkit import secrets
 from evalkit.compose import bad_override, compose, hydra_error_line, quote_numeric_groups, resolve
-from evalkit.errors import ConfigError, EvalkitError, printable
+from evalkit.errors import ConfigError, EvalkitError, first_line, printable
 from evalkit.job import run_composed
 from evalkit.sweep import expand_sweep, point_label, points_to_check, swept_keys
 from evalkit.tracking import MlflowObserver
+
+
+class _OneLineFormatter(logging.Formatter):
+    """Console lines without tracebacks: those go to the run's ``evalkit.log`` only."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        saved = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info = record.exc_text = record.stack_info = None
+        try:
+            return super().format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
+
+
+def report_crash(exc: BaseException) -> int:
+    """Report an unexpected exception (a bug, not a config or data error) as one line on
+    stderr and return exit code 1. The traceback is never printed: it is appended, secrets
+    scrubbed, to the run's ``evalkit.log`` when the run had its directory (engine/run.py
+    tags the exception with ``evalkit_run_dir``), else to a new ``evalkit-crash-*.log`` in
+    the temporary directory; the line names that file."""
+    run_dir = getattr(exc, "evalkit_run_dir", None)
+    text = secrets.scrub("".join(traceback.format_exception(exc)))
+    entry = f"{time.strftime('%Y-%m-%d %H:%M:%S')} ERROR evalkit: unexpected error; the run stopped\n{text}"
+    if run_dir is not None and Path(run_dir).is_dir():
+        where = Path(run_dir) / "evalkit.log"
+        with where.open("a", encoding="utf-8") as fh:
+            fh.write(entry)
+    else:
+        with tempfile.NamedTemporaryFile("w", prefix="evalkit-crash-", suffix=".log", delete=False, encoding="utf-8") as fh:
+            fh.write(entry)
+        where = Path(fh.name)
+    what = printable(secrets.scrub(f"{type(exc).__name__}: {first_line(exc, 200)}"))
+    print(f"evalkit: error: unexpected error ({what}); the traceback is in {where}", file=sys.stderr)
+    return 1
+
+
+def console_logging() -> None:
+    """The console of a command: WARNING lines without tracebacks (those go to the run's
+    ``evalkit.log`` only), and ``evalkit: <message>`` status lines (what is starting: Ray,
+    model workers, llama.cpp's server; INFO only), which also propagate to ``evalkit.log``."""
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(logging.WARNING)
+    console.setFormatter(_OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[console])
+    status = logging.StreamHandler(sys.stderr)
+    status.addFilter(lambda record: record.levelno < logging.WARNING)
+    status.setFormatter(_OneLineFormatter("evalkit: %(message)s"))
+    logging.getLogger("evalkit.status").addHandler(status)
+    logging.getLogger("evalkit.status").setLevel(logging.INFO)
 
 
 def hide_secret_overrides(args: Sequence[str], environ: Any = None) -> list[str]:

@@ -189,7 +189,7 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
     gets the model under test, as configured (its ``model`` and ``backend`` nodes), as the
     user of a litellm model: the README's ``model=gpt4o`` runs every ACEBench subset.
     ``judge=<name>`` (or a panel ``judge=[a,b]``) with ``judge_overrides`` becomes the
-    ``judge`` list likewise (:func:`_compose_judges`).
+    ``judge`` list likewise (:func:`compose_judges`).
 
     Raises:
         ConfigError: one line naming the key.
@@ -211,11 +211,11 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
             )
         # the default user simulator: the model under test as configured (its model and backend nodes)
         raw["user"] = {"model": copy.deepcopy(raw["model"]), "backend": copy.deepcopy(raw["backend"])}
-    raw["judge"] = _compose_judges(raw.pop("judge", None), raw.pop("judge_overrides", None))
+    raw["judge"] = compose_judges(raw.pop("judge", None), raw.pop("judge_overrides", None))
     return raw, validate(raw, get_benchmark_class)
 
 
-def _compose_judges(names: Any, overrides: Any) -> list[dict[str, Any]]:
+def compose_judges(names: Any, overrides: Any) -> list[dict[str, Any]]:
     """The ``judge`` nodes of ``judge=<name>`` (or a panel ``judge=[a,b]``): each
     ``conf/model/<name>.yaml`` with ``judge_overrides`` (applied to every judge) and its own
     backend, composed like the user simulator (``{"model", "backend"}``).

@@ -1,0 +1,64 @@
+"""``python -m evalkit.judge RUN judge=<model>`` (issue 24, item 3): a finished run's answers
+judged without asking the model under test again — read through the journal's one reader,
+never through a link — and its one-line refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from evalkit.errors import RunDirError
+from evalkit.judge import main
+from evalkit.models.offline import load_run_outputs
+
+SUMMARY = {"status": "complete", "benchmark": "explain_mini", "model": "m", "n_samples": 2, "n_scored": 2, "n_failed": 0,
+           "n_scored_rows": 3, "n_failed_rows": 1, "repeats": 2}  # fmt: skip
+
+
+def _run_dir(root: Path, stale_lines: list[int]) -> Path:
+    run = root / "run"
+    run.mkdir()
+    rows = [
+        {"sample_id": "a", "epoch": 0, "output": "first answer", "scores": {"f1": 1.0}, "request_hash": "h"},
+        {"sample_id": "a", "epoch": 1, "output": "second answer", "scores": {"f1": 0.0}, "request_hash": "h"},
+        {"sample_id": "a", "epoch": 0, "output": "a later duplicate", "scores": {"f1": 1.0}, "request_hash": "h"},
+        {"sample_id": "b", "epoch": 0, "output": "a stale answer", "scores": {"f1": 1.0}, "request_hash": "old"},
+    ]
+    (run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    failed = {"sample_id": "b", "epoch": 1, "error_kind": "judge_error", "actor": "judge", "message": "garbage", "output": "judged badly"}
+    other = {"sample_id": "c", "epoch": 0, "error_kind": "server_error", "actor": "agent", "message": "HTTP 500"}
+    (run / "failed.jsonl").write_text(json.dumps(failed) + "\n" + json.dumps(other) + "\n")
+    (run / "summary.json").write_text(json.dumps({**SUMMARY, "stale_lines": stale_lines}))
+    return run
+
+
+def test_a_run_directory_replays_its_journaled_answers_epoch_by_epoch(tmp_path: Path):
+    run = _run_dir(tmp_path, stale_lines=[4])
+    assert load_run_outputs(run) == {("a", 0): "first answer", ("a", 1): "second answer", ("b", 1): "judged badly"}
+
+
+def test_a_run_directory_is_never_read_through_a_link(tmp_path: Path):
+    run = _run_dir(tmp_path, stale_lines=[])
+    os.symlink(run, tmp_path / "link")
+    with pytest.raises(RunDirError, match="not a run directory"):
+        load_run_outputs(tmp_path / "link")
+    (run / "summary.json").rename(tmp_path / "summary.json")
+    os.symlink(tmp_path / "summary.json", run / "summary.json")
+    with pytest.raises(RunDirError, match="symbolic link"):
+        load_run_outputs(run)
+
+
+@pytest.mark.parametrize("kind", ["missing", "link", "not_a_run"])
+def test_a_bad_run_is_one_line_and_exit_2_with_nothing_written(tmp_path: Path, capsys, kind: str):
+    target = {"missing": tmp_path / "nope", "link": tmp_path / "link", "not_a_run": tmp_path / "empty"}[kind]
+    (tmp_path / "empty").mkdir()
+    if kind == "link":
+        os.symlink(tmp_path / "empty", target)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    code = main([str(target), "judge=gpt4o"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("evalkit: error: "), err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
