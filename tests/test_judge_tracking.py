@@ -16,9 +16,10 @@ pytestmark = pytest.mark.slow  # an MLflow SQLite store (its migrations take sec
 T0 = 1_800_000_000.0
 
 
-def _judgement(judge, order, text, verdict, value, error=None):
-    return {"judge": judge, "scorer": "preference", "order": order, "text": text, "verdict": verdict,
-            "valid": verdict is not None, "value": value, "error": error, "cached": False}  # fmt: skip
+def _judgement(judge, order, text, verdict, value, error=None, call=None):
+    out = {"judge": judge, "scorer": "preference", "order": order, "text": text, "verdict": verdict,
+           "valid": verdict is not None, "value": value, "error": error, "cached": False}  # fmt: skip
+    return {**out, "call": call} if call else out
 
 
 def _turn(judge, order, start, tokens):
@@ -35,10 +36,12 @@ ROW = {
         _judgement("judge-a", "model_first", '{"winner": "A", "reason": "more precise"}', {"winner": "A", "reason": "more precise"}, 1.0),
         _judgement("judge-a", "model_second", '{"winner": "B", "reason": "still more precise"}', {"winner": "B", "reason": "still more precise"}, 1.0),
         _judgement("judge-b", "model_first", '{"winner": "tie"}', {"winner": "tie"}, 0.5),
-        _judgement("judge-b", "model_second", "I cannot decide.", None, None, "no JSON object in the reply"),
+        _judgement("judge-b", "model_second", "I cannot decide.", None, None, "no JSON object in the reply",
+                   call=_turn("judge-b", "model_second", T0 + 5, 104)),
     ],
+    # the statistics of a call: its judgement's own ``call``, or (a rollout's) a turn of actor judge
     "turns": [_turn("judge-a", "model_first", T0 + 2, 101), _turn("judge-a", "model_second", T0 + 3, 102),
-              _turn("judge-b", "model_first", T0 + 4, 103), _turn("judge-b", "model_second", T0 + 5, 104)],
+              _turn("judge-b", "model_first", T0 + 4, 103)],
 }  # fmt: skip
 
 #: a sample whose only judge failed after its retries: a judge_error failure

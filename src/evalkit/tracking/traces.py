@@ -24,8 +24,8 @@ A sample scored by LLM judges (a task's ``llm_judge`` scorer; the row's ``judgem
 :mod:`evalkit.benchmarks.task.judge`) also gets one ``LLM`` span per judge call, named
 ``judge <judge>: <scorer>`` (`` (<order>)`` pairwise), with attributes ``evalkit.actor`` =
 ``judge``, ``evalkit.judge``, ``evalkit.scorer``, ``evalkit.order``, the call's statistics
-(the row's ``turns`` entry of actor ``judge`` for the same judge, scorer and order, when it
-has one), outputs = the verdict (its JSON object, ``valid``, ``value``) and the reply cut to
+(the judgement's ``call``, or the row's ``turns`` entry of actor ``judge`` for the same
+judge, scorer and order), outputs = the verdict (its JSON object, ``valid``, ``value``) and the reply cut to
 :data:`OUTPUT_CHARS`; a failed call's span is in error. The model's answer is then an
 ``LLM`` span ``model`` beside them under a ``CHAIN`` root (a rollout's ``AGENT`` root takes
 them after its turns). Each verdict is one ``Feedback`` attached to its span: name = the
@@ -290,9 +290,10 @@ def feedbacks(outcome: Outcome, trace_id: str, benchmark: str, headline: str) ->
 
 def judge_calls(record: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
     """The judge calls a journal row (or a ``failed.jsonl`` row) records: each entry of its
-    ``judgements`` with the statistics of the same call — the entry of actor ``judge`` of
-    its ``turns`` (a rollout's: its trajectory's) with the same judge, scorer and order,
-    taken in order — or ``None``. Entries that are not objects are skipped."""
+    ``judgements`` with the statistics of the same call — its own ``call`` object, else the
+    entry of actor ``judge`` of the row's ``turns`` (a rollout's: its trajectory's) with the
+    same judge, scorer and order, taken in order — or ``None``. Entries that are not objects
+    are skipped."""
     raw = record.get("judgements")
     judgements = [j for j in raw if isinstance(j, dict)] if isinstance(raw, list) else []
     trajectory = record.get("trajectory") if isinstance(record.get("trajectory"), dict) else {}
@@ -304,7 +305,8 @@ def judge_calls(record: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, 
     calls = []
     for judgement in judgements:
         queue = waiting.get(_call_key(judgement))
-        calls.append((judgement, queue.pop(0) if queue else None))
+        turn = queue.pop(0) if queue else None
+        calls.append((judgement, judgement["call"] if isinstance(judgement.get("call"), dict) else turn))
     return calls
 
 
