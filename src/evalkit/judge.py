@@ -69,6 +69,10 @@ def judged_config(run: Path, overrides: Sequence[str]) -> EvalConfig:
             raise ConfigError(f"{printable(ov, 200)}: evalkit.judge takes judge=, judge_overrides=, run.*, tracking and backend.* "
                               "overrides; what was asked (benchmark, model, shots, generation) comes from RUN")  # fmt: skip
     bench = recorded.get("benchmark") if isinstance(recorded.get("benchmark"), dict) else {}
+    scorers = bench.get("scorers") if isinstance(bench.get("scorers"), list) else []
+    if not any(isinstance(sc, dict) and sc.get("kind") == "llm_judge" for sc in scorers):
+        raise ConfigError(f"{printable(str(run), 300)}: its benchmark {printable(bench.get('name'), 100)} has no llm_judge scorer; "
+                          "nothing to judge")  # fmt: skip
     composed = compose(["model=replay", f"model.path={run}", *overrides])
     OmegaConf.set_struct(composed, False)
     composed.pop("benchmark")
@@ -86,10 +90,7 @@ def judged_config(run: Path, overrides: Sequence[str]) -> EvalConfig:
         if target.is_symlink():
             raise RunDirError(f"{printable(str(target), 300)}: a symbolic link; evalkit never writes through links (remove it)")
         raw["run"]["resume" if target.exists() else "dir"] = str(target)
-    cfg = validate(raw, get_benchmark_class)
-    if not cfg.benchmark.needs_judge():
-        raise ConfigError(f"{printable(str(run), 300)}: its benchmark {cfg.benchmark.name} has no llm_judge scorer; nothing to judge")
-    return cfg
+    return validate(raw, get_benchmark_class)
 
 
 def main(argv: list[str] | None = None) -> int:
