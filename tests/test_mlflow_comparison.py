@@ -102,9 +102,9 @@ def test_every_selected_sample_is_one_trace_whose_assessments_are_its_scores(ace
     wrong = _traces(root, replay.run_dir)
     assert [wrong[s].info.assessments[0].value for s in SINGLE[:5]] == [0.0, 0.0, 1.0, 1.0, 1.0]
     failed = wrong[SINGLE[-1]]
-    assert (failed.info.state.value, failed.info.tags["error_kind"], failed.info.tags["actor"]) == ("ERROR", "missing_output", "model")
+    assert (failed.info.state.value, failed.info.tags["error_kind"], failed.info.tags["actor"]) == ("ERROR", "missing_output", "agent")
     assert failed.info.assessments == [] and failed.data.spans[0].status.status_code.value == "ERROR"
-    assert failed.data.spans[0].status.description.startswith("missing_output (model): ")
+    assert failed.data.spans[0].status.description.startswith("missing_output (agent): ")
 
 
 def test_run_has_one_headline_curated_params_the_dataset_and_its_own_times(ace):

@@ -45,7 +45,7 @@ from typing import Any, Iterable, Iterator
 
 from evalkit.errors import RunDirError, printable
 from evalkit.jsonl import iter_objects, read_tolerant, with_side_file
-from evalkit.types import MAX_REPEATS
+from evalkit.types import LEGACY_AGENT_ACTOR, MAX_REPEATS, Actor
 
 log = logging.getLogger("evalkit")
 
@@ -254,12 +254,15 @@ def read_run_journal(run_dir: Path, stale_lines: Iterable[int] = (), request_has
 def read_failures(path: Path, keys: Iterable[Key] | None = None) -> dict[Key, dict[str, Any]]:
     """``failed.jsonl``: the **last** failure per ``(sample_id, epoch)`` (a resumed run that
     failed again says why it failed last), only for ``keys`` when given; rows without a
-    usable key are skipped."""
+    usable key are skipped. An ``actor`` of ``model`` (the model under test in runs written
+    before :class:`evalkit.types.Actor`) is read as ``agent``."""
     wanted = set(keys) if keys is not None else None
     out: dict[Key, dict[str, Any]] = {}
     for row in iter_objects(path):
         key = row_key(row)
         if key is not None and (wanted is None or key in wanted):
+            if row.get("actor") == LEGACY_AGENT_ACTOR:
+                row["actor"] = Actor.AGENT.value
             out[key] = row
     return out
 

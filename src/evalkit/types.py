@@ -58,6 +58,28 @@ class ErrorKind(str, Enum):
     NOT_RUN = "not_run"
 
 
+class Actor(str, Enum):
+    """Who made a model call or failed: the ``actor`` of a trajectory's ``turns`` and of a
+    ``failed.jsonl`` row (``Failure.actor``), the key of ``usage_by_actor`` and of a run's
+    prices. A value is written as its plain string.
+
+    The model under test is ``agent`` whether it answers one prompt or plays a rollout (the
+    name the solver protocol, the turns, the prices and the endpoints already used). Runs
+    written before this list called it ``model`` in ``failed.jsonl``; the journal reader
+    (:func:`evalkit.journal.read_failures`) reads that as ``agent``.
+    """
+
+    AGENT = "agent"  #: the model under test
+    USER = "user"  #: the user simulator of a multi-turn rollout (ACEBench ``agent_multi_turn``)
+    JUDGE = "judge"  #: an LLM judge of a task's ``llm_judge`` scorer (evalkit.benchmarks.task.judge)
+    ENVIRONMENT = "environment"  #: the solver or a rollout's simulated environment raised, or the rollout's worker died
+    SCORER = "scorer"  #: the answer came back and was not scored (``benchmark.score_budget_s`` spent)
+
+
+#: the name old runs gave the model under test in ``failed.jsonl`` (read as :attr:`Actor.AGENT`)
+LEGACY_AGENT_ACTOR = "model"
+
+
 def canonical_json(obj: Any) -> str:
     """Deterministic JSON text (sorted keys, no whitespace, UTF-8 kept) used for hashing."""
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
@@ -153,8 +175,8 @@ class Failure:
     """A request that did not produce a scorable answer (never scored, see failure protocol).
 
     ``error_kind`` is an :class:`ErrorKind` value (its plain string; the list and meaning of
-    each live there). ``actor`` names who failed
-    (``agent``, ``user``, ``environment``, ``model``, ``judge``). ``throttled`` counts HTTP 429
+    each live there). ``actor`` names who failed, an :class:`Actor` value
+    (``agent``: the model under test; ``user``; ``judge``; ``environment``; ``scorer``). ``throttled`` counts HTTP 429
     answers among the attempts. ``usage``: the tokens the failed answer reported (an empty
     answer still read its prompt and may have reasoned), ``None`` when none were
     reported. ``budget_exceeded``: the sample was never sent because the run's budget was
@@ -167,7 +189,7 @@ class Failure:
     error_kind: str
     message: str
     attempts: int = 1
-    actor: str = "model"
+    actor: str = Actor.AGENT.value
     throttled: int = 0
     usage: dict[str, int] | None = None
     reasoning: str | None = None

@@ -168,7 +168,7 @@ def test_a_worker_dying_mid_batch_has_its_unfinished_units_sent_again():
     assert set(handed.values()) == {1} and len(got) == 12
     failed = {k for k, t in got.items() if t.failure is not None}
     assert failed == {killer}
-    assert got[killer].failure.error_kind == "worker_died" and got[killer].failure.actor == "model"
+    assert got[killer].failure.error_kind == "worker_died" and got[killer].failure.actor == "agent"
     sends = Counter(k for b in worker.batches for k in b)
     assert sends[killer] == UNIT_MAX_TRIES
     assert worker.deaths == UNIT_MAX_TRIES

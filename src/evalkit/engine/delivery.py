@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Hashable
 
 from evalkit.engine.work import WorkItem
-from evalkit.types import Failure, Trajectory
+from evalkit.types import Actor, Failure, Trajectory
 
 log = logging.getLogger("evalkit")
 
@@ -225,8 +225,8 @@ class Delivery:
         held = self.held.get(key)
         if held is not None:
             held.worker = -1
-            actor = "environment" if held.unit.rollout else "model"
-            self._resolve(key, Trajectory(failure=Failure("worker_died", message[:500], actor=actor)))
+            actor = Actor.ENVIRONMENT if held.unit.rollout else Actor.AGENT
+            self._resolve(key, Trajectory(failure=Failure("worker_died", message[:500], actor=actor.value)))
 
 
 class _Watch:

@@ -5,7 +5,8 @@ policy, every failure turned into data, and one path for every benchmark.
 single-turn sample, the rollout loop for an agent sample) with its models wrapped in
 :class:`ActorModel`, and returns the :class:`~evalkit.types.Trajectory` — with
 ``failure`` set instead of raising when a model call failed after its retries (actor
-``agent``/``model`` or ``user``) or the solver itself crashed (actor ``environment``).
+``agent``, the model under test, or ``user``) or the solver itself crashed (actor
+``environment``): the :class:`~evalkit.types.Actor` values.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from evalkit.engine.cache import cache_get, cache_set
 from evalkit.engine.work import WorkItem
 from evalkit.models.base import ModelCallError
 from evalkit.providers import estimate_prompt_tokens
-from evalkit.types import Completion, Failure, Request, Trajectory
+from evalkit.types import Actor, Completion, Failure, Request, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,8 @@ class ActorModel:
     """A model as a solver sees it: parameters filled in, every call through :func:`call_model`
     (cache, retries, failure conversion), per-call statistics appended to ``turns`` (with
     ``started_at`` / ``ended_at``, Unix seconds, of the call, retries included); a failed
-    call raises :class:`ModelCallError` naming ``actor``."""
+    call raises :class:`ModelCallError` naming ``actor`` (an :class:`~evalkit.types.Actor`
+    value: ``agent`` or ``user``), the name its turns and failures carry."""
 
     def __init__(self, model: Any, cache: Any, actor: str, params: dict[str, Any], turns: list[dict[str, Any]], epoch: int = 0,
                  budget: Any = None):  # fmt: skip
@@ -90,7 +92,7 @@ class ActorModel:
             raise ModelCallError(result)
         self.turns.append(
             {
-                "actor": "user" if self.actor == "user" else "agent",
+                "actor": self.actor,
                 "latency_s": round(result.latency_s, 4),
                 "usage": result.usage,
                 "attempts": result.attempts,
@@ -134,13 +136,13 @@ async def solve_unit(
     """Solve one unit with ``agents.pair(sample)``; never raises (but for cancellation).
     ``budget``: the run's budget gate, asked before each model call (``None``: no limits).
 
-    The model under evaluation is named ``agent`` in a rollout and ``model`` otherwise
-    (``failed.jsonl``'s ``actor``)."""
+    The model under evaluation is ``agent`` (single-turn or rollout), the user simulator
+    ``user``, in the turns and in ``failed.jsonl``'s ``actor`` alike."""
     turns: list[dict[str, Any]] = []
     agent, user = agents.pair(unit.sample)
     epoch = unit.request.epoch
-    wrapped_agent = ActorModel(agent, cache, "agent" if unit.rollout else "model", agent_params, turns, epoch, budget)
-    wrapped_user = ActorModel(user, cache, "user", user_params, turns, epoch, budget) if user is not None else None
+    wrapped_agent = ActorModel(agent, cache, Actor.AGENT.value, agent_params, turns, epoch, budget)
+    wrapped_user = ActorModel(user, cache, Actor.USER.value, user_params, turns, epoch, budget) if user is not None else None
     try:
         trajectory = await solver.solve(unit.sample, unit.request, wrapped_agent, wrapped_user)
     except ModelCallError as exc:
@@ -149,7 +151,7 @@ async def solve_unit(
         raise
     except Exception as exc:  # noqa: BLE001 - a crashing environment must not kill the run
         log.exception("solving %s raised", unit.sample.id)
-        trajectory = Trajectory(failure=Failure("environment", f"{type(exc).__name__}: {exc}"[:500], actor="environment"))
+        trajectory = Trajectory(failure=Failure("environment", f"{type(exc).__name__}: {exc}"[:500], actor=Actor.ENVIRONMENT.value))
     trajectory.turns = turns
     if trajectory.failure is not None and not (trajectory.failure.error_kind == BUDGET_EXCEEDED and not turns):
         trajectory.failure.attempts = max(trajectory.failure.attempts, 1)  # a unit the budget kept back: nothing sent
