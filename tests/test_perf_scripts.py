@@ -34,7 +34,7 @@ def _run(script: str, *args: str, timeout: int = 600) -> str:
 def test_every_perf_script_has_a_test_here():
     tested = {"ci_speed.py", "scoring_speed.py", "tracking_speed.py", "startup.py", "throughput.py", "engine_cpu.py",
               "frameworks.py", "run_evalkit.py", "run_inspect.py", "coverage.py", "summary_size.py",
-              "score_budget.py", "footprint.py", "agreement_coverage.py"}  # fmt: skip
+              "score_budget.py", "footprint.py", "agreement_coverage.py", "chaos.py"}  # fmt: skip
     assert {p.name for p in PERF.glob("*.py")} == tested
 
 
@@ -139,3 +139,16 @@ def test_score_budget(shared_data_dir, tmp_path):
     # a budget of a microsecond: the first answer is scored, the other four are over the budget
     out = _run("score_budget.py", "--n=5", "--kb=20", "--budget=0.000001", f"--data={shared_data_dir / 'sobhard'}", f"--out={tmp_path}")
     assert "5 answers, benchmark.score_budget_s=1e-06:" in out and "failed_by_kind {'score_budget_exceeded': 4}" in out, out
+
+
+def test_chaos_two_seeded_trials(tmp_path):
+    """Two quick trials whose seeds draw a SIGKILLed driver (seed 22: the run resumed), then
+    a SIGKILLed model worker and the run directory failing writes (seed 23): both identical
+    to the undisturbed run (predictions, journal, summary, one MLflow trace per unit)."""
+    pytest.importorskip("psutil", reason="perf/chaos.py finds the embedded server's process with psutil")
+    out = _run("chaos.py", "--trials", "2", "--seed", "22", "--quick", "--embedded-every", "0",
+               "--keep-dir", str(tmp_path / "chaos"), timeout=900)  # fmt: skip
+    lines = out.splitlines()
+    assert lines[-1] == "2/2 identical", out
+    assert any("driver_kill@" in ln and "drivers 2" in ln for ln in lines), out
+    assert any("write_fault@" in ln and "worker_kill@" in ln for ln in lines), out

@@ -26,9 +26,28 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from evalkit.errors import DataError, EvalkitError, RunDirError, printable
+
+#: TEST-ONLY seam: called with the path before every write of a journal row, a side file
+#: or ``summary.json``; it may raise :class:`OSError` to make the run directory fail writes
+#: for a moment. ``None`` in every production run: nothing under ``src/`` assigns it (a test
+#: scans for that), and no configuration key or environment variable of evalkit reaches it.
+#: Only ``tests/support/write_faults.py`` sets it, loaded into a driver process by
+#: ``perf/chaos.py`` through a ``sitecustomize`` module on that process's ``PYTHONPATH``
+#: (tests/support/chaos_site/), which is in the repository checkout, not in the package.
+before_write: Callable[[Path], None] | None = None
+
+
+def check_write(path: Path) -> None:
+    """Run the test-only :data:`before_write` seam, if a test installed one (else nothing).
+
+    Raises:
+        OSError: only what the installed seam raises.
+    """
+    if before_write is not None:
+        before_write(Path(path))
 
 #: characters JSON allows raw inside strings that some line readers treat as line breaks
 _LINE_BREAKS_IN_STRINGS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"}
@@ -244,6 +263,7 @@ class JsonlAppender:
     def append(self, row: dict[str, Any]) -> None:
         if self._transform is not None:
             row = self._transform(row)
+        check_write(self.path)
         self._fh.write(dumps_line(row) + "\n")
         self._fh.flush()
         now = time.monotonic()
@@ -309,6 +329,7 @@ def write_unit_file(run_dir: Path, folder: str, name: str, data: bytes) -> str:
         where.mkdir(exist_ok=True)
         if where.is_symlink():
             raise OSError(errno.ELOOP, "a symbolic link")
+        check_write(where / name)
         fd = os.open(where / name, _open_flags(write=True), 0o644)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -37,7 +37,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from evalkit.errors import EvalkitError, RunDirError
-from evalkit.jsonl import read_no_link
+from evalkit.jsonl import check_write, read_no_link
 from evalkit.types import MAX_REPEATS
 
 log = logging.getLogger("evalkit")
@@ -205,5 +205,6 @@ def write_summary(path: Path, summary: dict[str, Any] | Summary) -> Summary | No
         record, model = summary, None
     else:
         record = model.record()
+    check_write(Path(path))
     Path(path).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return model

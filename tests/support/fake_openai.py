@@ -608,10 +608,13 @@ def _trickle(data: bytes, size: int, delay_s: float) -> StreamingResponse:
 
 
 def main() -> None:  # pragma: no cover - used by subprocess tests
-    """Run standalone: ``python tests/support/fake_openai.py PORT_FILE`` writes its port."""
+    """Run standalone: ``python tests/support/fake_openai.py PORT_FILE [PORT]`` writes its
+    port (``PORT``: listen there, e.g. a server restarted on the port it had)."""
     import sys
 
     server = FakeOpenAI()
+    if len(sys.argv) > 2:
+        server.port = int(sys.argv[2])
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as fh:
             fh.write(str(server.port))
