@@ -507,30 +507,12 @@ class Chaos:
         return {"seed": seed, "kind": kind, "faults": faults, "outcome": out, "problems": problems, "dir": tdir}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--trials", type=int, default=30)
-    p.add_argument("--seed", type=int, default=0, help="trial i has seed SEED+i (its faults and their times)")
-    p.add_argument("--embedded-every", type=int, default=6,
-                   help="a seed divisible by this is an embedded-model trial (llama_kill); 0: none")
-    p.add_argument("--quick", action="store_true", help="one epoch, shorter latencies (the test's setting)")
-    p.add_argument("--keep-dir", type=Path, default=None, help="where trials run (default: a new temporary folder)")
-    p.add_argument("--cap-s", type=float, default=None, help="a trial's wall-time cap (default 300 s; embedded 400 s)")
-    a = p.parse_args(argv)
-    s = Settings()
-    if a.quick:
-        s.repeats, s.median_s, s.cap_latency_s = 1, 0.4, 1.5
-    root = a.keep_dir or Path(tempfile.mkdtemp(prefix="evalkit-chaos-"))
-    root.mkdir(parents=True, exist_ok=True)
-    flags = f"{' --quick' if a.quick else ''} --embedded-every {a.embedded_every}"
-    print(f"chaos: {a.trials} trials from seed {a.seed} in {root}; fake trials {s.repeats} epoch(s) × 10 samples, "
-          f"concurrency {s.concurrency}, {s.workers} workers, lognormal latency median {s.median_s} s σ {s.sigma}, "
-          f"timeout {s.timeout_s} s, retry budget {s.retry_budget_s} s", flush=True)  # fmt: skip
-    chaos = Chaos(root, s, a.seed)
-    results, t0 = [], time.monotonic()
+def trials(chaos: Chaos, a: argparse.Namespace, s: Settings, flags: str) -> list[dict[str, Any]]:
+    """Run the trials, one line each; a passing trial's folder is removed, a failing one kept."""
+    results = []
     for seed in range(a.seed, a.seed + a.trials):
         kind = "embedded" if a.embedded_every and seed % a.embedded_every == a.embedded_every - 1 else "fake"
-        s.cap_s = a.cap_s or (400.0 if kind == "embedded" else 300.0)
+        s.cap_s = a.cap_s or (600.0 if kind == "embedded" else 300.0)
         r = chaos.trial(seed, kind)
         results.append(r)
         o = r["outcome"]
@@ -541,14 +523,45 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(r["dir"], ignore_errors=True)
         else:
             print(f"       kept {r['dir']}; replay: python perf/chaos.py --seed {seed} --trials 1{flags}", flush=True)
-    chaos.server.kill()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--trials", type=int, default=30)
+    p.add_argument("--seed", type=int, default=0, help="trial i has seed SEED+i (its faults and their times)")
+    p.add_argument("--embedded-every", type=int, default=10,
+                   help="a seed divisible by this is an embedded-model trial (llama_kill); 0: none")
+    p.add_argument("--quick", action="store_true", help="one epoch, shorter latencies (the test's setting)")
+    p.add_argument("--keep-dir", type=Path, default=None, help="where trials run (default: a new temporary folder)")
+    p.add_argument("--cap-s", type=float, default=None, help="a trial's wall-time cap (default 300 s; embedded 600 s)")
+    a = p.parse_args(argv)
+    s = Settings()
+    if a.quick:
+        s.repeats, s.median_s, s.cap_latency_s = 1, 0.4, 1.5
+    root = a.keep_dir or Path(tempfile.mkdtemp(prefix="evalkit-chaos-"))
+    root.mkdir(parents=True, exist_ok=True)
+    flags = f"{' --quick' if a.quick else ''} --embedded-every {a.embedded_every}"
+    print(f"chaos: {a.trials} trials from seed {a.seed} in {root}; fake trials {s.repeats} epoch(s) × 10 samples, "
+          f"concurrency {s.concurrency}, {s.workers} workers, lognormal latency median {s.median_s} s σ {s.sigma}, "
+          f"timeout {s.timeout_s} s, retry budget {s.retry_budget_s} s", flush=True)  # fmt: skip
+    t0 = time.monotonic()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally below stops the server and Ray
+    chaos = Chaos(root, s, a.seed)
+    try:
+        results = trials(chaos, a, s, flags)
+    finally:
+        import ray
+
+        chaos.server.kill()
+        ray.shutdown()
     n_ok = sum(not r["problems"] for r in results)
     fired = Counter(f.name for r in results for f in r["faults"] if f.fired)
     missed = Counter(f.name for r in results for f in r["faults"] if not f.fired)
     walls = sorted(r["outcome"].wall_s for r in results)
     print(f"faults fired: {dict(sorted(fired.items()))}; missed (the run had ended, or nothing to kill): {dict(sorted(missed.items()))}")
-    print(f"drivers per trial: {Counter(len(r['outcome'].attempts) for r in results)}; trial wall time: "
-          f"median {walls[len(walls) // 2]:.1f} s, max {walls[-1]:.1f} s; all trials {time.monotonic() - t0:.0f} s")  # fmt: skip
+    print(f"drivers per trial: {dict(sorted(Counter(len(r['outcome'].attempts) for r in results).items()))}; trial wall time: "
+          f"median {walls[(len(walls) - 1) // 2]:.1f} s, max {walls[-1]:.1f} s; all trials {time.monotonic() - t0:.0f} s")  # fmt: skip
     print(f"{n_ok}/{len(results)} identical")
     return 0 if n_ok == len(results) else 1
 
