@@ -75,15 +75,17 @@ CHAOS_SITE = REPO_ROOT / "tests" / "support" / "chaos_site"
 
 @dataclass
 class Settings:
+    """A trial's run: ``repeats`` epochs of the 10 samples, ``concurrency`` requests in flight
+    on ``workers`` model workers; the fake server's lognormal latency (``median_s``,
+    ``sigma``, capped at ``cap_latency_s`` seconds, below ``timeout_s``); retries; the
+    embedded trials' ``embedded_limit`` samples; a trial's wall-time cap ``cap_s`` and at
+    most ``max_attempts`` drivers."""
+
     repeats: int = 2
     concurrency: int = 3
     workers: int = 2
-    median_s: float = 0.8
-    sigma: float = 0.5
-    cap_latency_s: float = 2.5
-    timeout_s: float = 4.0
-    retry_budget_s: float = 6.0
-    max_retries: int = 8
+    median_s, sigma, cap_latency_s = 0.8, 0.5, 2.5
+    timeout_s, retry_budget_s, max_retries = 4.0, 6.0, 8
     embedded_limit: int = 3
     cap_s: float = 300.0
     max_attempts: int = 10
