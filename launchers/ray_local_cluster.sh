@@ -4,17 +4,23 @@
 #
 #   bash launchers/ray_local_cluster.sh start     # prints the address and how to use it
 #   bash launchers/ray_local_cluster.sh status
+#   bash launchers/ray_local_cluster.sh nodes     # one line per node: index, session, raylet pid
+#   bash launchers/ray_local_cluster.sh kill-raylet K   # SIGKILL the raylet of worker node K (1..N)
 #   bash launchers/ray_local_cluster.sh stop      # stops this cluster and nothing else
 #
 # Environment (all optional):
 #   RAY_PORT           GCS port of the head (default 6380); the cluster is 127.0.0.1:RAY_PORT
 #   RAY_WORKER_NODES   worker nodes besides the head (default 1)
 #   RAY_NODE_CPUS      CPUs each node offers (default 1)
+#   RAY_WORKER_RESOURCES  custom resources of each worker node, JSON (default
+#                      {"evalkit_worker": 1000}: evalkit places its model workers on nodes
+#                      offering evalkit_worker, so the head keeps only the driver; {} for none)
 #   RAY_OBJECT_STORE   object store bytes per node (default 256 MiB)
 #   RAY_CLUSTER_DIR    Ray's temp dir for this cluster: sessions, logs, sockets (default
 #                      /tmp/evalkit-ray-RAY_PORT; keep it short, socket paths max 107 chars)
 #   RAY_READY_TIMEOUT  seconds to wait for all nodes to register (default 180)
-#   RAY, PY            the ray CLI and the Python of the same environment (default .venv/bin/)
+#   PY, RAY            the Python whose Ray and evalkit the nodes run (default .venv/bin/python)
+#                      and a ray CLI to use instead of PY's (default: PY runs Ray's CLI)
 #   RAY_AUTH_MODE      token (default) or disabled; with token, the token comes from
 #                      RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (made if missing)
 #
@@ -26,11 +32,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-RAY=${RAY:-.venv/bin/ray}
 PY=${PY:-.venv/bin/python}
+# the ray CLI of PY's environment, run by PY itself: a console script's shebang may name the
+# Python of another environment (a copied virtualenv keeps the one it was made with), and
+# the nodes' workers run the Python that ran `ray start`
+if [[ -n ${RAY:-} ]]; then
+  RAY_CMD=("$RAY")
+else
+  RAY_CMD=("$PY" -c 'import sys; from ray.scripts.scripts import main; sys.argv[0] = "ray"; sys.exit(main())')
+fi
 PORT=${RAY_PORT:-6380}
 WORKERS=${RAY_WORKER_NODES:-1}
 CPUS=${RAY_NODE_CPUS:-1}
+WORKER_RESOURCES=${RAY_WORKER_RESOURCES:-'{"evalkit_worker": 1000}'}
 STORE=${RAY_OBJECT_STORE:-268435456}
 DIR=${RAY_CLUSTER_DIR:-/tmp/evalkit-ray-$PORT}
 TIMEOUT=${RAY_READY_TIMEOUT:-180}
@@ -74,7 +88,7 @@ cluster_pids() {
 # One node, in a session of its own; records the session id (setsid execs in place: a
 # background child of a script is never a process group leader, so its pid is the sid).
 start_node() {
-  setsid "$RAY" start "$@" >>"$LOG" 2>&1 </dev/null &
+  setsid "${RAY_CMD[@]}" start "$@" >>"$LOG" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >>"$SESSIONS"
   if ! wait "$pid"; then
@@ -103,6 +117,29 @@ while time.monotonic() < deadline:
 print(f"ray_local_cluster: {alive} of {want} nodes alive after {timeout:.0f}s", file=sys.stderr)
 sys.exit(1)
 EOF
+}
+
+# "index sid raylet-pid" of each node still running (index 0: the head, 1..N: worker nodes,
+# in the order `start` made them; a node whose raylet is gone prints pid -)
+list_nodes() {
+  [[ -f $SESSIONS ]] || die "no cluster started with temp dir $DIR"
+  local i=0 sid pid
+  while read -r sid; do
+    pid=$(ps -eo pid=,sid=,comm= | awk -v sid="$sid" '$2 == sid && $3 == "raylet" { print $1 }' | head -n 1)
+    echo "$i $sid ${pid:--}"
+    i=$((i + 1))
+  done <"$SESSIONS"
+}
+
+kill_raylet() {
+  local k=${1:-}
+  [[ $k =~ ^[1-9][0-9]*$ ]] || die "kill-raylet needs a worker node index 1..N (0 is the head)"
+  local pid
+  pid=$(list_nodes | awk -v k="$k" '$1 == k { print $3 }')
+  [[ -n $pid ]] || die "no worker node $k in this cluster"
+  [[ $pid != - ]] || die "worker node $k has no raylet running"
+  kill -KILL "$pid"
+  echo "killed the raylet of worker node $k (pid $pid)"
 }
 
 stop_cluster() {
@@ -151,7 +188,7 @@ case "${1:-}" in
     start_node --head --port="$PORT" --include-dashboard=false --dashboard-port="$(free_port)" \
       --dashboard-agent-listen-port="$(free_port)" "${common[@]}"
     for _ in $(seq "$WORKERS"); do
-      start_node --address="$ADDRESS" --dashboard-agent-listen-port="$(free_port)" "${common[@]}"
+      start_node --address="$ADDRESS" --dashboard-agent-listen-port="$(free_port)" --resources="$WORKER_RESOURCES" "${common[@]}"
     done
     if ! wait_for_nodes >>"$LOG" 2>&1; then
       tail -n 5 "$LOG" >&2
@@ -170,13 +207,19 @@ EOF
     ;;
   status)
     [[ -n $(cluster_pids) ]] || die "no cluster running with temp dir $DIR"
-    "$RAY" status --address="$ADDRESS"
+    "${RAY_CMD[@]}" status --address="$ADDRESS"
+    ;;
+  nodes)
+    list_nodes
+    ;;
+  kill-raylet)
+    kill_raylet "${2:-}"
     ;;
   stop)
     stop_cluster
     ;;
   *)
-    echo "usage: $0 start|status|stop   (see the header of this file for the environment)" >&2
+    echo "usage: $0 start|status|nodes|kill-raylet K|stop   (see the header of this file for the environment)" >&2
     exit 2
     ;;
 esac

@@ -9,12 +9,10 @@ ray.init in this process) and must not disturb it: its own temp dir, random port
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,17 +20,10 @@ import pytest
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.engine.journal import read_jsonl
 from tests.conftest import REPO_ROOT, base_overrides, evalkit_cmd
-
-SCRIPT = REPO_ROOT / "launchers" / "ray_local_cluster.sh"
+from tests.support.local_cluster import ClusterError, LocalCluster
 GOLD_IDS = ["en/normal_atom_bool_0", "en/normal_atom_enum_1", "en/special_irrelevant_2"]
 WRONG_ID = "en/normal_atom_bool_1"  # answered "[]": a wrong answer, scored 0
 IDS = [*GOLD_IDS, WRONG_ID]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _port_open(port: int) -> bool:
@@ -41,67 +32,14 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-class LocalCluster:
-    """A cluster made by the launcher script; ``stop()`` is idempotent."""
-
-    def __init__(self) -> None:
-        self.port = _free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        # Ray puts unix sockets under its temp dir (max 107 characters): keep it short
-        self.dir = Path(tempfile.mkdtemp(prefix="ekray-", dir="/tmp"))
-        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
-        self.env = {
-            **env,
-            "RAY": str(Path(sys.executable).parent / "ray"),
-            "PY": sys.executable,
-            "RAY_PORT": str(self.port),
-            "RAY_CLUSTER_DIR": str(self.dir),
-            "RAY_WORKER_NODES": "1",
-            "RAY_NODE_CPUS": "1",
-            "RAY_READY_TIMEOUT": "300",
-            # a token of this cluster's own, so the test never depends on ~/.ray
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN_PATH": str(self.dir / "auth_token"),
-        }
-        self.sessions: list[int] = []
-
-    def _script(self, command: str, timeout: float) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["bash", str(SCRIPT), command], cwd=REPO_ROOT, env=self.env, capture_output=True, text=True, timeout=timeout
-        )
-
-    def start(self) -> str:
-        res = self._script("start", timeout=600)
-        if (self.dir / "sessions").exists():
-            self.sessions = [int(x) for x in (self.dir / "sessions").read_text().split()]
-        if res.returncode != 0:
-            log = (self.dir / "start.log").read_text(errors="replace")[-3000:] if (self.dir / "start.log").exists() else ""
-            self.stop()
-            pytest.fail(f"cluster did not start:\n{res.stdout}\n{res.stderr}\n{log}")
-        return res.stdout
-
-    def stop(self) -> subprocess.CompletedProcess:
-        return self._script("stop", timeout=180)
-
-    def processes(self) -> list[str]:
-        """Processes left of this cluster: in one of its sessions or naming its temp dir."""
-        out = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                sid = int(stat.read_text().rsplit(")", 1)[1].split()[3])
-                cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except (OSError, IndexError, ValueError):
-                continue  # the process ended meanwhile
-            if sid in self.sessions or f"{self.dir}/" in cmdline:
-                out.append(f"{stat.parent.name}: {cmdline[:200]}")
-        return out
-
-
 @pytest.fixture(scope="module")
 def local_cluster():
-    cluster = LocalCluster()
+    cluster = LocalCluster(worker_nodes=1)
     try:
-        cluster.start_output = cluster.start()
+        try:
+            cluster.start()
+        except ClusterError as exc:
+            pytest.fail(str(exc))
         yield cluster
     finally:
         res = cluster.stop()
@@ -200,8 +138,8 @@ def test_benchmark_runs_on_the_cluster_beside_the_session_ray(local_cluster, ray
     assert len(fake_openai.log) == len(IDS)  # one request per sample, none retried
 
     # the model calls ran in actors of the cluster: exactly runner.num_workers of them,
-    # on its nodes, closed at the end of the run (which node each lands on is Ray's
-    # choice: the executor asks for no placement, so both may share one node) ...
+    # on its worker node (it offers evalkit_worker; the head keeps the driver), closed at
+    # the end of the run ...
     probe = _probe(local_cluster)
     assert probe.returncode == 0, probe.stderr[-3000:]
     state = json.loads(probe.stdout.splitlines()[-1])
@@ -209,7 +147,7 @@ def test_benchmark_runs_on_the_cluster_beside_the_session_ray(local_cluster, ray
     workers = [a for a in state["actors"] if a["cls"].endswith("ModelWorker")]
     assert len(workers) == 2
     assert all(w["state"] == "DEAD" for w in workers)
-    assert {w["node"] for w in workers} <= node_ids
+    assert {w["node"] for w in workers} == {n["id"] for n in state["nodes"] if not n["head"]}
     # ... and none in the session's Ray of this process, which is still up
     assert ray.is_initialized() and ray.get_runtime_context().gcs_address == ray_address
     assert _session_model_workers() == session_workers_before

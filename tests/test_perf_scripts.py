@@ -34,7 +34,8 @@ def _run(script: str, *args: str, timeout: int = 600) -> str:
 def test_every_perf_script_has_a_test_here():
     tested = {"ci_speed.py", "scoring_speed.py", "tracking_speed.py", "startup.py", "throughput.py", "engine_cpu.py",
               "frameworks.py", "run_evalkit.py", "run_inspect.py", "coverage.py", "summary_size.py",
-              "score_budget.py", "footprint.py", "agreement_coverage.py", "chaos.py"}  # fmt: skip
+              "score_budget.py", "footprint.py", "agreement_coverage.py", "chaos.py", "rate_limit_cost.py",
+              "scale_out.py"}  # fmt: skip
     assert {p.name for p in PERF.glob("*.py")} == tested
 
 
@@ -152,3 +153,14 @@ def test_chaos_two_seeded_trials(tmp_path):
     assert lines[-1] == "2/2 identical", out
     assert any("driver_kill@" in ln and "drivers 2" in ln for ln in lines), out
     assert any("write_fault@" in ln and "worker_kill@" in ln for ln in lines), out
+
+
+def test_rate_limit_cost():
+    out = _run("rate_limit_cost.py", "--n=50", "--concurrency=4", "--callers", "1")
+    assert "in-process window:" in out and "shared actor, 1 caller process(es):" in out and "ms in the limits actor" in out, out
+
+
+def test_scale_out():
+    """The smallest shape: a head and one worker node (a cluster of its own), one model worker."""
+    out = _run("scale_out.py", "--shapes", "1x1", "--n=12", "--concurrency=4", "--latency=0.01")
+    assert "nodes x workers" in out and "             1x1 " in out and "[12]" in out, out

@@ -71,6 +71,43 @@ Count = Annotated[int, BeforeValidator(_integer), Field(ge=0)]
 Text = Annotated[str, Field(strict=True)]
 
 
+class NodeServed(BaseModel):
+    """One Ray node the run's model workers ran on: its id, the units its workers delivered
+    and their process ids."""
+
+    model_config = ConfigDict(extra="allow")
+
+    node_id: Text
+    units: Count
+    worker_pids: list[Count] = Field(default_factory=list)
+
+
+class SharedWindow(BaseModel):
+    """An endpoint's shared rate-limit window (``runner=cluster``), over every run that
+    called the endpoint since the window was made (:mod:`evalkit.engine.ratelimit`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    concurrency: Count
+    peak_in_flight: Count
+    min_window: Count
+    window_decreases: Count
+    in_flight: Count | None = None
+    requests: Count | None = None
+
+
+class EngineFigures(BaseModel):
+    """``engine``: the run's engine figures (the fields typed here are those of a run on a
+    Ray cluster; the others are kept as written): ``nodes`` its model workers ran on,
+    ``driver_node``, and ``rate_limits`` per endpoint key (``<api_base>|<provider model>``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    nodes: list[NodeServed] | None = None
+    driver_node: Text | None = None
+    rate_limits: dict[Text, SharedWindow] | None = None
+
+
 class Summary(BaseModel):
     """One run's ``summary.json`` (see the module docstring for the counts)."""
 
@@ -109,6 +146,7 @@ class Summary(BaseModel):
     stale_lines: list[Annotated[int, BeforeValidator(_integer), Field(ge=1)]] = Field(default_factory=list)
     started_at: Text | None = None
     finished_at: Text | None = None
+    engine: EngineFigures | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -41,9 +41,9 @@ def test_a_run_forgotten_while_it_registers_stays_forgotten():
         configuring = asyncio.ensure_future(worker.configure("job-1", [payload]))
         await asyncio.sleep(0)
         worker.forget("job-1")
-        payload.set_result((object(), {}, {}))
+        payload.set_result((object(), {}, {}, None))
         await configuring
-        await worker.configure("job-2", [asyncio.sleep(0, result=(object(), {}, {}))])
+        await worker.configure("job-2", [asyncio.sleep(0, result=(object(), {}, {}, None))])
         return worker.jobs
 
     assert set(asyncio.run(scenario())) == {"job-2"}

@@ -68,7 +68,9 @@ messages, its attempt number for that hash, the whole ``messages`` list it carri
 its sampling parameters (``params``), the reasoning controls it carried (``reasoning``:
 ``reasoning_effort`` / ``thinking`` when sent), the other non-standard body fields
 (``extra``: what ``extra_body`` adds), the usage it was answered with (``usage``) and the
-status (or fault name) it got.
+status (or fault name) it got, with ``t`` and ``done``: when it arrived and when its
+handling ended (Unix seconds; the requests being served at any instant are those with
+``t <= instant < done``, :func:`in_flight_peak`).
 
 Without a scripted ``usage`` an answer reports ``prompt_tokens`` = characters of the last
 message // 4 (at least 1) and ``completion_tokens`` = characters of the content // 4.
@@ -145,6 +147,22 @@ def _latency_of(rule: dict[str, Any], text: str) -> float:
         if m:
             return profile_latency(profile, int(m.group(1)))
     return float(rule.get("latency_s") or 0.0)
+
+
+def in_flight_peak(log: list[dict[str, Any]], start: float = 0.0, end: float = float("inf")) -> int:
+    """The most requests of ``log`` (entries of :attr:`FakeOpenAI.log`) being served at once
+    at an instant in ``[start, end)``, whatever their answer (a rejected one counts for no
+    time); an entry still being served counts until ``end``."""
+    events = []
+    for entry in log:
+        t, done = entry["t"], entry.get("done", end)
+        if done > t and t < end and done > start:
+            events += [(max(t, start), 1), (done, -1)]
+    peak = current = 0
+    for _, step in sorted(events):  # an end sorts before a start at the same instant
+        current += step
+        peak = max(peak, current)
+    return peak
 
 
 def _free_port() -> int:
@@ -240,6 +258,7 @@ class FakeOpenAI:
             over = bool(capacity) and status == 200 and self.in_flight >= int(capacity)
             if over:
                 entry["status"] = 429
+                entry["done"] = entry["t"]
             self.log.append(entry)
             if not over:
                 self.in_flight += 1
@@ -269,6 +288,7 @@ class FakeOpenAI:
         finally:
             with self._lock:
                 self.in_flight -= 1
+                entry["done"] = time.time()
         if status == "reset":
             return await _reset(request)
         if status == "malformed":

@@ -85,6 +85,10 @@ class Delivery:
         self.flush_soon = False
         self.tasks: set[asyncio.Future[Any]] = set()
         self.stats = {"resent": 0, "duplicates": 0, "workers_lost": 0}
+        #: where each worker runs now, as its ``ping`` answers (set again after it was lost:
+        #: Ray may restart it elsewhere), and ``{(worker, where): units it delivered there}``
+        self.where: list[Any] = [None] * len(workers)
+        self.served: dict[tuple[int, Any], int] = {}
 
     async def submit(self, unit: WorkItem) -> Trajectory:
         if unit.key in self.held:
@@ -151,7 +155,8 @@ class Delivery:
                 ready = await ref
                 watch.last = watch.loop.time()
                 for key, result in ready:
-                    self._resolve(key, result)
+                    if self._resolve(key, result):
+                        self.served[(i, self.where[i])] = self.served.get((i, self.where[i]), 0) + 1
         except asyncio.CancelledError:
             if not watch.silent:
                 raise
@@ -195,7 +200,7 @@ class Delivery:
 
     async def _ping(self, i: int) -> bool:
         try:
-            await asyncio.wait_for(self.workers[i].ping.remote(), self.ping_timeout_s)
+            self.where[i] = await asyncio.wait_for(self.workers[i].ping.remote(), self.ping_timeout_s)
             return True
         except Exception as exc:  # noqa: BLE001 - dead for good (ActorDiedError), or silent past the timeout
             log.warning("model worker %d is left out of this run (%s: %s)", i, type(exc).__name__, str(exc)[:200])
@@ -207,19 +212,21 @@ class Delivery:
             self._flush_later()
 
     # -- results ------------------------------------------------------------------------------
-    def _resolve(self, key: Hashable, result: Any) -> None:
+    def _resolve(self, key: Hashable, result: Any) -> bool:
+        """Hand ``result`` on; False for a second delivery of a unit (dropped, counted)."""
         held = self.held.pop(key, None)
         if held is None:  # answered already: a second delivery of the same unit
             self.stats["duplicates"] += 1
-            return
+            return False
         if held.worker >= 0:
             self.load[held.worker] -= 1
         if held.future.done():
-            return
+            return False
         if isinstance(result, BaseException):
             held.future.set_exception(result)
         else:
             held.future.set_result(result)
+        return True
 
     def _fail(self, key: Hashable, message: str) -> None:
         held = self.held.get(key)

@@ -34,6 +34,7 @@ from evalkit.engine.cache import open_cache
 from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
 from evalkit.engine.delivery import Delivery
+from evalkit.engine.ratelimit import EndpointGate, endpoint_key, shared_limits
 from evalkit.types import Trajectory, sha256_hex
 
 log = logging.getLogger("evalkit")
@@ -92,23 +93,49 @@ class ModelWorker:
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         self.agents = agents_factory()
         self.cache = open_cache(cache_dir)
-        self.jobs: dict[str, tuple[Any, dict[str, Any], dict[str, Any]]] = {}
+        self.jobs: dict[str, tuple[Any, dict[str, Any], dict[str, Any], Any]] = {}
         self.forgotten: set[str] = set()  # runs ended: a late call must not register them
         self.running: dict[str, set[asyncio.Future[Any]]] = {}
+        self.leases_claimed = False  # the leases of the process this one replaced were given back
 
-    async def configure(self, job: str, holder: list[Any]) -> int:
+    async def configure(self, job: str, holder: list[Any]) -> tuple[int, str]:
         """Register a run: ``holder`` wraps the object-store reference of its ``(solver,
-        agent params, user params)`` (wrapped, so that Ray passes the reference, not the
-        value). Returns this worker's process id."""
+        agent params, user params, limits)`` (wrapped, so that Ray passes the reference, not
+        the value). Returns :meth:`ping`'s answer."""
         await self._job(job, holder)
-        return os.getpid()
+        return self.ping()
 
-    async def _job(self, job: str, holder: list[Any]) -> tuple[Any, dict[str, Any], dict[str, Any]] | None:
+    async def _job(self, job: str, holder: list[Any]) -> tuple[Any, dict[str, Any], dict[str, Any], Any] | None:
         if job not in self.jobs and holder:
             state = await holder[0]
-            if job not in self.forgotten:
-                self.jobs.setdefault(job, state)
+            if job not in self.forgotten and job not in self.jobs:
+                if state[3] or self.leases_claimed:
+                    await self._gate_models(state[3])
+                self.jobs[job] = state
         return self.jobs.get(job)
+
+    async def _gate_models(self, limits: dict[str, tuple[int, bool]] | None) -> None:
+        """Give each network model a slot on its endpoint's shared window
+        (:mod:`evalkit.engine.ratelimit`; ``limits``: ``{"agent" | "user": (concurrency,
+        adaptive)}``), or none (``limits`` ``None``: the run is its endpoints' only caller).
+        A process that replaces a lost one first gives back the leases its predecessor held."""
+        models = {"agent": self.agents.agent, "user": self.agents.user}
+        if not limits:
+            for model in models.values():
+                if hasattr(model, "gate"):
+                    model.gate = None
+            return
+        import ray
+
+        handle, holder = shared_limits(), ray.get_runtime_context().get_actor_id()
+        if not self.leases_claimed:
+            await handle.forget.remote(holder)
+            self.leases_claimed = True
+        for role, model in models.items():
+            if role in limits and hasattr(model, "gate"):
+                limit, adaptive = limits[role]
+                key = endpoint_key(model.provider_model, model.api_base)
+                model.gate = EndpointGate(handle, key, limit, adaptive, holder, model.timeout_s)
 
     def forget(self, job: str) -> None:
         """Drop a run: its unfinished units are cancelled."""
@@ -117,8 +144,16 @@ class ModelWorker:
         for task in self.running.pop(job, set()):
             task.cancel()
 
-    def ping(self) -> int:
-        return os.getpid()
+    def ping(self) -> tuple[int, str | None]:
+        """``(process id, Ray node id)`` of this worker (no node outside Ray)."""
+        import ray
+
+        return os.getpid(), ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+
+    def endpoint_keys(self) -> list[str]:
+        """The shared windows this worker's models hold slots on (:func:`~evalkit.engine.ratelimit.endpoint_key`)."""
+        models = (self.agents.agent, self.agents.user)
+        return [m.gate.key for m in models if getattr(m, "gate", None) is not None]
 
     def price(self, provider_model: str) -> Any:
         """litellm's price of ``provider_model`` (:func:`evalkit.providers.litellm_price`),
@@ -138,7 +173,7 @@ class ModelWorker:
         state = await self._job(job, holder)
         if state is None:
             return
-        solver, agent_params, user_params = state
+        solver, agent_params, user_params, _ = state
         gate = RemoteBudget(budget) if budget is not None else None
         running = self.running.setdefault(job, set())
         tasks = [asyncio.ensure_future(self._one(solver, unit, agent_params, user_params, gate)) for unit in units]
@@ -190,6 +225,11 @@ def _portable(exc: Exception) -> Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc} (raised in a model worker)\n{text}")
 
 
+#: the custom resource of the nodes meant for model workers (launchers/ray_local_cluster.sh
+#: gives it to its worker nodes): when the cluster has it, every model worker needs it, so
+#: the workers run there and the head keeps the driver
+WORKER_RESOURCE = "evalkit_worker"
+
 #: a dead actor is restarted this many times in its life (a run's, or a sweep's while it is
 #: kept warm); a unit lost with its worker ``UNIT_MAX_TRIES`` times is a ``worker_died`` failure
 ACTOR_MAX_RESTARTS = 3
@@ -222,6 +262,7 @@ class RayExecutor:
         num_workers: int,
         concurrency: int,
         warm: dict[str, list[Any]] | None = None,
+        limits: dict[str, tuple[int, bool]] | None = None,
     ):
         import ray  # deferred: offline runs never import Ray
 
@@ -246,24 +287,33 @@ class RayExecutor:
         self.pids: list[int] = []
         self.delivery = Delivery(self.workers, (self.job, [], None), again_args=(self.job, self._holder, None))
         self.budget_keeper: Any = None
+        self.limits = limits
+        if limits:
+            self.limits_actor = shared_limits()  # made here first: on the driver's node
 
     @staticmethod
     def _start(agents_factory: Callable[[], Any], cache: str | None, n: int, concurrency: int) -> list[Any]:
+        import ray
+
         worker_cls = _worker_class()
-        status.info("starting %s…", "1 model worker (a Ray actor)" if n == 1 else f"{n} model workers (Ray actors)")
+        placed = ray.cluster_resources().get(WORKER_RESOURCE, 0) > 0
+        status.info("starting %s%s…", "1 model worker (a Ray actor)" if n == 1 else f"{n} model workers (Ray actors)",
+                    f" on the nodes offering {WORKER_RESOURCE}" if placed else "")  # fmt: skip
         return [
             worker_cls.options(
                 max_concurrency=concurrency + 16,  # calls: a solve per unit at most (all of them, the others lost), pings, set-up
                 max_restarts=ACTOR_MAX_RESTARTS,
                 max_task_retries=-1,  # calls other than solve made while Ray restarts the actor wait for it
                 scheduling_strategy="SPREAD",  # one actor per node first on a cluster
+                resources={WORKER_RESOURCE: 1} if placed else None,
             ).remote(agents_factory, cache)
             for _ in range(n)
         ]
 
     def register(self, solver: Any, agent_params: dict[str, Any], user_params: dict[str, Any]) -> None:
-        """Give the workers this run's solver and parameters (through the object store)."""
-        self._holder.append(self._ray.put((solver, agent_params, user_params)))
+        """Give the workers this run's solver, parameters and shared endpoint limits (through
+        the object store)."""
+        self._holder.append(self._ray.put((solver, agent_params, user_params, self.limits)))
         self._ready = [w.configure.remote(self.job, self._holder) for w in self.workers]
 
     def wait_ready(self) -> None:
@@ -271,8 +321,44 @@ class RayExecutor:
         ``pids`` are then the workers' process ids and ``ready_s`` the seconds from the
         executor's creation."""
         if not self.pids:
-            self.pids = self._ray.get(self._ready)
+            where = self._ray.get(self._ready)
+            self.delivery.where = list(where)
+            self.pids = [pid for pid, _ in where]
             self.ready_s = round(time.perf_counter() - self.started, 4)
+
+    def figures(self) -> dict[str, Any]:
+        """The cluster's part of ``summary.json`` → ``engine``: ``nodes`` (per Ray node the
+        model workers ran on: ``node_id``, ``units`` its workers delivered, their
+        ``worker_pids``), ``driver_node``, ``delivery`` (units ``resent`` after a worker was
+        lost, ``duplicates`` dropped, ``workers_lost`` for good), and with shared limits ``rate_limits`` (per
+        endpoint: the shared window's figures over every caller since it was made,
+        :meth:`~evalkit.engine.ratelimit.EndpointLimits.stats`)."""
+        nodes: dict[str, dict[str, Any]] = {}
+        for (_, where), units in sorted(self.delivery.served.items(), key=lambda kv: str(kv[0])):
+            pid, node = where if where is not None else (None, "unknown")
+            entry = nodes.setdefault(node, {"node_id": node, "units": 0, "worker_pids": []})
+            entry["units"] += units
+            if pid is not None and pid not in entry["worker_pids"]:
+                entry["worker_pids"].append(pid)
+        out: dict[str, Any] = {"nodes": list(nodes.values()), "driver_node": self._ray.get_runtime_context().get_node_id(),
+                               "delivery": dict(self.delivery.stats)}  # fmt: skip
+        if self.limits:
+            out["rate_limits"] = self._limit_stats()
+        return out
+
+    def _limit_stats(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """``{endpoint key: shared window figures}`` (empty when no worker or limits actor answers)."""
+        for worker, up in zip(self.workers, self.delivery.live):
+            if not up:
+                continue
+            try:
+                keys = self._ray.get(worker.endpoint_keys.remote(), timeout=timeout_s)
+                stats = self._ray.get([self.limits_actor.stats.remote(k) for k in keys], timeout=timeout_s)
+            except Exception:  # noqa: BLE001 - a worker or the actor gone: no figures
+                log.warning("the shared rate limits' figures could not be read", exc_info=True)
+                return {}
+            return {k: v for k, v in zip(keys, stats) if v is not None}
+        return {}
 
     def litellm_price(self, provider_model: str) -> Any:
         """litellm's price of ``provider_model``, asked of a worker (waits for its start)."""

@@ -155,7 +155,20 @@ def _ray_executor(cfg: EvalConfig, agents_factory: Callable[[], Any], shared: Se
     ``runner.num_workers`` workers sharing the response cache; in a sweep's session, the
     warm workers of an earlier run with the same endpoints and cache are reused."""
     return RayExecutor(agents_factory, _cache_dir(cfg), cfg.runner.num_workers, cfg.backend.concurrency,
-                       warm=shared.workers if shared else None)  # fmt: skip
+                       warm=shared.workers if shared else None, limits=_endpoint_limits(cfg))  # fmt: skip
+
+
+def _endpoint_limits(cfg: EvalConfig) -> dict[str, tuple[int, bool]] | None:
+    """``{"agent" | "user": (concurrency, adaptive)}`` of a ``runner=cluster`` run: each endpoint's
+    requests go through one window shared by every run on the cluster
+    (:mod:`evalkit.engine.ratelimit`); ``None`` for ``runner=local`` (the run is its
+    endpoints' only caller: the driver's window suffices)."""
+    if cfg.runner.kind != "cluster":
+        return None
+    limits = {"agent": (cfg.backend.concurrency, cfg.backend.adaptive_concurrency)}
+    if cfg.user is not None:
+        limits["user"] = (cfg.user.backend.concurrency, cfg.user.backend.adaptive_concurrency)
+    return limits
 
 
 def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, early: Executor | None = None,
@@ -200,7 +213,7 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
     phases.add("requests_s", engine["requests_wall_s"])
     engine["units"] = len(pending)
     if isinstance(executor, RayExecutor):
-        engine.update(worker_pids=executor.pids, reused_workers=executor.reused)
+        engine.update(worker_pids=executor.pids, reused_workers=executor.reused, **executor.figures())
     return engine
 
 

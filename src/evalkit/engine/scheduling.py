@@ -1,7 +1,7 @@
 """Scheduling rules: how many units are in flight, and in what order they are dispatched.
 
 * at most ``backend.concurrency`` units are in flight, and fewer while the provider
-  throttles: an AIMD window (:class:`AdaptiveWindow`) halves on a unit that met HTTP 429
+  throttles: an AIMD window (:class:`~evalkit.engine.ratelimit.AdaptiveWindow`) halves on a unit that met HTTP 429
   and grows back by one per window of unthrottled results;
 * units are dispatched in selection order, and each result is handed to the driver's
   ``on_result`` (which journals it) the moment it arrives;
@@ -19,65 +19,8 @@ from evalkit.engine.budget import Budget
 from evalkit.engine.solve import BUDGET_EXCEEDED
 from evalkit.engine.work import WorkItem
 from evalkit.engine.executor import Executor
+from evalkit.engine.ratelimit import AdaptiveWindow
 from evalkit.types import Failure, Trajectory
-
-
-class AdaptiveWindow:
-    """How many units may be in flight: additive increase, multiplicative decrease (AIMD,
-    the congestion rule of TCP, RFC 5681) on the provider's HTTP 429 answers.
-
-    Starts at ``limit`` (``backend.concurrency``), never exceeds it, never drops below 1.
-    A unit that met a 429 (``throttled > 0``) halves the window — once per congestion
-    event: only units dispatched after the last decrease can decrease it again, so one
-    burst of 429s answering the same wave of requests counts once. Each ``window``
-    consecutive unthrottled results add one. Deterministic: no clocks.
-    """
-
-    def __init__(self, limit: int, adaptive: bool = True):
-        self.limit = limit
-        self.adaptive = adaptive
-        self.window = limit
-        self.min_window = limit
-        self.in_flight = 0
-        self.peak_in_flight = 0
-        self.decreases = 0
-        self._dispatched = 0
-        self._last_decrease_at = -1
-        self._good = 0
-        self._cond = asyncio.Condition()
-
-    async def acquire(self) -> int:
-        """Wait for a slot; returns the dispatch sequence number of the unit."""
-        async with self._cond:
-            await self._cond.wait_for(lambda: self.in_flight < self.window)
-            self.in_flight += 1
-            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-            self._dispatched += 1
-            return self._dispatched
-
-    async def release(self, seq: int, throttled: int) -> None:
-        async with self._cond:
-            self.in_flight -= 1
-            if self.adaptive and throttled and seq > self._last_decrease_at:
-                self.window = max(1, self.window // 2)
-                self.min_window = min(self.min_window, self.window)
-                self.decreases += 1
-                self._last_decrease_at = self._dispatched
-                self._good = 0
-            elif not throttled and self.window < self.limit:
-                self._good += 1
-                if self._good >= self.window:
-                    self.window += 1
-                    self._good = 0
-            self._cond.notify_all()
-
-    def stats(self) -> dict[str, int]:
-        return {
-            "concurrency": self.limit,
-            "peak_in_flight": self.peak_in_flight,
-            "min_window": self.min_window,
-            "window_decreases": self.decreases,
-        }
 
 
 def throttled_count(trajectory: Trajectory) -> int:

@@ -81,6 +81,10 @@ class LiteLLMModel:
     #: identity of the served weights when the endpoint address is not stable (evalkit's
     #: own llama.cpp server gets a new port every run)
     identity: str | None = None
+    #: a slot on the endpoint's shared rate limit, held for each attempt (``None``: none):
+    #: ``await gate.acquire()`` → lease, then ``gate.release(lease, throttled)``
+    #: (:class:`evalkit.engine.ratelimit.EndpointGate`, set by the model worker)
+    gate: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _price_unknown_model(self.provider_model)
@@ -144,11 +148,17 @@ class LiteLLMModel:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
+                    lease = await self.gate.acquire() if self.gate is not None else None
+                    limited = False
                     try:
                         completion = await self._attempt_within_timeout(request)
                     except Exception as exc:
-                        throttled += status_code(exc) == 429
+                        limited = status_code(exc) == 429
+                        throttled += limited
                         raise
+                    finally:
+                        if lease is not None:
+                            self.gate.release(lease, limited)
         except ModelCallError as exc:
             exc.failure.attempts, exc.failure.throttled = attempts, throttled
             raise

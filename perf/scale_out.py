@@ -1,0 +1,175 @@
+"""Requests per second, and per core, as a local Ray cluster's nodes and model workers grow (prints figures; not a test).
+
+    .venv/bin/python perf/scale_out.py [--shapes 1x1 2x2 2x4] [--n 600] [--concurrency 32]
+        [--latency 0.05] [--cpus 1]
+
+Each shape ``NODESxWORKERS`` is a real cluster on this machine (a head and NODES worker
+nodes, each its own raylet, made by ``launchers/ray_local_cluster.sh`` through
+tests/support/local_cluster.py; the model workers are placed on the worker nodes, the
+driver runs beside the head) and one ``runner=cluster runner.num_workers=WORKERS`` run of
+``--n`` single-turn prompts (``perf/run_evalkit.py``'s ``prompts_jsonl``) against the fake
+OpenAI server (tests/support/fake_openai.py, a process of its own, ``--latency`` seconds per
+answer) at ``backend.concurrency=--concurrency``. Clusters are made one at a time and
+stopped after their run.
+
+Printed per shape:
+
+* requests/s: ``--n`` / the request phase (``summary.json`` → ``engine.requests_wall_s``,
+  first request sent to last answer);
+* CPU: seconds used during the run by the driver's process tree and every process of the
+  cluster (Ray's daemons of each node, the model workers, the shared rate-limit actor),
+  read with psutil every 0.2 s (a process's last reading before it ends is kept); the server
+  is not counted;
+* per core: requests per CPU-second (what one fully busy core buys), and CPU ms per request.
+
+Every node runs on this machine's cores (``os.cpu_count()`` printed), so more nodes add
+processes, not cores: on one machine the figures show what the cluster's machinery costs,
+not what more machines would give.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.support.local_cluster import LocalCluster  # noqa: E402
+
+
+class CpuSampler(threading.Thread):
+    """CPU seconds (user + system) of the processes ``select(proc)`` picks, sampled every
+    ``every`` seconds: the sum over processes of last reading minus first."""
+
+    def __init__(self, select, every: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.select, self.every = select, every
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.done = threading.Event()
+
+    def sample(self) -> None:
+        for proc in psutil.process_iter():
+            try:
+                if not self.select(proc):
+                    continue
+                cpu = sum(proc.cpu_times()[:2])
+            except psutil.Error:
+                continue
+            self.first.setdefault(proc.pid, cpu)
+            self.last[proc.pid] = cpu
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.sample()
+            self.done.wait(self.every)
+
+    def stop(self) -> float:
+        self.done.set()
+        self.join()
+        return sum(self.last[pid] - self.first[pid] for pid in self.last)
+
+
+def start_server(work: Path, latency: float) -> tuple[subprocess.Popen, str]:
+    port_file = work / "port"
+    server = subprocess.Popen([sys.executable, str(REPO / "tests" / "support" / "fake_openai.py"), str(port_file)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (port_file.exists() and port_file.read_text().strip()):
+        if time.monotonic() > deadline:
+            raise SystemExit("the fake server did not start")
+        time.sleep(0.1)
+    base = f"http://127.0.0.1:{port_file.read_text().strip()}"
+    while True:
+        try:
+            plan = json.dumps({"default": {"content": "ok", "latency_s": latency}}).encode()
+            urllib.request.urlopen(urllib.request.Request(f"{base}/_plan", plan, {"Content-Type": "application/json"}), timeout=10)
+            return server, f"{base}/v1"
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def prompts(work: Path, n: int) -> Path:
+    data = work / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"i": i, "text": f"question {i}: say ok"}) + "\n" for i in range(n)))
+    return data
+
+
+def one_shape(nodes: int, workers: int, args: argparse.Namespace, work: Path, api_base: str, data: Path) -> dict:
+    cluster = LocalCluster(worker_nodes=nodes, cpus=args.cpus)
+    try:
+        cluster.start()
+        sids = set(cluster.sessions)
+        out = work / f"{nodes}x{workers}.json"
+        cmd = [sys.executable, str(REPO / "perf" / "run_evalkit.py"), str(data), str(out), "runner=cluster",
+               f"runner.address={cluster.address}", f"runner.num_workers={workers}", "model=openai_compatible",
+               "model.provider_model=openai/fake", f"backend.api_base={api_base}", f"backend.concurrency={args.concurrency}",
+               "run.cache=false", "tracking=none", "run.progress=false", f"run.output_root={work / 'out'}"]  # fmt: skip
+        proc = subprocess.Popen(cmd, cwd=REPO, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        driver = psutil.Process(proc.pid)
+
+        def mine(p: psutil.Process) -> bool:
+            if p.pid == proc.pid:
+                return True
+            try:
+                if os.getsid(p.pid) in sids:
+                    return True
+            except OSError:
+                return False
+            return any(parent.pid == driver.pid for parent in p.parents())
+
+        sampler = CpuSampler(mine)
+        sampler.start()
+        log, _ = proc.communicate(timeout=3600)
+        cpu_s = sampler.stop()
+        if proc.returncode != 0:
+            raise SystemExit(f"{nodes}x{workers}: the run failed (exit {proc.returncode}): {log[-2000:]}")
+        engine = json.loads(out.read_text())["engine"]
+    finally:
+        cluster.remove()
+    rps = args.n / engine["requests_wall_s"]
+    return {"nodes": nodes, "workers": workers, "requests_per_s": rps, "cpu_s": cpu_s, "per_cpu_s": args.n / cpu_s,
+            "cpu_ms_per_request": cpu_s / args.n * 1e3, "units_per_node": [n["units"] for n in engine.get("nodes", [])]}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", nargs="+", default=["1x1", "2x2", "2x4"], help="NODESxWORKERS (worker nodes x model workers)")
+    parser.add_argument("--n", type=int, default=600, help="prompts per run")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds the server takes per answer")
+    parser.add_argument("--cpus", type=int, default=1, help="CPUs each node offers Ray")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="scale-out-") as tmp:
+        work = Path(tmp)
+        server, api_base = start_server(work, args.latency)
+        try:
+            data = prompts(work, args.n)
+            print(f"N={args.n} prompts, backend.concurrency={args.concurrency}, server latency {args.latency:g} s; "
+                  f"this machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+            print(f"{'nodes x workers':>16} {'requests/s':>11} {'CPU s':>7} {'requests/CPU-s':>15} {'CPU ms/request':>15}  units per node")
+            for shape in args.shapes:
+                nodes, workers = (int(x) for x in shape.split("x"))
+                r = one_shape(nodes, workers, args, work, api_base, data)
+                print(f"{shape:>16} {r['requests_per_s']:>11.1f} {r['cpu_s']:>7.1f} {r['per_cpu_s']:>15.1f} "
+                      f"{r['cpu_ms_per_request']:>15.2f}  {r['units_per_node']}", flush=True)  # fmt: skip
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
