@@ -26,7 +26,9 @@ finalizes, or misses when the run has ended):
                      runs never trip it);
 * ``llama_kill``     (trials of their own, every ``--embedded-every``-th seed: the
                      embedded model ``model=smollm2``, 3 samples) the llama.cpp server
-                     SIGKILLed mid-run.
+                     SIGKILLed mid-run; these trials also draw ``driver_kill``, after
+                     which the driver's server must end by itself (none may outlive the
+                     trial by 15 s).
 
 A storm or stall longer than ``backend.retry_budget_s`` ends in failures by design; a
 driver that died, or a run that ended incomplete, is resumed (``run.resume``) as many
@@ -68,7 +70,7 @@ from tests.support.fake_openai import profile_latency  # noqa: E402
 from tests.support.write_faults import ENV as WRITE_FAULT_ENV  # noqa: E402
 
 FAKE_FAULTS = ("worker_kill", "driver_kill", "storm_429", "burst_5xx", "resets", "stall", "server_restart", "write_fault")
-EMBEDDED_FAULTS = ("llama_kill",)
+EMBEDDED_FAULTS = ("llama_kill", "llama_kill", "driver_kill")
 TASK_DATA = REPO_ROOT / "examples" / "tasks" / "arith_mini.jsonl"
 CHAOS_SITE = REPO_ROOT / "tests" / "support" / "chaos_site"
 
@@ -330,6 +332,8 @@ class Outcome:
     first_row_s: float | None = None  # seconds from the start to the first journaled row
     last_row_s: float | None = None  # ... to the last time the journal grew
     capped: bool = False
+    servers: set[int] = field(default_factory=set)  # llama.cpp servers the drivers started
+    leaked: list[int] = field(default_factory=list)  # ... still running 15 s after the trial
 
 
 def _journal_size(run_dir: Path) -> int:
@@ -353,8 +357,11 @@ def run_until_complete(args: list[str], tdir: Path, s: Settings, env_extra: dict
                 proc = subprocess.Popen([sys.executable, "-m", "evalkit", *args, where], cwd=REPO_ROOT, env=env,
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
             current["proc"] = proc
-            size = _journal_size(run_dir)
+            size, polls = _journal_size(run_dir), 0
             while proc.poll() is None:
+                polls += 1
+                if polls % 20 == 1:
+                    out.servers.update(llama_pids(proc.pid))
                 grown, size = _journal_size(run_dir) > size, _journal_size(run_dir)
                 if grown:
                     out.last_row_s = time.monotonic() - t0
@@ -368,15 +375,35 @@ def run_until_complete(args: list[str], tdir: Path, s: Settings, env_extra: dict
                 time.sleep(0.05)
             out.attempts.append(proc.returncode)
             _reap(proc)
-            if out.capped or (proc.returncode == 0 and (injector is None or injector.thread is None or injector.done())):
-                break
-            if proc.returncode == 0:  # complete while faults are still to come: they are missed
+            if out.capped or proc.returncode == 0:  # complete (faults still to come are missed)
                 break
     finally:
         out.wall_s = time.monotonic() - t0
         if injector is not None:
             injector.stop()
+        out.leaked = _outlived(out.servers)
     return out
+
+
+def _outlived(pids: set[int], grace_s: float = 15.0) -> list[int]:
+    """The processes of ``pids`` still running ``grace_s`` after their drivers ended (then
+    SIGKILLed): an embedded server that outlived the process that started it."""
+    import psutil
+
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + grace_s
+    alive = [p for p in pids if running(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.5)
+        alive = [p for p in alive if running(p)]
+    for p in alive:
+        _kill(p)
+    return alive
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:
@@ -425,6 +452,8 @@ def traces_by_key(tracking_uri: str) -> dict[str, Any]:
 def verdict(got: dict[str, Any], ref: dict[str, Any], out: Outcome, s: Settings) -> list[str]:
     """What differs from the undisturbed run (empty: the trial passes)."""
     bad = []
+    if out.leaked:
+        bad.append(f"llama.cpp server(s) {out.leaked} outlived their driver")
     if out.capped:
         bad.append(f"wall time over the cap ({s.cap_s:.0f} s)")
     if out.attempts and out.attempts[-1] != 0:

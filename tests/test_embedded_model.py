@@ -94,3 +94,41 @@ def test_smollm2_temperature_zero_is_reproducible(llama_api_base, ray_address, r
     out_a = {p["sample_id"]: p["output"] for p in read_jsonl(a.run_dir / "predictions.jsonl")}
     out_b = {p["sample_id"]: p["output"] for p in read_jsonl(b.run_dir / "predictions.jsonl")}
     assert out_a == out_b and len(out_a) == 2
+
+
+@pytest.mark.slow
+def test_the_server_ends_when_the_process_that_started_it_is_killed(tmp_path):
+    """A driver SIGKILLed mid-run cannot stop its llama.cpp server (its atexit never runs);
+    the server, in a session of its own, used to outlive it for good (its memory and port
+    held; every resume started one more). It now ends by itself once its parent is gone."""
+    import signal
+    import sys
+    import time
+
+    code = ("import sys, time\nfrom evalkit.backends.llamacpp import LlamaCppServer\n"
+            f"s = LlamaCppServer(log_file={str(tmp_path / 'server.log')!r}); s.start()\n"
+            "print(s.proc.pid, flush=True)\ntime.sleep(600)\n")  # fmt: skip
+    driver = subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        server_pid = int(driver.stdout.readline())
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _alive(server_pid):
+            time.sleep(0.2)
+        alive = _alive(server_pid)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    if alive:
+        os.kill(server_pid, signal.SIGKILL)
+    assert not alive, "the llama.cpp server outlived the process that started it"
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie re-parented to init counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

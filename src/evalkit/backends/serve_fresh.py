@@ -7,10 +7,20 @@ request came before. Forgetting the cached prefix before each generation makes o
 function of the prompt alone (recipe: shared/design/local_model.md §2.4; pinned to
 llama-cpp-python 0.3.36, whose ``Llama.generate`` and ``n_tokens`` this relies on).
 
+It also ends the server once the process that started it is gone (:func:`_exit_with_parent`).
+
 Run as ``python -m evalkit.backends.serve_fresh <llama_cpp.server flags>``.
 """
 
 from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+#: seconds between two looks at the parent process
+PARENT_POLL_S = 1.0
 
 
 def _patch() -> None:
@@ -25,7 +35,29 @@ def _patch() -> None:
     llama_cpp.Llama.generate = generate
 
 
+def _exit_with_parent() -> None:
+    """End this server once its parent (the evalkit process that started it) is gone.
+
+    evalkit stops its server when it ends, even on Ctrl-C or an error; a SIGKILLed driver
+    cannot, and the server, started in a session of its own, would outlive it for good
+    (its memory and port held; each resume of the run started one more). A daemon thread
+    sees the parent change (the orphan is re-parented) within :data:`PARENT_POLL_S`, then
+    sends this process SIGTERM (the server's own shutdown), and exits it outright 10 s later.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def main() -> None:
+    _exit_with_parent()
     _patch()
     from llama_cpp.server.__main__ import main as server_main
 
