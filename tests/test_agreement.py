@@ -105,6 +105,7 @@ def _row(sample_id, epoch, verdicts):
 def test_panel_agreement_of_journal_rows_and_its_report_section():
     from evalkit.benchmarks.task.agreement import panel_agreement
     from evalkit.report.summary import agreement_lines
+    from evalkit.summary import Summary
 
     a = ["pass", "pass", "fail", "fail", "pass", "fail", "pass", "pass", "fail", "pass"]
     b = ["pass", "fail", "fail", "fail", "pass", "fail", "pass", "pass", "pass", "pass"]
@@ -120,6 +121,6 @@ def test_panel_agreement_of_journal_rows_and_its_report_section():
     assert out["panel"]["method"] == KRIPPENDORFF_ALPHA and out["panel"]["value"] == pytest.approx(_alpha_by_pairs(matrix), abs=1e-6)
     assert panel_agreement(rows, ["ja"], 0.95, 300, 0) == {}  # one judge: nothing to agree with
 
-    report = "\n".join(agreement_lines({"judge_agreement": {"correct": out}}))
+    report = "\n".join(agreement_lines(Summary.model_construct(judge_agreement={"correct": out})))
     assert "## Agreement between judges" in report and "ja & jb" in report and f"{0.28 / 0.48:.3f} [" in report
     assert "panel (3 judges)" in report and "krippendorff_alpha_nominal" in report

@@ -92,13 +92,13 @@ def test_primary_score_and_tracked_metrics_are_read_from_the_summary(tmp_path: P
     from evalkit.tracking.curate import is_named
 
     def run(summary: dict) -> Run:
-        return Run(tmp_path, summary, Journal(tmp_path), Summary.model_construct(**summary))
+        return Run(tmp_path, Summary.model_construct(**summary), Journal(tmp_path))
 
     assert primary_score_key([run({"benchmark": "someone_elses", "primary_score": "exact", "headline": "accuracy"})]) == "exact"
     assert primary_score_key([run({"benchmark": "sobhard"})]) == "sample_pass"  # a run from before the field
-    assert is_named({"tracked_metrics": "all"}, "accuracy/europe")
-    assert not is_named({"tracked_metrics": "top_level"}, "sample_pass_rate/cell/diff/easy")
-    assert is_named({"tracked_metrics": "top_level"}, "balance_score")
+    assert is_named(Summary.model_construct(tracked_metrics="all"), "accuracy/europe")
+    assert not is_named(Summary.model_construct(tracked_metrics="top_level"), "sample_pass_rate/cell/diff/easy")
+    assert is_named(Summary.model_construct(tracked_metrics="top_level"), "balance_score")
 
 
 def test_defaults_live_in_the_settings_models_only():

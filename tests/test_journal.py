@@ -52,8 +52,9 @@ def test_a_stale_row_before_a_fresh_one_counts_nowhere(stale_first):
     summary = res.summary
     assert summary["status"] == "complete" and summary["metrics"]["accuracy/normal_atom_bool"] == 1.0
     recorded = yaml.safe_load((res.run_dir / "config.yaml").read_text(encoding="utf-8"))
-    with_requests = {o.sample_id: o for o in outcomes(res.run_dir, summary, requests_of(res.run_dir, recorded))}
-    without = {o.sample_id: o for o in outcomes(res.run_dir, summary)}
+    typed = res.typed
+    with_requests = {o.sample_id: o for o in outcomes(res.run_dir, typed, requests_of(res.run_dir, recorded))}
+    without = {o.sample_id: o for o in outcomes(res.run_dir, typed)}
     for table in (with_requests, without):
         assert len(table) == 3
         assert table[sid].ok and table[sid].row["scores"] == {"accuracy": 1.0}
@@ -144,7 +145,7 @@ def test_counts_with_repeats_are_samples_and_rows(run_eval, tmp_path, capsys):
     del old["n_scored_rows"], old["n_failed_rows"]
     (first.run_dir / "summary.json").write_text(json.dumps(old), encoding="utf-8")
     assert _check_report(first.run_dir).returncode == 0
-    assert compare_mod.load_run(first.run_dir).summary["n_scored"] == 4
+    assert compare_mod.load_run(first.run_dir).summary.n_scored == 4
 
 
 def _check_report(path: Path):
@@ -262,7 +263,8 @@ def test_a_summary_that_does_not_validate_is_still_written_and_said(tmp_path, ca
 
     built = {"status": "complete", "benchmark": "x", "model": "m", "n_samples": 1, "n_scored": 1, "n_failed": 0,
              "metrics": {"accuracy": None}}  # fmt: skip
-    assert write_summary(tmp_path / "summary.json", built) is None
+    unvalidated = write_summary(tmp_path / "summary.json", built)
+    assert (unvalidated.status, unvalidated.metrics) == ("complete", {"accuracy": None})  # as built, for the run's own readers
     assert json.loads((tmp_path / "summary.json").read_text(encoding="utf-8")) == built
     assert "metrics.accuracy: expected a number, got NoneType (written as built)" in caplog.text
 

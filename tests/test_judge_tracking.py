@@ -63,13 +63,14 @@ def test_judge_spans_and_assessments_read_back_from_mlflow(tmp_path: Path):
     import mlflow
     from mlflow.entities import AssessmentSourceType
 
+    from evalkit.summary import Summary
     from evalkit.tracking.mlflow_tracking import client, experiment_id, trace_client
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     mlflow_client = client(uri)
     exp = experiment_id(mlflow_client, "judges", str(tmp_path / "artifacts"))
     run_id = mlflow_client.create_run(exp).info.run_id
-    summary = {"benchmark": "open_qa", "headline": "preference"}
+    summary = Summary.model_construct(benchmark="open_qa", headline="preference")
     tracer = trace_client(uri)
     built = [build_trace(o, tmp_path, run_id, exp, summary, T0) for o in (Outcome("s1", "open", row=ROW), Outcome("s2", "open", failure=FAILURE))]
     for info, _ in built:

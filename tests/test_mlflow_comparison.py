@@ -330,43 +330,45 @@ def test_names_are_ones_mlflow_accepts():
 
 
 def test_headline_and_group_intervals_come_from_metrics_ci_and_only_when_complete():
+    from evalkit.summary import Summary
     from evalkit.tracking.curate import breakdown_tables, run_metrics
 
     ci = {"low": 0.5, "high": 0.75, "stderr": 0.06, "n": 40, "method": "bootstrap"}
-    complete = {"status": "complete", "benchmark": "sobhard", "tracked_metrics": "top_level",  # as SOBHard declares it
+    complete = {"status": "complete", "benchmark": "sobhard", "model": "m", "tracked_metrics": "top_level",  # as SOBHard declares it
                 "headline": "sample_pass_rate", "n_samples": 40, "n_scored": 40,
                 "n_failed": 0, "metrics": {"sample_pass_rate": 0.625, "sample_pass_rate/family/x": 0.5, "constraint/pack.a": 1.0},
                 "metrics_ci": {"sample_pass_rate": ci, "sample_pass_rate/family/x": {**ci, "n": 12}},
                 "usage": {"prompt_tokens": 10, "completion_tokens": 5}, "cost_usd": 0.25}  # fmt: skip
-    assert run_metrics(complete) == {
+    assert run_metrics(Summary.model_validate(complete)) == {
         "headline": 0.625, "headline_ci_low": 0.5, "headline_ci_high": 0.75, "sample_pass_rate": 0.625,
         "sample_pass_rate_ci_low": 0.5, "sample_pass_rate_ci_high": 0.75, "n_samples": 40.0, "n_scored": 40.0, "n_failed": 0.0,
         "tokens/prompt_tokens": 10.0, "tokens/completion_tokens": 5.0, "cost_usd": 0.25,
     }  # fmt: skip
-    assert breakdown_tables(complete) == {
+    assert breakdown_tables(Summary.model_validate(complete)) == {
         "family": {"family": ["x"], "sample_pass_rate": [0.5], "n": [12], "ci_low": [0.5], "ci_high": [0.75]},
         "constraint": {"constraint": ["pack.a"], "value": [1.0]},
     }
     incomplete = {**complete, "status": "incomplete", "metrics": {}, "n_failed": 2,
                   "partial_metrics": {"partial_sample_pass_rate": 0.6}, "metrics_ci": {"partial_sample_pass_rate": ci}}  # fmt: skip
-    got = run_metrics(incomplete)
+    got = run_metrics(Summary.model_validate(incomplete))
     assert "headline" not in got and got["partial_sample_pass_rate"] == 0.6
     assert (got["partial_sample_pass_rate_ci_low"], got["partial_sample_pass_rate_ci_high"]) == (0.5, 0.75)
-    without_ci = run_metrics({**complete, "metrics_ci": None})
+    without_ci = run_metrics(Summary.model_validate({**complete, "metrics_ci": None}))
     assert without_ci["headline"] == 0.625 and not [k for k in without_ci if "_ci_" in k]
 
 
 def test_description_says_headline_interval_and_n_or_how_to_resume(tmp_path: Path):
+    from evalkit.summary import Summary
     from evalkit.tracking.curate import description
 
     base = {"benchmark": "ke", "model": "m", "model_id": "openai/m", "n_samples": 170, "n_scored": 170, "n_failed": 0,
             "headline": "f1_macro", "data_fingerprint": "ab" * 32, "prompt_hash": "cd" * 32, "code_version": "0.1.0+x"}  # fmt: skip
     ci = {"f1_macro": {"low": 0.41, "high": 0.52, "stderr": 0.03, "n": 170, "method": "percentile bootstrap"}}
-    text = description({**base, "status": "complete", "metrics": {"f1_macro": 0.4667}, "metrics_ci": ci}, tmp_path)
+    text = description(Summary.model_validate({**base, "status": "complete", "metrics": {"f1_macro": 0.4667}, "metrics_ci": ci}), tmp_path)
     assert "headline `f1_macro` = **0.4667**, interval 0.4100–0.5200 (percentile bootstrap) over n = 170 samples" in text
     assert "status complete (170 of 170 scored)" in text and "\n" not in text
     failed = {**base, "status": "incomplete", "metrics": {}, "n_scored": 167, "n_failed": 3, "failed_by_kind": {"timeout": 2, "auth": 1}}
-    text = description(failed, tmp_path / "run")
+    text = description(Summary.model_validate(failed), tmp_path / "run")
     assert "**INCOMPLETE** — 3 of 170 samples failed (timeout: 2, auth: 1)" in text
     assert f"`run.resume={(tmp_path / 'run').resolve()}`" in text and "headline `" not in text
 

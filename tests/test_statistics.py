@@ -563,7 +563,7 @@ def test_a_change_of_scorer_is_a_comparability_note(tmp_path):
     from evalkit.summary import Summary
 
     def run(summary):
-        return Run(tmp_path, summary, Journal(tmp_path), Summary.model_construct(**summary))
+        return Run(tmp_path, Summary.model_construct(**summary), Journal(tmp_path))
 
     base = {"benchmark": "ke", "status": "complete", "data_fingerprint": "x", "code_version": "0.1.0+aaa"}
     notes = comparability(run(base), run({**base, "code_version": "0.1.0+bbb"}))

@@ -79,17 +79,15 @@ class Run:
 
     Attributes:
         path: the run directory.
-        summary: ``summary.json`` as written by the engine, validated
-            (:class:`evalkit.summary.Summary`; a version-1 summary's counts read as version 2).
+        summary: ``summary.json``, typed and validated (:class:`evalkit.summary.Summary`; a
+            version-1 summary's counts read as version 2).
         journal: its ``predictions.jsonl`` as the engine counted it (:mod:`evalkit.journal`):
             ``journal.rows`` is ``{(sample_id, epoch): row}``.
-        info: the summary typed (:class:`evalkit.summary.Summary`), what the properties read.
     """
 
     path: Path
-    summary: dict[str, Any]
+    summary: Summary
     journal: Journal
-    info: Summary
 
     @cached_property
     def rows(self) -> dict[str, dict[str, Any]]:
@@ -98,21 +96,21 @@ class Run:
 
     @property
     def benchmark(self) -> str:
-        return self.info.benchmark
+        return self.summary.benchmark
 
     @property
     def model(self) -> str:
-        return self.info.model
+        return self.summary.model
 
     @property
     def complete(self) -> bool:
-        return self.info.complete
+        return self.summary.complete
 
     def metric_values(self) -> tuple[dict[str, float], bool]:
         """``({metric name: value}, partial)``: ``metrics`` of a complete run, or the
         ``partial_metrics`` of an incomplete one with the ``partial_`` prefix removed
         (``partial`` is then True)."""
-        return self.info.shown_metrics()
+        return self.summary.shown_metrics()
 
 
 def load_run(path: str | Path) -> Run:
@@ -141,7 +139,7 @@ def load_run(path: str | Path) -> Run:
     damage = damaged_journal(journal.path, len(journal.rows), typed.n_scored_rows, "n_scored_rows")
     if damage:
         raise CompareError(damage)
-    return Run(run_dir, typed.record(), journal, typed)
+    return Run(run_dir, typed, journal)
 
 
 def primary_score_key(runs: Sequence[Run]) -> str:
@@ -154,7 +152,7 @@ def primary_score_key(runs: Sequence[Run]) -> str:
         CompareError: no score key can be chosen (rows without ``scores``).
     """
     bench = runs[0].benchmark
-    declared = runs[0].summary.get("primary_score")
+    declared = runs[0].summary.primary_score
     if isinstance(declared, str) and declared:
         return declared
     try:
@@ -166,7 +164,7 @@ def primary_score_key(runs: Sequence[Run]) -> str:
         for row in run.rows.values():
             if isinstance(row.get("scores"), dict):
                 keys.update(row["scores"])
-    headline = runs[0].summary.get("headline")
+    headline = runs[0].summary.headline
     for candidate in (headline, "accuracy"):
         if candidate in keys:
             return str(candidate)
@@ -239,11 +237,11 @@ def comparability(a: Run, b: Run) -> list[str]:
     """One line per difference that matters between two runs of one benchmark (empty when
     they share the data fingerprint and every setting in :data:`_SETTINGS`)."""
     notes = []
-    if a.summary.get("data_fingerprint") != b.summary.get("data_fingerprint"):
+    if a.summary.data_fingerprint != b.summary.data_fingerprint:
         notes.append("the data fingerprints differ: other samples were selected (or the data changed); "
                      "only samples scored in both are paired")  # fmt: skip
     for key, label in _SETTINGS:
-        va, vb = a.summary.get(key, 1 if key == "repeats" else None), b.summary.get(key, 1 if key == "repeats" else None)
+        va, vb = getattr(a.summary, key), getattr(b.summary, key)  # fields of Summary (repeats defaults to 1)
         if va != vb:
             notes.append(f"{label} differ: {va!r} vs {vb!r}")
     return notes
@@ -257,9 +255,9 @@ def run_plan(run: Run, data_dir: Path | None = None) -> Any:
         EvalkitError: the benchmark or its data cannot be loaded (one line).
     """
     bench = load_benchmark(run.path, data_dir)
-    chosen = {sid for sid, _ in run.journal.rows} | set(run.info.failed_ids)
+    chosen = {sid for sid, _ in run.journal.rows} | set(run.summary.failed_ids)
     samples = [s for s in bench.load() if s.id in chosen]
-    return bench.stat_plan(samples, run.journal.epochs(samples, run.info.repeats))
+    return bench.stat_plan(samples, run.journal.epochs(samples, run.summary.repeats))
 
 
 def paired_stats(a: Run, b: Run, level: float = 0.95, resamples: int = 2000, seed: int = 0,
@@ -280,7 +278,7 @@ def paired_stats(a: Run, b: Run, level: float = 0.95, resamples: int = 2000, see
         out["error"] = f"benchmark {a.benchmark} has no statistics plan"
         return out
     metrics = stats.paired(pa, pb, level, resamples, seed)
-    head = a.summary.get("headline") if a.summary.get("headline") == b.summary.get("headline") else None
+    head = a.summary.headline if a.summary.headline == b.summary.headline else None
     adjusted = stats.adjust({n: m["p"] for n, m in metrics.items()})
     for name, adj in adjusted.items():
         metrics[name]["p_holm"], metrics[name]["p_bh"] = adj["holm"], adj["bh"]
@@ -307,10 +305,10 @@ def _worst_case_delta(a: Run, b: Run, head: str | None) -> list[float] | None:
 
     def bounds(run: Run) -> list[float] | None:
         if run.complete:
-            value = (run.summary.get("metrics") or {}).get(head)
-            return [float(value)] * 2 if isinstance(value, (int, float)) else None
-        got = (run.summary.get("partial_bounds") or {}).get(f"partial_{head}")
-        return [float(got[0]), float(got[1])] if isinstance(got, list) and len(got) == 2 else None
+            value = run.summary.metrics.get(head)
+            return [float(value)] * 2 if value is not None else None
+        got = run.summary.partial_bounds.get(f"partial_{head}")
+        return [float(got[0]), float(got[1])] if got is not None else None
 
     ba, bb = bounds(a), bounds(b)
     if ba is None or bb is None:
@@ -348,7 +346,7 @@ def metric_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
     per_run = [r.metric_values() for r in runs]
     names: list[str] = []
     for run in runs:
-        head = run.summary.get("headline")
+        head = run.summary.headline
         if isinstance(head, str) and head not in names and any(head in vals for vals, _ in per_run):
             names.append(head)
     for vals, _ in per_run:
@@ -395,7 +393,7 @@ def compare(paths: Sequence[str | Path], with_flips: bool = True, level: float =
     info = [
         {
             "dir": str(r.path),
-            **{k: r.summary.get(k) for k in ("benchmark", "model", "status", "n_samples", "n_scored", "n_failed", "headline", "data_fingerprint")},
+            **r.summary.model_dump(include={"benchmark", "model", "status", "n_samples", "n_scored", "n_failed", "headline", "data_fingerprint"}),
         }
         for r in runs
     ]

@@ -6,7 +6,6 @@ line and the sweep's jobs share; it sits below both (neither imports the other f
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from evalkit.errors import ConfigError
 from evalkit.providers import estimate_prompt_tokens
 from evalkit.report.summary import headline_text
 from evalkit.stats import plan_power
-from evalkit.summary import Summary
+from evalkit.summary import Summary, read_summary
 from evalkit.tracking import make_observer
 
 
@@ -46,24 +45,24 @@ def outcome_line(result: RunResult) -> str:
     """The one line a finished run prints: its headline, or why there is none (counts as
     :class:`~evalkit.summary.Summary` defines them: samples, and answers with repeats), its
     cost, and its scoring and tracking seconds apart (:func:`time_part`)."""
-    if result.summary["status"] == "batch_submitted":
+    typed = result.typed
+    if typed is None:  # a detached batch run: no summary yet
         s = result.summary
         return (f"evalkit: batch submitted: {s['benchmark']} × {s['model']}: batches {', '.join(s['batch_ids'])} left "
                 f"running at the provider; collect them with run.resume={result.run_dir} run.batch=true")  # fmt: skip
-    typed = Summary.model_validate(result.summary)
     cost = f"cost ${typed.cost_usd:.4f}" if typed.cost_usd is not None else "cost unknown"
-    cost += time_part(result.summary)
+    cost += time_part(typed)
     if typed.complete:
-        return f"evalkit: complete: {typed.benchmark} × {typed.model}: {headline_text(result.summary)}; {cost} → {result.run_dir}"
+        return f"evalkit: complete: {typed.benchmark} × {typed.model}: {headline_text(typed)}; {cost} → {result.run_dir}"
     kinds = ", ".join(f"{k}: {v}" for k, v in typed.failed_by_kind.items()) or "never ran"
     return f"evalkit: INCOMPLETE: {typed.count_line()} ({kinds}); no headline score; {cost}. Resume: run.resume={result.run_dir}"
 
 
-def time_part(summary: dict[str, Any]) -> str:
+def time_part(summary: Summary) -> str:
     """``; scoring X s, tracking Y s``: the run's ``engine.phases`` ``scoring_s`` and
     ``tracking_s`` (seconds; counted apart, see :mod:`evalkit.engine.phases`), or ``""``
     when the summary has neither."""
-    phases = (summary.get("engine") or {}).get("phases") or {}
+    phases = (summary.engine.phases if summary.engine is not None else None) or {}
     shown = [f"{name} {phases[f'{name}_s']:.1f} s" for name in ("scoring", "tracking") if isinstance(phases.get(f"{name}_s"), (int, float))]
     return f"; {', '.join(shown)}" if shown else ""
 
@@ -219,12 +218,8 @@ def power_line(cfg: EvalConfig, n_samples: int) -> str:
     rate, source = run.baseline, "stated"
     if isinstance(rate, str):
         summary_path = Path(rate) / "summary.json"
-        try:
-            summary = json.loads(summary_path.read_text(encoding="utf-8"))
-            head = summary["headline"]
-            rate = (summary.get("metrics") or {}).get(head, (summary.get("partial_metrics") or {}).get(f"partial_{head}"))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            rate = None
+        summary = read_summary(summary_path, ConfigError)  # no link followed, bounded, validated: one line
+        rate = summary.shown_metrics()[0].get(summary.headline) if summary.headline else None
         if not isinstance(rate, (int, float)) or not 0 < rate < 1:
             raise ConfigError(f"run.baseline: {summary_path} has no headline strictly between 0 and 1 to plan with")
         source = f"the headline of {run.baseline}"

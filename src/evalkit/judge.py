@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - a bug: one line naming the log that holds the traceback
         return report_crash(exc)
     print(outcome_line(result))
-    code = 0 if result.summary.get("status") == "complete" else 1
+    code = 0 if result.typed is not None and result.typed.complete else 1
     finished_quietly(code, result.run_dir)
     return code
 

@@ -66,6 +66,11 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _none_empty(value: Any) -> Any:
+    """``null`` read as an empty object (a field a writer left ``null`` for "none")."""
+    return {} if value is None else value
+
+
 Number = Annotated[int | float, BeforeValidator(_number)]
 Count = Annotated[int, BeforeValidator(_integer), Field(ge=0)]
 Text = Annotated[str, Field(strict=True)]
@@ -103,6 +108,8 @@ class EngineFigures(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
+    #: seconds per phase of the run (evalkit.engine.phases: compose, start, requests, scoring, tracking …)
+    phases: dict[Text, Any] | None = None
     nodes: list[NodeServed] | None = None
     driver_node: Text | None = None
     rate_limits: dict[Text, SharedWindow] | None = None
@@ -146,6 +153,29 @@ class Summary(BaseModel):
     stale_lines: list[Annotated[int, BeforeValidator(_integer), Field(ge=1)]] = Field(default_factory=list)
     started_at: Text | None = None
     finished_at: Text | None = None
+    wall_s: Number | None = None
+    # what the benchmark declares for the tools that read a run (Benchmark.declared)
+    primary_score: Text | None = None
+    tracked_metrics: Text | None = None
+    data_source: Text | None = None
+    # intervals and figures (evalkit.report.figures): metric name → interval record
+    # ({"low", "high", "n", "method", "warning"?}), the worst-case [low, high] of each
+    # partial metric, why a metric has no interval, how each aggregates
+    metrics_ci: Annotated[dict[Text, dict[Text, Any]], BeforeValidator(_none_empty)] = Field(default_factory=dict)
+    ci_level: Annotated[float, BeforeValidator(_number), Field(gt=0, lt=1)] = 0.95
+    seed: Annotated[int, BeforeValidator(_integer)] = 0
+    partial_bounds: Annotated[dict[Text, Annotated[list[Number], Field(min_length=2, max_length=2)]], BeforeValidator(_none_empty)] = Field(default_factory=dict)
+    metrics_not_estimable: Annotated[dict[Text, Text], BeforeValidator(_none_empty)] = Field(default_factory=dict)
+    aggregation: Annotated[dict[Text, Text], BeforeValidator(_none_empty)] = Field(default_factory=dict)
+    category_counts: Any = None
+    # spend (evalkit.report.summary.spend_fields): tokens prompt + completion, USD per actor's price
+    spent_tokens: Count | None = None
+    prices: Annotated[dict[Text, Text | None], BeforeValidator(_none_empty)] = Field(default_factory=dict)
+    reasoning: Annotated[dict[Text, Any], BeforeValidator(_none_empty)] = Field(default_factory=dict)
+    budget: dict[Text, Any] | None = None
+    endpoints: Annotated[dict[Text, Text | None], BeforeValidator(_none_empty)] = Field(default_factory=dict)
+    #: a judge panel's agreement per scorer (evalkit.benchmarks.task.agreement): {"judges", "pairs", "panel"}
+    judge_agreement: Annotated[dict[Text, dict[Text, Any]], BeforeValidator(_none_empty)] = Field(default_factory=dict)
     engine: EngineFigures | None = None
 
     @model_validator(mode="before")
@@ -177,6 +207,16 @@ class Summary(BaseModel):
     def record(self) -> dict[str, Any]:
         """The summary as a JSON object: the fields it was given, in their order."""
         return self.model_dump(exclude_unset=True)
+
+    @property
+    def headline_value(self) -> float | None:
+        """The headline metric's value in a complete run (``None`` otherwise or when absent)."""
+        return self.metrics.get(self.headline) if self.complete and self.headline else None
+
+    def has(self, name: str) -> bool:
+        """Whether the run's ``summary.json`` holds the field ``name`` (a run written before a
+        field existed reads its default; this tells the two apart)."""
+        return name in self.model_fields_set
 
     def count_line(self) -> str:
         """``3 of 10 samples failed`` (``(5 of 30 answers)`` added with repeats)."""
@@ -231,16 +271,17 @@ def read_summary(path: Path, error: type[EvalkitError] = RunDirError) -> Summary
     return validate_summary(data, path, error)
 
 
-def write_summary(path: Path, summary: dict[str, Any] | Summary) -> Summary | None:
-    """Validate ``summary`` and write it to ``path`` (indented JSON, UTF-8). Returns the model,
-    or ``None`` when the summary does not validate: a defect of the code that built it, said
-    as one ERROR line while the summary is written as built (a run's results are never lost
-    to their own check; every reader will then refuse it in one line)."""
+def write_summary(path: Path, summary: dict[str, Any] | Summary) -> Summary:
+    """Validate ``summary`` and write it to ``path`` (indented JSON, UTF-8). Returns the model.
+    A summary that does not validate is a defect of the code that built it: said as one ERROR
+    line while the summary is written as built and returned unvalidated
+    (``Summary.model_construct``; a run's results are never lost to their own check; every
+    reader of the directory will then refuse it in one line)."""
     try:
         model = summary if isinstance(summary, Summary) else validate_summary(summary, path)
     except RunDirError as exc:
         log.error("%s (written as built)", exc)
-        record, model = summary, None
+        record, model = summary, Summary.model_construct(**summary)
     else:
         record = model.record()
     check_write(Path(path))

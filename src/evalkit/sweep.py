@@ -170,19 +170,23 @@ def _job_config(cfg: DictConfig, sweep_dir: Path, job_dir: Path) -> DictConfig:
 
 
 def _record_result(record: dict[str, Any], result: Any) -> None:
-    s = result.summary
+    """The job's record of a finished run (``result``: an :class:`~evalkit.engine.run.RunResult`)."""
+    s = result.typed
+    if s is None:  # batches left running at the provider (run.batch_detach): no summary yet
+        record.update(run_dir=str(result.run_dir), status="batch_submitted", exit_code=result.exit_code)
+        return
     record.update(
         run_dir=str(result.run_dir),
-        status=s["status"],
+        status=s.status,
         exit_code=result.exit_code,
-        headline=s["headline"],
-        headline_value=s["metrics"].get(s["headline"]) if s["status"] == "complete" else None,
-        headline_ci=(s.get("metrics_ci") or {}).get(s["headline"]) if s["status"] == "complete" else None,
-        n_samples=s["n_samples"],
-        n_failed=s["n_failed"],
+        headline=s.headline,
+        headline_value=s.headline_value,
+        headline_ci=s.metrics_ci.get(s.headline) if s.complete and s.headline else None,
+        n_samples=s.n_samples,
+        n_failed=s.n_failed,
     )
-    if s["status"] != "complete":
-        record["error"] = f"{s['n_failed']} of {s['n_samples']} samples failed; resume with run.resume={result.run_dir}"
+    if not s.complete:
+        record["error"] = f"{s.n_failed} of {s.n_samples} samples failed; resume with run.resume={result.run_dir}"
 
 
 def run_job(cfg: DictConfig) -> None:
@@ -414,7 +418,7 @@ def paired_headlines(jobs: list[dict[str, Any]], swept: set[str]) -> list[dict[s
                 continue
             try:
                 run_a, run_b = load_run(base["run_dir"]), load_run(job["run_dir"])
-                level = float(run_b.summary.get("ci_level") or 0.95)
+                level = run_b.summary.ci_level
                 result = paired_stats(run_a, run_b, level=level, plans=plans)
             except Exception as exc:  # noqa: BLE001 - the sweep's summary is written whatever a comparison meets
                 out.append({"key": key, "base": base["num"], "job": job["num"], "error": f"{type(exc).__name__}: {first_line(exc)}"})

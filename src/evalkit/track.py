@@ -50,14 +50,14 @@ from evalkit.engine.plan import prepare
 from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.journal import read_run_journal
 from evalkit.jsonl import MAX_RECORD_BYTES, read_no_link
-from evalkit.summary import validate_summary
+from evalkit.summary import Summary, validate_summary
 from evalkit.tracking import MlflowObserver, ledger
 from evalkit.tracking.mlflow_tracking import artifact_root, tracking_uri
 
 
-def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(config.yaml, summary.json)`` of a finished run, each opened without following a
-    symbolic link.
+def read_run(run_dir: Path) -> tuple[dict[str, Any], Summary]:
+    """``(config.yaml, summary.json)`` of a finished run (the summary typed), each opened
+    without following a symbolic link.
 
     Raises:
         RunDirError: either file is missing, a link or unreadable, the summary does not
@@ -73,7 +73,7 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml or summary.json malformed)")
     summary = validate_summary(raw, run_dir / "summary.json")
     read_run_journal(run_dir, summary.stale_lines)  # a row that cannot count: one line, before anything is logged
-    return recorded, summary.record()
+    return recorded, summary
 
 
 def run_config(recorded: dict[str, Any]) -> EvalConfig:

@@ -22,7 +22,7 @@ from evalkit.engine.rundir import FAILED, PREDICTIONS, SUMMARY, RunState
 from evalkit.journal import read_failures, read_journal
 from evalkit.report.figures import aggregation, category_counts, epoch_mean, plan_figures, worst_case_bounds
 from evalkit.report.summary import build_summary, spend_fields, write_report
-from evalkit.summary import write_summary
+from evalkit.summary import EngineFigures, Summary, write_summary
 from evalkit.tracking.base import Observer, RunInfo
 from evalkit.types import sha256_hex
 
@@ -95,23 +95,22 @@ def _spend(plan: RunPlan, state: RunState, records: list[dict[str, Any]], failur
 
 
 def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, observer: Observer,
-             phases: Phases | None = None) -> dict[str, Any]:  # fmt: skip
+             phases: Phases | None = None) -> Summary:  # fmt: skip
     """Write ``summary.json``, the plots and ``report.md``, then call the observer's
     ``run_finished`` (a tracker's failure is its own one-line ``TrackingError``; the
     run's results are on disk by then). ``summary.json`` → ``engine.phases`` holds the
     run's phase timings (:mod:`evalkit.engine.phases`); the tracking phase is written into
-    it after the observer ran. Returns the summary."""
+    it after the observer ran. Returns the summary, typed."""
     phases = phases or Phases()
     started = time.perf_counter()
     run = plan.cfg.run
     status.info("summary: %d samples × %d epochs, intervals from %d bootstrap resamples; then report.md and the plots…",
                 len(plan.samples), run.repeats, run.bootstrap_resamples)  # fmt: skip
-    summary, records = summarize(plan, state, engine)
+    built, records = summarize(plan, state, engine)
     run_dir = state.run_dir
-    _write_summary(run_dir, summary, phases, time.perf_counter() - started)
-    metrics = summary["metrics"] or {k.removeprefix("partial_"): v for k, v in (summary.get("partial_metrics") or {}).items()}
+    summary = _write_summary(run_dir, built, phases, time.perf_counter() - started)
     try:
-        plan.bench.write_plots(run_dir / "plots", metrics, records)
+        plan.bench.write_plots(run_dir / "plots", summary.shown_metrics()[0], records)
     except Exception:  # noqa: BLE001 - a figure must never cost the run its summary
         log.exception("plotting failed")
     write_report(run_dir, summary, plan.bench, generates=not plan.models.offline)
@@ -119,15 +118,20 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
     requests = [u.request for u in plan.units]  # the selection, in order, with each prompt
     with phases.timed("tracking_s"):
         observer.run_finished(RunInfo(plan.cfg, run_dir, state.resumed, extra={"requests": requests}), summary)
-    _write_summary(run_dir, summary, phases)
-    return summary
+    return _write_summary(run_dir, summary, phases)
 
 
-def _write_summary(run_dir: Path, summary: dict[str, Any], phases: Phases, so_far: float = 0.0) -> None:
+def _write_summary(run_dir: Path, summary: dict[str, Any] | Summary, phases: Phases, so_far: float = 0.0) -> Summary:
     """``summary.json`` with ``engine.phases`` as they stand (``so_far``: the summary phase
-    until now, counted in this write only)."""
+    until now, counted in this write only); the summary written, typed."""
     timings = phases.as_dict()
     if so_far:
         timings["summary_report_s"] = round(timings.get("summary_report_s", 0.0) + so_far, 4)
-    summary.setdefault("engine", {})["phases"] = timings
-    write_summary(run_dir / SUMMARY, summary)
+    if isinstance(summary, Summary):
+        if summary.engine is None:
+            summary.engine = EngineFigures(phases=timings)  # assigned: a field set is written
+        else:
+            summary.engine.phases = timings
+    else:
+        summary.setdefault("engine", {})["phases"] = timings
+    return write_summary(run_dir / SUMMARY, summary)

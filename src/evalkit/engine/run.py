@@ -45,6 +45,7 @@ from evalkit.engine.session import Session
 from evalkit.models.factory import serverless_agents
 from evalkit.journal import read_journal
 from evalkit.jsonl import JsonlAppender
+from evalkit.summary import Summary
 from evalkit.tracking.base import NullObserver, Observer, RunInfo
 from evalkit.types import Failure, Trajectory
 
@@ -57,15 +58,23 @@ status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main
 
 @dataclass
 class RunResult:
-    """What a finished run left: its directory, its summary, and the process exit code
-    (0 complete, 1 incomplete, 3 batches submitted and left running: ``run.batch_detach``)."""
+    """What a finished run left: its directory, its summary and the process exit code (0
+    complete, 1 incomplete, 3 batches submitted and left running: ``run.batch_detach``).
+
+    ``typed`` is the summary (:class:`~evalkit.summary.Summary`), what evalkit reads;
+    ``summary`` is the same as the JSON record written. A detached batch run has no summary
+    yet: ``typed`` is ``None`` and ``summary`` holds ``status: batch_submitted``,
+    ``benchmark``, ``model`` and the ``batch_ids`` left running."""
 
     run_dir: Path
     summary: dict[str, Any]
+    typed: Summary | None = None
 
     @property
     def exit_code(self) -> int:
-        return {"complete": 0, "batch_submitted": DETACHED_EXIT_CODE}.get(self.summary["status"], 1)
+        if self.typed is None:
+            return DETACHED_EXIT_CODE
+        return 0 if self.typed.complete else 1
 
 
 def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Phases | None = None,
@@ -96,7 +105,7 @@ def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Ph
             return RunResult(run_dir, {"status": "batch_submitted", "benchmark": cfg.benchmark.name,
                                        "model": cfg.model.name, "batch_ids": batches})  # fmt: skip
         summary = finalize(plan, state, engine, observer, phases)
-    return RunResult(run_dir, summary)
+    return RunResult(run_dir, summary.record(), summary)
 
 
 def _cache_dir(cfg: EvalConfig) -> Path | None:

@@ -23,7 +23,7 @@ from tabulate import tabulate
 
 from evalkit.report.markdown import md_cells, md_code, md_text
 from evalkit.stats import with_interval
-from evalkit.summary import SCHEMA_VERSION
+from evalkit.summary import SCHEMA_VERSION, Summary
 
 
 def build_summary(
@@ -99,45 +99,45 @@ def build_summary(
     return summary
 
 
-def headline_text(summary: dict[str, Any]) -> str:
+def headline_text(summary: Summary) -> str:
     """``f1_macro = 0.5440 [0.4900, 0.6000] (n=170)``: the headline with its interval and the
     number of units it rests on (a complete run's; ``""`` otherwise)."""
-    head = summary["headline"]
-    value = summary["metrics"].get(head)
-    if summary["status"] != "complete" or not isinstance(value, (int, float)):
+    head = summary.headline
+    value = summary.metrics.get(head) if head else None
+    if not summary.complete or not isinstance(value, (int, float)):
         return f"{head} = {_fmt(value)}"
-    ci = (summary.get("metrics_ci") or {}).get(head)
-    n = ci["n"] if ci else summary["n_scored"]
+    ci = summary.metrics_ci.get(head)
+    n = ci["n"] if ci else summary.n_scored
     return f"{head} = {with_interval(value, ci)} (n={n})"
 
 
-def write_report(run_dir: Path, summary: dict[str, Any], bench: Any, generates: bool = True) -> Path:
+def write_report(run_dir: Path, summary: Summary, bench: Any, generates: bool = True) -> Path:
     """``report.md``: status line with the headline and its interval, counts, the
     benchmark's tables (with intervals and scored-of-requested counts; partial when
     incomplete), how each metric aggregates, the answers stopped by the scoring bounds.
     The generation parameters are shown only when ``generates`` (a model that is sent
     requests; offline models — reference, replay, baselines — send nothing)."""
-    complete = summary["status"] == "complete"
-    lines = [f"# {md_text(summary['benchmark'])} × {md_text(summary['model'])}", ""]
+    complete = summary.complete
+    lines = [f"# {md_text(summary.benchmark)} × {md_text(summary.model)}", ""]
     if complete:
         lines.append(f"**Status: complete.** Headline `{headline_text(summary)}`")
     else:
         lines.append(
-            f"**Status: INCOMPLETE** — {summary['n_failed_rows']} of {summary['n_requested']} answers are not scored "
+            f"**Status: INCOMPLETE** — {summary.n_failed_rows} of {summary.n_requested} answers are not scored "
             f"(see `failed.jsonl`). No headline score is published; figures below are partial."
         )
     lines += _facts(summary, generates)
     lines += spend_lines(summary)
     prefix = "" if complete else "partial_"
-    metrics = summary["metrics"] if complete else {k.removeprefix(prefix): v for k, v in summary.get("partial_metrics", {}).items()}
-    ci = {k.removeprefix(prefix): v for k, v in (summary.get("metrics_ci") or {}).items()}
-    for title, headers, rows in bench.report_tables(metrics, ci, summary.get("category_counts")):
+    metrics = summary.shown_metrics()[0]
+    ci = {k.removeprefix(prefix): v for k, v in summary.metrics_ci.items()}
+    for title, headers, rows in bench.report_tables(metrics, ci, summary.category_counts):
         table = tabulate(md_cells(rows), headers=md_cells([headers])[0], tablefmt="github", floatfmt=".4f")
         lines += [f"## {md_text(title)}{'' if complete else ' (partial)'}", "", table, ""]
     lines += caveat_lines(summary)
     lines += agreement_lines(summary)
     lines += _repeats_and_rules(summary, metrics, ci)
-    lines += _limited(summary.get("scorer_limit_ids") or [])
+    lines += _limited(summary.scorer_limit_ids)
     plots = sorted((Path(run_dir) / "plots").glob("*.png")) if (Path(run_dir) / "plots").is_dir() else []
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
@@ -146,12 +146,12 @@ def write_report(run_dir: Path, summary: dict[str, Any], bench: Any, generates: 
     return path
 
 
-def agreement_lines(summary: dict[str, Any]) -> list[str]:
+def agreement_lines(summary: Summary) -> list[str]:
     """report.md's section on the agreement between a panel's judges (``judge_agreement``,
     :mod:`evalkit.benchmarks.task.agreement`): one table row per scorer and pair of judges
     (and per scorer's whole panel), each figure with its interval and method."""
     rows = []
-    for scorer, entry in (summary.get("judge_agreement") or {}).items():
+    for scorer, entry in summary.judge_agreement.items():
         figures = [(" & ".join(p["judges"]), p) for p in entry.get("pairs") or []]
         if entry.get("panel"):
             figures.append((f"panel ({len(entry.get('judges') or [])} judges)", entry["panel"]))
@@ -162,27 +162,27 @@ def agreement_lines(summary: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     table = tabulate(md_cells(rows), headers=["scorer", "judges", "method", "value [interval]", "answers", "left out"], tablefmt="github")
-    interval = next((f["ci"]["method"] for e in summary["judge_agreement"].values() for f in e.get("pairs") or [] if f.get("ci")), None)
+    interval = next((f["ci"]["method"] for e in summary.judge_agreement.values() for f in e.get("pairs") or [] if f.get("ci")), None)
     note = ("Nominal agreement of the judges' values for each answer (an invalid verdict leaves the answer out of its pair)"
             + (f"; intervals: {interval}" if interval else "") + ".")  # fmt: skip
     return ["## Agreement between judges", "", md_text(note), "", table, ""]
 
 
-def _facts(summary: dict[str, Any], generates: bool) -> list[str]:
-    kinds = summary["failed_by_kind"]
-    repeats = f" × {summary['repeats']} repeats" if summary.get("repeats", 1) > 1 else ""
+def _facts(summary: Summary, generates: bool) -> list[str]:
+    kinds = summary.failed_by_kind
+    repeats = f" × {summary.repeats} repeats" if summary.repeats > 1 else ""
     return [
         "",
-        f"- samples: {summary['n_samples']}{repeats}, scored: {summary['n_scored']}, failed: {summary['n_failed']}"
-        + (f" (answers: {summary['n_scored_rows']} scored, {summary['n_failed_rows']} not)" if repeats else "")
+        f"- samples: {summary.n_samples}{repeats}, scored: {summary.n_scored}, failed: {summary.n_failed}"
+        + (f" (answers: {summary.n_scored_rows} scored, {summary.n_failed_rows} not)" if repeats else "")
         + (f" ({', '.join(f'{k}: {v}' for k, v in kinds.items())})" if kinds else ""),
-        f"- data fingerprint: `{summary['data_fingerprint'][:16]}`, prompt hash: `{summary['prompt_hash'][:16]}`, "
-        f"code: `{summary['code_version']}`",
-        f"- statuses of the scored answers: {_counts(summary.get('status_counts') or {})}",
-        *([f"- generation: `{summary['generation_params']}`"] if generates else []),
-        f"- intervals: {int(round(100 * summary.get('ci_level', 0.95)))}%, seed {summary.get('seed', 0)}, method by regime: "
-        + (_methods(summary.get("metrics_ci") or {}) or "none computed"),
-        f"- wall time: {summary['wall_s']} s; tokens: {summary['usage'] or 'n/a'}",
+        f"- data fingerprint: `{str(summary.data_fingerprint)[:16]}`, prompt hash: `{str(summary.prompt_hash)[:16]}`, "
+        f"code: `{summary.code_version}`",
+        f"- statuses of the scored answers: {_counts(summary.status_counts)}",
+        *([f"- generation: `{summary.generation_params}`"] if generates else []),
+        f"- intervals: {int(round(100 * summary.ci_level))}%, seed {summary.seed}, method by regime: "
+        + (_methods(summary.metrics_ci) or "none computed"),
+        f"- wall time: {summary.wall_s} s; tokens: {summary.usage or 'n/a'}",
         "",
     ]
 
@@ -197,11 +197,11 @@ def _methods(cis: dict[str, Any]) -> str:
     return ", ".join(f"{name} ({n} metric{'s' if n > 1 else ''})" for name, n in counts.items())
 
 
-def caveat_lines(summary: dict[str, Any]) -> list[str]:
+def caveat_lines(summary: Summary) -> list[str]:
     """report.md's section on what the intervals do not cover: zero-width intervals (a
     warning), metrics that are not estimable, and — for an incomplete run — the assumption
     under which failures are left out, with the worst-case bounds."""
-    cis = summary.get("metrics_ci") or {}
+    cis = summary.metrics_ci
     zero = [md_code(name) for name, ci in cis.items() if ci.get("warning")]
     lines: list[str] = []
     if zero:
@@ -209,25 +209,25 @@ def caveat_lines(summary: dict[str, Any]) -> list[str]:
                      + (f" and {len(zero) - 10} more" if len(zero) > 10 else "")
                      + ": the data show no variation, so the interval understates the uncertainty "
                      "(unless these units are the whole population).")  # fmt: skip
-    for name, why in (summary.get("metrics_not_estimable") or {}).items():
+    for name, why in summary.metrics_not_estimable.items():
         lines.append(f"- {md_code(name)} has no interval: {md_text(why)}.")
-    if summary.get("status") != "complete":
+    if not summary.complete:
         lines.append("- Failed answers are left out of the partial figures, which assumes they are missing at random "
                      "(as likely to be right as the scored ones). The worst case counts every failure as 0 or as 1:")  # fmt: skip
-        for name, (low, high) in list((summary.get("partial_bounds") or {}).items())[:12]:
-            value = (summary.get("partial_metrics") or {}).get(name)
+        for name, (low, high) in list(summary.partial_bounds.items())[:12]:
+            value = (summary.partial_metrics or {}).get(name)
             shown = with_interval(value, cis.get(name)) if isinstance(value, (int, float)) else ""
             lines.append(f"  - {md_code(name)} {shown}: worst case [{low:.4f}, {high:.4f}]")
     return ["## What the intervals do not cover", "", *lines, ""] if lines else []
 
 
-def _repeats_and_rules(summary: dict[str, Any], metrics: dict[str, float], ci: dict[str, Any]) -> list[str]:
+def _repeats_and_rules(summary: Summary, metrics: dict[str, float], ci: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     repeat = [[k, with_interval(v, ci.get(k))] for k, v in metrics.items() if k.startswith(("pass@", "pass^", "within_sample"))]
     if repeat:
-        lines += [f"## Repeats ({summary.get('repeats')} epochs)", "", tabulate(repeat, headers=["figure", "value"], tablefmt="github"), ""]
+        lines += [f"## Repeats ({summary.repeats} epochs)", "", tabulate(repeat, headers=["figure", "value"], tablefmt="github"), ""]
     rules: dict[str, list[str]] = {}
-    for name, rule in (summary.get("aggregation") or {}).items():
+    for name, rule in summary.aggregation.items():
         rules.setdefault(rule, []).append(name.removeprefix("partial_"))
     if rules:
         rows = [[", ".join(f"`{n}`" for n in names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else ""), rule]
@@ -305,22 +305,22 @@ def spend_fields(
     return out
 
 
-def spend_lines(summary: dict[str, Any]) -> list[str]:
+def spend_lines(summary: Summary) -> list[str]:
     """``report.md``'s lines on reasoning, cost and budget (after the counts)."""
     lines: list[str] = []
-    reasoning = summary.get("reasoning") or {}
+    reasoning = summary.reasoning
     if reasoning.get("strip_reasoning_prefix"):
         lines.append(
             f"**Reasoning prefix stripped** (`benchmark.strip_reasoning_prefix=true`): {reasoning.get('n_stripped', 0)} "
             "answers were scored without their text up to the last `</think>` (each keeps it as `output_unstripped`); "
             "these scores are not the benchmark's official rule's."
         )
-    if "cost_usd" in summary:
-        cost = summary["cost_usd"]
+    if summary.has("cost_usd"):
+        cost = summary.cost_usd
         shown = f"${cost:.4f}" if isinstance(cost, (int, float)) else "unknown (a model without a price, or usage not reported)"
-        prices = ", ".join(f"{k}: {v or 'no price'}" for k, v in (summary.get("prices") or {}).items())
-        lines.append(f"- cost: {shown}; tokens spent: {summary.get('spent_tokens', 'n/a')} ({prices})")
-    budget = summary.get("budget")
+        prices = ", ".join(f"{k}: {v or 'no price'}" for k, v in summary.prices.items())
+        lines.append(f"- cost: {shown}; tokens spent: {summary.spent_tokens if summary.has('spent_tokens') else 'n/a'} ({prices})")
+    budget = summary.budget
     if budget:
         limits = ", ".join(f"run.{k}={budget[k]}" for k in ("max_cost_usd", "max_total_tokens") if budget.get(k) is not None)
         state = f"spent; {budget['not_sent']} samples not sent (`budget_exceeded`)" if budget.get("reached") else "not reached"

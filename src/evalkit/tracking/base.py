@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalkit.summary import Summary
+
 
 @dataclass
 class RunInfo:
@@ -41,8 +43,9 @@ class Observer:
     def sample_journaled(self, run: RunInfo, record: dict[str, Any]) -> None:
         """A row was appended to ``predictions.jsonl`` (never raises into the run)."""
 
-    def run_finished(self, run: RunInfo, summary: dict[str, Any]) -> None:
-        """``summary.json`` and ``report.md`` are written. May raise ``TrackingError``."""
+    def run_finished(self, run: RunInfo, summary: Summary) -> None:
+        """``summary.json`` (``summary``, typed) and ``report.md`` are written. May raise
+        ``TrackingError``."""
 
     def sweep_started(self, sweep_dir: Path, info: dict[str, Any]) -> dict[str, Any]:
         """A sweep starts (``info``: its ``sweep.json`` so far). Returns fields to add to it."""

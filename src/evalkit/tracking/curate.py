@@ -28,6 +28,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from evalkit.summary import Summary
+
 #: MLflow refuses more than this many characters in a metric or param name
 MAX_NAME = 250
 #: the most params a run logs
@@ -60,7 +62,7 @@ def _is_path_key(key: str) -> bool:
     return key.endswith(("_dir", "_path", "_url", "_file"))
 
 
-def run_params(recorded: dict[str, Any], summary: dict[str, Any]) -> dict[str, str]:
+def run_params(recorded: dict[str, Any], summary: Summary) -> dict[str, str]:
     """The curated params of a run (see the module docstring), in priority order, at most
     :data:`MAX_PARAMS`: ``recorded`` is ``config.yaml`` (secrets already redacted),
     ``summary`` the run's ``summary.json``. Values are strings (JSON for lists and dicts)."""
@@ -69,7 +71,7 @@ def run_params(recorded: dict[str, Any], summary: dict[str, Any]) -> dict[str, s
         ("benchmark.name", (recorded.get("benchmark") or {}).get("name")),
         ("model.name", model.get("name")),
         ("model.provider_model", model.get("provider_model")),
-        ("model.id", summary.get("model_id")),
+        ("model.id", summary.model_id),
         ("model.api", model.get("api")),
         ("model.baseline", model.get("baseline")),
         ("model.extra_body", model.get("extra_body")),
@@ -94,11 +96,11 @@ def run_params(recorded: dict[str, Any], summary: dict[str, Any]) -> dict[str, s
     return dict(list(params.items())[:MAX_PARAMS])
 
 
-def is_named(summary: dict[str, Any], name: str) -> bool:
+def is_named(summary: Summary, name: str) -> bool:
     """Whether metric ``name`` (without ``partial_``) of the run is an MLflow metric rather
     than a row of a breakdown table: every metric, unless the benchmark declared
     ``tracked_metrics = "top_level"`` (then only names without ``/``)."""
-    return summary.get("tracked_metrics") != "top_level" or "/" not in name
+    return summary.tracked_metrics != "top_level" or "/" not in name
 
 
 def is_group(name: str) -> bool:
@@ -116,16 +118,14 @@ def _interval(cis: dict[str, Any], name: str) -> tuple[float, float] | None:
     return None
 
 
-def headline(summary: dict[str, Any]) -> tuple[str, float | None, tuple[float, float] | None]:
+def headline(summary: Summary) -> tuple[str, float | None, tuple[float, float] | None]:
     """``(headline metric name, value, interval)`` of a run; value and interval are ``None``
     when the run is incomplete (no headline is published) or the figure is missing."""
-    name = str(summary.get("headline"))
-    if summary.get("status") != "complete":
-        return name, None, None
-    value = (summary.get("metrics") or {}).get(name)
+    name = str(summary.headline)
+    value = summary.headline_value
     if not isinstance(value, (int, float)):
         return name, None, None
-    return name, float(value), _interval(summary.get("metrics_ci") or {}, name)
+    return name, float(value), _interval(summary.metrics_ci, name)
 
 
 def metric_name(name: str) -> str:
@@ -137,12 +137,9 @@ def metric_name(name: str) -> str:
     return mlflow_name(name)
 
 
-def run_metrics(summary: dict[str, Any]) -> dict[str, float]:
+def run_metrics(summary: Summary) -> dict[str, float]:
     """The run's MLflow metrics ``{name: value}`` (see the module docstring)."""
-    complete = summary.get("status") == "complete"
-    figures = (summary.get("metrics") if complete else summary.get("partial_metrics")) or {}
-    prefix = "" if complete else "partial_"
-    cis = summary.get("metrics_ci") or {}
+    figures, prefix, cis = _figures(summary)
     out: dict[str, float] = {}
     head, value, interval = headline(summary)
     if value is not None:
@@ -157,27 +154,30 @@ def run_metrics(summary: dict[str, Any]) -> dict[str, float]:
         ci = _interval(cis, name) if is_group(base) else None
         if ci:
             out[metric_name(f"{name}_ci_low")], out[metric_name(f"{name}_ci_high")] = ci
-    for key in ("n_samples", "n_scored", "n_failed"):
-        out[key] = float(summary.get(key) or 0)
-    for key, tokens in (summary.get("usage") or {}).items():
-        if isinstance(tokens, (int, float)) and not isinstance(tokens, bool):
-            out[mlflow_name(f"tokens/{key}")] = float(tokens)
-    if isinstance(summary.get("cost_usd"), (int, float)):
-        out["cost_usd"] = float(summary["cost_usd"])
+    out.update(n_samples=float(summary.n_samples), n_scored=float(summary.n_scored), n_failed=float(summary.n_failed))
+    for key, tokens in summary.usage.items():
+        out[mlflow_name(f"tokens/{key}")] = float(tokens)
+    if summary.cost_usd is not None:
+        out["cost_usd"] = float(summary.cost_usd)
     return out
 
 
-def breakdown_tables(summary: dict[str, Any]) -> dict[str, dict[str, list[Any]]]:
+def _figures(summary: Summary) -> tuple[dict[str, float], str, dict[str, Any]]:
+    """``(figures, prefix, intervals)``: a complete run's ``metrics`` (prefix ``""``) or an
+    incomplete run's ``partial_metrics`` (prefix ``partial_``), and ``metrics_ci``."""
+    if summary.complete:
+        return dict(summary.metrics), "", summary.metrics_ci
+    return dict(summary.partial_metrics or {}), "partial_", summary.metrics_ci
+
+
+def breakdown_tables(summary: Summary) -> dict[str, dict[str, list[Any]]]:
     """``{table name: {column: values}}`` of the metrics :func:`run_metrics` leaves out.
 
     A name ``<metric>/<dimension>/<value…>`` is row ``<value…>`` of table ``<dimension>``
     in column ``<metric>``; a name ``<dimension>/<value>`` (SOBHard's ``constraint/<id>``)
     is row ``<value>`` of table ``<dimension>`` in column ``value``. Columns ``n``,
     ``ci_low``, ``ci_high`` (of the table's first metric) come from ``metrics_ci``."""
-    complete = summary.get("status") == "complete"
-    figures = (summary.get("metrics") if complete else summary.get("partial_metrics")) or {}
-    prefix = "" if complete else "partial_"
-    cis = summary.get("metrics_ci") or {}
+    figures, prefix, cis = _figures(summary)
     cells: dict[str, dict[str, dict[str, Any]]] = {}
     for name, figure in figures.items():
         base = name[len(prefix) :] if name.startswith(prefix) else name
@@ -201,31 +201,31 @@ def _fmt(value: float) -> str:
     return f"{value:.4f}"
 
 
-def description(summary: dict[str, Any], run_dir: Path) -> str:
+def description(summary: Summary, run_dir: Path) -> str:
     """One paragraph (Markdown) for ``mlflow.note.content``: benchmark, model, headline with
     its interval and n, status; an incomplete run says how many samples failed, of which
     kinds, and the exact ``run.resume=…`` that continues it."""
-    who = f"**{summary.get('benchmark')}** × **{summary.get('model')}** (model id `{summary.get('model_id')}`)"
-    n, scored = summary.get("n_samples"), summary.get("n_scored")
+    who = f"**{summary.benchmark}** × **{summary.model}** (model id `{summary.model_id}`)"
+    n, scored = summary.n_samples, summary.n_scored
     head, value, interval = headline(summary)
     if value is not None:
-        ci_rec = (summary.get("metrics_ci") or {}).get(head) or {}
+        ci_rec = summary.metrics_ci.get(head) or {}
         method = f" ({ci_rec['method']})" if interval and ci_rec.get("method") else ""
         ci = f", interval {_fmt(interval[0])}–{_fmt(interval[1])}{method}" if interval else ""
         units = ci_rec.get("n") if interval and isinstance(ci_rec.get("n"), int) else n
         text = f"{who}: headline `{head}` = **{_fmt(value)}**{ci} over n = {units} samples; status complete ({scored} of {n} scored)."
-    elif summary.get("status") == "complete":
+    elif summary.complete:
         text = f"{who}: status complete ({scored} of {n} scored); the headline `{head}` has no value."
     else:
-        kinds = ", ".join(f"{k}: {v}" for k, v in (summary.get("failed_by_kind") or {}).items()) or "never ran"
+        kinds = ", ".join(f"{k}: {v}" for k, v in summary.failed_by_kind.items()) or "never ran"
         text = (
-            f"{who}: status **INCOMPLETE** — {summary.get('n_failed')} of {n} samples failed ({kinds}); no headline is "
+            f"{who}: status **INCOMPLETE** — {summary.n_failed} of {n} samples failed ({kinds}); no headline is "
             f"published (figures are `partial_*`). Continue it by repeating its command with "
             f"`run.resume={Path(run_dir).resolve()}`."
         )
     return (
-        f"{text} Data fingerprint `{str(summary.get('data_fingerprint'))[:16]}`, prompt hash "
-        f"`{str(summary.get('prompt_hash'))[:16]}`, code `{summary.get('code_version')}`; run directory "
+        f"{text} Data fingerprint `{str(summary.data_fingerprint)[:16]}`, prompt hash "
+        f"`{str(summary.prompt_hash)[:16]}`, code `{summary.code_version}`; run directory "
         f"`{Path(run_dir).resolve()}`."
     )
 

@@ -58,6 +58,7 @@ import yaml
 from evalkit import secrets
 from evalkit.errors import RunDirError, TrackingError, first_line, printable
 from evalkit.jsonl import read_run_text
+from evalkit.summary import Summary
 import evalkit.tracking.curate as curate
 from evalkit.tracking.base import Observer, RunInfo
 from evalkit.tracking.ledger import FILE as LEDGER_FILE
@@ -173,7 +174,7 @@ def _sha256(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 
-def dataset_input(summary: dict[str, Any], recorded: dict[str, Any]) -> Any:
+def dataset_input(summary: Summary, recorded: dict[str, Any]) -> Any:
     """The run's evaluation data as an MLflow ``DatasetInput`` (context ``eval``): named
     ``<benchmark> <language> <subsets>`` (``acebench en all subsets``), digest = the data fingerprint's first 36 hex
     characters, source = where the data was read (the summary's ``data_source``), profile = the number of samples."""
@@ -182,13 +183,13 @@ def dataset_input(summary: dict[str, Any], recorded: dict[str, Any]) -> Any:
     bench = recorded.get("benchmark") or {}
     subsets = bench.get("subsets")
     language = bench.get("language")
-    parts = [str(summary.get("benchmark")), *(["all languages" if language == "all" else str(language)] if language else []),
+    parts = [summary.benchmark, *(["all languages" if language == "all" else str(language)] if language else []),
              "+".join(map(str, subsets)) if subsets else "all subsets"]  # fmt: skip
-    where = summary.get("data_source")  # declared by the benchmark (Benchmark.declared); older runs: the same rule here
+    where = summary.data_source  # declared by the benchmark (Benchmark.declared); older runs: the same rule here
     if where is None:
         where = next((str(v) for k, v in bench.items() if v and (k == "dataset" or k.endswith(("_dir", "_path", "_url")))), "")
-    dataset = Dataset(name=mlflow_text(cut(" ".join(parts), 200)), digest=str(summary.get("data_fingerprint"))[:36], source_type="local",
-                      source=json.dumps({"uri": where}), profile=json.dumps({"num_rows": summary.get("n_samples")}))  # fmt: skip
+    dataset = Dataset(name=mlflow_text(cut(" ".join(parts), 200)), digest=str(summary.data_fingerprint)[:36], source_type="local",
+                      source=json.dumps({"uri": where}), profile=json.dumps({"num_rows": summary.n_samples}))  # fmt: skip
     return DatasetInput(dataset=dataset, tags=[InputTag(key="mlflow.data.context", value="eval")])
 
 
@@ -325,7 +326,7 @@ class MlflowObserver(Observer):
             except Exception as exc:  # noqa: BLE001
                 raise TrackingError(f"tracking.experiment: cannot create {self.experiment!r} ({first_line(exc)})") from None
 
-    def run_finished(self, run: RunInfo, summary: dict[str, Any]) -> None:
+    def run_finished(self, run: RunInfo, summary: Summary) -> None:
         """Log the finished run (:meth:`log_run`). A failure does not fail the run (its
         results are on disk): it is one line on stderr naming the command that logs the run
         again, ``python -m evalkit.track <run dir>``; the traceback goes to the run's log."""
@@ -348,7 +349,7 @@ class MlflowObserver(Observer):
             tags["mlflow.parentRunId"] = str(info["parent_run_id"])
         return tags
 
-    def run_name(self, run_dir: Path, summary: dict[str, Any]) -> str:
+    def run_name(self, run_dir: Path, summary: Summary) -> str:
         """``<benchmark>-<model>-<run dir name>``; a sweep's job is named by its point
         (``model=a shots=3``), its number being its directory's ``<num>-`` prefix."""
         name = Path(run_dir).name
@@ -356,7 +357,7 @@ class MlflowObserver(Observer):
             num = name.split("-", 1)[0]
             label = curate.point_label(curate.swept_point(self.sweep.get("points"), int(num))) if num.isdigit() else ""
             return label or name
-        return f"{summary['benchmark']}-{summary['model']}-{name}"
+        return f"{summary.benchmark}-{summary.model}-{name}"
 
     def traces_note(self, n_traced: int, n_outcomes: int) -> str:
         """What the run's traces cover, for the ``evalkit.traces`` tag and the description."""
@@ -367,18 +368,18 @@ class MlflowObserver(Observer):
                     f"run.seed={self.seed}; failed samples first)")  # fmt: skip
         return f"all {n_outcomes} samples"
 
-    def _run_tags(self, run_dir: Path, summary: dict[str, Any], traced: str) -> dict[str, str]:
+    def _run_tags(self, run_dir: Path, summary: Summary, traced: str) -> dict[str, str]:
         return {
-            "benchmark": summary["benchmark"],
-            "model": summary["model"],
-            "shots": str(summary["shots"]),
-            "status": summary["status"],
-            "headline_name": str(summary.get("headline")),
-            "data_fingerprint": summary["data_fingerprint"],
-            "prompt_hash": summary["prompt_hash"],
-            "code_version": summary["code_version"],
+            "benchmark": summary.benchmark,
+            "model": summary.model,
+            "shots": str(summary.shots),
+            "status": summary.status,
+            "headline_name": str(summary.headline),
+            "data_fingerprint": str(summary.data_fingerprint),
+            "prompt_hash": str(summary.prompt_hash),
+            "code_version": str(summary.code_version),
             "run_dir": str(Path(run_dir).resolve()),
-            "user_model": str(summary.get("user_model")),
+            "user_model": str(summary.user_model),
             "mlflow.runName": self.run_name(run_dir, summary),
             "mlflow.note.content": f"{curate.description(summary, run_dir)} Traces: {traced}.",
             "evalkit.traces": traced,
@@ -387,7 +388,7 @@ class MlflowObserver(Observer):
             **self.sweep_tags(),
         }
 
-    def log_run(self, run_dir: Path, summary: dict[str, Any], requests: list[Any] | None = None) -> str:
+    def log_run(self, run_dir: Path, summary: Summary, requests: list[Any] | None = None) -> str:
         """Log (or complete the logging of) the finished run in ``run_dir`` whose
         ``summary.json`` is ``summary``; returns the MLflow run id. ``requests``: the run's
         requests (the selection and its prompts; see :func:`~evalkit.tracking.samples.outcomes`).
@@ -406,21 +407,21 @@ class MlflowObserver(Observer):
         if ledger.run_id is None:
             tags[RUN_KEY_TAG] = key_digest(ledger.new_key())
             exp_id = experiment_id(mlflow_client, self.experiment, self.artifact_root)
-            run = mlflow_client.create_run(exp_id, start_time=_ms(summary.get("started_at")), tags=mlflow_obj(tags))
+            run = mlflow_client.create_run(exp_id, start_time=_ms(summary.started_at), tags=mlflow_obj(tags))
             ledger.run_id, ledger.experiment_id = run.info.run_id, exp_id
             ledger.save()
         else:
             ledger.experiment_id = self._owned_run(mlflow_client, run_dir, ledger)
             tags[RUN_KEY_TAG] = key_digest(ledger.new_key())
             log_values(mlflow_client, ledger.run_id, tags=tags)
-        digest = _sha256(summary)
+        digest = _sha256(summary.record())
         if ledger.summary_sha256 != digest:
             say.info("MLflow: logging the run's params, metrics, tables and files to %s…", self.uri)
             self._log_record(mlflow_client, ledger.run_id, run_dir, summary, outs)
         if self.traces:
             self._log_traces(mlflow_client, ledger, run_dir, summary, traced)
-        status = "FINISHED" if summary["status"] == "complete" else "FAILED"
-        mlflow_client.set_terminated(ledger.run_id, status=status, end_time=_ms(summary.get("finished_at")))
+        status = "FINISHED" if summary.complete else "FAILED"
+        mlflow_client.set_terminated(ledger.run_id, status=status, end_time=_ms(summary.finished_at))
         ledger.summary_sha256 = digest
         ledger.save()
         return ledger.run_id
@@ -444,7 +445,7 @@ class MlflowObserver(Observer):
                               f"({problem}); nothing written — remove the file to log this directory as a new run")  # fmt: skip
         return str(run.info.experiment_id)
 
-    def _log_record(self, mlflow_client: Any, run_id: str, run_dir: Path, summary: dict[str, Any], outs: list[Outcome]) -> None:
+    def _log_record(self, mlflow_client: Any, run_id: str, run_dir: Path, summary: Summary, outs: list[Outcome]) -> None:
         """Params (those not logged yet), metrics, the dataset, the tables and the files."""
         recorded = yaml.safe_load(read_run_text(run_dir / "config.yaml")) or {}
         recorded = secrets.redact_config(recorded)
@@ -454,13 +455,13 @@ class MlflowObserver(Observer):
         # an earlier attempt's partial_* figures no longer hold (MLflow keeps a metric's last
         # value and cannot delete it): their latest value becomes NaN, "not applicable"
         metrics.update({k: float("nan") for k in data.metrics if k.startswith("partial_") and k not in metrics})
-        log_values(mlflow_client, run_id, params=params, metrics=metrics, timestamp_ms=_ms(summary.get("finished_at")))
+        log_values(mlflow_client, run_id, params=params, metrics=metrics, timestamp_ms=_ms(summary.finished_at))
         log_dataset(mlflow_client, run_id, dataset_input(summary, recorded))
         self._log_tables(mlflow_client, run_id, summary, outs)
         for path, folder in run_files(run_dir):
             mlflow_client.log_artifact(run_id, str(path), artifact_path=folder)
 
-    def _log_tables(self, mlflow_client: Any, run_id: str, summary: dict[str, Any], outs: list[Outcome]) -> None:
+    def _log_tables(self, mlflow_client: Any, run_id: str, summary: Summary, outs: list[Outcome]) -> None:
         """``tables/``: written whole (what an earlier logging left there is removed first,
         since ``log_table`` appends to an existing table)."""
         import pandas as pd  # deferred: MLflow's own dependency, loaded by log_table anyway
@@ -468,13 +469,13 @@ class MlflowObserver(Observer):
 
         if any(a.path == "tables" for a in mlflow_client.list_artifacts(run_id)):
             get_artifact_repository(mlflow_client.get_run(run_id).info.artifact_uri).delete_artifacts("tables")
-        headline = str(summary.get("headline"))
+        headline = str(summary.headline)
         tables = {"samples": samples_table(outs, headline), "subsets": subsets_table(outs, headline)}
         tables.update({f"breakdown_{curate.mlflow_name(k).replace('/', '_')}": v for k, v in curate.breakdown_tables(summary).items()})
         for name, table in tables.items():  # object columns: values as they are (no string dtype)
             mlflow_client.log_table(run_id, data=pd.DataFrame(mlflow_obj(table), dtype=object), artifact_file=f"tables/{name}.json")
 
-    def _log_traces(self, mlflow_client: Any, ledger: Ledger, run_dir: Path, summary: dict[str, Any], outs: list[Outcome]) -> None:
+    def _log_traces(self, mlflow_client: Any, ledger: Ledger, run_dir: Path, summary: Summary, outs: list[Outcome]) -> None:
         """One trace per outcome of ``outs`` (those chosen to be traced) that the store does
         not hold as it is now (see the module docstring); traces of samples no longer
         selected or chosen, or whose outcome changed, are deleted. The ledger is saved after every batch."""
@@ -489,7 +490,7 @@ class MlflowObserver(Observer):
         todo = [(o, tid) for key, (o, tid) in wanted.items() if key not in ledger.traces]
         if todo:
             say.info("MLflow: logging %d traces (%d already there), %d per batch…", len(todo), len(ledger.traces), TRACE_BATCH)
-        start_s = (_ms(summary.get("started_at")) or int(time.time() * 1000)) / 1000
+        start_s = (_ms(summary.started_at) or int(time.time() * 1000)) / 1000
         for i in range(0, len(todo), TRACE_BATCH):
             batch = todo[i : i + TRACE_BATCH]
             built = [build_trace(o, run_dir, run_id, exp_id, summary, start_s) for o, _ in batch]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.journal import FAILED, PREDICTIONS, read_failures, read_journal
+from evalkit.summary import Summary
 from evalkit.types import Request, canonical_json, sha256_hex
 
 #: what a selected sample without a scored row and without a failure record failed of
@@ -66,7 +67,7 @@ class Outcome:
         return sha256_hex(canonical_json(shown))
 
 
-def outcomes(run_dir: Path, summary: dict[str, Any], requests: list[Request] | None = None) -> list[Outcome]:
+def outcomes(run_dir: Path, summary: Summary, requests: list[Request] | None = None) -> list[Outcome]:
     """Every selected sample of the finished run in ``run_dir`` (its ``summary.json`` is
     ``summary``), in selection order. ``requests``: the run's requests, one per selected
     sample and epoch (see the module docstring for what happens without them). Rows count
@@ -78,13 +79,13 @@ def outcomes(run_dir: Path, summary: dict[str, Any], requests: list[Request] | N
     run_dir = Path(run_dir)
     hashes = None
     if requests is not None:
-        model_id = str(summary.get("model_id"))
+        model_id = str(summary.model_id)
         hashes = {(req.sample_id, req.epoch): req.request_hash(model_id) for req in requests}
-    journal = read_journal(run_dir / PREDICTIONS, hashes, summary.get("stale_lines") or ())
+    journal = read_journal(run_dir / PREDICTIONS, hashes, summary.stale_lines)
     failures = read_failures(run_dir / FAILED)
     if requests is None:
         out = [Outcome(sid, str(r.get("subset")), epoch, row=r) for (sid, epoch), r in journal.rows.items()]
-        for sid in summary.get("failed_ids") or []:
+        for sid in summary.failed_ids:
             failure = failures.get((sid, 0)) or NOT_RUN
             out.append(Outcome(str(sid), str(failure.get("subset")), failure=failure))
         return out

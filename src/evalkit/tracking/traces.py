@@ -59,6 +59,7 @@ from typing import Any
 
 from evalkit import secrets
 from evalkit.jsonl import SideFileError, with_side_file
+from evalkit.summary import Summary
 from evalkit.tracking.samples import Outcome, primary_score
 from evalkit.types import sha256_hex
 
@@ -405,7 +406,7 @@ def _with_side_file(row: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         return {**row, "output": f"[side file unreadable: the first characters only] {row.get('output') or ''}"}
 
 
-def build_trace(outcome: Outcome, run_dir: Path, run_id: str, experiment_id: str, summary: dict[str, Any], start_s: float) -> tuple[Any, list[Any]]:
+def build_trace(outcome: Outcome, run_dir: Path, run_id: str, experiment_id: str, summary: Summary, start_s: float) -> tuple[Any, list[Any]]:
     """``(TraceInfo with its assessments, [Span, …])`` of one outcome of the run in
     ``run_dir`` (MLflow run ``run_id`` in experiment ``experiment_id``); ``start_s``: Unix
     seconds to lay untimed calls out from (the run's start)."""
@@ -441,7 +442,7 @@ def build_trace(outcome: Outcome, run_dir: Path, run_id: str, experiment_id: str
         response_preview=response and mlflow_text(response),
         trace_metadata=mlflow_obj(metadata),
         tags=mlflow_obj(tags),
-        assessments=feedbacks(outcome, trace_id, str(summary.get("benchmark")), str(summary.get("headline")))
+        assessments=feedbacks(outcome, trace_id, summary.benchmark, str(summary.headline))
         + judge_feedbacks(judged, trace_id),
     )
     return info, [Span.from_dict(d) for d in spans.dicts]
