@@ -124,7 +124,7 @@ def dry_run(cfg: EvalConfig) -> DryRun:
     if cfg.run.resume is not None:
         run_dir, _ = choose_run_dir(cfg)  # the real resume's checks (RunDirError on a changed config)
         journal = read_journal(run_dir / PREDICTIONS, plan.request_hashes())
-        pending = [u for u in plan.units if u.key not in journal.rows]
+        pending = plan.units.without(journal.rows)
     dry = DryRun(len(pending), None, 0.0, sum(1 for u in pending if u.rollout), [], len(plan.units) - len(pending))
     if cfg.model.kind == "litellm" and pending:
         price = plan.prices.get("agent")

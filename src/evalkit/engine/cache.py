@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from evalkit.engine.work import WorkItem
 from evalkit.errors import ConfigError
@@ -49,7 +49,7 @@ def cache_get(cache: Any, key: str) -> Completion | None:
         return None
 
 
-def all_cached(cache_dir: str | Path | None, units: list[WorkItem], model_id: str) -> bool:
+def all_cached(cache_dir: str | Path | None, units: Sequence[WorkItem], model_id: str) -> bool:
     """True when every unit's answer is in the response cache at ``cache_dir``, so that
     solving them asks no model: each is single-turn (one call, its ``request``) and
     ``request.request_hash(model_id)`` holds a readable completion. False without a cache

@@ -50,7 +50,7 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> 
     epochs = journal.epochs(samples, cfg.run.repeats)
     records = [r for rows in epochs for r in rows]
     failures = read_failures(state.run_dir / FAILED, [k for k in hashes if k not in journal.rows])
-    missing = [u.key for u in plan.units if u.key not in journal.rows]
+    missing = [key for key in plan.units.keys() if key not in journal.rows]
     metrics = epoch_mean([bench.aggregate(samples, rows) for rows in epochs])
     figs = plan_figures(bench, samples, epochs, cfg.run, prefix="" if not missing else "partial_")
     metrics.update(figs["repeat"])
@@ -115,7 +115,7 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
         log.exception("plotting failed")
     write_report(run_dir, summary, plan.bench, generates=not plan.models.offline)
     phases.add("summary_report_s", time.perf_counter() - started)
-    requests = [u.request for u in plan.units]  # the selection, in order, with each prompt
+    requests = plan.units.requests()  # the selection, in order, with each prompt (built as it is read)
     with phases.timed("tracking_s"):
         observer.run_finished(RunInfo(plan.cfg, run_dir, state.resumed, extra={"requests": requests}), summary)
     return _write_summary(run_dir, summary, phases)

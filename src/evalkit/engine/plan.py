@@ -1,25 +1,30 @@
 """Stage 2 of a run, *prepare*: load the benchmark's data, select the samples, build each
-sample's request, plan the models. Nothing is started and nothing is written, so every
+sample's request once (to find what identifies its results, and every request the data
+cannot build), plan the models. Nothing is started and nothing is written, so every
 problem found here (bad data, an unknown sample id, a replay file that cannot be read) is
-one line before the run directory exists.
+one line before the run directory exists. The plan keeps each request's hash, not the
+request: a work item's request is built again when it is dispatched
+(:class:`~evalkit.engine.work.WorkList`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from evalkit import secrets
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.benchmarks.base import Benchmark
 from evalkit.config import EvalConfig
-from evalkit.engine.work import WorkItem
+from evalkit.engine.work import WorkList
 from evalkit.errors import ConfigError, DataError
 from evalkit.models.factory import ModelPlan, plan_models
 from evalkit.providers import Price, model_price
-from evalkit.types import Request, Sample, canonical_json, sha256_hex
+from evalkit.types import Request, Sample, canonical_json
 
 log = logging.getLogger("evalkit")
 
@@ -27,14 +32,19 @@ log = logging.getLogger("evalkit")
 @dataclass
 class RunPlan:
     """Everything a run needs before it starts: the validated config, the benchmark, the
-    selected samples, one :class:`~evalkit.engine.work.WorkItem` per sample and epoch (epoch by
-    epoch, each in selection order) and the planned models."""
+    selected samples, their work items (one per sample and epoch, epoch by epoch, each in
+    selection order; built when dispatched, :class:`~evalkit.engine.work.WorkList`), each
+    item's request hash and the planned models."""
 
     cfg: EvalConfig
     bench: Benchmark
     samples: list[Sample]
-    units: list[WorkItem]
+    units: WorkList
     models: ModelPlan
+    #: ``{(sample id, epoch): request hash}`` of every work item (what resume finds rows by)
+    hashes: dict[tuple[str, int], str]
+    #: :meth:`prompt_hash`'s value: SHA-256 over the samples' ids and prompt hashes
+    prompts_sha256: str
     #: ``{"agent": price, "user": price}`` (the user only when a user simulator takes part);
     #: ``None`` = no price known (costs are then null, never 0)
     prices: dict[str, Price | None] = field(default_factory=dict)
@@ -43,7 +53,7 @@ class RunPlan:
 
     def request_hashes(self) -> dict[tuple[str, int], str]:
         """``{(sample id, epoch): request hash}``: what identifies each result (resume)."""
-        return {u.key: u.request.request_hash(self.models.model_id) for u in self.units}
+        return self.hashes
 
     def warn_unpriced(self) -> None:
         """One warning line per model without a price (its costs are null, never 0)."""
@@ -57,7 +67,7 @@ class RunPlan:
 
     def prompt_hash(self) -> str:
         """SHA-256 over every selected sample's id and prompt hash, in selection order."""
-        return sha256_hex("".join(f"{u.sample.id}\0{u.request.prompt_hash()}\n" for u in self.units if u.request.epoch == 0))
+        return self.prompts_sha256
 
 
 def prepare(cfg: EvalConfig, priced: bool = True) -> RunPlan:
@@ -84,14 +94,33 @@ def prepare(cfg: EvalConfig, priced: bool = True) -> RunPlan:
         )
     if cfg.model.kind == "replay" and rollouts:
         raise ConfigError("model=replay: agent rollouts cannot be replayed from single outputs; deselect those subsets")
-    first = [WorkItem(s, build_request(bench, cfg, s), bench.is_rollout(s)) for s in samples]
-    units = [WorkItem(u.sample, replace(u.request, epoch=e), u.rollout) for e in range(cfg.run.repeats) for u in first]
+    build = partial(build_request, bench, cfg)
+    units = WorkList(samples, build, bench.is_rollout, cfg.run.repeats)
     if cfg.run.repeats > 1 and cfg.generation_params().get("temperature") == 0:
         log.warning("run.repeats=%d at temperature 0: the repeats measure only the provider's nondeterminism", cfg.run.repeats)
     with_user = cfg.user is not None and bool(rollouts)
     models = plan_models(cfg, bench, samples, with_user=with_user)
+    hashes, prompts_sha256 = identify(samples, build, cfg.run.repeats, models.model_id)
     prices = run_prices(cfg, with_user) if priced else {}
-    return RunPlan(cfg, bench, samples, units, models, prices, with_user)
+    return RunPlan(cfg, bench, samples, units, models, hashes, prompts_sha256, prices, with_user)
+
+
+def identify(samples: list[Sample], build: Callable[[Sample], Request], repeats: int,
+             model_id: str) -> tuple[dict[tuple[str, int], str], str]:  # fmt: skip
+    """Each sample's request built once (a sample the benchmark cannot build fails here,
+    before anything is written) and dropped: ``({(sample id, epoch): request hash}`` epoch by
+    epoch in selection order, ``SHA-256 over each sample's id and prompt hash)``."""
+    per_sample: list[list[str]] = []
+    prompts = hashlib.sha256()
+    for sample in samples:
+        request = build(sample)
+        prompts.update(f"{sample.id}\0{request.prompt_hash()}\n".encode("utf-8", errors="surrogatepass"))
+        per_sample.append([])
+        for epoch in range(repeats):
+            request.epoch = epoch
+            per_sample[-1].append(request.request_hash(model_id))
+    hashes = {(s.id, epoch): h[epoch] for epoch in range(repeats) for s, h in zip(samples, per_sample)}
+    return hashes, prompts.hexdigest()
 
 
 def run_prices(cfg: EvalConfig, with_user: bool, lookup: Callable[[str], Price | None] | None = None) -> dict[str, Price | None]:
@@ -177,5 +206,14 @@ def select_samples(samples: list[Sample], cfg: EvalConfig) -> list[Sample]:
 
 
 def data_fingerprint(samples: list[Sample]) -> str:
-    """SHA-256 over the evaluated records (id, subset and payload, in selection order)."""
-    return sha256_hex("".join(canonical_json([s.id, s.subset, s.data]) + "\n" for s in samples))
+    """SHA-256 over the evaluated records (id, subset and payload, in selection order),
+    hashed one record at a time (the digest of their concatenation, never held whole)."""
+    return _sha256_of(canonical_json([s.id, s.subset, s.data]) + "\n" for s in samples)
+
+
+def _sha256_of(parts: Iterable[str]) -> str:
+    """:func:`~evalkit.types.sha256_hex` of the concatenation of ``parts``, fed one at a time."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode("utf-8", errors="surrogatepass"))
+    return digest.hexdigest()

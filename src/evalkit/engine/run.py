@@ -31,7 +31,7 @@ from evalkit.config import EvalConfig
 from evalkit.engine.batch import DETACHED_EXIT_CODE, batch_prices, check_batchable, refuse_live_resume, run_batch
 from evalkit.engine.budget import UNJOURNALED, Budget, journal_spend
 from evalkit.engine.cache import all_cached, open_cache
-from evalkit.engine.work import WorkItem
+from evalkit.engine.work import WorkItem, WorkList
 from evalkit.engine.executor import Executor, LocalExecutor, RayExecutor
 from evalkit.engine.finalize import finalize
 from evalkit.engine.plan import RunPlan, prepare, run_prices
@@ -189,14 +189,14 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
     or ``None`` when nothing was pending."""
     journal = read_journal(state.run_dir / PREDICTIONS, plan.request_hashes())
     journal.warn()
-    pending = [u for u in plan.units if u.key not in journal.rows]
+    pending = plan.units.without(journal.rows)  # built one by one as they are dispatched
     log.info("run %s: %d samples, %d already journaled, %d to run", state.run_dir, len(plan.units), len(journal.rows), len(pending))
     if not pending:
         return None
     plan.warn_unpriced()
     cfg = plan.cfg
     if cfg.run.batch:
-        return _execute_batch(plan, state, observer, phases, pending)
+        return _execute_batch(plan, state, observer, phases, list(pending))  # a batch holds them all
     with ExitStack() as stack:
         scorer = stack.enter_context(Scorer(plan.bench, budget_s=plan.bench.settings.score_budget_s))
         executor = early or _open_executor(plan, state, stack, pending, shared)
@@ -257,7 +257,7 @@ def _note_unjournaled(executor: RayExecutor, run_dir: Path) -> None:
             out.append(row)
 
 
-def _open_executor(plan: RunPlan, state: RunState, stack: ExitStack, pending: list[WorkItem], shared: Session | None) -> Executor:
+def _open_executor(plan: RunPlan, state: RunState, stack: ExitStack, pending: WorkList, shared: Session | None) -> Executor:
     """The models opened (evalkit's own servers started, unless every request is in the
     response cache; in a sweep's session, from its server pool) and their executor."""
     serve = not (plan.models.starts_servers and all_cached(_cache_dir(plan.cfg), pending, plan.models.model_id))
