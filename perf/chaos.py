@@ -28,7 +28,11 @@ finalizes, or misses when the run has ended):
                      embedded model ``model=smollm2``, 3 samples) the llama.cpp server
                      SIGKILLed mid-run; these trials also draw ``driver_kill``, after
                      which the driver's server must end by itself (none may outlive the
-                     trial by 15 s).
+                     trial by 15 s);
+* ``node_kill``      (trials of their own with ``--cluster-every K``: ``runner=cluster`` on
+                     a local cluster of a head and 2 worker nodes started for the trial,
+                     ``tests/support/local_cluster.py``) the raylet of one worker node
+                     SIGKILLed, once, beside 0-2 of the faults above (not worker_kill).
 
 A storm or stall longer than ``backend.retry_budget_s`` ends in failures by design; a
 driver that died, or a run that ended incomplete, is resumed (``run.resume``) as many
@@ -71,6 +75,8 @@ from tests.support.write_faults import ENV as WRITE_FAULT_ENV  # noqa: E402
 
 FAKE_FAULTS = ("worker_kill", "driver_kill", "storm_429", "burst_5xx", "resets", "stall", "server_restart", "write_fault")
 EMBEDDED_FAULTS = ("llama_kill", "llama_kill", "driver_kill")
+#: a cluster trial's faults besides its one node_kill (a model worker dies with its node there)
+CLUSTER_FAULTS = tuple(f for f in FAKE_FAULTS if f != "worker_kill")
 TASK_DATA = REPO_ROOT / "examples" / "tasks" / "arith_mini.jsonl"
 CHAOS_SITE = REPO_ROOT / "tests" / "support" / "chaos_site"
 
@@ -225,7 +231,8 @@ class Fault:
 
     def label(self) -> str:
         hold = f"+{self.hold_s:.1f}s" if self.hold_s else ""
-        return f"{self.name}{'' if self.status is None else f'({self.status})'}@{self.at_s:.1f}s{hold}{'' if self.fired else ' MISSED'}"
+        missed = "" if self.fired else f" MISSED{f' ({self.note})' if self.note else ''}"
+        return f"{self.name}{'' if self.status is None else f'({self.status})'}@{self.at_s:.1f}s{hold}{missed}"
 
 
 def draw_faults(rng: random.Random, kinds: tuple[str, ...], span_s: float, s: Settings) -> list[Fault]:
@@ -251,8 +258,10 @@ class Injector:
     and :meth:`stop` ends any still on (the plan restored, the write fault lifted)."""
 
     def __init__(self, faults: list[Fault], server: FakeServer | None, base: dict[str, Any] | None, control: Path,
-                 driver: Callable[[], subprocess.Popen[bytes] | None], rng: random.Random):  # fmt: skip
+                 driver: Callable[[], subprocess.Popen[bytes] | None], rng: random.Random,
+                 kill_node: Callable[[int], int] | None = None):  # fmt: skip
         self.faults, self.server, self.base, self.control, self.driver, self.rng = faults, server, base, control, driver, rng
+        self.kill_node = kill_node
         self.windows: list[Fault] = []
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
@@ -280,7 +289,10 @@ class Injector:
         for at, _, f, begin in sorted(events, key=lambda e: (e[0], e[1])):
             if self.stopped.wait(max(0.0, at - (time.monotonic() - t0))):
                 return
-            self._fire(f) if begin else self._end(f)
+            try:
+                self._fire(f) if begin else self._end(f)
+            except Exception as exc:  # noqa: BLE001 - a fault that could not be injected is reported, not raised
+                f.note = f"{type(exc).__name__}: {exc}"[:200]
 
     def _fire(self, f: Fault) -> None:
         proc = self.driver()
@@ -289,6 +301,9 @@ class Injector:
         elif f.name == "worker_kill":
             pids = model_worker_pids()
             f.fired = bool(pids) and _kill(self.rng.choice(pids))
+        elif f.name == "node_kill":  # the raylet of worker node 1 or 2 (of a head and 2 worker nodes)
+            node = self.rng.choice([1, 2])
+            f.fired, f.status = self.kill_node is not None and bool(self.kill_node(node)), f"node {node}"
         elif f.name == "llama_kill":
             pids = llama_pids(proc.pid) if proc is not None and proc.poll() is None else []
             f.fired = bool(pids) and _kill(pids[0])
@@ -340,13 +355,12 @@ def _journal_size(run_dir: Path) -> int:
     return sum((run_dir / f).stat().st_size for f in ("predictions.jsonl", "failed.jsonl") if (run_dir / f).exists())
 
 
-def run_until_complete(args: list[str], tdir: Path, s: Settings, env_extra: dict[str, str],
+def run_until_complete(args: list[str], tdir: Path, s: Settings, env: dict[str, str],
                        injector_for: Callable[[Callable[[], Any]], Injector | None]) -> Outcome:  # fmt: skip
     """Start the driver; resume it (``run.resume``) whenever it dies or ends incomplete,
     until it exits 0, ``s.max_attempts`` drivers ran, or ``s.cap_s`` passed."""
     run_dir = tdir / "run"
     out = Outcome(run_dir)
-    env = {**os.environ, **env_extra}
     current: dict[str, subprocess.Popen[bytes] | None] = {"proc": None}
     injector = injector_for(lambda: current["proc"])
     t0 = time.monotonic()
@@ -492,20 +506,22 @@ class Chaos:
         self.server.start()
         self.refs: dict[str, tuple[dict[str, Any], float]] = {}
 
-    def common(self, tdir: Path) -> list[str]:
-        return [f"runner.address={self.ray_address}", "run.cache=false", "run.progress=false", "tracking=mlflow",
+    def common(self, tdir: Path, ray_address: str) -> list[str]:
+        return [f"runner.address={ray_address}", "run.cache=false", "run.progress=false", "tracking=mlflow",
                 f"tracking.tracking_uri=sqlite:///{tdir}/mlflow.db", f"run.output_root={tdir}/out"]  # fmt: skip
 
-    def args(self, kind: str, tdir: Path) -> list[str]:
+    def args(self, kind: str, tdir: Path, cluster: Any = None) -> list[str]:
         own = self.s.embedded_args() if kind == "embedded" else self.s.fake_args(self.server.api_base)
-        return [*own, *self.common(tdir)]
+        if cluster is not None:
+            return [*own, "runner=cluster", *self.common(tdir, cluster.address)]
+        return [*own, *self.common(tdir, self.ray_address)]
 
     def reference(self, kind: str) -> tuple[dict[str, Any], float]:
         """The undisturbed run of ``kind`` and its span (first row to the last, seconds)."""
         if kind not in self.refs:
             tdir = self.root / f"undisturbed-{kind}"
             tdir.mkdir()
-            out = run_until_complete(self.args(kind, tdir), tdir, self.s, {}, lambda _: None)
+            out = run_until_complete(self.args(kind, tdir), tdir, self.s, dict(os.environ), lambda _: None)
             rec = run_record(out.run_dir, f"sqlite:///{tdir}/mlflow.db")
             if out.attempts != [0] or rec["summary"]["status"] != "complete" or rec["failed"]:
                 raise SystemExit(f"the undisturbed {kind} run did not complete: {out.attempts} {rec['summary']}; see {tdir}")
@@ -516,23 +532,39 @@ class Chaos:
         return self.refs[kind]
 
     def trial(self, seed: int, kind: str) -> dict[str, Any]:
-        ref, span = self.reference(kind)
+        """One trial; a ``cluster`` trial runs on a local cluster of its own (a head and 2
+        worker nodes, ``tests/support/local_cluster.py``), compared with the undisturbed
+        ``fake`` run (the same samples, plan and settings)."""
+        ref, span = self.reference("fake" if kind == "cluster" else kind)
         rng = random.Random(seed)
         tdir = self.root / f"trial-{seed}"
         tdir.mkdir()
         control = tdir / "write-fault.on"
-        faults = draw_faults(rng, EMBEDDED_FAULTS if kind == "embedded" else FAKE_FAULTS, 1.2 * span, self.s)
-        env = {}
+        faults = draw_faults(rng, EMBEDDED_FAULTS if kind == "embedded" else CLUSTER_FAULTS if kind == "cluster" else FAKE_FAULTS,
+                             1.2 * span, self.s)  # fmt: skip
+        cluster = None
+        if kind == "cluster":
+            from tests.support.local_cluster import LocalCluster
+
+            faults = sorted([Fault("node_kill", rng.uniform(0.0, 1.2 * span)), *faults[:2]], key=lambda f: f.at_s)
+            cluster = LocalCluster(worker_nodes=2)
+            cluster.start()
+        env = dict(cluster.env if cluster is not None else os.environ)
         if any(f.name == "write_fault" for f in faults):
-            env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(CHAOS_SITE), os.environ.get("PYTHONPATH")])),
-                   WRITE_FAULT_ENV: str(control)}  # fmt: skip
+            env.update({"PYTHONPATH": os.pathsep.join(filter(None, [str(CHAOS_SITE), env.get("PYTHONPATH")])),
+                        WRITE_FAULT_ENV: str(control)})  # fmt: skip
         server = None if kind == "embedded" else self.server
         if server is not None:
             server.set_plan(server.plan)  # a fresh log; the plan of this script's seed
-        out = run_until_complete(
-            self.args(kind, tdir), tdir, self.s, env,
-            lambda driver: Injector(faults, server, server.plan if server else None, control, driver, rng),
-        )  # fmt: skip
+        try:
+            out = run_until_complete(
+                self.args(kind, tdir, cluster), tdir, self.s, env,
+                lambda driver: Injector(faults, server, server.plan if server else None, control, driver, rng,
+                                        cluster.kill_raylet if cluster is not None else None),
+            )  # fmt: skip
+        finally:
+            if cluster is not None:
+                cluster.remove()
         got = run_record(out.run_dir, f"sqlite:///{tdir}/mlflow.db")
         problems = verdict(got, ref, out, self.s)
         return {"seed": seed, "kind": kind, "faults": faults, "outcome": out, "problems": problems, "dir": tdir}
@@ -542,8 +574,9 @@ def trials(chaos: Chaos, a: argparse.Namespace, s: Settings, flags: str) -> list
     """Run the trials, one line each; a passing trial's folder is removed, a failing one kept."""
     results = []
     for seed in range(a.seed, a.seed + a.trials):
-        kind = "embedded" if a.embedded_every and seed % a.embedded_every == a.embedded_every - 1 else "fake"
-        s.cap_s = a.cap_s or (600.0 if kind == "embedded" else 300.0)
+        kind = ("embedded" if a.embedded_every and seed % a.embedded_every == a.embedded_every - 1
+                else "cluster" if a.cluster_every and seed % a.cluster_every == 0 else "fake")  # fmt: skip
+        s.cap_s = a.cap_s or (300.0 if kind == "fake" else 600.0)
         r = chaos.trial(seed, kind)
         results.append(r)
         o = r["outcome"]
@@ -563,16 +596,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="trial i has seed SEED+i (its faults and their times)")
     p.add_argument("--embedded-every", type=int, default=10,
                    help="a seed divisible by this is an embedded-model trial (llama_kill); 0: none")
+    p.add_argument("--cluster-every", type=int, default=0,
+                   help="a seed divisible by this (and not embedded) is a cluster trial (node_kill); 0: none")
     p.add_argument("--quick", action="store_true", help="one epoch, shorter latencies (the test's setting)")
     p.add_argument("--keep-dir", type=Path, default=None, help="where trials run (default: a new temporary folder)")
-    p.add_argument("--cap-s", type=float, default=None, help="a trial's wall-time cap (default 300 s; embedded 600 s)")
+    p.add_argument("--cap-s", type=float, default=None, help="a trial's wall-time cap (default 300 s; embedded and cluster 600 s)")
     a = p.parse_args(argv)
     s = Settings()
     if a.quick:
         s.repeats, s.median_s, s.cap_latency_s = 1, 0.4, 1.5
     root = a.keep_dir or Path(tempfile.mkdtemp(prefix="evalkit-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
-    flags = f"{' --quick' if a.quick else ''} --embedded-every {a.embedded_every}"
+    flags = f"{' --quick' if a.quick else ''} --embedded-every {a.embedded_every} --cluster-every {a.cluster_every}"
     print(f"chaos: {a.trials} trials from seed {a.seed} in {root}; fake trials {s.repeats} epoch(s) × 10 samples, "
           f"concurrency {s.concurrency}, {s.workers} workers, lognormal latency median {s.median_s} s σ {s.sigma}, "
           f"timeout {s.timeout_s} s, retry budget {s.retry_budget_s} s", flush=True)  # fmt: skip
