@@ -16,10 +16,10 @@ Printed per shape:
 
 * requests/s: ``--n`` / the request phase (``summary.json`` → ``engine.requests_wall_s``,
   first request sent to last answer);
-* CPU: seconds used during the run by the driver's process tree and every process of the
-  cluster (Ray's daemons of each node, the model workers, the shared rate-limit actor),
-  read with psutil every 0.2 s (a process's last reading before it ends is kept); the server
-  is not counted;
+* CPU: seconds used during the request phase (the server's first request to its last
+  answer) by the driver's process tree and every process of the cluster (Ray's daemons of
+  each node, the model workers, the shared rate-limit actor), read with psutil every 0.2 s
+  (start-up and shutdown left out); the server is not counted;
 * per core: requests per CPU-second (what one fully busy core buys), and CPU ms per request.
 
 Every node runs on this machine's cores (``os.cpu_count()`` printed), so more nodes add
@@ -50,35 +50,44 @@ from tests.support.local_cluster import LocalCluster  # noqa: E402
 
 class CpuSampler(threading.Thread):
     """CPU seconds (user + system) of the processes ``select(proc)`` picks, sampled every
-    ``every`` seconds: the sum over processes of last reading minus first."""
+    ``every`` seconds; :meth:`between` gives the CPU they used between two instants (a
+    process's last reading is carried forward once it has ended)."""
 
     def __init__(self, select, every: float = 0.2) -> None:
         super().__init__(daemon=True)
         self.select, self.every = select, every
-        self.first: dict[int, float] = {}
-        self.last: dict[int, float] = {}
+        self.snapshots: list[tuple[float, dict[int, float]]] = []
         self.done = threading.Event()
 
     def sample(self) -> None:
+        now, seen = time.time(), {}
         for proc in psutil.process_iter():
             try:
-                if not self.select(proc):
-                    continue
-                cpu = sum(proc.cpu_times()[:2])
+                if self.select(proc):
+                    seen[proc.pid] = sum(proc.cpu_times()[:2])
             except psutil.Error:
                 continue
-            self.first.setdefault(proc.pid, cpu)
-            self.last[proc.pid] = cpu
+        self.snapshots.append((now, seen))
 
     def run(self) -> None:
         while not self.done.is_set():
             self.sample()
             self.done.wait(self.every)
 
-    def stop(self) -> float:
+    def stop(self) -> None:
         self.done.set()
         self.join()
-        return sum(self.last[pid] - self.first[pid] for pid in self.last)
+
+    def total(self, at: float) -> float:
+        latest: dict[int, float] = {}
+        for when, seen in self.snapshots:
+            if when > at:
+                break
+            latest.update(seen)
+        return sum(latest.values())
+
+    def between(self, start: float, end: float) -> float:
+        return self.total(end) - self.total(start)
 
 
 def start_server(work: Path, latency: float) -> tuple[subprocess.Popen, str]:
@@ -93,13 +102,19 @@ def start_server(work: Path, latency: float) -> tuple[subprocess.Popen, str]:
     base = f"http://127.0.0.1:{port_file.read_text().strip()}"
     while True:
         try:
-            plan = json.dumps({"default": {"content": "ok", "latency_s": latency}}).encode()
-            urllib.request.urlopen(urllib.request.Request(f"{base}/_plan", plan, {"Content-Type": "application/json"}), timeout=10)
+            set_plan(f"{base}/v1", latency)
             return server, f"{base}/v1"
         except OSError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def set_plan(api_base: str, latency: float) -> None:
+    """Every answer "ok" after ``latency`` seconds; the server's request log emptied."""
+    plan = json.dumps({"default": {"content": "ok", "latency_s": latency}}).encode()
+    request = urllib.request.Request(f"{api_base.removesuffix('/v1')}/_plan", plan, {"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=10)
 
 
 def prompts(work: Path, n: int) -> Path:
@@ -113,6 +128,7 @@ def one_shape(nodes: int, workers: int, args: argparse.Namespace, work: Path, ap
     try:
         cluster.start()
         sids = set(cluster.sessions)
+        set_plan(api_base, args.latency)
         out = work / f"{nodes}x{workers}.json"
         cmd = [sys.executable, str(REPO / "perf" / "run_evalkit.py"), str(data), str(out), "runner=cluster",
                f"runner.address={cluster.address}", f"runner.num_workers={workers}", "model=openai_compatible",
@@ -134,10 +150,12 @@ def one_shape(nodes: int, workers: int, args: argparse.Namespace, work: Path, ap
         sampler = CpuSampler(mine)
         sampler.start()
         log, _ = proc.communicate(timeout=3600)
-        cpu_s = sampler.stop()
+        sampler.stop()
         if proc.returncode != 0:
             raise SystemExit(f"{nodes}x{workers}: the run failed (exit {proc.returncode}): {log[-2000:]}")
         engine = json.loads(out.read_text())["engine"]
+        requests = json.loads(urllib.request.urlopen(f"{api_base.removesuffix('/v1')}/_log", timeout=60).read())
+        cpu_s = sampler.between(min(r["t"] for r in requests), max(r["done"] for r in requests))
     finally:
         cluster.remove()
     rps = args.n / engine["requests_wall_s"]

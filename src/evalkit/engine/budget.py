@@ -236,10 +236,13 @@ class BudgetKeeper:
 
 
 def keeper(budget: Budget) -> Any:
-    """A :class:`BudgetKeeper` actor holding ``budget`` (on this node, no CPU reserved)."""
+    """A :class:`BudgetKeeper` actor holding ``budget`` on the driver's node (a cluster's worker
+    node may be lost; the driver's is the run's own), no CPU reserved."""
     import ray  # deferred: offline runs never import Ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return ray.remote(num_cpus=0, max_concurrency=10_000)(BudgetKeeper).remote(budget)
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return ray.remote(num_cpus=0, max_concurrency=10_000)(BudgetKeeper).options(scheduling_strategy=here).remote(budget)
 
 
 class RemoteBudget:
