@@ -102,9 +102,9 @@ class SharedWindow(BaseModel):
 
 
 class EngineFigures(BaseModel):
-    """``engine``: the run's engine figures (the fields typed here are those of a run on a
-    Ray cluster; the others are kept as written): ``nodes`` its model workers ran on,
-    ``driver_node``, and ``rate_limits`` per endpoint key (``<api_base>|<provider model>``)."""
+    """``engine``: the run's engine figures (the fields typed here are ``phases`` and those of
+    a run on a Ray cluster; the others are kept as written): ``nodes`` its model workers ran
+    on, ``driver_node``, and ``rate_limits`` per endpoint key (``<api_base>|<provider model>``)."""
 
     model_config = ConfigDict(extra="allow")
 
