@@ -194,3 +194,17 @@ def test_a_judge_without_a_judge_scorer_is_refused():
 
     with pytest.raises(ConfigError, match="arith_mini has no llm_judge scorer"):
         resolve(compose(["benchmark=arith_mini", "model=reference", "judge=reference"]))
+
+
+@pytest.mark.slow  # litellm's token counter
+def test_the_dry_run_counts_the_judges_calls(judged, tmp_path, capsys):
+    from evalkit.job import dry_run
+
+    common = ("model=openai_compatible", "backend.api_base=http://127.0.0.1:9/v1", "judge=judge_a", "run.dry_run=true")
+    one = dry_run(judged(*common)[1])
+    assert one.requests == 6 and one.judge_requests == 6 and one.judge_prompt_tokens > 6 * 10
+    assert "judges (judge_a): 6 requests" in one.line
+    _judged_task(tmp_path / "conf", mode="pairwise")
+    both = dry_run(judged(*common, "run.max_total_tokens=100")[1])
+    assert both.judge_requests == 12, "pairwise: both orders"
+    assert "exceeds run.max_total_tokens=100 by the prompt tokens alone" in both.line

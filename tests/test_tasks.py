@@ -182,7 +182,7 @@ def test_a_task_is_found_by_kind_and_named_by_its_file():
 def test_example_tasks_score_1_with_reference_and_compare_paired(tmp_path: Path):
     root = tmp_path / "out"
     common = [f"run.output_root={root}", "run.progress=false", "tracking=mlflow", "model=reference"]
-    for task, headline in (("arith_mini", "accuracy"), ("mc_mini", "accuracy/weighted"), ("explain_mini", "f1")):
+    for task, headline in (("arith_mini", "accuracy"), ("mc_mini", "accuracy/weighted"), ("explain_mini", "judge")):
         proc = subprocess.run(evalkit_cmd(f"benchmark={task}", *common, f"run.dir={tmp_path / task}"), cwd=REPO_ROOT,
                               capture_output=True, text=True, timeout=300)  # fmt: skip
         assert proc.returncode == 0, proc.stderr

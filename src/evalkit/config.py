@@ -729,6 +729,8 @@ def _check_judges(cfg: EvalConfig, keyed: bool) -> None:
         )
     if cfg.judge and not needs:
         raise ConfigError(f"judge: {cfg.benchmark.name} has no llm_judge scorer; remove judge=...")
+    if cfg.judge and cfg.run.batch:
+        raise ConfigError("run.batch: a judged task asks its judges as each answer arrives; run it without run.batch")
     names = [j.model.name for j in cfg.judge]
     for i, judge in enumerate(cfg.judge):
         kind = judge.model.kind

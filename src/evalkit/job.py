@@ -102,6 +102,13 @@ class DryRun:
     lines: list[str]
     journaled: int = 0
     exit_code: int = 0
+    #: the judges' calls (``judge=...``): how many, their prompt tokens around an empty
+    #: answer, their cost (USD, ``None`` without a price) and the most their answers and
+    #: the judged answers can add (tokens); 0 without judges or for offline ones
+    judge_requests: int = 0
+    judge_prompt_tokens: int = 0
+    judge_cost_usd: float | None = 0.0
+    judge_completion_bound: int = 0
 
     @property
     def line(self) -> str:
@@ -133,8 +140,32 @@ def dry_run(cfg: EvalConfig) -> DryRun:
         dry.cost_usd = price.cost({"prompt_tokens": dry.prompt_tokens, "completion_tokens": 0}) if price is not None else None
     elif cfg.model.kind == "litellm":
         dry.prompt_tokens = 0
+    _estimate_judges(cfg, plan, pending, dry)
     dry.lines = dry_run_lines(cfg, plan, dry)
     return dry
+
+
+def _estimate_judges(cfg: EvalConfig, plan: RunPlan, pending: Any, dry: DryRun) -> None:
+    """The network judges' share of the estimate: each judge's calls per sample
+    (:meth:`~evalkit.benchmarks.base.Benchmark.judge_prompts`, prompts around an empty
+    answer: a lower bound) counted by its own tokenizer and priced by its own price; the
+    answers judged add up to the model's ``max_tokens`` each, a judge's answer up to its own."""
+    judges = [j for j in cfg.judge if j.model.kind == "litellm"]
+    if not judges or not pending:
+        return
+    samples = {s.id: s for s in plan.samples}
+    keys = list(pending.keys())  # no request built
+    prompts = {sid: plan.bench.judge_prompts(samples[sid]) for sid in dict.fromkeys(sid for sid, _ in keys)}
+    per_sample = [prompts[sid] for sid, _ in keys]
+    for judge in judges:
+        tokens = sum(estimate_prompt_tokens(str(judge.model.provider_model), msgs, None) for calls in per_sample for msgs in calls)
+        calls = sum(len(c) for c in per_sample)
+        price = plan.prices.get(f"judge:{judge.model.name}")
+        dry.judge_requests += calls
+        dry.judge_prompt_tokens += tokens
+        dry.judge_completion_bound += calls * ((judge.generation.max_tokens or 0) + (cfg.generation.max_tokens or 0))
+        cost = price.cost({"prompt_tokens": tokens, "completion_tokens": 0}) if price is not None else None
+        dry.judge_cost_usd = None if dry.judge_cost_usd is None or cost is None else dry.judge_cost_usd + cost
 
 
 def dry_run_lines(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> list[str]:
@@ -146,6 +177,10 @@ def dry_run_lines(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> list[str]:
         lines = [f"{head} answered offline by model={cfg.model.name} (nothing is sent to a provider; cost 0); nothing sent, nothing written"]
     else:
         lines = [f"{head}, ~{dry.prompt_tokens:,} prompt tokens{_rollouts_part(dry)}; {_cost_part(cfg, plan, dry)}; nothing sent, nothing written"]
+    if dry.judge_requests:
+        cost = f"estimated cost ≥ ${dry.judge_cost_usd:.4f}" if dry.judge_cost_usd is not None else "cost unknown (a judge without a price)"
+        lines.append(f"evalkit: dry run: judges ({', '.join(j.model.name for j in cfg.judge)}): {dry.judge_requests} requests, "
+                     f"~{dry.judge_prompt_tokens:,} prompt tokens around an empty answer (each judged answer adds its own); {cost}")  # fmt: skip
     if cfg.run.batch and cfg.model.kind == "litellm":
         lines.append(f"evalkit: dry run: {dry_run_section(plan, dry.prompt_tokens or 0, dry.requests)}")
     if cfg.run.resume is not None:
@@ -163,18 +198,21 @@ def dry_run_lines(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> list[str]:
 def _budget_line(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> str | None:
     """A line when the estimate passes ``run.max_total_tokens`` / ``run.max_cost_usd``: by the
     prompt tokens alone (the run will stop short), or only if answers used ``max_tokens``
-    (it may). A resume's estimate does not count what its journal spent already."""
+    (it may); the judges' calls count in both (:func:`_estimate_judges`). A resume's
+    estimate does not count what its journal spent already."""
     if cfg.model.kind != "litellm" or not dry.requests or dry.prompt_tokens is None:
         return None
     max_tokens = cfg.generation.max_tokens or 0
-    upper_tokens = dry.prompt_tokens + max_tokens * dry.requests
+    lower_tokens = dry.prompt_tokens + dry.judge_prompt_tokens
+    upper_tokens = lower_tokens + max_tokens * dry.requests + dry.judge_completion_bound
     price = plan.prices.get("agent")
     checks = []
     if cfg.run.max_total_tokens is not None:
-        checks.append(("run.max_total_tokens", cfg.run.max_total_tokens, dry.prompt_tokens, upper_tokens, "{:,} tokens"))
-    if cfg.run.max_cost_usd is not None and dry.cost_usd is not None and price is not None:
-        upper_cost = price.cost({"prompt_tokens": dry.prompt_tokens, "completion_tokens": max_tokens * dry.requests})
-        checks.append(("run.max_cost_usd", cfg.run.max_cost_usd, dry.cost_usd, upper_cost, "${:.4f}"))
+        checks.append(("run.max_total_tokens", cfg.run.max_total_tokens, lower_tokens, upper_tokens, "{:,} tokens"))
+    if cfg.run.max_cost_usd is not None and dry.cost_usd is not None and price is not None and dry.judge_cost_usd is not None:
+        # with judges, only the lower bound is checked (each judge's answers have a price of their own)
+        upper_cost = None if dry.judge_requests else price.cost({"prompt_tokens": dry.prompt_tokens, "completion_tokens": max_tokens * dry.requests})
+        checks.append(("run.max_cost_usd", cfg.run.max_cost_usd, dry.cost_usd + dry.judge_cost_usd, upper_cost, "${:.4f}"))
     for key, limit, lower, upper, shown in checks:
         if lower > limit:
             return (f"evalkit: dry run: the estimate exceeds {key}={limit:g} by the prompt tokens alone ({shown.format(lower)}): "

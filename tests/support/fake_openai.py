@@ -6,6 +6,7 @@ Python (:meth:`FakeOpenAI.set_plan`):
 
     {"default": {"content": "[]", "latency_s": 0.0},
      "rules": [{"match": "substring of the last message",
+                "model": "judge-b",              # optional: only requests for this model (the body's "model")
                 "statuses": [500, "reset", 429], # the 1st, 2nd ... attempt of that prompt
                 "retry_after": 1,                #   behaves so, later attempts succeed
                 "always_status": 400,            # every attempt behaves so (status or fault)
@@ -218,9 +219,9 @@ class FakeOpenAI:
         return [r for r in self.log if needle in r["last"]]
 
     # ---- behaviour --------------------------------------------------------------------
-    def _rule_for(self, text: str) -> dict[str, Any]:
+    def _rule_for(self, text: str, model: Any = None) -> dict[str, Any]:
         for rule in self.plan.get("rules", []):
-            if rule.get("match") and rule["match"] in text:
+            if rule.get("match") and rule["match"] in text and rule.get("model", model) == model:
                 return {**self.plan.get("default", {}), **rule}
         return dict(self.plan.get("default", {}))
 
@@ -234,7 +235,7 @@ class FakeOpenAI:
             key_src = last
         key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
         with self._lock:
-            rule = self._rule_for(last if chat else key_src)
+            rule = self._rule_for(last if chat else key_src, body.get("model"))
             n = self.attempts.get(key, 0)
             self.attempts[key] = n + 1
         status: int | str = 200

@@ -127,6 +127,12 @@ class Benchmark(ABC):
         (``benchmark.user_model``)."""
         return False
 
+    def judge_prompts(self, sample: Sample) -> list[list[dict[str, Any]]]:
+        """The chat messages of each call one judge makes about ``sample``'s answer, the
+        answer left empty (what the dry run estimates; a task's ``llm_judge`` scorers).
+        Default: none."""
+        return []
+
     def reference_agents(self, sample: Sample) -> tuple[Any, Any]:
         """``(agent, user)`` scripted models replaying the gold trajectory of a rollout sample."""
         raise NotImplementedError(f"{self.name} has no reference agent")

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.engine.solve import BUDGET_EXCEEDED
-from evalkit.engine.records import Prices, spend
+from evalkit.engine.records import Prices, price_key, price_of, spend
 from evalkit.engine.rundir import FAILED, PREDICTIONS
 from evalkit.journal import read_jsonl
 from evalkit.providers import total_tokens
@@ -101,13 +101,13 @@ class Budget:
 
     # -- reservations (before each call) -----------------------------------------------------
     def bound(self, actor: str, prompt_tokens: int, max_tokens: int | None) -> tuple[float, int]:
-        """``(cost_usd, tokens)``: the reservation of one call of ``actor`` (``agent`` /
-        ``user``) whose prompt ``token_counter`` estimates at ``prompt_tokens``, sending
+        """``(cost_usd, tokens)``: the reservation of one call of ``actor`` (a price key:
+        ``agent`` / ``user`` / ``judge:<name>``, :func:`~evalkit.engine.records.price_key`) whose prompt ``token_counter`` estimates at ``prompt_tokens``, sending
         ``max_tokens``; its cost is 0 without a price (a cost limit then refuses at start-up,
         :func:`evalkit.config.validate`)."""
         prompt = math.ceil(prompt_tokens * PROMPT_MARGIN) + PROMPT_SLACK_TOKENS
         completion = int(max_tokens) if max_tokens else DEFAULT_COMPLETION_BOUND
-        price = self.prices.get("user" if actor == "user" else "agent")
+        price = price_of(self.prices, price_key(actor))
         priced = price is not None and self.max_cost_usd is not None  # pricing imports litellm: only for a cost limit
         cost = price.cost({"prompt_tokens": prompt, "completion_tokens": completion}) if priced else None  # type: ignore[union-attr]
         return cost or 0.0, prompt + completion
@@ -157,7 +157,7 @@ class Budget:
             self.reserved_tokens -= held[1]
             self.in_flight -= 1
             if measured:
-                price = self.prices.get("user" if actor == "user" else "agent")
+                price = price_of(self.prices, price_key(actor))
                 priced = price is not None and usage is not None and self.max_cost_usd is not None
                 cost = price.cost(usage) if priced else 0.0  # type: ignore[union-attr]
                 tokens = total_tokens(usage) if usage is not None else 0

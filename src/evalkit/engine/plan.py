@@ -45,7 +45,8 @@ class RunPlan:
     hashes: dict[tuple[str, int], str]
     #: :meth:`prompt_hash`'s value: SHA-256 over the samples' ids and prompt hashes
     prompts_sha256: str
-    #: ``{"agent": price, "user": price}`` (the user only when a user simulator takes part);
+    #: ``{"agent": price, "user": price, "judge:<name>": price}`` (the user only when a user
+    #: simulator takes part, a judge's for each judge of ``judge=...``);
     #: ``None`` = no price known (costs are then null, never 0)
     prices: dict[str, Price | None] = field(default_factory=dict)
     #: a user simulator takes part (some selected sample is a rollout and one is configured)
@@ -57,9 +58,10 @@ class RunPlan:
 
     def warn_unpriced(self) -> None:
         """One warning line per model without a price (its costs are null, never 0)."""
+        judges = {f"judge:{j.model.name}": j.model for j in self.cfg.judge}
         for actor, price in self.prices.items():
             if price is None:
-                model = self.cfg.model if actor == "agent" else self.cfg.user.model  # type: ignore[union-attr]
+                model = self.cfg.model if actor == "agent" else judges.get(actor) or self.cfg.user.model  # type: ignore[union-attr]
                 log.warning(
                     "no price for %s model %s (%s) in litellm's price map: cost_usd is null; set model.pricing to have it",
                     actor, model.name, model.provider_model,
@@ -81,7 +83,9 @@ def prepare(cfg: EvalConfig, priced: bool = True) -> RunPlan:
     """
     secrets.register(cfg.api_key())
     secrets.register(cfg.user_api_key())
-    for backend in (cfg.backend, cfg.user.backend if cfg.user is not None else None):
+    for judge in cfg.judge:
+        secrets.register(cfg.judge_api_key(judge))
+    for backend in (cfg.backend, cfg.user.backend if cfg.user is not None else None, *(j.backend for j in cfg.judge)):
         secrets.register_url_password(getattr(backend, "api_base", None))
     bench = get_benchmark_class(cfg.benchmark.name, kind=getattr(cfg.benchmark, "kind", None))(cfg.benchmark)  # a module: imported by validate
     samples = select_samples(load_unique(bench), cfg)
@@ -133,8 +137,10 @@ def run_prices(cfg: EvalConfig, with_user: bool, lookup: Callable[[str], Price |
             rollout needs it) and has no price.
     """
     prices = {"agent": model_price(cfg.model, cfg.backend.kind, lookup)}
+    judges = {f"judge:{j.model.name}": model_price(j.model, j.backend.kind, lookup) for j in cfg.judge}
     if cfg.model.kind != "litellm":
-        return {"agent": prices["agent"], "user": prices["agent"]}
+        return {"agent": prices["agent"], "user": prices["agent"], **judges}
+    prices.update(judges)  # a judge without a price with run.max_cost_usd: refused by the config (evalkit.config)
     if with_user and cfg.user is not None:
         prices["user"] = model_price(cfg.user.model, cfg.user.backend.kind, lookup)
         if prices["user"] is None and cfg.run.max_cost_usd is not None:

@@ -12,10 +12,19 @@ Record contract (ARCHITECTURE.md; extend, don't rename): ``sample_id``, ``subset
 Tokens and money (:mod:`evalkit.providers`): ``usage`` sums the provider's counts over the
 sample's calls (``prompt_tokens``, ``completion_tokens``, ``reasoning_tokens``,
 ``cached_prompt_tokens``; ``null`` when no call reported any), ``usage_by_actor`` splits
-a rollout's between ``agent`` and ``user``; ``cost_usd`` (USD) and ``spent_tokens``
+a rollout's between ``agent`` and ``user``, and a judged answer's between ``agent`` and
+``judge`` (:func:`usage_by_actor`); ``cost_usd`` (USD) and ``spent_tokens``
 (prompt + completion) are what this run spent on the sample (:func:`spend`: a cache hit
-costs nothing; ``null`` when a price or a count is unknown, never 0). A ``failed.jsonl``
-row carries the same three, for the calls its sample made before failing.
+costs nothing; ``null`` when a price or a count is unknown, never 0; each call priced by
+its own model, a judge's by that judge's). A ``failed.jsonl`` row carries the same three,
+for the calls its sample made before failing.
+
+LLM judges (a task's ``llm_judge`` scorers): a judged row has ``judgements``, one record per
+judge call (``{"judge", "scorer", "order", "text", "verdict", "valid", "value", "error",
+"cached"}``, :func:`evalkit.benchmarks.task.judge.judgement`, plus ``call``: the call's
+statistics, :func:`judgement_calls`), which ``rescore`` scores again; each call is also a
+turn with ``actor: "judge"`` and its ``judge``, ``scorer`` and ``order``. A ``judge_error`` row of ``failed.jsonl`` keeps the model's ``output``, the
+``judgements`` made and ``usage_by_actor``.
 
 Reasoning rule (:func:`scored_view`): ``reasoning_rule`` names the rule the scored
 ``output`` went through; with ``benchmark.strip_reasoning_prefix`` a stripped answer keeps
@@ -47,6 +56,9 @@ from evalkit.types import Failure, SampleScore, Trajectory, sha256_hex
 
 #: ``{"agent": price, "user": price}`` of a run's models (``None``: no price known)
 Prices = dict[str, Price | None]
+
+#: the failure kind of a sample its judges did not rate (:class:`evalkit.types.ErrorKind`)
+JUDGE_ERROR = "judge_error"
 
 #: the largest ``predictions.jsonl`` line evalkit writes (bytes of UTF-8)
 MAX_LINE_BYTES = 1024 * 1024
@@ -83,29 +95,76 @@ def scored_view(bench: Benchmark, trajectory: Trajectory) -> tuple[Trajectory, d
     return replace(trajectory, final_output=stripped), rule
 
 
+#: the actors a turn can have (``turns[*].actor``): the model under test, the user simulator, a judge
+ACTORS = ("agent", "user", "judge")
+
+
+def _actor(turn: dict[str, Any]) -> str:
+    """A turn's actor: ``user`` / ``judge``, else the model under test (``agent``)."""
+    actor = turn.get("actor")
+    return actor if actor in ("user", "judge") else "agent"
+
+
+def price_key(actor: str | None, judge: str | None = None) -> str:
+    """The entry of the run's prices (:attr:`evalkit.engine.plan.RunPlan.prices`) a call of
+    ``actor`` is priced by: ``agent`` (the model under test: actor ``agent`` / ``model``),
+    ``user``, or ``judge:<name>`` for judge ``judge`` (``judge`` alone when the name is not
+    known: :func:`price_of` then takes the first judge's price)."""
+    if actor == "user":
+        return "user"
+    if actor == "judge":
+        return f"judge:{judge}" if judge else "judge"
+    return actor if actor is not None and actor.startswith("judge:") else "agent"
+
+
+def price_of(prices: Prices, key: str) -> Price | None:
+    """``prices[key]`` (:func:`price_key`); for ``judge`` alone, the first judge's."""
+    if key == "judge":
+        return next((v for k, v in prices.items() if k.startswith("judge:")), None)
+    return prices.get(key)
+
+
 def usage_of(turns: list[dict[str, Any]], actor: str | None = None) -> dict[str, int] | None:
-    """The calls' ``usage`` summed per key (of ``actor``'s calls only when given: ``agent``
-    or ``user``); ``None`` when none of them reported usage."""
+    """The calls' ``usage`` summed per key (of ``actor``'s calls only when given: ``agent``,
+    ``user`` or ``judge``); ``None`` when none of them reported usage."""
     usage: dict[str, int] | None = None
     for turn in turns:
-        if actor is None or (turn.get("actor") == "user") == (actor == "user"):
+        if actor is None or _actor(turn) == actor:
             usage = add_usage(usage, turn.get("usage"))
     return usage
+
+
+def usage_by_actor(trajectory: Trajectory, rollout: bool) -> dict[str, Any] | None:
+    """``usage_by_actor`` of a row: :func:`usage_of` per actor taking part — ``agent`` and
+    ``user`` in a rollout, ``agent`` and ``judge`` when judges were asked (both for a judged
+    rollout) — a failed call's reported usage with its actor; ``None`` (no field) for a
+    single-turn answer no judge rated."""
+    judged = any(_actor(t) == "judge" for t in trajectory.turns) or (trajectory.failure is not None and trajectory.failure.actor == "judge")
+    if not rollout and not judged:
+        return None
+    out = {actor: usage_of(trajectory.turns, actor) for actor in ACTORS if actor != "user" or rollout}
+    if not judged:
+        out.pop("judge")
+    failure = trajectory.failure
+    if failure is not None and failure.usage is not None:
+        who = failure.actor if failure.actor in out else "agent"
+        out[who] = add_usage(out[who], failure.usage)
+    return out
 
 
 def spend(trajectory: Trajectory, prices: Prices) -> dict[str, Any]:
     """What this run spent on one unit: ``cost_usd`` (USD) and ``spent_tokens`` (prompt +
     completion tokens) over the model calls it sent — a response-cache hit costs nothing —
     plus the usage a failed call reported. Each call is priced by its actor's model
-    (``prices["agent"]`` / ``prices["user"]``). ``None`` (never 0) when a sent call's count
+    (``prices["agent"]`` / ``prices["user"]`` / ``prices["judge:<name>"]``, :func:`price_key`). ``None`` (never 0) when a sent call's count
     or its model's price is unknown; an offline model (free, no counts) spends 0 of both."""
-    calls = [(t.get("actor"), t.get("usage")) for t in trajectory.turns if not t.get("cached")]
+    calls = [(price_key(t.get("actor"), t.get("judge")), t.get("usage")) for t in trajectory.turns if not t.get("cached")]
     if trajectory.failure is not None and trajectory.failure.usage is not None:
-        calls.append((trajectory.failure.actor, trajectory.failure.usage))
+        calls.append((price_key(trajectory.failure.actor), trajectory.failure.usage))
     cost: float | None = 0.0
     tokens: int | None = 0
-    for actor, usage in calls:
-        price = prices.get("user" if actor == "user" else "agent")
+    for key, usage in calls:
+        price = price_of(prices, key)
         call_cost = price.cost(usage) if price is not None else None
         call_tokens = 0 if usage is None and price is not None and price.source == "offline" else total_tokens(usage)
         cost = None if cost is None or call_cost is None else cost + call_cost
@@ -120,7 +179,7 @@ def turn_totals(turns: list[dict[str, Any]]) -> dict[str, Any]:
     and ``started_at`` / ``ended_at`` (Unix seconds: the first call's start, the last call's
     end; ``None`` without calls)."""
     usage = usage_of(turns)
-    agent = [t for t in turns if t.get("actor") != "user"]
+    agent = [t for t in turns if _actor(t) == "agent"]
     reasoning = [t["reasoning"] for t in agent if t.get("reasoning")]
     return {
         "usage": usage,
@@ -133,6 +192,23 @@ def turn_totals(turns: list[dict[str, Any]]) -> dict[str, Any]:
         "started_at": min((t["started_at"] for t in turns if "started_at" in t), default=None),
         "ended_at": max((t["ended_at"] for t in turns if "ended_at" in t), default=None),
     }
+
+
+#: the statistics of a judge call's turn that its judgement record carries as ``call``
+CALL_FIELDS = ("latency_s", "usage", "attempts", "throttled", "cached", "started_at", "ended_at")
+
+
+def judgement_calls(trajectory: Trajectory) -> list[dict[str, Any]]:
+    """The trajectory's judgement records (``data["judgements"]``), each with ``call``: the
+    statistics of its judge call's turn (:data:`CALL_FIELDS`; the turn of the same
+    ``judge``, ``scorer`` and ``order``), ``None`` when the call has no turn."""
+    records = trajectory.data.get("judgements")
+    turns = {(t.get("judge"), t.get("scorer"), t.get("order")): t for t in trajectory.turns if _actor(t) == "judge"}
+    out = []
+    for record in records if isinstance(records, list) else []:
+        turn = turns.get((record.get("judge"), record.get("scorer"), record.get("order"))) if isinstance(record, dict) else None
+        out.append({**record, "call": {k: turn.get(k) for k in CALL_FIELDS} if turn is not None else None} if isinstance(record, dict) else record)
+    return out
 
 
 def prediction_record(unit: WorkItem, model_id: str, trajectory: Trajectory, scored: SampleScore, prices: Prices,
@@ -162,8 +238,11 @@ def prediction_record(unit: WorkItem, model_id: str, trajectory: Trajectory, sco
         row["raw_output"] = trajectory.data["raw_output"]
     row.update(rule)
     row.update(totals)
-    if unit.rollout:
-        row["usage_by_actor"] = {actor: usage_of(trajectory.turns, actor) for actor in ("agent", "user")}
+    by_actor = usage_by_actor(trajectory, unit.rollout)
+    if by_actor is not None:
+        row["usage_by_actor"] = by_actor
+    if "judgements" in trajectory.data:
+        row["judgements"] = judgement_calls(trajectory)
     row.update(spend(trajectory, prices))
     row["n_turns"] = len(trajectory.turns)
     if unit.rollout:
@@ -214,6 +293,10 @@ def failure_record(unit: WorkItem, model_id: str, trajectory: Trajectory, prices
     carried (the earlier turns' and the failed answer's; ``None`` without) are kept."""
     failure: Failure = trajectory.failure  # type: ignore[assignment]
     reasoning = [r for r in (turn_totals(trajectory.turns)["reasoning"], failure.reasoning) if r]
+    judged = {}
+    if failure.actor == "judge":  # the model answered: its answer and the judgements made are kept
+        judged = {"output": trajectory.final_output, "judgements": judgement_calls(trajectory),
+                  "usage_by_actor": usage_by_actor(trajectory, unit.rollout)}  # fmt: skip
     return {
         "sample_id": unit.sample.id,
         "subset": unit.sample.subset,
@@ -225,6 +308,7 @@ def failure_record(unit: WorkItem, model_id: str, trajectory: Trajectory, prices
         "epoch": unit.request.epoch,
         "usage": add_usage(usage_of(trajectory.turns), failure.usage),
         "reasoning": "\n\n".join(reasoning) if reasoning else None,
+        **judged,
         **spend(trajectory, prices),
     }
 
@@ -241,4 +325,26 @@ def trajectory_of_row(row: dict[str, Any], run_dir: Path) -> Trajectory:
     if isinstance(row.get("trajectory"), dict):
         return Trajectory.from_dict(row["trajectory"])
     output = row.get("output")
-    return Trajectory(final_output=output if isinstance(output, str) else "")
+    judged = {"judgements": row["judgements"]} if isinstance(row.get("judgements"), list) else {}
+    return Trajectory(final_output=output if isinstance(output, str) else "", data=judged)
+
+
+def kept_answers(run_dir: Path, request_hashes: dict[tuple[str, int], str]) -> dict[tuple[str, int], str]:
+    """``{(sample id, epoch): output}``: the model's answers kept by the ``judge_error``
+    rows of the earlier attempts' failures (``failed.prev-<k>.jsonl``, the latest attempt
+    last) whose ``request_hash`` is the current request's — what a resume gives the judges
+    again without asking the model (with the response cache off too)."""
+    from evalkit.journal import read_jsonl
+
+    def attempt(path: Path) -> int:
+        number = path.stem.rpartition("-")[2]
+        return int(number) if number.isdigit() else 0
+
+    kept: dict[tuple[str, int], str] = {}
+    for path in sorted(Path(run_dir).glob("failed.prev-*.jsonl"), key=attempt):
+        for row in read_jsonl(path):
+            key = (row.get("sample_id"), row.get("epoch", 0))
+            output = row.get("output")
+            if row.get("error_kind") == JUDGE_ERROR and isinstance(output, str) and output and request_hashes.get(key) == row.get("request_hash"):  # type: ignore[arg-type]
+                kept[key] = output  # type: ignore[index]
+    return kept

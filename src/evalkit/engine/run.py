@@ -37,7 +37,7 @@ from evalkit.engine.finalize import finalize
 from evalkit.engine.plan import RunPlan, prepare, run_prices
 from evalkit.engine.phases import Phases
 from evalkit.engine.ray_session import ensure_ray, shutdown_ray
-from evalkit.engine.records import cap_record, failure_record, prediction_record, scored_view, write_transcript
+from evalkit.engine.records import cap_record, failure_record, kept_answers, prediction_record, scored_view, write_transcript
 from evalkit.engine.rundir import FAILED, PREDICTIONS, RunState, choose_run_dir, open_run
 from evalkit.engine.scheduling import run_units
 from evalkit.engine.scoring import Scorer
@@ -190,6 +190,8 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
     journal = read_journal(state.run_dir / PREDICTIONS, plan.request_hashes())
     journal.warn()
     pending = plan.units.without(journal.rows)  # built one by one as they are dispatched
+    if state.resumed:  # judge_error samples: their kept answers go to the judges again, the model is not asked
+        pending = pending.keeping(kept_answers(state.run_dir, plan.request_hashes()))
     log.info("run %s: %d samples, %d already journaled, %d to run", state.run_dir, len(plan.units), len(journal.rows), len(pending))
     if not pending:
         return None

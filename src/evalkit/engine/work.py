@@ -20,11 +20,15 @@ from evalkit.types import Request, Sample
 @dataclass
 class WorkItem:
     """One work item: a sample in one epoch, its first request (whose hash identifies
-    the result; it carries the epoch) and whether the solver runs it as a multi-turn rollout."""
+    the result; it carries the epoch) and whether the solver runs it as a multi-turn rollout.
+    ``kept_output``: the model's answer to this very request kept by an earlier attempt's
+    ``judge_error`` failure (:func:`evalkit.engine.records.kept_answers`): a resume asks only
+    the judges again, not the model."""
 
     sample: Sample
     request: Request
     rollout: bool = False
+    kept_output: str | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -43,9 +47,10 @@ class WorkList(Sequence[WorkItem]):
     identifies the item's journal row)."""
 
     def __init__(self, samples: Sequence[Sample], build: Callable[[Sample], Request], is_rollout: Callable[[Sample], bool],
-                 repeats: int = 1, positions: Sequence[int] | None = None):  # fmt: skip
+                 repeats: int = 1, positions: Sequence[int] | None = None, kept: dict[tuple[str, int], str] | None = None):  # fmt: skip
         self.samples, self.build, self.is_rollout = samples, build, is_rollout
         self.positions = positions if positions is not None else range(len(samples) * repeats)
+        self.kept = kept or {}
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -63,7 +68,8 @@ class WorkList(Sequence[WorkItem]):
         sample = self.samples[index]
         request = self.build(sample)
         request.epoch = epoch
-        return WorkItem(sample, request, self.is_rollout(sample))
+        rollout = self.is_rollout(sample)
+        return WorkItem(sample, request, rollout, None if rollout else self.kept.get((sample.id, epoch)))
 
     def __iter__(self) -> Iterator[WorkItem]:
         for i in range(len(self.positions)):
@@ -83,8 +89,13 @@ class WorkList(Sequence[WorkItem]):
         """The items' requests, built as they are read."""
         return Requests(self)
 
+    def keeping(self, kept: dict[tuple[str, int], str]) -> "WorkList":
+        """The same items, each whose key is in ``kept`` with that answer as its
+        ``kept_output`` (a single-turn item only)."""
+        return WorkList(self.samples, self.build, self.is_rollout, positions=self.positions, kept=kept)
+
     def _with(self, positions: Sequence[int]) -> "WorkList":
-        return WorkList(self.samples, self.build, self.is_rollout, positions=positions)
+        return WorkList(self.samples, self.build, self.is_rollout, positions=positions, kept=self.kept)
 
 
 class Requests(Sequence[Request]):

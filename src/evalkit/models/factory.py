@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from evalkit.backends.llamacpp import NOT_STARTED, ServerPool, served_weights_identity, starts_server
 from evalkit.models.base import endpoint_model_id, strip_credentials
-from evalkit.models.offline import TableModel, file_digest, load_replay_file, load_run_outputs, table_digest
+from evalkit.models.offline import ReferenceJudge, TableModel, file_digest, load_replay_file, load_run_outputs, table_digest
 from evalkit.types import Sample
 
 
@@ -45,12 +45,15 @@ class OfflineAnswers(Protocol):
 class Agents:
     """The models answering one worker's samples. ``pair(sample)`` gives ``(agent, user)``:
     the run's models, or, for the rollout samples of ``model=reference``, the benchmark's
-    scripted reference agent and user of that sample."""
+    scripted reference agent and user of that sample; ``judges`` rate the answers of a task's
+    ``llm_judge`` scorers."""
 
     agent: Any
     user: Any | None = None
     scripted: Callable[[Sample], tuple[Any, Any]] | None = None
     is_rollout: Callable[[Sample], bool] | None = None
+    #: the run's judges, ``{judge name: (model, parameters sent)}`` in panel order (``judge=...``)
+    judges: dict[str, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
 
     def pair(self, sample: Sample) -> tuple[Any, Any | None]:
         if self.scripted is not None and self.is_rollout is not None and self.is_rollout(sample):
@@ -85,11 +88,14 @@ class _Endpoint:
         )  # fmt: skip
 
 
-def _network_agents(agent_kwargs: dict[str, Any], user_kwargs: dict[str, Any] | None) -> Agents:
-    """Runs in a worker: the litellm clients of the agent and the user simulator."""
+def _network_agents(agent_kwargs: dict[str, Any], user_kwargs: dict[str, Any] | None,
+                    judge_kwargs: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...] = ()) -> Agents:  # fmt: skip
+    """Runs in a worker: the litellm clients of the agent, the user simulator and the judges
+    (``(name, client kwargs, parameters sent)`` each)."""
     from evalkit.models.litellm_client import LiteLLMModel  # deferred: litellm's import is heavy
 
-    return Agents(LiteLLMModel(**agent_kwargs), LiteLLMModel(**user_kwargs) if user_kwargs is not None else None)
+    judges = {name: (LiteLLMModel(**kwargs), params) for name, kwargs, params in judge_kwargs}
+    return Agents(LiteLLMModel(**agent_kwargs), LiteLLMModel(**user_kwargs) if user_kwargs is not None else None, judges=judges)
 
 
 @dataclass
@@ -111,12 +117,14 @@ class ModelPlan:
     _offline: Agents | None = None
     _agent: _Endpoint | None = None
     _user: _Endpoint | None = None
+    #: the network judges: ``(name, endpoint, parameters sent)`` in panel order
+    _judges: tuple[tuple[str, _Endpoint, dict[str, Any]], ...] = ()
 
     @property
     def starts_servers(self) -> bool:
-        """True when :meth:`open` starts a server of evalkit's own (llama.cpp) for the agent
-        or the user simulator."""
-        return any(e is not None and starts_server(e.backend) for e in (self._agent, self._user))
+        """True when :meth:`open` starts a server of evalkit's own (llama.cpp) for the agent,
+        the user simulator or a judge."""
+        return any(e is not None and starts_server(e.backend) for e in (self._agent, self._user, *(j[1] for j in self._judges)))
 
     @contextmanager
     def open(self, log_dir: Path, pool: ServerPool | None = None, serve: bool = True) -> Iterator[Callable[[], Agents]]:
@@ -147,7 +155,12 @@ class ModelPlan:
                 user_base = endpoint(self._user, "llama-server-user.log")
                 self.endpoints["user"] = strip_credentials(user_base)
                 user_kwargs = self._user.client_kwargs(user_base)
-            yield functools.partial(_network_agents, self._agent.client_kwargs(agent_base), user_kwargs)
+            judges = []
+            for name, judge, params in self._judges:
+                base = endpoint(judge, f"llama-server-judge-{name}.log")
+                self.endpoints[f"judge:{name}"] = strip_credentials(base)
+                judges.append((name, judge.client_kwargs(base), params))
+            yield functools.partial(_network_agents, self._agent.client_kwargs(agent_base), user_kwargs, tuple(judges))
         finally:
             if own:
                 servers.close()
@@ -159,6 +172,13 @@ def _endpoints(cfg: Any, with_user: bool) -> tuple[_Endpoint, _Endpoint | None]:
     agent = _Endpoint(cfg.model, cfg.backend, cfg.api_key(), cfg.request_timeout_s())
     user = _Endpoint(cfg.user.model, cfg.user.backend, cfg.user_api_key(), cfg.request_timeout_s()) if with_user else None
     return agent, user
+
+
+def _judge_endpoints(cfg: Any) -> tuple[tuple[str, _Endpoint, dict[str, Any]], ...]:
+    """The network judges of ``cfg.judge``: ``(name, endpoint, parameters sent)`` each (a
+    judge's per-attempt timeout is its own backend's ``timeout_s``)."""
+    return tuple((j.model.name, _Endpoint(j.model, j.backend, cfg.judge_api_key(j), j.backend.timeout_s), cfg.judge_sent_params(j))
+                 for j in cfg.judge if j.model.kind == "litellm")  # fmt: skip
 
 
 def plan_models(cfg: Any, bench: OfflineAnswers, samples: list[Sample], with_user: bool) -> ModelPlan:
@@ -177,7 +197,9 @@ def plan_models(cfg: Any, bench: OfflineAnswers, samples: list[Sample], with_use
         endpoints = {"agent": strip_credentials(getattr(cfg.backend, "api_base", None))}
         if user is not None:
             endpoints["user"] = strip_credentials(getattr(cfg.user.backend, "api_base", None))
-        return ModelPlan(model_id, False, endpoints, _agent=agent, _user=user)
+        judges = _judge_endpoints(cfg)
+        endpoints.update({f"judge:{name}": strip_credentials(getattr(e.backend, "api_base", None)) for name, e, _ in judges})
+        return ModelPlan(model_id, False, endpoints, _agent=agent, _user=user, _judges=judges)
     singles = [s for s in samples if not bench.is_rollout(s)]
     if kind == "reference":
         outputs, source = {s.id: bench.reference_output(s) for s in singles}, "gold"
@@ -192,21 +214,24 @@ def plan_models(cfg: Any, bench: OfflineAnswers, samples: list[Sample], with_use
         source = file_digest(cfg.model.path) + (":completion" if cfg.model.api == "completion" else "")
     table = TableModel(cfg.model.name, outputs, source)
     scripted = bench.reference_agents if kind == "reference" else None
-    return ModelPlan(table.model_id, True, {"agent": None}, _offline=Agents(table, None, scripted, bench.is_rollout))
+    judges = {j.model.name: (ReferenceJudge(), {}) for j in cfg.judge if j.model.kind == "reference"}
+    return ModelPlan(table.model_id, True, {"agent": None}, _offline=Agents(table, None, scripted, bench.is_rollout, judges))
 
 
 def serverless_agents(cfg: Any) -> Callable[[], Agents] | None:
     """The picklable factory of a network model's :class:`Agents` straight from the config
-    — the agent and, when ``cfg.user`` is set, the user simulator — when none of their
+    — the agent, the judges and, when ``cfg.user`` is set, the user simulator — when none of their
     endpoints is a server evalkit starts (``None`` otherwise, and for offline models): the
     engine starts the model workers with it before the benchmark's data is loaded."""
     if cfg.model.kind != "litellm":
         return None
     agent, user = _endpoints(cfg, cfg.user is not None)
-    if any(starts_server(e.backend) for e in (agent, user) if e is not None):
+    judges = _judge_endpoints(cfg)
+    if any(starts_server(e.backend) for e in (agent, user, *(j[1] for j in judges)) if e is not None):
         return None
     user_kwargs = user.client_kwargs(getattr(user.backend, "api_base", None)) if user is not None else None
-    return functools.partial(_network_agents, agent.client_kwargs(getattr(agent.backend, "api_base", None)), user_kwargs)
+    judge_kwargs = tuple((name, e.client_kwargs(getattr(e.backend, "api_base", None)), params) for name, e, params in judges)
+    return functools.partial(_network_agents, agent.client_kwargs(getattr(agent.backend, "api_base", None)), user_kwargs, judge_kwargs)
 
 
 def server_pool() -> ServerPool:

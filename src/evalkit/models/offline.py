@@ -41,6 +41,21 @@ class TableModel:
         return Completion(text=text, finish_reason="stop", attempts=1)
 
 
+class ReferenceJudge:
+    """The reference judge (``judge=reference``, the judge of ``model=reference``): answers
+    each judge request with the gold verdict its solver put in
+    ``request.meta["reference_verdict"]`` (a judge of the gold answers, through the same
+    path as a real judge's verdicts)."""
+
+    model_id = "reference-judge"
+
+    async def generate(self, request: Request) -> Completion:
+        text = request.meta.get("reference_verdict")
+        if not isinstance(text, str) or not text:
+            raise ModelCallError(Failure("missing_output", f"no gold verdict for {request.sample_id}", attempts=1))
+        return Completion(text=text, finish_reason="stop", attempts=1)
+
+
 def load_replay_file(path: Path, continuation: bool = False) -> dict[str, str]:
     """Read a replay file: JSONL of ``{"sample_id": str, "output": str}`` (an integer
     ``sample_id`` is its decimal text, as SOBHard's data and ``run.sample_ids`` have it).

@@ -265,7 +265,9 @@ def spend_fields(
     totals of the scored answers, is :func:`build_summary`'s).
 
     ``usage_by_subset``: ``{subset: {"n": answers that reported usage, <usage key>: mean
-    tokens per such answer}}``; ``cost_usd`` (USD) and ``spent_tokens`` (prompt + completion):
+    tokens per such answer}}``; ``usage_by_actor`` (when rows split their usage: rollouts,
+    judged answers): ``{actor: {<usage key>: tokens summed over the scored answers}}`` —
+    ``judge`` holds the judges' tokens; ``cost_usd`` (USD) and ``spent_tokens`` (prompt + completion):
     what the run spent across its attempts, read back from its journal (``spent``), ``null``
     when unknown; ``prices``: each model's price (``null``: none known); ``budget`` (when
     ``run.max_cost_usd`` / ``run.max_total_tokens`` is set): the limits, whether the spend
@@ -281,6 +283,11 @@ def spend_fields(
         if isinstance(usage, dict):
             by_subset.setdefault(r.get("subset", "?"), Counter()).update({k: int(v) for k, v in usage.items() if isinstance(v, int)})
             counted[r.get("subset", "?")] += 1
+    by_actor: dict[str, Counter] = {}
+    for r in records:
+        for actor, usage in (r.get("usage_by_actor") or {}).items() if isinstance(r.get("usage_by_actor"), dict) else ():
+            totals = by_actor.setdefault(str(actor), Counter())
+            totals.update({k: int(v) for k, v in (usage or {}).items() if isinstance(v, int)} if isinstance(usage, dict) else {})
     cost, tokens = spent
     out: dict[str, Any] = {
         "usage_by_subset": {
@@ -290,6 +297,7 @@ def spend_fields(
         "cost_usd": round(cost, 8) if cost is not None else None,
         "spent_tokens": tokens,
         "prices": prices,
+        **({"usage_by_actor": {a: dict(sorted(c.items())) for a, c in sorted(by_actor.items())}} if by_actor else {}),
         "reasoning": {
             "rule": rule,
             "strip_reasoning_prefix": strip_prefix,

@@ -17,7 +17,7 @@ from typing import Any
 
 from evalkit.benchmarks.base import Benchmark, Generate, Solver, score_means_plan
 from evalkit.benchmarks.bounds import safe_score
-from evalkit.benchmarks.task.judge import panel_score
+from evalkit.benchmarks.task.judge import ORDERS, panel_score
 from evalkit.benchmarks.task.scorers import LETTERS, score_one, target_letter
 from evalkit.benchmarks.task.settings import Dataset, TaskSettings
 from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_messages
@@ -116,11 +116,10 @@ class TaskBenchmark(Benchmark):
         if sum(len(m["content"]) for m in messages) > p.max_chars:
             raise DataError(f"task {self.name}: sample {sample.id!r}: the prompt is over prompt.max_chars={p.max_chars} characters")
         for scorer in self.settings.scorers:  # a judge's template that cannot render: one line now, not a failure per sample
-            if scorer.kind == "llm_judge":
-                if scorer.judge_setting("mode") == "pairwise" and sample.data.get(scorer.judge_setting("against")) is None:
-                    raise DataError(f"task {self.name}: sample {sample.id!r}: no field {scorer.judge_setting('against')!r} "
-                                    f"to judge the answer against (scorer {scorer.score_name}: against)")  # fmt: skip
-                judge_messages(self.settings, scorer, sample, "", "model_first" if scorer.judge_setting("mode") == "pairwise" else None)
+            if scorer.kind == "llm_judge" and scorer.judge_setting("mode") == "pairwise" and sample.data.get(scorer.judge_setting("against")) is None:
+                raise DataError(f"task {self.name}: sample {sample.id!r}: no field {scorer.judge_setting('against')!r} "
+                                f"to judge the answer against (scorer {scorer.score_name}: against)")  # fmt: skip
+        self.judge_prompts(sample)
         return Request(sample.id, sample.subset, messages=messages)
 
     # ---- solving --------------------------------------------------------------------------
@@ -128,6 +127,16 @@ class TaskBenchmark(Benchmark):
         """:class:`~evalkit.benchmarks.task.solver.JudgedGenerate` for a task with
         ``llm_judge`` scorers (the judges asked on the workers), else one ``generate``."""
         return JudgedGenerate(self.settings) if self.settings.needs_judge() else Generate()
+
+    def judge_prompts(self, sample: Sample) -> list[list[dict[str, Any]]]:
+        """Each ``llm_judge`` scorer's judge messages about an empty answer (both orders of a
+        pairwise scorer): the calls each judge makes per sample."""
+        out = []
+        for scorer in self.settings.scorers:
+            if scorer.kind == "llm_judge":
+                orders = ORDERS if scorer.judge_setting("mode") == "pairwise" else (None,)
+                out += [judge_messages(self.settings, scorer, sample, "", order) for order in orders]
+        return out
 
     # ---- scoring --------------------------------------------------------------------------
     def score(self, sample: Sample, output: str) -> SampleScore:

@@ -1,0 +1,167 @@
+"""LLM judges through whole runs (issue 24 item 3): the judges on the fake OpenAI-compatible
+server, reached through the engine (Ray model workers, response cache, retries, budget).
+A judge that answers garbage makes its samples ``judge_error`` failures (never zeros); a
+resume asks only the judge again; judge tokens count in ``usage_by_actor.judge`` and against
+the budget; pairwise judging asks both orders; a panel excludes and counts invalid verdicts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evalkit.engine.journal import read_jsonl
+
+pytestmark = pytest.mark.slow  # Ray, the fake server through whole runs
+
+ROWS = [{"id": f"q{i}", "question": f"Question number {i}?", "reference": f"Reference {i}.", "human": i % 2} for i in range(1, 7)]
+POINTWISE = {"kind": "llm_judge", "name": "quality", "rubric": "JUDGE {{ id }} Q={{ input }} REF={{ target }} A={{ output }}"}
+JUDGE_USAGE = {"prompt_tokens": 100, "completion_tokens": 10}
+MODEL_USAGE = {"prompt_tokens": 5, "completion_tokens": 2}
+
+
+@pytest.fixture
+def judged_run(tmp_path, monkeypatch, fake_openai, ray_address):
+    """``run(scorer, *overrides)``: a task of ROWS scored by ``scorer`` (written to a config
+    directory of the test's, with the judge configs judge_a, judge_b, judge_c), the model under
+    test and every judge on the fake server, run in this process → RunResult."""
+    conf = tmp_path / "conf"
+    (conf / "benchmark").mkdir(parents=True)
+    (conf / "model").mkdir()
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    for name in ("judge_a", "judge_b", "judge_c"):
+        (conf / "model" / f"{name}.yaml").write_text(
+            "defaults:\n  - override /backend@_global_.backend: api\n"
+            f"name: {name}\nkind: litellm\nprovider_model: openai/{name}\ngeneration: {{temperature: 0.0, max_tokens: 64}}\n",
+            encoding="utf-8",
+        )
+    monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(conf))
+
+    def run(scorer: dict, *overrides: str):
+        from evalkit.compose import compose, resolve
+        from evalkit.job import run_validated
+
+        spec = {"name": "judged", "kind": "task", "prompt": {"template": "ASK {{ id }}: {{ input }}"},
+                "dataset": {"path": str(data), "fields": {"id": "id", "input": "question", "target": "reference", "label": "human"}},
+                "scorers": [scorer], "generation": {"temperature": 0.0, "max_tokens": 32}}  # fmt: skip
+        (conf / "benchmark" / "judged.yaml").write_text(json.dumps(spec), encoding="utf-8")
+        _, cfg = resolve(compose(["benchmark=judged", "model=openai_compatible", "model.provider_model=openai/fake",
+                                  f"backend.api_base={fake_openai.api_base}", f"judge_overrides=['backend.api_base={fake_openai.api_base}']",
+                                  f"run.output_root={tmp_path / 'out'}", "tracking=none", "run.progress=false", "runner.num_workers=1",
+                                  *overrides]))  # fmt: skip
+        return run_validated(cfg)
+
+    return run
+
+
+def _judge_requests(fake_openai, judge: str = "judge_a") -> list[str]:
+    return [r["last"] for r in fake_openai.log if r["model"] == judge]
+
+
+def _model_requests(fake_openai) -> list[str]:
+    return [r["last"] for r in fake_openai.log if r["model"] == "fake"]
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_garbage_verdicts_are_judge_errors_and_a_resume_asks_only_the_judge(judged_run, fake_openai, cache):
+    """q3's judge answers prose, q5's a score off the schema's scale: both are judge_error
+    failures (actor judge, the model's answer kept), not zeros; the headline is withheld.
+    The resume asks the judge about q3 and q5 only — the model is not asked again, through the
+    response cache or (run.cache=false) the answer kept on the failure row."""
+    fake_openai.set_plan({"default": {"content": "An answer.", "usage": MODEL_USAGE},
+                          "rules": [{"match": "JUDGE q3", "content": "It is a fine answer, 4 out of 5."},
+                                    {"match": "JUDGE q5", "content": '{"score": 9}'},
+                                    {"match": "JUDGE", "content": '{"score": 4, "reason": "ok"}', "usage": JUDGE_USAGE}]})  # fmt: skip
+    res = judged_run(POINTWISE, "judge=judge_a", f"run.cache={str(cache).lower()}")
+    assert res.summary["status"] == "incomplete" and res.exit_code == 1
+    assert "quality" not in res.summary["metrics"], "the headline of an incomplete run is withheld"
+    failed = {r["sample_id"]: r for r in read_jsonl(res.run_dir / "failed.jsonl")}
+    assert set(failed) == {"q3", "q5"}
+    for sid, why in (("q3", "no JSON object"), ("q5", "does not match the verdict schema")):
+        row = failed[sid]
+        assert row["error_kind"] == "judge_error" and row["actor"] == "judge" and why in row["message"]
+        assert row["output"] == "An answer." and row["judgements"][0]["valid"] is False
+    scored = list(read_jsonl(res.run_dir / "predictions.jsonl"))
+    assert sorted(r["sample_id"] for r in scored) == ["q1", "q2", "q4", "q6"]
+    assert all(r["scores"]["quality"] == 0.75 and r["scores"]["quality_invalid"] == 0.0 for r in scored)  # (4 - 1) / (5 - 1)
+    assert len(_model_requests(fake_openai)) == 6 and len(_judge_requests(fake_openai)) == 6
+
+    fake_openai.set_plan({"default": {"content": "An answer."}, "rules": [{"match": "JUDGE", "content": '{"score": 5}'}]})
+    again = judged_run(POINTWISE, "judge=judge_a", f"run.cache={str(cache).lower()}", f"run.resume={res.run_dir}")
+    assert _model_requests(fake_openai) == [], "a resume asks only the judge"
+    assert sorted(q.split()[1] for q in _judge_requests(fake_openai)) == ["q3", "q5"]
+    assert again.summary["status"] == "complete" and again.summary["n_scored"] == 6
+    rows = {r["sample_id"]: r for r in read_jsonl(again.run_dir / "predictions.jsonl")}
+    assert rows["q3"]["scores"]["quality"] == 1.0 and rows["q3"]["output"] == "An answer."
+    assert again.summary["metrics"]["quality"] == pytest.approx((4 * 0.75 + 2 * 1.0) / 6)
+
+
+def test_judge_tokens_are_the_judges_and_count_against_the_budget(judged_run, fake_openai):
+    fake_openai.set_plan({"default": {"content": "An answer.", "usage": MODEL_USAGE},
+                          "rules": [{"match": "JUDGE", "content": '{"score": 3}', "usage": JUDGE_USAGE}]})  # fmt: skip
+    res = judged_run(POINTWISE, "judge=judge_a", "run.cache=false")
+    assert res.summary["status"] == "complete"
+    for row in read_jsonl(res.run_dir / "predictions.jsonl"):
+        assert row["usage_by_actor"] == {"agent": MODEL_USAGE, "judge": JUDGE_USAGE}
+        assert row["spent_tokens"] == 117 and row["usage"] == {"prompt_tokens": 105, "completion_tokens": 12}
+        (record,) = row["judgements"]
+        call = record.pop("call")
+        assert record == {"judge": "judge_a", "scorer": "quality", "order": None, "text": '{"score": 3}',
+                          "verdict": {"score": 3}, "valid": True, "value": 0.5, "error": None, "cached": False}  # fmt: skip
+        assert call["usage"] == JUDGE_USAGE and call["attempts"] == 1 and call["started_at"] <= call["ended_at"]
+    assert res.summary["usage_by_actor"]["judge"] == {k: 6 * v for k, v in JUDGE_USAGE.items()}
+    assert res.summary["spent_tokens"] == 6 * 117
+
+    # a token budget the model's own tokens (7 a sample) would never reach: the judges' reach it
+    fake_openai.set_plan({"default": {"content": "An answer.", "usage": MODEL_USAGE},
+                          "rules": [{"match": "JUDGE", "content": '{"score": 3}', "usage": JUDGE_USAGE}]})  # fmt: skip
+    limited = judged_run(POINTWISE, "judge=judge_a", "run.cache=false", "backend.concurrency=1", "run.max_total_tokens=700")
+    assert limited.summary["status"] == "incomplete"
+    assert limited.summary["spent_tokens"] <= 700 and limited.summary["n_scored"] < 6
+    failed = list(read_jsonl(limited.run_dir / "failed.jsonl"))
+    assert failed and {f["error_kind"] for f in failed} == {"budget_exceeded"}
+    assert all(r["spent_tokens"] == 117 for r in read_jsonl(limited.run_dir / "predictions.jsonl"))
+
+
+def test_pairwise_judging_asks_both_orders_and_cancels_a_position_bias(judged_run, fake_openai):
+    """A judge that always prefers answer A: in both orders, the answer wins once and loses
+    once: 0.5 per sample, a tie. Each order's prompt puts the answers the other way round, and
+    the verdict's schema goes as response_format."""
+    pairwise = {"kind": "llm_judge", "name": "pref", "mode": "pairwise", "rubric": "PAIR {{ id }} A=<{{ answer_a }}> B=<{{ answer_b }}>"}
+    fake_openai.set_plan({"default": {"content": "An answer."}, "rules": [{"match": "PAIR", "content": '{"winner": "A"}'}]})
+    res = judged_run(pairwise, "judge=judge_a", "run.limit=3")
+    assert res.summary["status"] == "complete" and res.summary["metrics"]["pref"] == 0.5
+    asked = sorted(_judge_requests(fake_openai))
+    for i in (1, 2, 3):
+        mine = [q for q in asked if q.startswith(f"PAIR q{i} ")]
+        assert len(mine) == 2
+        assert any(f"A=<An answer.> B=<Reference {i}.>" in q for q in mine) and any(f"A=<Reference {i}.> B=<An answer.>" in q for q in mine)
+    sent = [r["extra"].get("response_format") for r in fake_openai.log if r["model"] == "judge_a"]
+    assert all(f["json_schema"]["schema"]["properties"]["winner"]["enum"] == ["A", "B", "tie"] for f in sent)
+    for row in read_jsonl(res.run_dir / "predictions.jsonl"):
+        assert sorted(j["order"] for j in row["judgements"]) == ["model_first", "model_second"]
+
+
+@pytest.mark.parametrize(
+    "scorer, verdicts, expected",
+    [
+        ({"verdict": "pass_fail", "panel": "majority"}, ('{"verdict": "pass"}', '{"verdict": "pass"}'), 1.0),
+        ({"verdict": "pass_fail", "panel": "majority"}, ('{"verdict": "pass"}', '{"verdict": "fail"}'), 0.5),
+        ({"panel": "mean"}, ('{"score": 5}', '{"score": 3}'), 0.75),
+    ],
+)
+def test_a_panel_combines_its_valid_verdicts_and_counts_the_invalid_one(judged_run, fake_openai, scorer, verdicts, expected):
+    a, c = verdicts
+    fake_openai.set_plan({"default": {"content": "An answer."},
+                          "rules": [{"match": "JUDGE", "model": "judge_a", "content": a},
+                                    {"match": "JUDGE", "model": "judge_b", "content": "no idea"},
+                                    {"match": "JUDGE", "model": "judge_c", "content": c}]})  # fmt: skip
+    res = judged_run({**POINTWISE, **scorer}, "judge=[judge_a,judge_b,judge_c]", "run.limit=2")
+    assert res.summary["status"] == "complete", "a panel with a valid verdict scores the sample"
+    assert res.summary["metrics"]["quality"] == expected and res.summary["metrics"]["quality_invalid"] == 1.0
+    for row in read_jsonl(res.run_dir / "predictions.jsonl"):
+        assert [(j["judge"], j["valid"]) for j in sorted(row["judgements"], key=lambda j: j["judge"])] == [
+            ("judge_a", True), ("judge_b", False), ("judge_c", True)]
+    assert {r["model"] for r in fake_openai.log} == {"fake", "judge_a", "judge_b", "judge_c"}
