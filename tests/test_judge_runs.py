@@ -39,16 +39,18 @@ def judged_run(tmp_path, monkeypatch, fake_openai, ray_address):
         )
     monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(conf))
 
-    def run(scorer: dict, *overrides: str):
+    def run(scorer: dict, *overrides: str, model: tuple[str, ...] = (), rows: list[dict] | None = None):
         from evalkit.compose import compose, resolve
         from evalkit.job import run_validated
 
+        if rows is not None:
+            data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         spec = {"name": "judged", "kind": "task", "prompt": {"template": "ASK {{ id }}: {{ input }}"},
                 "dataset": {"path": str(data), "fields": {"id": "id", "input": "question", "target": "reference", "label": "human"}},
                 "scorers": [scorer], "generation": {"temperature": 0.0, "max_tokens": 32}}  # fmt: skip
         (conf / "benchmark" / "judged.yaml").write_text(json.dumps(spec), encoding="utf-8")
-        _, cfg = resolve(compose(["benchmark=judged", "model=openai_compatible", "model.provider_model=openai/fake",
-                                  f"backend.api_base={fake_openai.api_base}", f"judge_overrides=['backend.api_base={fake_openai.api_base}']",
+        model = model or ("model=openai_compatible", "model.provider_model=openai/fake", f"backend.api_base={fake_openai.api_base}")
+        _, cfg = resolve(compose(["benchmark=judged", *model, f"judge_overrides=['backend.api_base={fake_openai.api_base}']",
                                   f"run.output_root={tmp_path / 'out'}", "tracking=none", "run.progress=false", "runner.num_workers=1",
                                   *overrides]))  # fmt: skip
         return run_validated(cfg)
@@ -165,3 +167,31 @@ def test_a_panel_combines_its_valid_verdicts_and_counts_the_invalid_one(judged_r
         assert [(j["judge"], j["valid"]) for j in sorted(row["judgements"], key=lambda j: j["judge"])] == [
             ("judge_a", True), ("judge_b", False), ("judge_c", True)]
     assert {r["model"] for r in fake_openai.log} == {"fake", "judge_a", "judge_b", "judge_c"}
+
+
+def test_recorded_answers_are_judged_and_the_judge_agrees_with_the_labels_by_kappa(judged_run, fake_openai, tmp_path):
+    """model=replay (offline) judged by a network judge: only the judge is asked (on the model
+    workers), and the judge's Cohen's κ against the human labels, with its interval, is the
+    hand computation from the 2×2 table of verdicts (score ≥ 0.5) and labels."""
+    import numpy as np
+
+    rows = [{"id": f"q{i}", "question": f"Question number {i}?", "reference": f"Reference {i}.", "human": int(i % 2 == 1 or i % 7 == 0)}
+            for i in range(1, 31)]  # fmt: skip
+    positive = [i for i in range(1, 31) if (i % 2 == 1 and i % 5 != 0) or i in (4, 10)]  # κ ≈ 0.54
+    replay = tmp_path / "answers.jsonl"
+    replay.write_text("".join(json.dumps({"sample_id": r["id"], "output": f"Recorded {r['id']}."}) + "\n" for r in rows))
+    fake_openai.set_plan({"default": {"content": '{"score": 1}'},
+                          "rules": [{"match": f"JUDGE q{i} ", "content": '{"score": 5}'} for i in positive]})  # fmt: skip
+    res = judged_run(POINTWISE, "judge=judge_a", model=("model=replay", f"model.path={replay}"), rows=rows)
+    assert res.summary["status"] == "complete", res.summary
+    assert {r["model"] for r in fake_openai.log} == {"judge_a"} and len(fake_openai.log) == 30
+    assert all("A=Recorded q" in r["last"] for r in fake_openai.log)
+    verdicts = np.array([int(i in positive) for i in range(1, 31)])
+    labels = np.array([r["human"] for r in rows])
+    table = np.array([[np.sum((verdicts == a) & (labels == b)) for b in (0, 1)] for a in (0, 1)]) / len(rows)
+    observed, chance = np.trace(table), float(table.sum(axis=1) @ table.sum(axis=0))
+    expected = (observed - chance) / (1 - chance)
+    assert res.summary["metrics"]["quality"] == pytest.approx(verdicts.mean())
+    assert res.summary["metrics"]["kappa/quality"] == pytest.approx(expected, abs=1e-12) and 0.1 < expected < 0.9
+    ci = res.summary["metrics_ci"]["kappa/quality"]
+    assert ci["low"] < expected < ci["high"] and ci["n"] == 30

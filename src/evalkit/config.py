@@ -720,7 +720,8 @@ def _check_cross(cfg: EvalConfig, bench_cls: Any) -> None:
 def _check_judges(cfg: EvalConfig, keyed: bool) -> None:
     """A benchmark whose scoring asks a judge has one (``model=reference`` gets the
     reference judge); the reference judge judges only ``model=reference``; a network judge
-    is a litellm model, named once, with its key set (when the run sends anything)."""
+    is a litellm model (of any model under test: an offline one then runs on the model
+    workers), named once, with its key set (when the run sends anything)."""
     needs = cfg.benchmark.needs_judge()
     if needs and not cfg.judge:
         raise ConfigError(
@@ -743,11 +744,6 @@ def _check_judges(cfg: EvalConfig, keyed: bool) -> None:
             )
         if kind not in {"litellm", "reference"}:
             raise ConfigError(f"judge: {judge.model.name} is a {kind} model; a judge is a litellm model (or reference)")
-        if kind == "litellm" and cfg.model.kind != "litellm":
-            raise ConfigError(
-                f"judge: a network judge ({judge.model.name}) with model={cfg.model.name} is not supported yet: "
-                "an offline model runs in-process; judge a model served over the network, or use model=reference"
-            )
         if keyed and judge.model.api_key_env and not cfg.judge_api_key(judge):
             raise ConfigError(
                 f"judge: environment variable {judge.model.api_key_env} is not set (judge {judge.model.name} needs it)"

@@ -6,7 +6,7 @@ line and the sweep's jobs share; it sits below both (neither imports the other f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -200,8 +200,9 @@ def _budget_line(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> str | None:
     prompt tokens alone (the run will stop short), or only if answers used ``max_tokens``
     (it may); the judges' calls count in both (:func:`_estimate_judges`). A resume's
     estimate does not count what its journal spent already."""
-    if cfg.model.kind != "litellm" or not dry.requests or dry.prompt_tokens is None:
+    if not dry.judge_requests and (cfg.model.kind != "litellm" or not dry.requests or dry.prompt_tokens is None):
         return None
+    dry = dry if dry.prompt_tokens is not None else replace(dry, prompt_tokens=0, requests=0)  # an offline model: its judges only
     max_tokens = cfg.generation.max_tokens or 0
     lower_tokens = dry.prompt_tokens + dry.judge_prompt_tokens
     upper_tokens = lower_tokens + max_tokens * dry.requests + dry.judge_completion_bound

@@ -115,7 +115,7 @@ def _cache_dir(cfg: EvalConfig) -> Path | None:
 
 
 def start(cfg: EvalConfig, stack: ExitStack, phases: Phases, shared: Session | None = None) -> tuple[RunPlan, RayExecutor | None]:
-    """For a network model: check an existing response cache (opening one writes nothing),
+    """For a network model (or a network judge): check an existing response cache (opening one writes nothing),
     reach Ray and — when no server of evalkit's must start first — start the model workers
     at once, so that their start-up (litellm's import, in their own processes) runs while
     this process loads the data; then :func:`~evalkit.engine.plan.prepare` (which writes
@@ -123,11 +123,12 @@ def start(cfg: EvalConfig, stack: ExitStack, phases: Phases, shared: Session | N
     here is shut down when ``stack`` closes, or, in a sweep's
     :mod:`~evalkit.engine.session`, when the sweep ends."""
     early = None
-    if cfg.model.kind == "litellm":
+    networked = cfg.model.kind == "litellm" or any(j.model.kind == "litellm" for j in cfg.judge)  # a network judge too
+    if networked:
         cache_dir = _cache_dir(cfg)
         if cache_dir is not None and cache_dir.exists():
             open_cache(cache_dir).close()  # a corrupt cache: one line before anything runs
-    if cfg.model.kind == "litellm" and not cfg.run.batch:  # a batch run waits in this process: no Ray
+    if networked and not cfg.run.batch:  # a batch run waits in this process: no Ray
         with phases.timed("ray_start_s"):
             started = ensure_ray(cfg.runner.address, cfg.runner.num_cpus)
         if started and shared is not None:

@@ -143,6 +143,8 @@ class KeptAnswer:
     """The model under test answering with what it answered before (``WorkItem.kept_output``:
     a ``judge_error`` sample being resumed): nothing is sent, the turn is ``cached``."""
 
+    offline = True
+
     def __init__(self, text: str, model_id: str):
         self.text, self.model_id = text, model_id
 
@@ -164,11 +166,13 @@ async def solve_unit(
     if unit.kept_output is not None and not unit.rollout:
         agent = KeptAnswer(unit.kept_output, getattr(agent, "model_id", "model"))
     epoch = unit.request.epoch
-    wrapped_agent = ActorModel(agent, cache, Actor.AGENT.value, agent_params, turns, epoch, budget)
+    agent_cache = None if getattr(agent, "offline", False) else cache  # an offline answer is not a call worth keeping
+    wrapped_agent = ActorModel(agent, agent_cache, Actor.AGENT.value, agent_params, turns, epoch, budget)
     wrapped_user = ActorModel(user, cache, Actor.USER.value, user_params, turns, epoch, budget) if user is not None else None
     extra: dict[str, Any] = {}
     if getattr(solver, "needs_judges", False):  # the judges: a third actor, through the same calls
-        extra["judges"] = {name: ActorModel(model, cache, Actor.JUDGE.value, params, turns, epoch, budget, price_key("judge", name))
+        extra["judges"] = {name: ActorModel(model, None if getattr(model, "offline", False) else cache, Actor.JUDGE.value, params, turns,
+                                            epoch, budget, price_key("judge", name))
                            for name, (model, params) in getattr(agents, "judges", {}).items()}  # fmt: skip
     try:
         trajectory = await solver.solve(unit.sample, unit.request, wrapped_agent, wrapped_user, **extra)

@@ -98,6 +98,15 @@ def _network_agents(agent_kwargs: dict[str, Any], user_kwargs: dict[str, Any] | 
     return Agents(LiteLLMModel(**agent_kwargs), LiteLLMModel(**user_kwargs) if user_kwargs is not None else None, judges=judges)
 
 
+def _judged_offline_agents(offline: Agents, judge_kwargs: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...]) -> Agents:
+    """Runs in a worker: an offline model under test (reference, replay, a baseline) with
+    the litellm clients of its network judges."""
+    from evalkit.models.litellm_client import LiteLLMModel  # deferred: litellm's import is heavy
+
+    judges = {name: (LiteLLMModel(**kwargs), params) for name, kwargs, params in judge_kwargs}
+    return Agents(offline.agent, offline.user, offline.scripted, offline.is_rollout, {**offline.judges, **judges})
+
+
 @dataclass
 class ModelPlan:
     """The models of a run, not yet started.
@@ -134,7 +143,7 @@ class ModelPlan:
         ``serve=False`` starts none (every request is answered from the response cache): the
         endpoint is recorded as ``None`` and the client is given
         :data:`~evalkit.backends.llamacpp.NOT_STARTED`, where a request fails at once."""
-        if self._offline is not None:
+        if self._offline is not None and not self._judges:
             offline = self._offline
             yield lambda: offline
             return
@@ -147,6 +156,14 @@ class ModelPlan:
             return servers.endpoint(e.backend, Path(log_dir) / log_name)
 
         try:
+            judges = []
+            for name, judge, params in self._judges:
+                base = endpoint(judge, f"llama-server-judge-{name}.log")
+                self.endpoints[f"judge:{name}"] = strip_credentials(base)
+                judges.append((name, judge.client_kwargs(base), params))
+            if self._offline is not None:  # an offline model under test, judged over the network
+                yield functools.partial(_judged_offline_agents, self._offline, tuple(judges))
+                return
             assert self._agent is not None
             agent_base = endpoint(self._agent, "llama-server.log")
             self.endpoints["agent"] = strip_credentials(agent_base)
@@ -155,11 +172,6 @@ class ModelPlan:
                 user_base = endpoint(self._user, "llama-server-user.log")
                 self.endpoints["user"] = strip_credentials(user_base)
                 user_kwargs = self._user.client_kwargs(user_base)
-            judges = []
-            for name, judge, params in self._judges:
-                base = endpoint(judge, f"llama-server-judge-{name}.log")
-                self.endpoints[f"judge:{name}"] = strip_credentials(base)
-                judges.append((name, judge.client_kwargs(base), params))
             yield functools.partial(_network_agents, self._agent.client_kwargs(agent_base), user_kwargs, tuple(judges))
         finally:
             if own:
@@ -215,7 +227,9 @@ def plan_models(cfg: Any, bench: OfflineAnswers, samples: list[Sample], with_use
     table = TableModel(cfg.model.name, outputs, source)
     scripted = bench.reference_agents if kind == "reference" else None
     judges = {j.model.name: (ReferenceJudge(), {}) for j in cfg.judge if j.model.kind == "reference"}
-    return ModelPlan(table.model_id, True, {"agent": None}, _offline=Agents(table, None, scripted, bench.is_rollout, judges))
+    network = _judge_endpoints(cfg)  # an offline model judged over the network runs on the model workers
+    endpoints = {"agent": None, **{f"judge:{name}": strip_credentials(getattr(e.backend, "api_base", None)) for name, e, _ in network}}
+    return ModelPlan(table.model_id, not network, endpoints, _offline=Agents(table, None, scripted, bench.is_rollout, judges), _judges=network)
 
 
 def serverless_agents(cfg: Any) -> Callable[[], Agents] | None:

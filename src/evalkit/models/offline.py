@@ -27,6 +27,9 @@ class TableModel:
     file that does not cover the selection), never an empty answer scored as 0.
     """
 
+    #: answers without a network: never kept in the response cache (evalkit.engine.solve)
+    offline = True
+
     def __init__(self, name: str, outputs: dict[str, str] | dict[tuple[str, int], str], source: str):
         self.outputs = outputs
         self.by_epoch = any(isinstance(k, tuple) for k in outputs)
@@ -48,6 +51,7 @@ class ReferenceJudge:
     path as a real judge's verdicts)."""
 
     model_id = "reference-judge"
+    offline = True
 
     async def generate(self, request: Request) -> Completion:
         text = request.meta.get("reference_verdict")
