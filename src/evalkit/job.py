@@ -2,6 +2,11 @@
 and say the outcome in one line; or, with ``run.dry_run=true``, build its requests and
 estimate them without sending or writing anything (:func:`dry_run`). What the command
 line and the sweep's jobs share; it sits below both (neither imports the other for it).
+
+A *job* is one run of one config: what ``python -m evalkit`` does once, and what each point
+of a sweep (a Hydra multirun job, :mod:`evalkit.sweep`) does. That is the only meaning of
+the word in evalkit (a run's registration on the model workers is
+``RayExecutor.registration``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from evalkit.benchmarks.acebench.agent.dispatch import (
     UNBOUND_MESSAGE,
     Undecodable,
     decode_message,
-    execute,
+    apply_calls,
     multi_turn_error_observation,
     observation,
 )
@@ -36,7 +36,7 @@ def env(seeds, lang="en", involved=PHONE, config=None):
 
 
 def do(environment, text, strict=True, abort=False):
-    return execute(environment, decode_message(text, strict), abort_on_error=abort)
+    return apply_calls(environment, decode_message(text, strict), abort_on_error=abort)
 
 
 # ---- seed texts come from the data -----------------------------------------------------------
@@ -123,7 +123,7 @@ def test_pitfall_20_model_text_is_never_executed(seeds, tmp_path, agent_en):
         e = env(seeds)
         before = e.snapshot()[1]
         try:
-            execute(e, decode_message(text, strict=True), abort_on_error=False)
+            apply_calls(e, decode_message(text, strict=True), abort_on_error=False)
         except Undecodable:
             pass
         assert e.snapshot()[1] == before

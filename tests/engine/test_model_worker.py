@@ -44,6 +44,6 @@ def test_a_run_forgotten_while_it_registers_stays_forgotten():
         payload.set_result((object(), {}, {}, None))
         await configuring
         await worker.configure("job-2", [asyncio.sleep(0, result=(object(), {}, {}, None))])
-        return worker.jobs
+        return worker.runs
 
     assert set(asyncio.run(scenario())) == {"job-2"}

@@ -80,8 +80,10 @@ class LocalExecutor:
 class ModelWorker:
     """A model worker (made a Ray actor by :func:`_worker_class`): it owns the model clients
     (built once, from ``agents_factory``) and a handle on the response cache. Each run that
-    uses it registers its solver and parameters under a job key (from the object store), so
-    that the jobs of a sweep reuse one worker and litellm is imported once per worker process.
+    uses it registers its solver and parameters (from the object store) under its
+    *registration* (``RayExecutor.registration``: a random hex string per run, not the
+    tracking ledger's run key), so that the runs of a sweep's jobs reuse one worker and
+    litellm is imported once per worker process.
 
     Units arrive in batches (:meth:`solve`, a Ray streaming generator) and are solved
     concurrently; each result is yielded the moment its unit finishes. The worker keeps
@@ -93,26 +95,26 @@ class ModelWorker:
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         self.agents = agents_factory()
         self.cache = open_cache(cache_dir)
-        self.jobs: dict[str, tuple[Any, dict[str, Any], dict[str, Any], Any]] = {}
+        self.runs: dict[str, tuple[Any, dict[str, Any], dict[str, Any], Any]] = {}
         self.forgotten: set[str] = set()  # runs ended: a late call must not register them
         self.running: dict[str, set[asyncio.Future[Any]]] = {}
         self.leases_claimed = False  # the leases of the process this one replaced were given back
 
-    async def configure(self, job: str, holder: list[Any]) -> tuple[int, str]:
+    async def configure(self, registration: str, holder: list[Any]) -> tuple[int, str]:
         """Register a run: ``holder`` wraps the object-store reference of its ``(solver,
         agent params, user params, limits)`` (wrapped, so that Ray passes the reference, not
         the value). Returns :meth:`ping`'s answer."""
-        await self._job(job, holder)
+        await self._registered(registration, holder)
         return self.ping()
 
-    async def _job(self, job: str, holder: list[Any]) -> tuple[Any, dict[str, Any], dict[str, Any], Any] | None:
-        if job not in self.jobs and holder:
+    async def _registered(self, registration: str, holder: list[Any]) -> tuple[Any, dict[str, Any], dict[str, Any], Any] | None:
+        if registration not in self.runs and holder:
             state = await holder[0]
-            if job not in self.forgotten and job not in self.jobs:
+            if registration not in self.forgotten and registration not in self.runs:
                 if state[3] or self.leases_claimed:
                     await self._gate_models(state[3])
-                self.jobs[job] = state
-        return self.jobs.get(job)
+                self.runs[registration] = state
+        return self.runs.get(registration)
 
     async def _gate_models(self, limits: dict[str, tuple[int, bool]] | None) -> None:
         """Give each network model a slot on its endpoint's shared window
@@ -137,11 +139,11 @@ class ModelWorker:
                 key = endpoint_key(model.provider_model, model.api_base)
                 model.gate = EndpointGate(handle, key, limit, adaptive, holder, model.timeout_s)
 
-    def forget(self, job: str) -> None:
+    def forget(self, registration: str) -> None:
         """Drop a run: its unfinished units are cancelled."""
-        self.forgotten.add(job)
-        self.jobs.pop(job, None)
-        for task in self.running.pop(job, set()):
+        self.forgotten.add(registration)
+        self.runs.pop(registration, None)
+        for task in self.running.pop(registration, set()):
             task.cancel()
 
     def ping(self) -> tuple[int, str | None]:
@@ -162,20 +164,20 @@ class ModelWorker:
 
         return litellm_price(provider_model)
 
-    async def solve(self, job: str, holder: list[Any], budget: Any, units: list[WorkItem]) -> AsyncIterator[list[tuple[Any, Any]]]:
-        """Solve ``units`` of run ``job`` (registered first from ``holder`` when this process
+    async def solve(self, registration: str, holder: list[Any], budget: Any, units: list[WorkItem]) -> AsyncIterator[list[tuple[Any, Any]]]:
+        """Solve ``units`` of the run registered as ``registration`` (first from ``holder`` when this process
         does not know it: a restarted worker; the driver sends an empty ``holder`` to a
         worker it has not lost, as the run's object reference costs every call) concurrently,
         yielding ``[(unit key, trajectory or the exception solving raised), ...]``, the
         results ready at that moment, as units finish; nothing for a run that has ended or is
         not known here. ``budget``: the run's :class:`~evalkit.engine.budget.BudgetKeeper`
         (``None``: no limits), asked before each model call."""
-        state = await self._job(job, holder)
+        state = await self._registered(registration, holder)
         if state is None:
             return
         solver, agent_params, user_params, _ = state
         gate = RemoteBudget(budget) if budget is not None else None
-        running = self.running.setdefault(job, set())
+        running = self.running.setdefault(registration, set())
         tasks = [asyncio.ensure_future(self._one(solver, unit, agent_params, user_params, gate)) for unit in units]
         running.update(tasks)
         try:
@@ -281,11 +283,11 @@ class RayExecutor:
             self.workers = self._start(agents_factory, cache, n, concurrency)
             if warm is not None:
                 warm[key] = self.workers
-        self.job = uuid.uuid4().hex
+        self.registration = uuid.uuid4().hex
         self._holder: list[Any] = []
         self._ready: list[Any] = [w.ping.remote() for w in self.workers]
         self.pids: list[int] = []
-        self.delivery = Delivery(self.workers, (self.job, [], None), again_args=(self.job, self._holder, None))
+        self.delivery = Delivery(self.workers, (self.registration, [], None), again_args=(self.registration, self._holder, None))
         self.budget_keeper: Any = None
         self.limits = limits
         if limits:
@@ -314,7 +316,7 @@ class RayExecutor:
         """Give the workers this run's solver, parameters and shared endpoint limits (through
         the object store)."""
         self._holder.append(self._ray.put((solver, agent_params, user_params, self.limits)))
-        self._ready = [w.configure.remote(self.job, self._holder) for w in self.workers]
+        self._ready = [w.configure.remote(self.registration, self._holder) for w in self.workers]
 
     def wait_ready(self) -> None:
         """Wait until every worker has started and registered this run (idempotent);
@@ -368,8 +370,8 @@ class RayExecutor:
         """Have every model call of this run reserve against ``budget`` (limited), held by a
         :class:`~evalkit.engine.budget.BudgetKeeper` actor."""
         self.budget_keeper = keeper(budget)
-        self.delivery.solve_args = (self.job, [], self.budget_keeper)
-        self.delivery.again_args = (self.job, self._holder, self.budget_keeper)
+        self.delivery.solve_args = (self.registration, [], self.budget_keeper)
+        self.delivery.again_args = (self.registration, self._holder, self.budget_keeper)
 
     def budget_state(self, timeout_s: float = 10.0) -> Any:
         """The keeper's ``(cost_usd, tokens, outstanding)``, or ``None`` (no keeper, or no answer)."""
@@ -398,7 +400,7 @@ class RayExecutor:
                 if self.warm is None:
                     self._ray.kill(worker)
                 else:
-                    worker.forget.remote(self.job)
+                    worker.forget.remote(self.registration)
             except Exception:  # noqa: BLE001 - a dead worker is already gone
                 pass
 

@@ -183,8 +183,10 @@ def _endpoint_limits(cfg: EvalConfig) -> dict[str, tuple[int, bool]] | None:
 
 def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, early: Executor | None = None,
             shared: Session | None = None) -> dict[str, Any] | None:  # fmt: skip
-    """Solve every unit the journal does not hold yet (a resumed run: only what failed or
-    never ran) on ``early`` (workers already started) or on new ones. Returns the engine
+    """The *execute* stage of a run (the only meaning of "execute" in evalkit; one model
+    call is :func:`evalkit.engine.solve.call_model`): solve every unit the journal does not
+    hold yet (a resumed run: only what failed or never ran) on ``early`` (workers already
+    started) or on new ones. Returns the engine
     figures of :func:`~evalkit.engine.scheduling.run_units` (plus ``units``, the workers'
     ``worker_pids`` and whether they were ``reused_workers`` of an earlier run of a sweep),
     or ``None`` when nothing was pending."""

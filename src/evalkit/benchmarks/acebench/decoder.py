@@ -63,7 +63,7 @@ def decode_calls(text: str) -> list[dict[str, dict[Any, Any]]]:
         source = delete_whitespace(text)
         if len(source) > MAX_SOURCE_CHARS:
             raise DecodeError(f"answer of {len(source):,} characters is over the {MAX_SOURCE_CHARS:,}-character limit")
-        return _decode(source, Budget())
+        return _decode(source, ArithmeticAllowance())
     except DecodeError:
         raise
     except MemoryError as exc:
@@ -74,7 +74,7 @@ def decode_calls(text: str) -> list[dict[str, dict[Any, Any]]]:
         raise DecodeError(f"{type(exc).__name__}: {exc}") from None
 
 
-def _decode(source: str, budget: Budget) -> list[dict[str, dict[Any, Any]]]:
+def _decode(source: str, allowance: ArithmeticAllowance) -> list[dict[str, dict[Any, Any]]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -88,7 +88,7 @@ def _decode(source: str, budget: Budget) -> list[dict[str, dict[Any, Any]]]:
     for element in body.elts:
         if not isinstance(element, ast.Call):
             raise DecodeError(f"list element is {type(element).__name__}, not a call")
-        calls.append(_call_value(element, budget))
+        calls.append(_call_value(element, allowance))
     return calls
 
 
@@ -104,10 +104,10 @@ def call_name(node: ast.Call) -> str:
     return ".".join(reversed(parts))
 
 
-def _call_value(node: ast.Call, budget: Budget, bare_call: Callable[[ast.Call], Any] | None = None) -> dict[str, dict[Any, Any]]:
+def _call_value(node: ast.Call, allowance: ArithmeticAllowance, bare_call: Callable[[ast.Call], Any] | None = None) -> dict[str, dict[Any, Any]]:
     args: dict[Any, Any] = {}
     for kw in node.keywords:  # positional arguments are ignored (never looked at)
-        args[kw.arg] = decode_value(kw.value, budget, bare_call)
+        args[kw.arg] = decode_value(kw.value, allowance, bare_call)
     return {call_name(node): args}
 
 
@@ -115,7 +115,7 @@ def _empty_call(node: ast.Call) -> dict[str, dict[Any, Any]]:
     return {call_name(node): {}}
 
 
-def decode_value(node: ast.AST, budget: Budget, bare_call: Callable[[ast.Call], Any] | None = None) -> Any:
+def decode_value(node: ast.AST, allowance: ArithmeticAllowance, bare_call: Callable[[ast.Call], Any] | None = None) -> Any:
     """Decoded value of an argument node (the table of spec §3.1 step 7).
 
     ``bare_call`` decodes a keyword-less call: the strict decoder's ``{name: {}}`` by
@@ -131,25 +131,25 @@ def decode_value(node: ast.AST, budget: Budget, bare_call: Callable[[ast.Call], 
             return -operand.value
         raise DecodeError("unary operator on a non-numeric operand")
     if isinstance(node, ast.List):
-        return [decode_value(v, budget, bare_call) for v in node.elts]
+        return [decode_value(v, allowance, bare_call) for v in node.elts]
     if isinstance(node, ast.Dict):
         out = {}
         for k, v in zip(node.keys, node.values):
             if k is None:
                 raise DecodeError("dict unpacking (**) is not supported")
-            key = decode_value(k, budget, bare_call)
-            out[key] = decode_value(v, budget, bare_call)
+            key = decode_value(k, allowance, bare_call)
+            out[key] = decode_value(v, allowance, bare_call)
         return out
     if isinstance(node, ast.BinOp):
-        return literal_eval_node(node, budget)
+        return literal_eval_node(node, allowance)
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Call):
         if node.keywords:
-            return _call_value(node, budget, bare_call)
+            return _call_value(node, allowance, bare_call)
         return (bare_call or _empty_call)(node)
     if isinstance(node, ast.Tuple):
-        return tuple(decode_value(v, budget, bare_call) for v in node.elts)
+        return tuple(decode_value(v, allowance, bare_call) for v in node.elts)
     if isinstance(node, ast.Subscript):
         return ast.unparse(node.value) + "[" + ast.unparse(node.slice) + "]"
     raise DecodeError(f"unsupported value {type(node).__name__}")
@@ -177,9 +177,11 @@ _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_
 _FORMAT_WIDTH = re.compile(r"\d{5,}")
 
 
-class Budget:
+class ArithmeticAllowance:
     """Units the arithmetic of one answer may still produce (:data:`MAX_ARITHMETIC_UNITS`
-    at first); :meth:`charge` refuses a result that would overdraw it."""
+    at first); :meth:`charge` refuses a result that would overdraw it (a
+    :class:`DecodeError`). A bound on decoding work, not the run's spend (that is
+    :class:`evalkit.engine.budget.Budget`)."""
 
     def __init__(self, units: int = MAX_ARITHMETIC_UNITS) -> None:
         self.left = units
@@ -197,38 +199,38 @@ class Budget:
         self.left -= units
 
 
-def literal_eval_node(node: ast.AST, budget: Budget | None = None) -> Any:
+def literal_eval_node(node: ast.AST, allowance: ArithmeticAllowance | None = None) -> Any:
     """Python's value of a literal-only expression (constants, displays, unary/binary operators).
 
     Gives what ``eval`` would give for such an expression; raises DecodeError for names, calls,
     attribute access or any other non-literal node, for errors Python would raise (e.g. division
     by zero) and for results too large to compute safely: an int over 65,536 bits, a
-    ``%``-format with a ``*`` or a 5-digit width, or results over what ``budget`` has left
-    (a new :class:`Budget` of :data:`MAX_ARITHMETIC_UNITS` when not given).
+    ``%``-format with a ``*`` or a 5-digit width, or results over what ``allowance`` has left
+    (a new :class:`ArithmeticAllowance` of :data:`MAX_ARITHMETIC_UNITS` when not given).
     """
-    budget = Budget() if budget is None else budget
+    allowance = ArithmeticAllowance() if allowance is None else allowance
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.List):
-        return [literal_eval_node(v, budget) for v in node.elts]
+        return [literal_eval_node(v, allowance) for v in node.elts]
     if isinstance(node, ast.Tuple):
-        return tuple(literal_eval_node(v, budget) for v in node.elts)
+        return tuple(literal_eval_node(v, allowance) for v in node.elts)
     if isinstance(node, ast.Set):
-        return {literal_eval_node(v, budget) for v in node.elts}
+        return {literal_eval_node(v, allowance) for v in node.elts}
     if isinstance(node, ast.Dict):
         if any(k is None for k in node.keys):
             raise DecodeError("dict unpacking (**) is not supported")
-        return {literal_eval_node(k, budget): literal_eval_node(v, budget) for k, v in zip(node.keys, node.values)}
+        return {literal_eval_node(k, allowance): literal_eval_node(v, allowance) for k, v in zip(node.keys, node.values)}
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        operand = literal_eval_node(node.operand, budget)
+        operand = literal_eval_node(node.operand, allowance)
         try:
             return _UNARY[type(node.op)](operand)
         except Exception as exc:  # noqa: BLE001
             raise DecodeError(f"{type(exc).__name__}: {exc}") from None
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        left = literal_eval_node(node.left, budget)
-        right = literal_eval_node(node.right, budget)
-        _guard(type(node.op), left, right, budget)
+        left = literal_eval_node(node.left, allowance)
+        right = literal_eval_node(node.right, allowance)
+        _guard(type(node.op), left, right, allowance)
         try:
             return _BINOPS[type(node.op)](left, right)
         except Exception as exc:  # noqa: BLE001
@@ -240,9 +242,9 @@ def _int_bits(x: Any) -> int:
     return abs(int(x)).bit_length() if isinstance(x, (int, bool)) else 0
 
 
-def _guard(op: type, left: Any, right: Any, budget: Budget) -> None:
+def _guard(op: type, left: Any, right: Any, allowance: ArithmeticAllowance) -> None:
     """Refuse operations whose result would be huge (time or memory), and charge the
-    result's size, predicted from the operands' sizes, to ``budget``:
+    result's size, predicted from the operands' sizes, to ``allowance``:
 
     - ``seq * n`` (str, bytes, list, tuple): ``size(seq) * n``;
     - ``fmt % args`` (str, bytes): ``len(fmt) + 4 * size(args)`` per ``%`` of ``fmt`` (a
@@ -253,17 +255,17 @@ def _guard(op: type, left: Any, right: Any, budget: Budget) -> None:
     if op is ast.Pow and isinstance(left, int) and isinstance(right, int) and right > 0:
         if abs(left) > 1 and right * math.log2(abs(left)) > _MAX_INT_BITS:
             raise DecodeError("arithmetic result too large")
-        budget.charge(1 + int(right * math.log2(abs(left) or 1)) // 3)
+        allowance.charge(1 + int(right * math.log2(abs(left) or 1)) // 3)
         return
     if op is ast.LShift and isinstance(right, int) and isinstance(left, int):
         if right > 0 and left != 0 and _int_bits(left) + right > _MAX_INT_BITS:
             raise DecodeError("arithmetic result too large")
-        budget.charge(1 + (_int_bits(left) + max(right, 0)) // 3)
+        allowance.charge(1 + (_int_bits(left) + max(right, 0)) // 3)
         return
     if op is ast.Mult:
         for seq, count in ((left, right), (right, left)):
             if isinstance(seq, (str, bytes, list, tuple)) and isinstance(count, int):
-                budget.charge(budget.size(seq) * max(count, 1) if count <= budget.left else budget.left + 1)
+                allowance.charge(allowance.size(seq) * max(count, 1) if count <= allowance.left else allowance.left + 1)
                 return
         if isinstance(left, int) and isinstance(right, int) and _int_bits(left) + _int_bits(right) > _MAX_INT_BITS:
             raise DecodeError("arithmetic result too large")
@@ -271,6 +273,6 @@ def _guard(op: type, left: Any, right: Any, budget: Budget) -> None:
         fmt = left if isinstance(left, str) else left.decode("latin-1")
         if "*" in fmt or _FORMAT_WIDTH.search(fmt):
             raise DecodeError("arithmetic result too large")
-        budget.charge(len(fmt) + 4 * budget.size(right) * fmt.count("%"))
+        allowance.charge(len(fmt) + 4 * allowance.size(right) * fmt.count("%"))
         return
-    budget.charge(budget.size(left) + budget.size(right))
+    allowance.charge(allowance.size(left) + allowance.size(right))

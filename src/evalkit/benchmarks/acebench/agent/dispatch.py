@@ -27,7 +27,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalkit.benchmarks.acebench.decoder import MAX_SOURCE_CHARS, Budget, DecodeError, call_name, decode_value
+from evalkit.benchmarks.acebench.decoder import MAX_SOURCE_CHARS, ArithmeticAllowance, DecodeError, call_name, decode_value
 from evalkit.benchmarks.acebench.jsonsafe import json_safe
 
 #: str() of the error upstream raises when an unknown method is the first call of a message
@@ -95,7 +95,7 @@ def decode_message(text: str, strict: bool) -> list[Call]:
     the message undecodable (multi-step executor, multi-turn routing); otherwise such
     elements are skipped (multi-turn executor). Raises :class:`Undecodable`, also for a
     message over the decoder's bounds (:data:`~evalkit.benchmarks.acebench.decoder.MAX_SOURCE_CHARS`
-    characters; arithmetic over one :class:`~evalkit.benchmarks.acebench.decoder.Budget`
+    characters; arithmetic over one :class:`~evalkit.benchmarks.acebench.decoder.ArithmeticAllowance`
     per message)."""
     if not isinstance(text, str):
         raise Undecodable("not text")
@@ -128,19 +128,19 @@ def _decode(source: str, strict: bool) -> list[Call]:
                 raise Undecodable(f"list element is {type(element).__name__}, not a call")
     else:
         nodes = []  # a name, a number...: zero calls, still decodable
-    budget = Budget()
-    return [_call(node, budget) for node in nodes]
+    allowance = ArithmeticAllowance()
+    return [_call(node, allowance) for node in nodes]
 
 
-def _resolve(node: ast.Call, budget: Budget) -> tuple[str, dict[Any, Any]]:
+def _resolve(node: ast.Call, allowance: ArithmeticAllowance) -> tuple[str, dict[Any, Any]]:
     arguments: dict[Any, Any] = {}
     for kw in node.keywords:  # positional arguments are ignored
-        arguments[kw.arg] = _value(kw.value, budget)
+        arguments[kw.arg] = _value(kw.value, allowance)
     return call_name(node), arguments
 
 
-def _call(node: ast.Call, budget: Budget) -> Call:
-    name, arguments = _resolve(node, budget)
+def _call(node: ast.Call, allowance: ArithmeticAllowance) -> Call:
+    name, arguments = _resolve(node, allowance)
     call = Call(name=name, arguments=arguments)
     # the rebuilt call text: repr of every value, dicts re-rendered as nested calls
     for key, value in arguments.items():
@@ -169,11 +169,11 @@ def _check_nested(value: dict[Any, Any]) -> None:
             _check_nested(inner)
 
 
-def _value(node: ast.AST, budget: Budget) -> Any:
+def _value(node: ast.AST, allowance: ArithmeticAllowance) -> Any:
     """Argument value of §3.1 step 7 with the executor's difference (§3.3 step 5): a
     keyword-less nested call is its source text. Raises :class:`Undecodable`."""
     try:
-        return decode_value(node, budget, bare_call=ast.unparse)
+        return decode_value(node, allowance, bare_call=ast.unparse)
     except DecodeError as exc:
         raise Undecodable(str(exc)) from None
 
@@ -201,8 +201,9 @@ class Execution:
     error: BaseException | None = None
 
 
-def execute(env: Any, calls: list[Call], abort_on_error: bool) -> Execution:
-    """Run ``calls`` against the environment (§5.2).
+def apply_calls(env: Any, calls: list[Call], abort_on_error: bool) -> Execution:
+    """Apply ``calls`` (decoded from one agent message) in order to the simulated
+    environment ``env``, ACEBench's *execution* role (§5.2); returns the :class:`Execution`.
 
     Multi-step (``abort_on_error=False``): a raising call's result is
     ``"Error during execution: <message>"`` and the next calls still run. Multi-turn: the

@@ -17,7 +17,7 @@ from evalkit.benchmarks.acebench.agent.dispatch import (
     NUDGE,
     Undecodable,
     decode_message,
-    execute,
+    apply_calls,
     multi_turn_error_observation,
     observation,
     routes_to_executor,
@@ -158,7 +158,7 @@ class AceBenchSolver(Solver):
                     message = {"role": "execution", "recipient": "agent", "content": NUDGE, "decoded": False, "detail": str(exc)}
                 else:
                     recorded = True
-                    done = execute(env, calls, abort_on_error=False)
+                    done = apply_calls(env, calls, abort_on_error=False)
                     value = observation(done.results)
                     message = {
                         "role": "execution",
@@ -206,7 +206,7 @@ class AceBenchSolver(Solver):
                 text = last["content"]
                 trace.append(text)
                 calls = decode_message(text, strict=False)  # decodable: routing checked it
-                done = execute(env, calls, abort_on_error=True)
+                done = apply_calls(env, calls, abort_on_error=True)
                 message = {"role": "execution", "recipient": "agent", "calls": [c.to_dict() for c in calls]}
                 if done.error is not None:
                     value = multi_turn_error_observation()
