@@ -195,3 +195,17 @@ def test_recorded_answers_are_judged_and_the_judge_agrees_with_the_labels_by_kap
     assert res.summary["metrics"]["kappa/quality"] == pytest.approx(expected, abs=1e-12) and 0.1 < expected < 0.9
     ci = res.summary["metrics_ci"]["kappa/quality"]
     assert ci["low"] < expected < ci["high"] and ci["n"] == 30
+
+
+def test_a_judge_call_that_fails_is_a_judge_error_naming_the_calls_kind(judged_run, fake_openai):
+    """The judge's call for q1 is refused (HTTP 400, not retried): q1 is a judge_error
+    failure naming the call's own kind, its answer kept; q2 is scored."""
+    fake_openai.set_plan({"default": {"content": "An answer."},
+                          "rules": [{"match": "JUDGE q1 ", "always_status": 400}, {"match": "JUDGE", "content": '{"score": 2}'}]})  # fmt: skip
+    res = judged_run(POINTWISE, "judge=judge_a", "run.limit=2")
+    assert res.summary["status"] == "incomplete" and res.summary["n_scored"] == 1
+    (row,) = read_jsonl(res.run_dir / "failed.jsonl")
+    assert row["sample_id"] == "q1" and row["error_kind"] == "judge_error" and row["actor"] == "judge"
+    assert "the judge's call failed (client_error)" in row["message"] and row["output"] == "An answer."
+    (scored,) = read_jsonl(res.run_dir / "predictions.jsonl")
+    assert scored["sample_id"] == "q2" and scored["scores"]["quality"] == 0.25

@@ -330,9 +330,9 @@ def trajectory_of_row(row: dict[str, Any], run_dir: Path) -> Trajectory:
 
 
 def kept_answers(run_dir: Path, request_hashes: dict[tuple[str, int], str]) -> dict[tuple[str, int], str]:
-    """``{(sample id, epoch): output}``: the model's answers kept by the ``judge_error``
-    rows of the earlier attempts' failures (``failed.prev-<k>.jsonl``, the latest attempt
-    last) whose ``request_hash`` is the current request's — what a resume gives the judges
+    """``{(sample id, epoch): output}``: the model's answers kept by the failures of actor
+    ``judge`` (``judge_error``, or a judge call the budget refused) of the earlier attempts
+    (``failed.prev-<k>.jsonl``, the latest attempt last) whose ``request_hash`` is the current request's — what a resume gives the judges
     again without asking the model (with the response cache off too)."""
     from evalkit.journal import read_jsonl
 
@@ -345,6 +345,7 @@ def kept_answers(run_dir: Path, request_hashes: dict[tuple[str, int], str]) -> d
         for row in read_jsonl(path):
             key = (row.get("sample_id"), row.get("epoch", 0))
             output = row.get("output")
-            if row.get("error_kind") == JUDGE_ERROR and isinstance(output, str) and output and request_hashes.get(key) == row.get("request_hash"):  # type: ignore[arg-type]
+            judged = row.get("error_kind") == JUDGE_ERROR or row.get("actor") == "judge"  # a judge's budget refusal too
+            if judged and isinstance(output, str) and output and request_hashes.get(key) == row.get("request_hash"):  # type: ignore[arg-type]
                 kept[key] = output  # type: ignore[index]
     return kept
