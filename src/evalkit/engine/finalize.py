@@ -71,6 +71,8 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> 
     )  # fmt: skip
     summary["stale_lines"] = journal.uncounted()  # what readers without the requests skip (evalkit.journal)
     summary["endpoints"] = dict(plan.models.endpoints)
+    if cfg.model.kind == "replay" and cfg.model.path is not None and Path(cfg.model.path).is_dir():
+        summary["replayed_run"] = str(cfg.model.path)  # the run whose answers were replayed (python -m evalkit.judge)
     agreement = panel_agreement(records, [j.model.name for j in cfg.judge], cfg.run.ci_level, cfg.run.bootstrap_resamples, cfg.run.seed)
     if agreement:
         summary["judge_agreement"] = agreement
