@@ -62,3 +62,28 @@ def test_a_bad_run_is_one_line_and_exit_2_with_nothing_written(tmp_path: Path, c
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("evalkit: error: "), err
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def _finished(root: Path, scorers: list[dict], run: dict) -> Path:
+    """A finished run directory as evalkit.judge reads it: config.yaml, summary.json, a journal."""
+    run_dir = _run_dir(root, stale_lines=[])
+    config = {"config_format": 2, "benchmark": {"name": "explain_mini", "kind": "task", "scorers": scorers}, "run": run}
+    (run_dir / "config.yaml").write_text(json.dumps(config))
+    return run_dir
+
+
+@pytest.mark.parametrize("case", ["no_llm_judge", "sample_ids_file", "asked_again"])
+def test_what_a_run_cannot_be_judged_for_is_one_line(tmp_path: Path, capsys, case: str):
+    judged = {"kind": "llm_judge", "name": "quality", "rubric": "{{ output }}"}
+    scorers, run, extra = {
+        "no_llm_judge": ([{"kind": "token_f1", "name": "f1"}], {}, []),
+        "sample_ids_file": ([judged], {"sample_ids_file": "/etc/hostname"}, []),
+        "asked_again": ([judged], {}, ["model=gpt4o"]),
+    }[case]
+    run_dir = _finished(tmp_path, scorers, run)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    assert main([str(run_dir), "judge=gpt4o", *extra]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert {"no_llm_judge": "has no llm_judge scorer", "sample_ids_file": "give it again",
+            "asked_again": "comes from RUN"}[case] in line  # fmt: skip
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before

@@ -74,7 +74,7 @@ def test_a_finished_run_is_judged_again_without_asking_its_model_and_resumed(tas
     fake_openai.set_plan({"default": {"content": "An answer."},
                           "rules": [{"match": "JUDGE q3", "content": "Fine, I would say 4."}, {"match": "JUDGE", "content": '{"score": 2}'}]})  # fmt: skip
     judge_args = [str(run), "judge=judge_b", f"judge_overrides=['backend.api_base={fake_openai.api_base}']", "run.progress=false",
-                  "tracking=mlflow"]  # fmt: skip
+                  "tracking=mlflow", f"run.output_root={tmp_path / 'judged'}"]  # fmt: skip
     assert main(judge_args) == 1
     assert _asked(fake_openai, "fake") == [], "the model under test is never asked"
     assert [q.split("\n")[0] for q in _asked(fake_openai, "judge_b")] == [f"JUDGE q{i} A=An answer." for i in range(1, 7)]
@@ -83,6 +83,7 @@ def test_a_finished_run_is_judged_again_without_asking_its_model_and_resumed(tas
     assert "INCOMPLETE" in out.out and str(judged) in out.err
     recorded = yaml.safe_load((judged / "config.yaml").read_text())
     assert recorded["model"]["kind"] == "replay" and recorded["model"]["path"] == str(run)
+    assert recorded["run"]["output_root"] == str(tmp_path / "judged"), "no place named by RUN is used"
     assert [j["model"]["name"] for j in recorded["judge"]] == ["judge_b"]
     (failure,) = read_jsonl(judged / "failed.jsonl")
     assert failure["sample_id"] == "q3" and failure["error_kind"] == "judge_error" and failure["actor"] == "judge"
@@ -97,7 +98,7 @@ def test_a_finished_run_is_judged_again_without_asking_its_model_and_resumed(tas
     assert summary["status"] == "complete" and summary["replayed_run"] == str(run)
     assert summary["metrics"]["quality"] == pytest.approx((5 * 0.25 + 0.75) / 6)
 
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'out' / 'mlflow.db'}")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'judged' / 'mlflow.db'}")
     run_id = json.loads((judged / "tracking.json").read_text())["mlflow_run_id"]
     traces = mlflow.search_traces(locations=[mlflow.get_run(run_id).info.experiment_id], run_id=run_id, return_type="list", max_results=None)
     assert len(traces) == 6

@@ -19,9 +19,11 @@ under test is never asked: a replay sends nothing.
 resumes that directory (``run.resume``): only the answers not yet judged are judged.
 
 **Input.** RUN is untrusted: it is read without following a symbolic link (RUN itself, its
-``config.yaml``, ``summary.json``, journal and side files); its tracking store is never used
-(the judged run is tracked where the project default or ``tracking.*`` says). Only the
-overrides above are accepted: what was asked comes from RUN.
+``config.yaml``, ``summary.json``, journal and side files), and no place it names is used:
+the judged run's response cache and MLflow store are the project default (``outputs/`` here)
+or what ``run.output_root``, ``run.cache_dir`` and ``tracking.*`` say, and a selection by
+``run.sample_ids_file`` must be given again. Only the overrides above are accepted: what
+was asked comes from RUN.
 
 Exit codes: 0 complete, 1 incomplete (failures in ``failed.jsonl``; call again to resume), 2 a
 bad RUN or override (one line on stderr, nothing written), 130 interrupted.
@@ -43,8 +45,9 @@ from evalkit.errors import ConfigError, EvalkitError, RunDirError, interrupted_l
 from evalkit.job import outcome_line, run_validated
 from evalkit.track import read_run
 
-#: ``run.*`` keys of RUN that the judged run keeps (what was asked), unless given again
-SELECTION = ("limit", "repeats", "seed", "sample_ids", "sample_ids_file", "ci_level", "bootstrap_resamples", "output_root", "cache_dir")
+#: ``run.*`` keys of RUN that the judged run keeps (what was asked), unless given again; no
+#: path read from RUN is used (``output_root``, ``cache_dir``, ``sample_ids_file``)
+SELECTION = ("limit", "repeats", "seed", "sample_ids", "ci_level", "bootstrap_resamples")
 #: override keys the command accepts (their first part); the rest of the config is RUN's
 ACCEPTED = ("judge", "judge_overrides", "run", "tracking", "backend")
 
@@ -85,6 +88,9 @@ def judged_config(run: Path, overrides: Sequence[str]) -> EvalConfig:
     given = {ov.lstrip("+~").partition("=")[0] for ov in overrides}
     was = recorded.get("run") if isinstance(recorded.get("run"), dict) else {}
     raw["run"].update({k: was[k] for k in SELECTION if k in was and f"run.{k}" not in given})
+    if was.get("sample_ids_file") and "run.sample_ids_file" not in given and "run.sample_ids" not in given:
+        raise ConfigError(f"{printable(str(run), 300)}: its samples were chosen by run.sample_ids_file; give it again "
+                          "(run.sample_ids_file=FILE): a path read from a run directory is not followed")  # fmt: skip
     if "run.dir" not in given and "run.resume" not in given:
         target = run.parent / f"{run.name}.judged-{'+'.join(str(n) for n in names)}"
         if target.is_symlink():
