@@ -31,9 +31,10 @@ bad RUN or override (one line on stderr, nothing written), 130 interrupted.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from omegaconf import OmegaConf
 
@@ -82,8 +83,8 @@ def judged_config(run: Path, overrides: Sequence[str]) -> EvalConfig:
     raw = to_plain(composed)
     if not raw.get("judge"):
         raise ConfigError("judge: name the judge: python -m evalkit.judge RUN judge=<model config name> (or a panel judge=[a,b])")
-    names = [raw["judge"]] if isinstance(raw["judge"], str) else list(raw["judge"])
     raw["judge"] = compose_judges(raw.pop("judge"), raw.pop("judge_overrides", None))
+    names = [re.sub(r"[^A-Za-z0-9._-]", "_", str(j["model"].get("name"))) for j in raw["judge"]]  # a directory name's part
     raw["benchmark"], raw["shots"] = bench, recorded.get("shots") or raw.get("shots")
     given = {ov.lstrip("+~").partition("=")[0] for ov in overrides}
     was = recorded.get("run") if isinstance(recorded.get("run"), dict) else {}
@@ -92,7 +93,7 @@ def judged_config(run: Path, overrides: Sequence[str]) -> EvalConfig:
         raise ConfigError(f"{printable(str(run), 300)}: its samples were chosen by run.sample_ids_file; give it again "
                           "(run.sample_ids_file=FILE): a path read from a run directory is not followed")  # fmt: skip
     if "run.dir" not in given and "run.resume" not in given:
-        target = run.parent / f"{run.name}.judged-{'+'.join(str(n) for n in names)}"
+        target = run.parent / f"{run.name}.judged-{'+'.join(names)}"
         if target.is_symlink():
             raise RunDirError(f"{printable(str(target), 300)}: a symbolic link; evalkit never writes through links (remove it)")
         raw["run"]["resume" if target.exists() else "dir"] = str(target)
