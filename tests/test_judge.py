@@ -208,3 +208,15 @@ def test_the_dry_run_counts_the_judges_calls(judged, tmp_path, capsys):
     both = dry_run(judged(*common, "run.max_total_tokens=100")[1])
     assert both.judge_requests == 12, "pairwise: both orders"
     assert "exceeds run.max_total_tokens=100 by the prompt tokens alone" in both.line
+
+
+def test_a_verdict_schema_goes_in_the_form_the_judge_takes():
+    """OpenAI's structured outputs for most models; llama.cpp's server (the embedded SmolLM2:
+    model.response_format=json_object) refuses json_schema and takes the schema in json_object."""
+    from evalkit.providers import structured_output
+
+    fmt = J.response_format(_scorer())
+    params = {"temperature": 0.0, "response_format": fmt}
+    assert structured_output(params, None) == params and structured_output(params, "json_schema") == params
+    assert structured_output(params, "json_object") == {"temperature": 0.0, "response_format": {"type": "json_object", "schema": J.verdict_schema(_scorer())}}
+    assert structured_output({"temperature": 0.0}, "json_object") == {"temperature": 0.0}

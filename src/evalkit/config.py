@@ -33,7 +33,7 @@ class _Strict(BaseModel):
 #: the keys each model kind uses besides ``name`` and ``kind`` (any other one set is refused);
 #: ``generation`` and ``dataset_args`` are layers (:func:`resolve_layers`)
 MODEL_KEYS: dict[str, set[str]] = {
-    "litellm": {"provider_model", "api", "api_key_env", "extra_body", "pricing"},
+    "litellm": {"provider_model", "api", "api_key_env", "extra_body", "pricing", "response_format"},
     "replay": {"path", "api"},
     "reference": set(),
     "baseline": {"baseline"},
@@ -96,6 +96,11 @@ class ModelConfig(_Strict):
     path: Path | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
     pricing: ModelPricing | None = None
+    #: how the model takes a JSON schema its answer must match (an LLM judge's verdict):
+    #: ``json_schema`` (``None``: OpenAI's structured outputs) or ``json_object``
+    #: (llama.cpp's servers: ``{"type": "json_object", "schema": ...}``;
+    #: :func:`evalkit.providers.structured_output`)
+    response_format: Literal["json_schema", "json_object"] | None = None
 
     @field_validator("name")
     @classmethod

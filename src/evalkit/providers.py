@@ -320,3 +320,15 @@ def sampling_problem(provider_model: str, sent: dict[str, Any]) -> tuple[str, st
         except Exception:  # noqa: BLE001 - litellm cannot map it: the provider call would say why
             continue
     return None
+
+
+def structured_output(params: dict[str, Any], form: str | None) -> dict[str, Any]:
+    """``params`` with their ``response_format`` (OpenAI's ``{"type": "json_schema",
+    "json_schema": {"name", "schema"}}``) in the form the model takes (``model.response_format``):
+    unchanged for ``json_schema`` / ``None``; ``{"type": "json_object", "schema": <schema>}``
+    for ``json_object`` (llama.cpp's servers, which refuse ``json_schema``)."""
+    fmt = params.get("response_format")
+    if form != "json_object" or not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return params
+    schema = (fmt.get("json_schema") or {}).get("schema")
+    return {**params, "response_format": {"type": "json_object", "schema": schema}}

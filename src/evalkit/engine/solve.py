@@ -22,7 +22,7 @@ from evalkit.engine.cache import cache_get, cache_set
 from evalkit.engine.records import price_key
 from evalkit.engine.work import WorkItem
 from evalkit.models.base import ModelCallError
-from evalkit.providers import estimate_prompt_tokens
+from evalkit.providers import estimate_prompt_tokens, structured_output
 from evalkit.types import Actor, Completion, Failure, Request, Trajectory
 
 log = logging.getLogger(__name__)
@@ -87,9 +87,11 @@ class ActorModel:
 
     async def generate(self, request: Request, accept: Callable[[Completion], bool] | None = None) -> Completion:
         """The answer to ``request`` (its ``meta["params"]`` added to the actor's parameters
-        when it sets none); ``accept``: which answers the response cache keeps."""
+        when it sets none, a ``response_format`` in the form the model takes); ``accept``:
+        which answers the response cache keeps."""
         if not request.params:
-            request.params = {**self.params, **(request.meta.get("params") or {})}
+            params = {**self.params, **(request.meta.get("params") or {})}
+            request.params = structured_output(params, getattr(self.model, "response_format", None))  # as sent: its identity
         request.epoch = self.epoch  # every turn of epoch e carries e in its identity
         started_at = time.time()
         if self.budget is None:

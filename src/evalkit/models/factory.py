@@ -85,6 +85,7 @@ class _Endpoint:
             provider_model=self.model.provider_model, api=self.model.api, api_base=api_base, api_key=self.api_key,
             timeout_s=self.timeout_s, max_retries=b.max_retries, retry_initial_wait_s=b.retry_initial_wait_s,
             retry_max_wait_s=b.retry_max_wait_s, retry_budget_s=b.retry_budget_s, identity=self.identity,
+            response_format=self.model.response_format,
         )  # fmt: skip
 
 

@@ -85,6 +85,9 @@ class LiteLLMModel:
     #: ``await gate.acquire()`` → lease, then ``gate.release(lease, throttled)``
     #: (:class:`evalkit.engine.ratelimit.EndpointGate`, set by the model worker)
     gate: Any = field(default=None, repr=False, compare=False)
+    #: how the model takes a JSON schema (``model.response_format``; the engine puts a
+    #: request's ``response_format`` in this form before it is hashed and sent)
+    response_format: str | None = None
 
     def __post_init__(self) -> None:
         _price_unknown_model(self.provider_model)
