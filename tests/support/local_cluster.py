@@ -69,18 +69,27 @@ class LocalCluster:
         return subprocess.run(["bash", str(SCRIPT), *args], cwd=REPO_ROOT, env=self.env, capture_output=True, text=True,
                               timeout=timeout)  # fmt: skip
 
-    def start(self) -> str:
-        """Start the cluster; returns its address. Raises :class:`ClusterError` (after
-        stopping what started) when it does not come up."""
-        res = self.script("start", timeout=600)
-        if (self.dir / "sessions").exists():
-            self.sessions = [int(x) for x in (self.dir / "sessions").read_text().split()]
-        if res.returncode != 0:
+    def start(self, attempts: int = 3) -> str:
+        """Start the cluster; returns its address. A node that does not register within
+        Ray's own 30 s (``ray start``: "The current node timed out during startup", seen on
+        this machine at load average 30) is tried again, on a new port, up to ``attempts``
+        times in all. Raises :class:`ClusterError` (after stopping what started) when it
+        does not come up."""
+        for attempt in range(attempts):
+            res = self.script("start", timeout=600)
+            if (self.dir / "sessions").exists():
+                self.sessions = [int(x) for x in (self.dir / "sessions").read_text().split()]
+            if res.returncode == 0:
+                self.start_output = res.stdout
+                return self.address
             log = (self.dir / "start.log").read_text(errors="replace")[-3000:] if (self.dir / "start.log").exists() else ""
             self.stop()
-            raise ClusterError(f"cluster did not start:\n{res.stdout}\n{res.stderr}\n{log}")
-        self.start_output = res.stdout
-        return self.address
+            if attempt + 1 == attempts or "timed out during startup" not in log + res.stderr:
+                raise ClusterError(f"cluster did not start:\n{res.stdout}\n{res.stderr}\n{log}")
+            self.port = free_port()
+            self.address = f"127.0.0.1:{self.port}"
+            self.env["RAY_PORT"] = str(self.port)
+        raise AssertionError("unreachable")
 
     def nodes(self) -> list[tuple[int, int, int | None]]:
         """``(index, session id, raylet pid or None)`` per node; index 0 is the head."""
