@@ -54,15 +54,15 @@ def cluster():
 def _plan(acebench_dir: Path, latency_s: float, storm: int = 0, subsets: list[str] = SUBSET_LIST) -> dict:
     """Every sample of ``subsets`` answered after ``latency_s``: the gold answer for samples of
     even index, ``[]`` (scored 0) for the others; the first attempt of the first ``storm``
-    samples answered HTTP 429."""
+    samples answered HTTP 429, all at once when the ``storm``-th request has arrived."""
     cls = get_benchmark_class("acebench")
     bench = cls(cls.settings_model(name="acebench", data_dir=acebench_dir, subsets=subsets))
     rules = []
     for i, sample in enumerate(bench.load()):
         rule = {"match": bench.build(sample, 0).messages[-1]["content"][-80:],
                 "content": bench.reference_output(sample) if i % 2 == 0 else "[]", "latency_s": latency_s}  # fmt: skip
-        if i < storm:
-            rule["statuses"] = [429]
+        if i < storm:  # answered together once all of them have arrived: one wave
+            rule.update(statuses=[429], hold_until_arrived=storm, hold_s=60)
         rules.append(rule)
     return {"rules": rules, "default": {"content": "[]", "latency_s": latency_s}}
 

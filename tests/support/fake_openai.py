@@ -27,6 +27,9 @@ Python (:meth:`FakeOpenAI.set_plan`):
                 "hold_s": 120,                   #   since the plan was set (at most hold_s
                                                  #   seconds); the log says "released_by":
                                                  #   "count" or "cap"
+                "hold_until_arrived": 8,         # answer only once 8 requests have arrived
+                                                 #   since the plan was set (at most hold_s
+                                                 #   seconds): a wave answered together
                 "malformed_body": "<html>",      # body of a "malformed" answer
                 "trickle_bytes": 16,             # chunk size of a "trickle" body
                 "trickle_delay_s": 0.05}]}       #   and the pause before each chunk
@@ -281,6 +284,11 @@ class FakeOpenAI:
                 while self.answered < target and time.monotonic() < deadline:
                     await asyncio.sleep(0.01)
                 entry["released_by"] = "count" if self.answered >= target else "cap"
+            if rule.get("hold_until_arrived"):
+                target = int(rule["hold_until_arrived"])
+                deadline = time.monotonic() + float(rule.get("hold_s", 120))
+                while len(self.log) < target and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
             if status == "hang":
                 deadline = time.monotonic() + float(rule.get("hang_s", 300))
                 while time.monotonic() < deadline and not await _disconnected(request):
