@@ -50,6 +50,7 @@ from typing import Any
 from evalkit import secrets
 from evalkit.benchmarks.base import Benchmark, strip_reasoning_prefix
 from evalkit.engine.work import WorkItem
+from evalkit.journal import read_jsonl
 from evalkit.jsonl import SIDE_FILE_FIELDS, dumps_line, unit_file_name, with_side_file, write_unit_file
 from evalkit.providers import Price, add_usage, total_tokens
 from evalkit.types import Failure, SampleScore, Trajectory, sha256_hex
@@ -334,8 +335,6 @@ def kept_answers(run_dir: Path, request_hashes: dict[tuple[str, int], str]) -> d
     ``judge`` (``judge_error``, or a judge call the budget refused) of the earlier attempts
     (``failed.prev-<k>.jsonl``, the latest attempt last) whose ``request_hash`` is the current request's — what a resume gives the judges
     again without asking the model (with the response cache off too)."""
-    from evalkit.journal import read_jsonl
-
     def attempt(path: Path) -> int:
         number = path.stem.rpartition("-")[2]
         return int(number) if number.isdigit() else 0

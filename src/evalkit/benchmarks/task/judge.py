@@ -53,6 +53,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from evalkit.benchmarks.task.scorers import schema_errors
+
 #: characters of a judge's reply read (and kept in the record) at most
 MAX_VERDICT_CHARS = 20_000
 #: JSON objects of a reply tried at most before it is an invalid verdict
@@ -101,8 +103,6 @@ def read_verdict(text: str | None, schema: dict[str, Any]) -> tuple[dict[str, An
     """``(verdict, None)``: the first JSON object of ``text`` valid against ``schema``, or
     ``(None, why)``. Reads at most :data:`MAX_VERDICT_CHARS` characters and
     :data:`VERDICT_TRIES` objects; never raises."""
-    from evalkit.benchmarks.task.scorers import schema_errors
-
     if not text or not text.strip():
         return None, "empty reply"
     text = text[:MAX_VERDICT_CHARS]
