@@ -102,6 +102,19 @@ def test_the_rendered_prompt_is_bounded_beyond_the_sandbox():
     assert render("{{ input | upper }}", {"input": "é<b>"}, 100, "s1") == "É<B>"  # no HTML escaping in a prompt
 
 
+@pytest.mark.parametrize("template", [
+    # values doubled by ``~`` / ``+`` without any output: 2**28 characters held in memory
+    '{% set ns = namespace(a="xxxxxxxx") %}{% for i in range(28) %}{% set ns.a = ns.a ~ ns.a %}{% endfor %}{{ ns.a|length }}',
+    '{% set ns = namespace(a=["x"]) %}{% for i in range(28) %}{% set ns.a = ns.a + ns.a %}{% endfor %}{{ ns.a|length }}',
+    '{% set a = "x"|center(10**8) %}ok',  # a filter's width: 100 MB never rendered
+    '{{ "x"|center(10**30) }}',  # OverflowError escaped as itself, not one DataError line
+])
+def test_a_template_cannot_build_a_value_past_the_bound(template):
+    with pytest.raises(DataError, match="s1.*prompt template"):
+        render(template, {}, 50_000, "s1")
+    assert render('{{ "ab" ~ input + "c" }}{{ input|center(7) }}', {"input": "x"}, 100, "s1") == "abxc   x   "
+
+
 def test_few_shot_draws_follow_the_seed_and_never_show_the_sample(tmp_path):
     rows = [{"id": f"r{i}", "input": f"q{i}", "target": str(i)} for i in range(12)]
     bench = _task(tmp_path, rows, seed=7)

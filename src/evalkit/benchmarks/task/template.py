@@ -11,16 +11,53 @@ _ENVS: dict[int, Any] = {}
 
 
 def _env(max_chars: int) -> Any:
-    """A sandboxed Jinja2 environment whose ``*`` / ``**`` and calls cannot build a value
-    past ``max_chars`` (the sandbox alone lets ``'ab' * 3000000`` through)."""
+    """A sandboxed Jinja2 environment whose ``*`` / ``**`` / ``+`` / ``~``, calls and filters
+    cannot build a value past ``max_chars`` (the sandbox alone lets ``'ab' * 3000000``, a
+    namespace doubled by ``~`` 28 times or ``'x'|center(10**8)`` through)."""
     if max_chars in _ENVS:
         return _ENVS[max_chars]
+    import functools
+
     from jinja2 import StrictUndefined
+    from jinja2.compiler import CodeGenerator
     from jinja2.exceptions import SecurityError
     from jinja2.sandbox import SandboxedEnvironment
 
+    def over(size: int) -> SecurityError:
+        return SecurityError(f"a value of {size} items is over prompt.max_chars={max_chars}")
+
+    def check_args(args: tuple[Any, ...]) -> None:
+        if any(isinstance(a, int) and not isinstance(a, bool) and a > max_chars for a in args):
+            raise SecurityError(f"an argument over prompt.max_chars={max_chars}")
+
+    def bounded_filter(fn: Any) -> Any:
+        @functools.wraps(fn)  # keeps Jinja's pass_context / pass_environment marks
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            check_args((*args, *kwargs.values()))
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    class BoundedConcat(CodeGenerator):
+        """``a ~ b`` compiled as the environment's bounded join (Jinja's own is ``"".join``)."""
+
+        def visit_Concat(self, node: Any, frame: Any) -> None:  # noqa: N802 - Jinja's visitor name
+            self.write("environment.bounded_join((")
+            for arg in node.nodes:
+                self.visit(arg, frame)
+                self.write(", ")
+            self.write("))")
+
     class Bounded(SandboxedEnvironment):
-        intercepted_binops = frozenset({"*", "**"})
+        intercepted_binops = frozenset({"*", "**", "+"})
+        code_generator_class = BoundedConcat
+
+        def bounded_join(self, parts: tuple[Any, ...]) -> str:
+            texts = [str(p) for p in parts]
+            size = sum(map(len, texts))
+            if size > max_chars:
+                raise over(size)
+            return "".join(texts)
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
             if operator == "**" and isinstance(right, (int, float)) and abs(right) > 64:
@@ -28,15 +65,18 @@ def _env(max_chars: int) -> Any:
             if operator == "*":
                 for a, b in ((left, right), (right, left)):
                     if isinstance(a, (str, list, tuple)) and isinstance(b, int) and len(a) * b > max_chars:
-                        raise SecurityError(f"a value of {len(a) * b} items is over prompt.max_chars={max_chars}")
+                        raise over(len(a) * b)
+            if operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+                if len(left) + len(right) > max_chars:
+                    raise over(len(left) + len(right))
             return super().call_binop(context, operator, left, right)
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's signature
-            if any(isinstance(a, int) and not isinstance(a, bool) and a > max_chars for a in (*args, *kwargs.values())):
-                raise SecurityError(f"an argument over prompt.max_chars={max_chars}")
+            check_args((*args, *kwargs.values()))
             return super().call(__context, __obj, *args, **kwargs)
 
     env = Bounded(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+    env.filters = {name: bounded_filter(fn) for name, fn in env.filters.items()}
     _ENVS[max_chars] = env
     return env
 
@@ -58,6 +98,6 @@ def render(template: str, data: dict[str, Any], max_chars: int, sample_id: str) 
             if size > max_chars:
                 raise DataError(f"sample {sample_id!r}: the prompt is over prompt.max_chars={max_chars} characters")
             parts.append(chunk)
-    except TemplateError as exc:
+    except (TemplateError, OverflowError) as exc:  # OverflowError: an int too large for Python's C sizes
         raise DataError(f"sample {sample_id!r}: prompt template: {type(exc).__name__}: {str(exc)[:200]}") from None
     return "".join(parts)
