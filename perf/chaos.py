@@ -133,9 +133,14 @@ class FakeServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> None:
+        """Start (or restart) the server on its port, answering by the current plan from its
+        first request on (a plan set only once it listens let a restarted server answer a
+        retried request with the default content: a wrong answer no provider gives)."""
+        plan_file = self.workdir / "fake-plan.json"
+        plan_file.write_text(json.dumps(self.plan or {}))
         log = open(self.workdir / "fake-server.log", "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.fake_openai", str(self.workdir / "fake-port"), str(self.port)],
+            [sys.executable, "-m", "tests.support.fake_openai", str(self.workdir / "fake-port"), str(self.port), str(plan_file)],
             cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         log.close()
@@ -150,8 +155,6 @@ class FakeServer:
                 time.sleep(0.1)
         else:
             raise RuntimeError("the fake server did not start")
-        if self.plan:
-            self.set_plan(self.plan)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -166,7 +169,7 @@ class FakeServer:
             try:
                 urllib.request.urlopen(req, timeout=10).close()
             except OSError:
-                pass  # down (being restarted): start() sets the plan again
+                pass  # down (being restarted): start() hands it self.plan
 
 
 def base_plan(seed: int, s: Settings) -> dict[str, Any]:

@@ -637,13 +637,19 @@ def _trickle(data: bytes, size: int, delay_s: float) -> StreamingResponse:
 
 
 def main() -> None:  # pragma: no cover - used by subprocess tests
-    """Run standalone: ``python tests/support/fake_openai.py PORT_FILE [PORT]`` writes its
-    port (``PORT``: listen there, e.g. a server restarted on the port it had)."""
+    """Run standalone: ``python tests/support/fake_openai.py PORT_FILE [PORT [PLAN_FILE]]``
+    writes its port (``PORT``: listen there, e.g. a server restarted on the port it had;
+    ``PLAN_FILE``: the JSON plan it answers by from its first request on — a restarted
+    server given its plan over HTTP would answer the requests arriving before with the
+    default content)."""
     import sys
 
     server = FakeOpenAI()
     if len(sys.argv) > 2:
         server.port = int(sys.argv[2])
+    if len(sys.argv) > 3:
+        with open(sys.argv[3]) as fh:
+            server.set_plan(json.load(fh))
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as fh:
             fh.write(str(server.port))
