@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from evalkit.compose import compose, to_plain
 from evalkit.errors import RunDirError
 from evalkit.judge import main
 from evalkit.models.offline import load_run_outputs
@@ -87,3 +88,20 @@ def test_what_a_run_cannot_be_judged_for_is_one_line(tmp_path: Path, capsys, cas
     assert {"no_llm_judge": "has no llm_judge scorer", "sample_ids_file": "give it again",
             "asked_again": "comes from RUN"}[case] in line  # fmt: skip
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("override", ["run.resume={run}", "run.dir={run}/sub", "+run.dir={run}/../run/x", "run.output_root={run}",
+                                      "run.cache_dir={run}/cache", "tracking.tracking_uri=sqlite:///{run}/m.db",
+                                      "tracking.artifact_root=file://{run}/art"])  # fmt: skip
+def test_an_override_cannot_write_into_the_judged_run(tmp_path: Path, capsys, monkeypatch, override: str):
+    """RUN is read, never written: run.resume=RUN would append the judged rows to RUN's own
+    journal and replace its summary; the other places put files inside it."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    run_dir = _finished(tmp_path, [], {})
+    bench = to_plain(compose(["benchmark=explain_mini"]))["benchmark"]  # a valid task with llm_judge scorers
+    (run_dir / "config.yaml").write_text(json.dumps({"config_format": 2, "benchmark": bench, "run": {}}))
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    assert main([str(run_dir), "judge=gpt4o", override.format(run=run_dir)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "inside the run judged" in line, line
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before

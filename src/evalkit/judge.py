@@ -22,8 +22,9 @@ resumes that directory (``run.resume``): only the answers not yet judged are jud
 ``config.yaml``, ``summary.json``, journal and side files), and no place it names is used:
 the judged run's response cache and MLflow store are the project default (``outputs/`` here)
 or what ``run.output_root``, ``run.cache_dir`` and ``tracking.*`` say, and a selection by
-``run.sample_ids_file`` must be given again. Only the overrides above are accepted: what
-was asked comes from RUN.
+``run.sample_ids_file`` must be given again. Nothing is written into RUN: a ``run.dir``, ``run.resume``, output root,
+cache or local MLflow store that is RUN or inside it is refused. Only the overrides above are
+accepted: what was asked comes from RUN.
 
 Exit codes: 0 complete, 1 incomplete (failures in ``failed.jsonl``; call again to resume), 2 a
 bad RUN or override (one line on stderr, nothing written), 130 interrupted.
@@ -97,7 +98,29 @@ def judged_config(run: Path, overrides: Sequence[str]) -> EvalConfig:
         if target.is_symlink():
             raise RunDirError(f"{printable(str(target), 300)}: a symbolic link; evalkit never writes through links (remove it)")
         raw["run"]["resume" if target.exists() else "dir"] = str(target)
-    return validate(raw, get_benchmark_class)
+    cfg = validate(raw, get_benchmark_class)
+    _refuse_writes_into(run, cfg)
+    return cfg
+
+
+def _refuse_writes_into(run: Path, cfg: EvalConfig) -> None:
+    """RUN is read, never written: a ConfigError when the judged run's directory, output root,
+    cache or MLflow store (a local path, ``sqlite:///`` or ``file:`` URI) is RUN or inside it
+    (``run.resume=RUN`` would append to RUN's own journal and replace its summary)."""
+    inside = run.resolve()
+    places = {"run.dir": cfg.run.dir, "run.resume": cfg.run.resume, "run.output_root": cfg.run.output_root,
+              "run.cache_dir": cfg.run.cache_dir, "tracking.tracking_uri": cfg.tracking.tracking_uri,
+              "tracking.artifact_root": cfg.tracking.artifact_root}  # fmt: skip
+    for key, value in places.items():
+        if not value:
+            continue
+        local = re.sub(r"^(sqlite:///|file://)", "", str(value))
+        if "://" in local:
+            continue  # a remote store
+        where = Path(local).resolve()
+        if where == inside or inside in where.parents:
+            raise ConfigError(f"{key}={printable(str(value), 300)}: inside the run judged; evalkit.judge never writes into RUN "
+                              "(run it from another directory or name another place)")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
