@@ -38,6 +38,18 @@ def test_a_verdict_is_the_first_json_object_that_matches_the_schema():
     assert J.read_verdict(" " * J.MAX_VERDICT_CHARS + '{"score": 3}', schema)[0] is None
 
 
+@pytest.mark.parametrize("reply", ['{"score": 4, "extra": NaN}', '{"score": 4, "reason": "r", "x": [Infinity]}',
+                                   '{"score": 4, "x": -Infinity}', '{"score": 4, "x": 1e400}'])
+def test_a_verdict_with_a_value_json_has_not_is_invalid(reply):
+    """NaN / ±Infinity (or a number that overflows to it) are not JSON (RFC 8259): kept in a
+    verdict, they made predictions.jsonl and MLflow's span attributes non-JSON (``NaN``)."""
+    verdict, why = J.read_verdict(reply, J.verdict_schema(_scorer()))
+    assert verdict is None and "not JSON" in why, why
+    record = J.judgement("j", _scorer(), None, reply)
+    assert record["valid"] is False and record["text"] == reply  # the reply kept as it came
+    json.dumps(record, allow_nan=False)  # the record is JSON
+
+
 def test_verdict_values_per_kind():
     score = _scorer(scale_min=1, scale_max=5)
     assert [J.verdict_value(score, {"score": s}, None) for s in (1, 3, 5)] == [0.0, 0.5, 1.0]

@@ -12,7 +12,8 @@ matches the verdict's schema (:func:`verdict_schema`) follows the rubric; with
 **Verdicts** (:func:`read_verdict`): the first JSON object of the judge's reply (at most
 :data:`MAX_VERDICT_CHARS` characters are read) that validates against the schema, read
 by the same bounded validator as the ``json_schema`` scorer. Anything else is an invalid
-verdict. The value of one verdict (:func:`verdict_value`), for the answer judged:
+verdict — so is an object holding ``NaN``, ``Infinity`` or a number past the float range
+anywhere (not JSON, RFC 8259: it would make the journal and MLflow's spans non-JSON). The value of one verdict (:func:`verdict_value`), for the answer judged:
 
 * pointwise ``score``: ``(score − scale_min) / (scale_max − scale_min)``;
 * pointwise ``pass_fail``: pass 1, fail 0;
@@ -106,13 +107,17 @@ def read_verdict(text: str | None, schema: dict[str, Any]) -> tuple[dict[str, An
     if not text or not text.strip():
         return None, "empty reply"
     text = text[:MAX_VERDICT_CHARS]
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(parse_constant=_not_json, parse_float=_finite)
     start, why = text.find("{"), "no JSON object in the reply"
     for _ in range(VERDICT_TRIES):
         if start < 0:
             break
         try:
             value, _ = decoder.raw_decode(text, start)
+        except _NotJson as exc:
+            why = f"not JSON: {exc}"
+            start = text.find("{", start + 1)
+            continue
         except (ValueError, RecursionError):
             start = text.find("{", start + 1)
             continue
@@ -122,6 +127,22 @@ def read_verdict(text: str | None, schema: dict[str, Any]) -> tuple[dict[str, An
         why = f"does not match the verdict schema: {problem}"
         start = text.find("{", start + 1)
     return None, why
+
+
+class _NotJson(ValueError):
+    """A value Python's decoder takes but JSON (RFC 8259) has not: ``NaN``, ``±Infinity``,
+    a number past the float range."""
+
+
+def _not_json(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _NotJson(f"{text[:40]} is past the float range")
+    return value
 
 
 def verdict_value(scorer: Any, verdict: dict[str, Any], order: str | None) -> float:
