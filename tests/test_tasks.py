@@ -244,3 +244,16 @@ def test_cohens_kappa_against_human_labels_matches_an_independent_computation(tm
     with pytest.raises(DataError, match="label 'maybe'"):
         _task(tmp_path, [{"input": "q", "target": "a", "human": "maybe"}],
               dataset={"path": str(tmp_path / "data.jsonl"), "fields": {"label": "human"}}).load()
+
+
+@pytest.mark.parametrize("other", [None, "", "  \n"])
+def test_a_pairwise_judge_has_an_answer_to_compare_with(tmp_path, other):
+    """Pairwise, the answer is judged against the row's ``against`` field: missing, empty or
+    blank, any answer would beat nothing — one line at build, never a judged sample."""
+    row = {"id": "r1", "input": "q", "target": "gold"} | ({} if other is None else {"rival": other})
+    scorer = {"kind": "llm_judge", "name": "pref", "rubric": "{{ answer_a }} vs {{ answer_b }}", "mode": "pairwise", "against": "rival"}
+    bench = _task(tmp_path, [row], scorers=[scorer])
+    with pytest.raises(DataError, match="no field .rival. to judge"):
+        bench.build(bench.load()[0], 0)
+    good = _task(tmp_path, [{**row, "rival": "an answer"}], scorers=[scorer])
+    assert good.build(good.load()[0], 0).messages[-1]["content"] == "q"

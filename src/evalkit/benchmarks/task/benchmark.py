@@ -116,9 +116,12 @@ class TaskBenchmark(Benchmark):
         if sum(len(m["content"]) for m in messages) > p.max_chars:
             raise DataError(f"task {self.name}: sample {sample.id!r}: the prompt is over prompt.max_chars={p.max_chars} characters")
         for scorer in self.settings.scorers:  # a judge's template that cannot render: one line now, not a failure per sample
-            if scorer.kind == "llm_judge" and scorer.judge_setting("mode") == "pairwise" and sample.data.get(scorer.judge_setting("against")) is None:
+            if scorer.kind != "llm_judge" or scorer.judge_setting("mode") != "pairwise":
+                continue
+            other = sample.data.get(scorer.judge_setting("against"))  # missing, empty or blank: any answer beats it
+            if other is None or not str(other).strip():
                 raise DataError(f"task {self.name}: sample {sample.id!r}: no field {scorer.judge_setting('against')!r} "
-                                f"to judge the answer against (scorer {scorer.score_name}: against)")  # fmt: skip
+                                f"to judge the answer against, or it is empty (scorer {scorer.score_name}: against)")  # fmt: skip
         self.judge_prompts(sample)
         return Request(sample.id, sample.subset, messages=messages)
 
