@@ -209,3 +209,30 @@ def test_a_judge_call_that_fails_is_a_judge_error_naming_the_calls_kind(judged_r
     assert "the judge's call failed (client_error)" in row["message"] and row["output"] == "An answer."
     (scored,) = read_jsonl(res.run_dir / "predictions.jsonl")
     assert scored["sample_id"] == "q2" and scored["scores"]["quality"] == 0.25
+
+
+def test_hostile_judge_replies_are_bounded_kept_exactly_or_judge_errors(judged_run, fake_openai):
+    """Judge replies an adversary would send, through the whole run: a valid verdict followed
+    by 3 MB (kept to MAX_VERDICT_CHARS, its lone surrogate and escape codes stored as sent),
+    NaN, 200,000 nested brackets, 5,000 empty objects before the verdict, a boolean score,
+    extra keys beside a valid score. Invalid ones are judge_error failures, never zeros."""
+    from evalkit.benchmarks.task.judge import MAX_VERDICT_CHARS
+
+    reason = "odd \ud800 \x1b[31mred\x1b[0m ![x](http://e.invalid/p.png)"
+    first = json.dumps({"score": 4, "reason": reason})
+    fake_openai.set_plan({"default": {"content": "An answer.", "usage": MODEL_USAGE},
+                          "rules": [{"match": "JUDGE q1", "content": first + " pad" * 750_000},
+                                    {"match": "JUDGE q2", "content": '{"score": 5, "x": NaN}'},
+                                    {"match": "JUDGE q3", "content": "[" * 200_000},
+                                    {"match": "JUDGE q4", "content": "{}" * 5_000 + '{"score": 5}'},
+                                    {"match": "JUDGE q5", "content": '{"score": true}'},
+                                    {"match": "JUDGE q6", "content": '{"score": 3, "extra": {"a": [1]}, "reason": "r"}'}]})  # fmt: skip
+    res = judged_run(POINTWISE, "judge=judge_a")
+    assert res.summary["status"] == "incomplete"
+    failed = {r["sample_id"]: r for r in read_jsonl(res.run_dir / "failed.jsonl")}
+    assert sorted(failed) == ["q2", "q3", "q4", "q5"] and {r["error_kind"] for r in failed.values()} == {"judge_error"}
+    rows = {r["sample_id"]: r for r in read_jsonl(res.run_dir / "predictions.jsonl")}
+    assert sorted(rows) == ["q1", "q6"]
+    (j1,) = rows["q1"]["judgements"]
+    assert len(j1["text"]) == MAX_VERDICT_CHARS and j1["verdict"]["reason"] == reason and j1["value"] == 0.75
+    assert rows["q6"]["scores"]["quality"] == 0.5
