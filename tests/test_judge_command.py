@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from evalkit.compose import compose, to_plain
-from evalkit.errors import RunDirError
-from evalkit.judge import main
+from evalkit.errors import ConfigError, RunDirError
+from evalkit.judge import judged_config, main
 from evalkit.models.offline import load_run_outputs
 
 SUMMARY = {"status": "complete", "benchmark": "explain_mini", "model": "m", "n_samples": 2, "n_scored": 2, "n_failed": 0,
@@ -105,3 +105,20 @@ def test_an_override_cannot_write_into_the_judged_run(tmp_path: Path, capsys, mo
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "inside the run judged" in line, line
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_run_directory_never_makes_evalkit_judge_import_a_module(tmp_path: Path, capsys, monkeypatch):
+    """RUN's config.yaml naming ``benchmark.module`` (tampered): evalkit.judge must not import
+    it — ``python -m`` puts the current directory on sys.path, so a module planted beside the
+    run would run. The benchmark is found built in or by entry point, as rescore does."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    run_dir = _finished(tmp_path, [], {})
+    bench = to_plain(compose(["benchmark=explain_mini"]))["benchmark"]
+    bench = {**{k: v for k, v in bench.items() if k != "kind"}, "name": "planted_bench", "module": "planted_by_run"}
+    (run_dir / "config.yaml").write_text(json.dumps({"config_format": 2, "benchmark": bench, "run": {}}))
+    marker = tmp_path / "imported"
+    (tmp_path / "planted_by_run.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match="unknown benchmark 'planted_bench'"):
+        judged_config(run_dir, ["judge=gpt4o"])
+    assert not marker.exists(), "a module named by a run directory was imported"

@@ -24,7 +24,8 @@ the judged run's response cache and MLflow store are the project default (``outp
 or what ``run.output_root``, ``run.cache_dir`` and ``tracking.*`` say, and a selection by
 ``run.sample_ids_file`` must be given again. Nothing is written into RUN: a ``run.dir``, ``run.resume``, output root,
 cache or local MLflow store that is RUN or inside it is refused. Only the overrides above are
-accepted: what was asked comes from RUN.
+accepted: what was asked comes from RUN, except ``benchmark.module``: a run directory never
+makes evalkit import a module (the benchmark is built in, a YAML task or an entry point's).
 
 Exit codes: 0 complete, 1 incomplete (failures in ``failed.jsonl``; call again to resume), 2 a
 bad RUN or override (one line on stderr, nothing written), 130 interrupted.
@@ -74,6 +75,7 @@ def judged_config(run: Path, overrides: Sequence[str]) -> EvalConfig:
             raise ConfigError(f"{printable(ov, 200)}: evalkit.judge takes judge=, judge_overrides=, run.*, tracking and backend.* "
                               "overrides; what was asked (benchmark, model, shots, generation) comes from RUN")  # fmt: skip
     bench = recorded.get("benchmark") if isinstance(recorded.get("benchmark"), dict) else {}
+    bench = {k: v for k, v in bench.items() if k != "module"}  # a run directory never makes evalkit import a module
     scorers = bench.get("scorers") if isinstance(bench.get("scorers"), list) else []
     if not any(isinstance(sc, dict) and sc.get("kind") == "llm_judge" for sc in scorers):
         raise ConfigError(f"{printable(str(run), 300)}: its benchmark {printable(bench.get('name'), 100)} has no llm_judge scorer; "
