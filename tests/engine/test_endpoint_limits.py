@@ -27,6 +27,16 @@ def test_key_names_the_endpoint_and_model_never_a_credential():
     assert endpoint_key("deepseek/deepseek-chat", None) == "default|deepseek/deepseek-chat"
 
 
+def test_one_endpoint_spelt_two_ways_is_one_window():
+    """A trailing slash or an upper-case scheme or host is the same server: two spellings in
+    two runs were two windows, so the endpoint saw twice its limit in flight."""
+    key = endpoint_key("openai/m", "http://h:1/v1")
+    assert endpoint_key("openai/m", "http://h:1/v1/") == key
+    assert endpoint_key("openai/m", "HTTP://H:1/v1") == key
+    assert endpoint_key("openai/m", "http://u:secret@H:1/v1//") == key
+    assert endpoint_key("openai/m", "http://h:1/v2") != key and endpoint_key("openai/M", "http://h:1/v1") != key
+
+
 def test_callers_of_one_endpoint_share_its_limit_and_other_endpoints_have_their_own():
     async def scenario() -> tuple[int, int]:
         limits = EndpointLimits()

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from evalkit.models.base import strip_credentials
 
@@ -116,8 +117,15 @@ class AdaptiveWindow:
 
 def endpoint_key(provider_model: str, api_base: str | None) -> str:
     """``<api_base>|<provider model>`` (``default`` for a provider's own endpoint), never a
-    credential: what one shared window is kept for."""
-    return f"{strip_credentials(api_base) or 'default'}|{provider_model}"
+    credential: what one shared window is kept for. The URL's scheme and host are lower-cased
+    and its path's trailing slashes dropped (RFC 3986: case-insensitive; one server however
+    spelt), so that two spellings of one endpoint share one window."""
+    base = strip_credentials(api_base)
+    if not base:
+        return f"default|{provider_model}"
+    parts = urlsplit(base)
+    base = urlunsplit(parts._replace(scheme=parts.scheme.lower(), netloc=parts.netloc.lower(), path=parts.path.rstrip("/")))
+    return f"{base}|{provider_model}"
 
 
 class EndpointLimits:
