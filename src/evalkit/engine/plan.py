@@ -22,7 +22,7 @@ from evalkit.benchmarks.base import Benchmark
 from evalkit.config import EvalConfig
 from evalkit.engine.work import WorkList
 from evalkit.errors import ConfigError, DataError
-from evalkit.models.factory import ModelPlan, plan_models
+from evalkit.models.factory import Endpoints, ModelPlan, plan_models
 from evalkit.providers import Price, model_price
 from evalkit.types import Request, Sample, canonical_json
 
@@ -72,9 +72,11 @@ class RunPlan:
         return self.prompts_sha256
 
 
-def prepare(cfg: EvalConfig, priced: bool = True) -> RunPlan:
+def prepare(cfg: EvalConfig, priced: bool = True, endpoints: Endpoints | None = None) -> RunPlan:
     """The :class:`RunPlan` of a validated config; its ``prices`` are left empty without
     ``priced`` (the engine then asks its model workers, see :func:`run_prices`).
+    ``endpoints``: the network endpoints the run built already (given to its early workers);
+    built from ``cfg`` when ``None``.
 
     Raises:
         ConfigError: an empty selection, an unknown sample id, a user simulator missing for
@@ -103,7 +105,7 @@ def prepare(cfg: EvalConfig, priced: bool = True) -> RunPlan:
     if cfg.run.repeats > 1 and cfg.generation_params().get("temperature") == 0:
         log.warning("run.repeats=%d at temperature 0: the repeats measure only the provider's nondeterminism", cfg.run.repeats)
     with_user = cfg.user is not None and bool(rollouts)
-    models = plan_models(cfg, bench, samples, with_user=with_user)
+    models = plan_models(cfg, bench, samples, with_user=with_user, endpoints=endpoints)
     hashes, prompts_sha256 = identify(samples, build, cfg.run.repeats, models.model_id)
     prices = run_prices(cfg, with_user) if priced else {}
     return RunPlan(cfg, bench, samples, units, models, hashes, prompts_sha256, prices, with_user)

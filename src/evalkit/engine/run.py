@@ -42,7 +42,7 @@ from evalkit.engine.rundir import FAILED, PREDICTIONS, RunState, choose_run_dir,
 from evalkit.engine.scheduling import run_units
 from evalkit.engine.scoring import Scorer
 from evalkit.engine.session import Session
-from evalkit.models.factory import serverless_agents
+from evalkit.models.factory import Endpoints, network_endpoints, serverless_agents
 from evalkit.journal import read_journal
 from evalkit.jsonl import JsonlAppender
 from evalkit.summary import Summary
@@ -123,6 +123,7 @@ def start(cfg: EvalConfig, stack: ExitStack, phases: Phases, shared: Session | N
     here is shut down when ``stack`` closes, or, in a sweep's
     :mod:`~evalkit.engine.session`, when the sweep ends."""
     early = None
+    endpoints = network_endpoints(cfg)  # built once: for the early workers and the plan
     networked = cfg.model.kind == "litellm" or any(j.model.kind == "litellm" for j in cfg.judge)  # a network judge too
     if networked:
         cache_dir = _cache_dir(cfg)
@@ -135,9 +136,9 @@ def start(cfg: EvalConfig, stack: ExitStack, phases: Phases, shared: Session | N
             shared.ray_started = True
         elif started:
             stack.callback(shutdown_ray)
-        early = _early_workers(cfg, stack, shared)
+        early = _early_workers(cfg, endpoints, stack, shared)
     with phases.timed("data_load_s"):
-        plan = prepare(cfg, priced=early is None)
+        plan = prepare(cfg, priced=early is None, endpoints=endpoints)
     if cfg.run.batch:
         check_batchable(plan)
         plan.prices = batch_prices(cfg)
@@ -149,10 +150,10 @@ def start(cfg: EvalConfig, stack: ExitStack, phases: Phases, shared: Session | N
     return plan, early
 
 
-def _early_workers(cfg: EvalConfig, stack: ExitStack, shared: Session | None) -> RayExecutor | None:
+def _early_workers(cfg: EvalConfig, endpoints: Endpoints, stack: ExitStack, shared: Session | None) -> RayExecutor | None:
     """The Ray workers of a network model whose endpoints need no server of evalkit's,
     started at once (their start-up, litellm's import included, overlaps the data load)."""
-    factory = serverless_agents(cfg)
+    factory = serverless_agents(cfg, endpoints)
     if factory is None:
         return None
     executor = _ray_executor(cfg, factory, shared)

@@ -179,38 +179,53 @@ class ModelPlan:
                 servers.close()
 
 
-def _endpoints(cfg: Any, with_user: bool) -> tuple[_Endpoint, _Endpoint | None]:
-    """The one place a network model's endpoints are built from the config: the agent's and,
-    with ``with_user``, the user simulator's (each its own model, backend and key)."""
-    agent = _Endpoint(cfg.model, cfg.backend, cfg.api_key(), cfg.request_timeout_s())
-    user = _Endpoint(cfg.user.model, cfg.user.backend, cfg.user_api_key(), cfg.request_timeout_s()) if with_user else None
-    return agent, user
+@dataclass(frozen=True)
+class Endpoints:
+    """A run's network endpoints, built once from the config (:func:`network_endpoints`) and
+    handed to both users: the early model workers (:func:`serverless_agents`) and the plan
+    (:func:`plan_models`). ``agent`` / ``user``: the model under test's and the user
+    simulator's (``None`` for an offline model, and ``user`` without ``cfg.user``);
+    ``judges``: ``(name, endpoint, parameters sent)`` of each network judge."""
+
+    agent: _Endpoint | None
+    user: _Endpoint | None
+    judges: tuple[tuple[str, _Endpoint, dict[str, Any]], ...]
 
 
-def _judge_endpoints(cfg: Any) -> tuple[tuple[str, _Endpoint, dict[str, Any]], ...]:
-    """The network judges of ``cfg.judge``: ``(name, endpoint, parameters sent)`` each (a
-    judge's per-attempt timeout is its own backend's ``timeout_s``)."""
-    return tuple((j.model.name, _Endpoint(j.model, j.backend, cfg.judge_api_key(j), j.backend.timeout_s), cfg.judge_sent_params(j))
-                 for j in cfg.judge if j.model.kind == "litellm")  # fmt: skip
+def network_endpoints(cfg: Any) -> Endpoints:
+    """The one place a run's network endpoints are built from the config (each its own
+    model, backend and key; a judge's per-attempt timeout is its own backend's ``timeout_s``)."""
+    agent = user = None
+    if cfg.model.kind == "litellm":
+        agent = _Endpoint(cfg.model, cfg.backend, cfg.api_key(), cfg.request_timeout_s())
+        if cfg.user is not None:
+            user = _Endpoint(cfg.user.model, cfg.user.backend, cfg.user_api_key(), cfg.request_timeout_s())
+    judges = tuple((j.model.name, _Endpoint(j.model, j.backend, cfg.judge_api_key(j), j.backend.timeout_s), cfg.judge_sent_params(j))
+                   for j in cfg.judge if j.model.kind == "litellm")  # fmt: skip
+    return Endpoints(agent, user, judges)
 
 
-def plan_models(cfg: Any, bench: OfflineAnswers, samples: list[Sample], with_user: bool) -> ModelPlan:
+def plan_models(cfg: Any, bench: OfflineAnswers, samples: list[Sample], with_user: bool,
+                endpoints: Endpoints | None = None) -> ModelPlan:  # fmt: skip
     """The :class:`ModelPlan` of a validated config (:class:`~evalkit.config.EvalConfig`).
 
     ``with_user``: a user simulator takes part (some selected sample is a rollout that
-    needs one and ``cfg.user`` is set).
+    needs one and ``cfg.user`` is set). ``endpoints``: those the run already built
+    (:func:`network_endpoints`, also given to its early workers); built here when ``None``.
 
     Raises:
         DataError: a replay file that cannot be read (names file and line).
     """
     kind = cfg.model.kind
+    built = endpoints or network_endpoints(cfg)
     if kind == "litellm":
-        agent, user = _endpoints(cfg, with_user)
+        judges = built.judges
+        agent, user = built.agent, built.user if with_user else None
+        assert agent is not None
         model_id = agent.model_id() + (f"|user={user.model_id()}" if user is not None else "")
         endpoints = {"agent": strip_credentials(getattr(cfg.backend, "api_base", None))}
         if user is not None:
             endpoints["user"] = strip_credentials(getattr(cfg.user.backend, "api_base", None))
-        judges = _judge_endpoints(cfg)
         endpoints.update({f"judge:{name}": strip_credentials(getattr(e.backend, "api_base", None)) for name, e, _ in judges})
         return ModelPlan(model_id, False, endpoints, _agent=agent, _user=user, _judges=judges)
     singles = [s for s in samples if not bench.is_rollout(s)]
@@ -228,20 +243,20 @@ def plan_models(cfg: Any, bench: OfflineAnswers, samples: list[Sample], with_use
     table = TableModel(cfg.model.name, outputs, source)
     scripted = bench.reference_agents if kind == "reference" else None
     judges = {j.model.name: (ReferenceJudge(), {}) for j in cfg.judge if j.model.kind == "reference"}
-    network = _judge_endpoints(cfg)  # an offline model judged over the network runs on the model workers
+    network = built.judges  # an offline model judged over the network runs on the model workers
     endpoints = {"agent": None, **{f"judge:{name}": strip_credentials(getattr(e.backend, "api_base", None)) for name, e, _ in network}}
     return ModelPlan(table.model_id, not network, endpoints, _offline=Agents(table, None, scripted, bench.is_rollout, judges), _judges=network)
 
 
-def serverless_agents(cfg: Any) -> Callable[[], Agents] | None:
+def serverless_agents(cfg: Any, endpoints: Endpoints) -> Callable[[], Agents] | None:
     """The picklable factory of a network model's :class:`Agents` straight from the config
     — the agent, the judges and, when ``cfg.user`` is set, the user simulator — when none of their
     endpoints is a server evalkit starts (``None`` otherwise, and for offline models): the
     engine starts the model workers with it before the benchmark's data is loaded."""
     if cfg.model.kind != "litellm":
         return None
-    agent, user = _endpoints(cfg, cfg.user is not None)
-    judges = _judge_endpoints(cfg)
+    agent, user, judges = endpoints.agent, endpoints.user, endpoints.judges
+    assert agent is not None
     if any(starts_server(e.backend) for e in (agent, user, *(j[1] for j in judges)) if e is not None):
         return None
     user_kwargs = user.client_kwargs(getattr(user.backend, "api_base", None)) if user is not None else None
