@@ -108,11 +108,15 @@ def test_the_rendered_prompt_is_bounded_beyond_the_sandbox():
     '{% set ns = namespace(a=["x"]) %}{% for i in range(28) %}{% set ns.a = ns.a + ns.a %}{% endfor %}{{ ns.a|length }}',
     '{% set a = "x"|center(10**8) %}ok',  # a filter's width: 100 MB never rendered
     '{{ "x"|center(10**30) }}',  # OverflowError escaped as itself, not one DataError line
+    # a width or precision in a format string: 100 MB built before the output bound
+    '{% set a = "%0100000000d" % 1 %}ok', '{% set a = "%.100000000f"|format(1) %}ok', '{% set a = "{:>100000000}".format(1) %}ok',
+    '{% set a = "%*d" % (100000000, 1) %}ok',
 ])
 def test_a_template_cannot_build_a_value_past_the_bound(template):
     with pytest.raises(DataError, match="s1.*prompt template"):
         render(template, {}, 50_000, "s1")
     assert render('{{ "ab" ~ input + "c" }}{{ input|center(7) }}', {"input": "x"}, 100, "s1") == "abxc   x   "
+    assert render('{{ "%05d|%.2f" % (7, 1.5) }} {{ "{:>4}".format(input) }} {{ "%d%%"|format(5) }}', {"input": "x"}, 100, "s1") == "00007|1.50    x 5%"
 
 
 def test_few_shot_draws_follow_the_seed_and_never_show_the_sample(tmp_path):
