@@ -127,7 +127,7 @@ class ActorModel:
         try:
             estimate = estimate_prompt_tokens(provider_model, request.messages, request.prompt)
         except Exception:  # noqa: BLE001 - a prompt litellm cannot count: its UTF-8 bytes bound any byte-level tokenizer's count
-            estimate = len(json.dumps([request.messages, request.prompt], ensure_ascii=False).encode())
+            estimate = len(json.dumps([request.messages, request.prompt], ensure_ascii=False).encode("utf-8", errors="surrogatepass"))
         held = await self.budget.reserve(self.price_key, estimate, request.params.get("max_tokens"))
         if held is None:
             return Failure(BUDGET_EXCEEDED, "not sent: the run's budget has no room for this request's upper bound", attempts=0)
