@@ -184,6 +184,28 @@ def test_a_malformed_task_is_one_line_naming_the_field(override, expected):
     assert expected in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('name: t\nkind: task\nprompt: {template: "x"\nscorers: []\n',
+         "line 4, column 1: expected ',' or '}', but got '<scalar>' (YAML syntax; the construct began at line 3)"),
+        ("name: t\nkind: task\nprompt: x: y\n", "line 3, column 10: mapping values are not allowed here (YAML syntax)"),
+    ],
+)
+def test_a_task_file_that_is_not_yaml_is_one_line_naming_the_place(tmp_path, monkeypatch, text, expected):
+    """A new user's unclosed ``{`` gave only "while parsing a flow mapping": the line now
+    names the file, the line and column, and what YAML expected."""
+    from evalkit.compose import compose
+
+    (tmp_path / "benchmark").mkdir()
+    (tmp_path / "benchmark" / "broken.yaml").write_text(text, encoding="utf-8")
+    monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(tmp_path))
+    with pytest.raises(ConfigError) as info:
+        compose(["benchmark=broken", "model=reference"])
+    message = str(info.value)
+    assert message.startswith(str(tmp_path / "benchmark" / "broken.yaml")) and expected in message and "\n" not in message
+
+
 def test_a_task_is_found_by_kind_and_named_by_its_file():
     from evalkit.compose import compose, resolve
 

@@ -72,6 +72,12 @@ def hydra_error_line(exc: BaseException) -> str:
     m = re.search(r"Error parsing override '([^']+)'", text)
     if m:
         return f"override {m.group(1)!r} is not valid override syntax (expected key=value)"
+    m = re.search(r'in "([^"]+)", line (\d+), column (\d+)\n(.+?)\n\s+in "[^"]+", line (\d+), column (\d+)', text)
+    if m:  # a YAML syntax error (yaml's MarkedYAMLError): where it is and what was expected
+        return f"{m.group(1)}: line {m.group(5)}, column {m.group(6)}: {m.group(4)} (YAML syntax; the construct began at line {m.group(2)})"
+    m = re.match(r'(.+?)\n\s+in "([^"]+)", line (\d+), column (\d+)', text)
+    if m:  # a YAML syntax error with one mark
+        return f"{m.group(2)}: line {m.group(3)}, column {m.group(4)}: {m.group(1)} (YAML syntax)"
     first = text.splitlines()[0] if text else type(exc).__name__
     return first
 
