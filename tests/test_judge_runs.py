@@ -7,11 +7,11 @@ the budget; pairwise judging asks both orders; a panel excludes and counts inval
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from evalkit.engine.journal import read_jsonl
+from tests.support.judge_conf import judge_config_dir
 
 pytestmark = pytest.mark.slow  # Ray, the fake server through whole runs
 
@@ -26,17 +26,7 @@ def judged_run(tmp_path, monkeypatch, fake_openai, ray_address):
     """``run(scorer, *overrides)``: a task of ROWS scored by ``scorer`` (written to a config
     directory of the test's, with the judge configs judge_a, judge_b, judge_c), the model under
     test and every judge on the fake server, run in this process → RunResult."""
-    conf = tmp_path / "conf"
-    (conf / "benchmark").mkdir(parents=True)
-    (conf / "model").mkdir()
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    for name in ("judge_a", "judge_b", "judge_c"):
-        (conf / "model" / f"{name}.yaml").write_text(
-            "defaults:\n  - override /backend@_global_.backend: api\n"
-            f"name: {name}\nkind: litellm\nprovider_model: openai/{name}\ngeneration: {{temperature: 0.0, max_tokens: 64}}\n",
-            encoding="utf-8",
-        )
+    conf, data = judge_config_dir(tmp_path, ROWS)
     monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(conf))
 
     def run(scorer: dict, *overrides: str, model: tuple[str, ...] = (), rows: list[dict] | None = None):
