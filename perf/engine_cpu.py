@@ -95,7 +95,7 @@ def child(data: Path, out: Path, overrides: list[str], profile: Path | None, med
     from evalkit.compose import compose
     from evalkit.job import run_composed
 
-    engine_run.serverless_agents = lambda cfg: functools.partial(_instant_agents, median_s)  # the one change: the model
+    engine_run.serverless_agents = lambda cfg, endpoints: functools.partial(_instant_agents, median_s)  # the one change: the model
     phase: dict[str, float] = {}
     engine_run.run_units = _phase_timed(engine_run.run_units, phase)  # reads CPU, changes nothing
     cfg = compose(overrides)

@@ -154,12 +154,12 @@ def main() -> None:
         total = 100_000 * rest + min(100_000, bound or 100_000) * per_trace
         print(f"100,000 samples, {'all traces' if bound is None else f'max_traces={bound}'}: about {total:.0f} s "
               f"({total / 60:.1f} min), a straight line from {n} samples")  # fmt: skip
-    outs = outcomes(result.run_dir, result.summary, [u.request for u in prepare(cfg).units])
+    outs = outcomes(result.run_dir, result.typed, [u.request for u in prepare(cfg).units])
     start_s = time.time()
 
     def built_for(label: str, items: list) -> tuple[str, list]:
         run_id = mlflow_client.create_run(exp_id, tags={"mlflow.runName": f"floor: {label}", "evalkit.kind": "benchmark"}).info.run_id
-        return run_id, [build_trace(o, result.run_dir, run_id, exp_id, result.summary, start_s) for o in items]
+        return run_id, [build_trace(o, result.run_dir, run_id, exp_id, result.typed, start_s) for o in items]
 
     floor_run, built = built_for("start_trace with assessments, log_spans per 200", outs)
     floor = write_floor(tracer, exp_id, built)
