@@ -50,10 +50,11 @@ def test_the_seam_is_off_in_a_plain_process():
 
 def test_installed_seam_fails_writes_while_the_control_file_exists(tmp_path: Path, monkeypatch):
     """Installed (as the chaos script's driver does), a journal append, a side file and the
-    summary fail with EIO while the control file exists, write nothing, and work again once
-    it is gone."""
+    summary fail with EIO while the control file exists (said as RunDirWriteError), write
+    nothing, and work again once it is gone (a new appender: a failed one writes no more)."""
     import evalkit.jsonl as jsonl
-    from evalkit.jsonl import JsonlAppender, SideFileError, write_unit_file
+    from evalkit.errors import RunDirWriteError
+    from evalkit.jsonl import JsonlAppender, write_unit_file
     from tests.support.write_faults import install
 
     monkeypatch.setattr(jsonl, "before_write", None)
@@ -63,12 +64,14 @@ def test_installed_seam_fails_writes_while_the_control_file_exists(tmp_path: Pat
     with JsonlAppender(journal) as out:
         out.append({"sample_id": "a"})
         control.touch()
-        with pytest.raises(OSError) as err:
+        with pytest.raises(RunDirWriteError) as err:
             out.append({"sample_id": "b"})
-        assert err.value.errno == errno.EIO
-        with pytest.raises(SideFileError):
+        assert err.value.__cause__.errno == errno.EIO
+        with pytest.raises(RunDirWriteError) as err:
             write_unit_file(tmp_path, "large", "x.json", b"{}")
+        assert err.value.__cause__.errno == errno.EIO
         control.unlink()
+    with JsonlAppender(journal) as out:  # an appender that failed writes no more: the run stops (a resume opens a new one)
         out.append({"sample_id": "c"})
     assert [json.loads(x)["sample_id"] for x in journal.read_text().splitlines()] == ["a", "c"]
     assert not (tmp_path / "large" / "x.json").exists()

@@ -25,6 +25,38 @@ class TrackingError(EvalkitError):
     """Experiment tracking (MLflow) failed; the run directory holds the results."""
 
 
+class RunDirWriteError(EvalkitError):
+    """A file of the run directory could not be written (a full disk, an I/O error): the
+    run stops there. Every row journaled before stays (each was flushed when written; a torn
+    last line is mended on resume), and ``run.resume=<run_dir>`` continues the run once the
+    cause is fixed. Exit code 1: the run is incomplete, not refused.
+
+    Attributes:
+        path: the file that failed (``pathlib.Path``).
+        reason: the operating system's words (``No space left on device``).
+        run_dir: the run directory, set once known (:func:`evalkit.engine.rundir.open_run`);
+            ``None``: the line names no resume.
+    """
+
+    exit_code = 1
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(str(path), reason)
+        self.path, self.reason = path, reason
+        self.run_dir: object = None
+
+    def __str__(self) -> str:
+        line = f"cannot write {self.path} ({self.reason})"
+        if self.run_dir is None:
+            return line
+        return f"{line}; the samples journaled before it are kept — resume with run.resume={self.run_dir}"
+
+
+def write_failed(path: object, exc: OSError) -> RunDirWriteError:
+    """:class:`RunDirWriteError` for ``path`` from the :class:`OSError` a write raised."""
+    return RunDirWriteError(path, exc.strerror or first_line(exc))
+
+
 def first_line(exc: BaseException, limit: int | None = 300) -> str:
     """The first line of an exception's message (its type name when it has none), cut to
     ``limit`` characters: what a one-line error quotes of a library's exception."""

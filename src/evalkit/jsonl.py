@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from evalkit.errors import DataError, EvalkitError, RunDirError, printable
+from evalkit.errors import DataError, EvalkitError, RunDirError, RunDirWriteError, printable, write_failed
 
 #: TEST-ONLY seam: called with the path before every write of a journal row, a side file
 #: or ``summary.json``; it may raise :class:`OSError` to make the run directory fail writes
@@ -250,6 +250,7 @@ class JsonlAppender:
         self._fsync_interval_s = fsync_interval_s
         self._last_fsync = time.monotonic()
         self._transform = transform
+        self._failed: RunDirWriteError | None = None
 
     def _repair_torn_tail(self) -> None:
         """A killed writer may leave a last line without newline: end it so the next row
@@ -261,21 +262,44 @@ class JsonlAppender:
                     fh.write(b"\n")
 
     def append(self, row: dict[str, Any]) -> None:
+        """Write ``row`` as one line.
+
+        Raises:
+            RunDirWriteError: the write failed (a full disk, an I/O error): the rows
+                appended before are on disk; this one is not, or is a torn last line that
+                the next appender mends. The appender then writes no more.
+        """
         if self._transform is not None:
             row = self._transform(row)
-        check_write(self.path)
-        self._fh.write(dumps_line(row) + "\n")
-        self._fh.flush()
-        now = time.monotonic()
-        if now - self._last_fsync >= self._fsync_interval_s:
-            os.fsync(self._fh.fileno())
-            self._last_fsync = now
+        line = dumps_line(row) + "\n"
+        if self._failed:
+            raise self._failed
+        try:
+            check_write(self.path)
+            self._fh.write(line)
+            self._fh.flush()
+            now = time.monotonic()
+            if now - self._last_fsync >= self._fsync_interval_s:
+                os.fsync(self._fh.fileno())
+                self._last_fsync = now
+        except OSError as exc:
+            self._failed = write_failed(self.path, exc)
+            raise self._failed from exc
 
     def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
+        """Flush, ``fsync`` and close; after a failed write, close without flushing again
+        (what could not be written is dropped, never raised a second time)."""
+        if self._fh.closed:
+            return
+        if self._failed:
+            try:
+                self._fh.close()
+            except OSError:
+                pass
+            return
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
 
     def __enter__(self) -> "JsonlAppender":
         return self
@@ -322,7 +346,8 @@ def write_unit_file(run_dir: Path, folder: str, name: str, data: bytes) -> str:
     written through); returns the path relative to ``run_dir``.
 
     Raises:
-        SideFileError: ``folder`` or the file is a link or not writable (one line).
+        SideFileError: ``folder`` or the file is a link, or ``folder`` is not a folder (one line).
+        RunDirWriteError: the write failed otherwise (a full disk, an I/O error).
     """
     where = Path(run_dir) / folder
     try:
@@ -334,6 +359,8 @@ def write_unit_file(run_dir: Path, folder: str, name: str, data: bytes) -> str:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
     except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EEXIST, errno.ENOTDIR):  # not a link's doing: a full disk, an I/O error
+            raise write_failed(where / name, exc) from exc
         raise SideFileError(f"{where / name}: cannot be written ({exc.strerror or type(exc).__name__}; "
                             "evalkit never writes through a symbolic link in a run directory)") from None  # fmt: skip
     return f"{folder}/{name}"

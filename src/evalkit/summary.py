@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from evalkit.errors import EvalkitError, RunDirError
+from evalkit.errors import EvalkitError, RunDirError, write_failed
 from evalkit.jsonl import check_write, read_no_link
 from evalkit.types import MAX_REPEATS
 
@@ -276,7 +276,11 @@ def write_summary(path: Path, summary: dict[str, Any] | Summary) -> Summary:
     A summary that does not validate is a defect of the code that built it: said as one ERROR
     line while the summary is written as built and returned unvalidated
     (``Summary.model_construct``; a run's results are never lost to their own check; every
-    reader of the directory will then refuse it in one line)."""
+    reader of the directory will then refuse it in one line).
+
+    Raises:
+        RunDirWriteError: the file could not be written (a full disk, an I/O error).
+    """
     try:
         model = summary if isinstance(summary, Summary) else validate_summary(summary, path)
     except RunDirError as exc:
@@ -284,6 +288,10 @@ def write_summary(path: Path, summary: dict[str, Any] | Summary) -> Summary:
         record, model = summary, Summary.model_construct(**summary)
     else:
         record = model.record()
-    check_write(Path(path))
-    Path(path).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = json.dumps(record, indent=2, ensure_ascii=False) + "\n"
+    try:
+        check_write(Path(path))
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise write_failed(path, exc) from exc
     return model

@@ -19,7 +19,7 @@ import yaml
 
 from evalkit import secrets
 from evalkit.config import CONFIG_FORMAT, EvalConfig
-from evalkit.errors import RunDirError, RunInterrupted, printable
+from evalkit.errors import RunDirError, RunDirWriteError, RunInterrupted, printable
 
 log = logging.getLogger("evalkit")
 
@@ -174,6 +174,8 @@ def open_run(cfg: EvalConfig, run_dir: Path, resumed: bool) -> Iterator[RunState
 
     Raises:
         RunDirError: the directory cannot be created.
+        RunDirWriteError: a file of it could not be written later (its ``run_dir`` set here,
+            so that its line names the resume).
     """
     if not resumed:
         try:
@@ -193,6 +195,9 @@ def open_run(cfg: EvalConfig, run_dir: Path, resumed: bool) -> Iterator[RunState
             raise
         log.info("interrupted; resume with run.resume=%s", run_dir)  # evalkit.log; the console gets one line
         raise RunInterrupted(run_dir) from exc
+    except RunDirWriteError as exc:  # a full disk, an I/O error: one line naming the file and the resume
+        exc.run_dir = run_dir
+        raise
     except Exception as exc:  # a bug: __main__.report_crash appends its traceback to this run's evalkit.log
         exc.evalkit_run_dir = run_dir  # type: ignore[attr-defined]
         raise
