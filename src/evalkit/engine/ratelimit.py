@@ -196,9 +196,24 @@ class EndpointLimits:
 
 
 def shared_limits() -> Any:
-    """The handle of the cluster's :class:`EndpointLimits` actor, made on this node when no
-    run made it yet (detached: it outlives the run that made it, so that runs that overlap
-    share it; it holds no CPU)."""
+    """The handle of the cluster's :class:`EndpointLimits` actor, made when no run made it yet
+    (detached: it outlives the run that made it, so that runs that overlap share it; it holds
+    no CPU) and pinned to the node of the process that makes it: the driver's, as
+    :class:`~evalkit.engine.executor.RayExecutor` asks for it before any of its model workers.
+
+    Pinned, not preferred (Ray's ``NodeAffinitySchedulingStrategy(node, soft=False)``): the
+    windows never move. A crash of the actor's process restarts it on its node
+    (``max_restarts``). When the node itself is lost, the actor is lost with it and Ray does
+    not make it again elsewhere: a window made afresh on another node, knowing none of the
+    leases still out, would let more than the limit through at once until they ended (it did
+    so with a soft preference). The driver that made it ran on that node and is lost too; its
+    model workers (owned by it) end with it, and ``run.resume=<run dir>`` makes the actor
+    again on the resuming driver's node, its windows then empty with no lease of the lost run
+    out. Another run still going that shared it (its driver elsewhere) finds the actor gone:
+    its attempts fail (Ray's ``ActorDiedError``, not retried), are journaled in
+    ``failed.jsonl`` (kind ``internal``), and its resume makes a new actor the same way.
+    (:func:`evalkit.engine.budget.keeper` pins the budget's actor the same way.)
+    """
     import ray  # deferred: offline runs never import Ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -211,7 +226,7 @@ def shared_limits() -> Any:
         max_concurrency=100_000,  # every waiting acquire is a call in progress
         max_restarts=-1,
         max_task_retries=-1,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True),
+        scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
     )
     return actor.remote()
 
