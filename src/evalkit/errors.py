@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class EvalkitError(Exception):
     """Base of errors reported as one line without a traceback (exit code 2)."""
@@ -50,6 +52,12 @@ class RunDirWriteError(EvalkitError):
         if self.run_dir is None:
             return line
         return f"{line}; the samples journaled before it are kept — resume with run.resume={self.run_dir}"
+
+
+#: the errors of a write the file system or its device refused (full, over quota, too large,
+#: read-only, failing): what :class:`RunDirWriteError` reports when a file is opened and
+#: written at once (a folder where a file should be, a link: not these, said otherwise)
+WRITE_FAULTS = frozenset({errno.EIO, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 
 
 def write_failed(path: object, exc: OSError) -> RunDirWriteError:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from evalkit.errors import DataError, EvalkitError, RunDirError, RunDirWriteError, printable, write_failed
+from evalkit.errors import WRITE_FAULTS, DataError, EvalkitError, RunDirError, RunDirWriteError, printable, write_failed
 
 #: TEST-ONLY seam: called with the path before every write of a journal row, a side file
 #: or ``summary.json``; it may raise :class:`OSError` to make the run directory fail writes
@@ -346,8 +346,9 @@ def write_unit_file(run_dir: Path, folder: str, name: str, data: bytes) -> str:
     written through); returns the path relative to ``run_dir``.
 
     Raises:
-        SideFileError: ``folder`` or the file is a link, or ``folder`` is not a folder (one line).
-        RunDirWriteError: the write failed otherwise (a full disk, an I/O error).
+        SideFileError: ``folder`` or the file is a link or not writable (one line).
+        RunDirWriteError: the file system refused the write (a full disk, an I/O error:
+            :data:`~evalkit.errors.WRITE_FAULTS`).
     """
     where = Path(run_dir) / folder
     try:
@@ -359,7 +360,7 @@ def write_unit_file(run_dir: Path, folder: str, name: str, data: bytes) -> str:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
     except OSError as exc:
-        if exc.errno not in (errno.ELOOP, errno.EEXIST, errno.ENOTDIR):  # not a link's doing: a full disk, an I/O error
+        if exc.errno in WRITE_FAULTS:  # a full disk, an I/O error
             raise write_failed(where / name, exc) from exc
         raise SideFileError(f"{where / name}: cannot be written ({exc.strerror or type(exc).__name__}; "
                             "evalkit never writes through a symbolic link in a run directory)") from None  # fmt: skip

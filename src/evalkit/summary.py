@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from evalkit.errors import EvalkitError, RunDirError, write_failed
+from evalkit.errors import WRITE_FAULTS, EvalkitError, RunDirError, write_failed
 from evalkit.jsonl import check_write, read_no_link
 from evalkit.types import MAX_REPEATS
 
@@ -279,7 +279,8 @@ def write_summary(path: Path, summary: dict[str, Any] | Summary) -> Summary:
     reader of the directory will then refuse it in one line).
 
     Raises:
-        RunDirWriteError: the file could not be written (a full disk, an I/O error).
+        RunDirWriteError: the file system refused the write (a full disk, an I/O error:
+            :data:`~evalkit.errors.WRITE_FAULTS`).
     """
     try:
         model = summary if isinstance(summary, Summary) else validate_summary(summary, path)
@@ -293,5 +294,7 @@ def write_summary(path: Path, summary: dict[str, Any] | Summary) -> Summary:
         check_write(Path(path))
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise write_failed(path, exc) from exc
+        if exc.errno in WRITE_FAULTS:
+            raise write_failed(path, exc) from exc
+        raise
     return model
