@@ -39,12 +39,13 @@ existed (``docs/architecture.md``); issue 26 item 13 made them the only ones.
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from evalkit.errors import RunDirError, printable
-from evalkit.jsonl import iter_objects, read_tolerant, with_side_file
+from evalkit.jsonl import TolerantRead, iter_objects, iter_tolerant, with_side_file
 from evalkit.types import LEGACY_AGENT_ACTOR, MAX_REPEATS, Actor
 
 log = logging.getLogger("evalkit")
@@ -66,7 +67,10 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 def unreadable_lines(path: Path) -> int:
     """How many non-blank lines of a journal :func:`read_jsonl` skips (not JSON, or not a
     JSON object). One torn last line is what a killed process leaves; more means damage."""
-    return len(read_tolerant(path).unreadable)
+    read = TolerantRead()
+    for _ in iter_tolerant(path, read):
+        pass
+    return len(read.unreadable)
 
 
 def row_problem(row: dict[str, Any]) -> str | None:
@@ -203,19 +207,25 @@ def _numbers(lines: list[int]) -> str:
     return shown + (f" and {len(lines) - 10} more" if len(lines) > 10 else "")
 
 
-def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_lines: Iterable[int] = ()) -> Journal:
-    """The journal at ``path`` as :class:`Journal`, by the rules of the module docstring.
+def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_lines: Iterable[int] = (),
+                 view: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Journal:  # fmt: skip
+    """The journal at ``path`` as :class:`Journal`, by the rules of the module docstring,
+    read a line at a time (:func:`evalkit.jsonl.iter_tolerant`).
 
     ``request_hashes`` (``{(sample_id, epoch): hash}`` of the current run): only rows whose
     ``request_hash`` matches count; the others are ``stale`` (or ``unselected``, outside the
     requests). ``skip_lines``: line numbers known not to count (a finished run's
-    ``stale_lines``), used only when the hashes are not at hand.
+    ``stale_lines``), used only when the hashes are not at hand. ``view``: what is kept of
+    each row that counts (e.g. :func:`summary_view`), applied after the rules have read the
+    whole row; it must keep ``scores`` (a later duplicate is compared with them). Without
+    it the whole rows are kept.
     """
-    read = read_tolerant(path)
-    journal = Journal(Path(path), unreadable=read.unreadable, torn_last=read.torn_last)
+    read = TolerantRead()
+    rows = iter_tolerant(path, read)
+    journal = Journal(Path(path), unreadable=read.unreadable)
     skip = set(skip_lines) if request_hashes is None else set()
     first_line: dict[Key, int] = {}
-    for lineno, row in read.rows:
+    for lineno, row in rows:
         why = row_problem(row)
         if why is not None:
             journal.invalid.append((lineno, why))
@@ -233,9 +243,45 @@ def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_
             if row.get("scores") != kept:
                 journal.conflicts.append((key[0], first_line[key], lineno, kept, row.get("scores")))
             continue
-        journal.rows[key] = row
+        journal.rows[key] = row if view is None else view(row)
         first_line[key] = lineno
+    journal.torn_last = read.torn_last
     return journal
+
+
+#: the fields of a journal row that :func:`summary_view` drops: the model's texts (kept in
+#: ``predictions.jsonl``; :data:`evalkit.jsonl.SIDE_FILE_FIELDS` and ``parsed``), the
+#: verdict's explanations (``detail``, ``failed_checks``) and the per-call bookkeeping
+#: (hashes, times, attempts, spend: the summary's spend is read from the journal by
+#: :func:`evalkit.engine.budget.journal_spend`)
+NOT_IN_SUMMARY = frozenset({
+    "output", "raw_output", "trajectory", "parsed", "detail", "failed_checks", "large",
+    "request_hash", "prompt_hash", "reasoning_rule", "finish_reason", "attempts", "throttled",
+    "started_at", "ended_at", "n_turns", "cost_usd", "spent_tokens",
+})  # fmt: skip
+#: texts of which the summary counts only the presence: :func:`summary_view` keeps ``True``
+#: in their place when present (``output_unstripped`` not null; ``reasoning`` not empty)
+PRESENCE_ONLY = {"output_unstripped": lambda v: v is not None, "reasoning": bool}
+
+
+def summary_view(row: dict[str, Any]) -> dict[str, Any]:
+    """What a run's summary, report and plots read of a journal row (finalize holds one per
+    sample and epoch, so not the model's texts): every field but :data:`NOT_IN_SUMMARY` —
+    ``sample_id``, ``subset``, ``epoch``, ``status``, ``scores``, ``checks``, ``usage``,
+    ``usage_by_actor``, ``latency_s``, ``cached``, ``judgements`` and any field of a
+    benchmark's own — with the :data:`PRESENCE_ONLY` texts as ``True`` when present (left
+    out when not). The field names are interned (one string per name, not one per row)."""
+    out: dict[str, Any] = {}
+    for name, value in row.items():
+        if name in NOT_IN_SUMMARY:
+            continue
+        present = PRESENCE_ONLY.get(name)
+        if present is not None:
+            if present(value):
+                out[sys.intern(name)] = True
+            continue
+        out[sys.intern(name)] = value
+    return out
 
 
 def read_run_journal(run_dir: Path, stale_lines: Iterable[int] = (), request_hashes: dict[Key, str] | None = None) -> Journal:

@@ -62,13 +62,6 @@ def dumps_line(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, default=str).translate(_TRANS)
 
 
-def _lines(text: str) -> Iterator[tuple[int, str]]:
-    """``(line number, line)`` of ``text`` split on ``\\n`` only, blank lines skipped."""
-    for lineno, line in enumerate(text.split("\n"), 1):
-        if line.strip():
-            yield lineno, line
-
-
 #: the longest line :func:`read_objects` reads (bytes): data and replay records are far
 #: smaller (the largest shared record is under 1 MiB); a longer line is refused before it is
 #: held in memory whole (a 1.4 GB line once ended in MemoryError)
@@ -191,41 +184,71 @@ def _link_error(path: Path) -> RunDirError:
 
 
 def read_tolerant(path: Path) -> TolerantRead:
-    """Tolerant reading of a JSON Lines file evalkit appends to (a journal). A missing file
+    """Tolerant reading of a JSON Lines file evalkit appends to (a journal), every row held
+    (:func:`iter_tolerant` reads it a line at a time without holding them). A missing file
     reads as empty; undecodable bytes are replaced; a line that is not a JSON object is
     skipped and its number kept in ``unreadable``.
 
     Raises:
         RunDirError: ``path`` is a symbolic link (never followed, one line).
     """
-    path = Path(path)
     out = TolerantRead()
+    out.rows = list(iter_tolerant(path, out))
+    return out
+
+
+def iter_tolerant(path: Path, into: TolerantRead | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of each JSON-object line of a journal, read a line at a time
+    (one row in memory at once, whatever the file's size), by :func:`read_tolerant`'s rules:
+    lines split on ``\n`` only, blank lines skipped, undecodable bytes replaced. The numbers
+    of the lines that are not a JSON object, and ``torn_last``, go to ``into`` (rows left
+    empty) as the iteration passes them; they are complete once it is exhausted.
+
+    Raises:
+        RunDirError: ``path`` is a symbolic link (at the call, before any row).
+    """
+    path = Path(path)
+    into = into if into is not None else TolerantRead()
     if not path.exists() and not path.is_symlink():
-        return out
+        return iter(())
     try:
         fd = os.open(path, _open_flags(write=False))
     except OSError as exc:
         raise _link_error(path) if exc.errno == errno.ELOOP else exc from None
-    with os.fdopen(fd, "rb") as fh:
-        text = fh.read().decode("utf-8", errors="replace")
-    last = None
-    for lineno, line in _lines(text):
-        last = lineno
-        try:
-            obj = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            obj = None
-        if isinstance(obj, dict):
-            out.rows.append((lineno, obj))
-        else:
-            out.unreadable.append(lineno)
-    out.torn_last = bool(out.unreadable) and out.unreadable[-1] == last and not text.endswith("\n")
-    return out
+    return _tolerant_rows(os.fdopen(fd, "rb"), into)
+
+
+def _tolerant_rows(fh: Any, into: TolerantRead) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The rows of :func:`iter_tolerant` from the open binary file ``fh`` (closed at the end).
+    A ``\n`` byte is never part of a UTF-8 sequence, so splitting the bytes on it splits
+    the decoded text where a whole-file read would."""
+    last, ended = None, True
+    with fh:
+        for lineno, raw in enumerate(fh, 1):
+            ended = raw.endswith(b"\n")
+            line = raw.decode("utf-8", errors="replace")
+            if not line.strip():
+                continue
+            last = lineno
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                obj = None
+            if isinstance(obj, dict):
+                yield lineno, obj
+            else:
+                into.unreadable.append(lineno)
+    into.torn_last = bool(into.unreadable) and into.unreadable[-1] == last and not ended
 
 
 def iter_objects(path: Path) -> Iterator[dict[str, Any]]:
-    """The JSON objects of a journal, skipping unreadable lines (:func:`read_tolerant`)."""
-    return iter(read_tolerant(path).objects)
+    """The JSON objects of a journal, a line at a time, skipping unreadable lines
+    (:func:`iter_tolerant`).
+
+    Raises:
+        RunDirError: ``path`` is a symbolic link (at the call).
+    """
+    return (obj for _, obj in iter_tolerant(path))
 
 
 class JsonlAppender:

@@ -168,6 +168,9 @@ class Benchmark(ABC):
         (:class:`evalkit.stats.StatPlan`), from the scored records (rows of
         ``predictions.jsonl``) of each epoch. ``samples`` is the full selection (scored or
         not). Point estimates (:meth:`aggregate`), intervals and paired tests all come from it.
+        At the end of a run these records (and those of :meth:`category_counts` and
+        :meth:`write_plots`) are the rows' summary view (:func:`evalkit.journal.summary_view`:
+        scores, checks, usage and the benchmark's own fields, not the model's texts).
 
         Default (:func:`score_means_plan`): the unit is the sample, stratified by
         ``sample.subset``; each per-sample score ``s`` gives ``s`` (its mean over the scored

@@ -10,7 +10,7 @@ import datetime as dt
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from evalkit import __version__, secrets
 from evalkit.benchmarks.task.agreement import panel_agreement
@@ -19,7 +19,7 @@ from evalkit.engine.phases import Phases
 from evalkit.engine.plan import RunPlan, data_fingerprint
 from evalkit.engine.records import reasoning_rule
 from evalkit.engine.rundir import FAILED, PREDICTIONS, SUMMARY, RunState
-from evalkit.journal import read_failures, read_journal
+from evalkit.journal import read_failures, read_journal, summary_view
 from evalkit.report.figures import aggregation, category_counts, epoch_mean, plan_figures, worst_case_bounds
 from evalkit.report.summary import build_summary, spend_fields, write_report
 from evalkit.summary import EngineFigures, Summary, write_summary
@@ -39,14 +39,19 @@ def code_version() -> str:
     return f"{__version__}+{digest[:12]}"
 
 
-def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None,
+              view: Callable[[dict[str, Any]], dict[str, Any]] | None = summary_view) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
     """The run's summary (secrets scrubbed) and its scored records, from the journal: the
     metrics of each epoch by the benchmark's rules, averaged; intervals on them (``partial_*``
     ones when incomplete), counts per category, aggregation rules and repeat figures.
-    ``wall_s`` is the interval from ``started_at`` to ``finished_at`` (milliseconds)."""
+    ``wall_s`` is the interval from ``started_at`` to ``finished_at`` (milliseconds).
+
+    The journal is read a line at a time and of each row only ``view`` is kept
+    (:func:`evalkit.journal.summary_view`: no model texts; ``None``: whole rows, the same
+    summary), so the driver holds the scores of every sample and epoch, not their answers."""
     cfg, bench, samples = plan.cfg, plan.bench, plan.samples
     hashes = plan.request_hashes()
-    journal = read_journal(state.run_dir / PREDICTIONS, hashes)
+    journal = read_journal(state.run_dir / PREDICTIONS, hashes, view=view)
     epochs = journal.epochs(samples, cfg.run.repeats)
     records = [r for rows in epochs for r in rows]
     failures = read_failures(state.run_dir / FAILED, [k for k in hashes if k not in journal.rows])
@@ -115,6 +120,7 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
         plan.bench.write_plots(run_dir / "plots", summary.shown_metrics()[0], records)
     except Exception:  # noqa: BLE001 - a figure must never cost the run its summary
         log.exception("plotting failed")
+    del records  # the rows' views: not held while the observer reads the journal again (tracking)
     write_report(run_dir, summary, plan.bench, generates=not plan.models.offline)
     phases.add("summary_report_s", time.perf_counter() - started)
     requests = plan.units.requests()  # the selection, in order, with each prompt (built as it is read)
