@@ -4,9 +4,10 @@ line in seconds."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import Any
+from typing import Any, Iterator
 
 from evalkit.errors import ConfigError
 
@@ -43,8 +44,44 @@ def ensure_ray(address: str | None, num_cpus: int | None) -> bool:
             raise ConfigError(f"runner.address: cannot connect to the Ray cluster at {address} ({first}){hint}") from None
     else:
         status.info("starting a local Ray instance (a few seconds)…")
-        ray.init(num_cpus=num_cpus, object_store_memory=256 * 1024 * 1024, **kwargs)
+        with _without_monitors():
+            ray.init(num_cpus=num_cpus, object_store_memory=256 * 1024 * 1024, **kwargs)
     return True
+
+
+@contextlib.contextmanager
+def _without_monitors() -> Iterator[None]:
+    """A local Ray instance started inside this block runs without two head-node daemons
+    that evalkit never uses (issue 23 item 5; figures in docs/performance.md, ~95 MiB PSS
+    of a ~1 GB tree):
+
+    * the **log monitor**, which tails every worker's log files and publishes them for
+      drivers started with ``log_to_driver=True`` — evalkit passes ``False``; the files
+      are still written under Ray's session directory;
+    * the **autoscaler monitor**, which scales a cluster to its demands: a local instance
+      has no node to add (a cluster joined with ``runner.address`` keeps its own).
+
+    ``ray.init`` has no option for them; ``ray start`` has ``--include-log-monitor=False``
+    and ``--no-monitor``, the two :class:`ray._private.parameter.RayParams` fields set here
+    on the parameters ``ray.init`` builds for its head node (``Node.__init__`` leaves a
+    field already set as it is). On a Ray without these fields nothing changes."""
+    try:
+        from ray._private.node import Node
+    except ImportError:  # another layout of Ray's internals: its defaults
+        yield
+        return
+    original = Node.__init__
+
+    def init(self: Any, ray_params: Any, *args: Any, **kwargs: Any) -> None:
+        if hasattr(ray_params, "include_log_monitor") and hasattr(ray_params, "no_monitor"):
+            ray_params.include_log_monitor, ray_params.no_monitor = False, True
+        original(self, ray_params, *args, **kwargs)
+
+    Node.__init__ = init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Node.__init__ = original  # type: ignore[method-assign]
 
 
 def _check_reachable(address: str) -> None:
