@@ -93,7 +93,8 @@ def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Ph
     observer = observer or NullObserver()
     phases = phases or Phases()
     with ExitStack() as stack:
-        plan, early = start(cfg, stack, phases, shared)
+        ray_stack = stack.enter_context(ExitStack())  # Ray started for this run and its early workers
+        plan, early = start(cfg, ray_stack, phases, shared)
         run_dir, resumed = choose_run_dir(cfg)
         if resumed and not cfg.run.batch:
             refuse_live_resume(run_dir)  # a batch still running would answer what a live run buys again
@@ -104,6 +105,7 @@ def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Ph
             batches = [e["batch_id"] for e in engine["batch"]["batches"] if not e["collected"]]
             return RunResult(run_dir, {"status": "batch_submitted", "benchmark": cfg.benchmark.name,
                                        "model": cfg.model.name, "batch_ids": batches})  # fmt: skip
+        ray_stack.close()  # the model workers and this run's Ray are stopped before the summary, not held through it
         summary = finalize(plan, state, engine, observer, phases)
     return RunResult(run_dir, summary.record(), summary)
 
