@@ -260,6 +260,10 @@ def main() -> None:
             phases = run["engine"].get("phases", {})
             print(f"  N={run['n']:>6}: wall {run['wall']:.2f} s, requests phase {phases.get('requests_s', 0):.2f} s, CPU "
                   + ", ".join(f"{g} {run['cpu'][g]:.2f} s" for g in GROUPS))  # fmt: skip
+            d = run["engine"].get("delivery") or {}
+            if d.get("calls"):
+                print(f"           {d['calls']} solve calls ({run['n'] / d['calls']:.1f} units each), "
+                      f"{d.get('items', 0)} stream items ({run['n'] / max(1, d.get('items', 0)):.1f} results each)")
         per_request.append({g: (b["cpu"][g] - a["cpu"][g]) / (large - small) * 1000 for g in GROUPS})
         in_phase.append({g: b["phase_cpu"].get(g, 0.0) / large * 1000 for g in GROUPS})
     print(f"\nCPU per request, marginal over {large - small} requests (ms; median of {args.repeat}):")

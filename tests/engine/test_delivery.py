@@ -3,8 +3,10 @@ handle (the one test double the engine allows: Ray's own delivery is run in
 tests/engine/test_crash_resume.py). No Ray is imported; each test takes well under a second.
 
 The fake's ``solve`` has the call shape of a Ray actor method with ``num_returns="streaming"``:
-``solve.options(num_returns="streaming").remote(job, holder, units)`` is an async iterable of
-awaitables of ``[(unit key, trajectory), ...]``; ``ping.remote()`` is an awaitable. A worker "dies" by
+``solve.options(num_returns="streaming").remote(job, holder, (share, adaptive), units)`` is an
+async iterable of awaitables of ``[(unit key, trajectory), ...]``; like a model worker, it solves
+at most ``share`` units at once over all its calls (the rest wait in it);
+``ping.remote()`` is an awaitable. A worker "dies" by
 raising from its stream (every stream it runs at that moment fails, as when its process is
 killed); it "restarts" unless its restarts are spent, after which a ping fails.
 """
@@ -63,6 +65,8 @@ class FakeWorker:
         self.epoch = 0  # one per process: a death fails every stream of the process it hit
         self.dead_for_good = False
         self.solve, self.ping = _Method(self._solve), _Method(self._ping)
+        self.slots: asyncio.Semaphore | None = None
+        self.running = self.peak_running = 0
 
     async def _ping(self) -> int:
         if self.dead_for_good:
@@ -75,7 +79,10 @@ class FakeWorker:
         if self.deaths > self.restarts:
             self.dead_for_good = True
 
-    async def _solve(self, job: str, holder: list, units: list[WorkItem]):
+    async def _solve(self, job: str, holder: list, window: tuple[int, bool], units: list[WorkItem]):
+        self.share = window[0]
+        if self.slots is None:
+            self.slots = asyncio.Semaphore(window[0])
         if self.dead_for_good:
             raise WorkerDied("the actor is dead for good")
         epoch = self.epoch
@@ -98,7 +105,13 @@ class FakeWorker:
                 yield _done(again)
 
     async def _one(self, unit: WorkItem) -> tuple[Any, Trajectory]:
-        await asyncio.sleep(self.latency(unit.key))
+        async with self.slots:  # type: ignore[union-attr]
+            self.running += 1
+            self.peak_running = max(self.peak_running, self.running)
+            try:
+                await asyncio.sleep(self.latency(unit.key))
+            finally:
+                self.running -= 1
         return unit.key, Trajectory(final_output=f"answer of {unit.sample.id}")
 
 
@@ -107,8 +120,9 @@ def _units(n: int) -> list[WorkItem]:
 
 
 def _run(workers: list[FakeWorker], units: list[WorkItem], concurrency: int = 8, **kw: Any) -> tuple[dict, Counter, Delivery]:
-    """Every unit through ``run_units`` (the engine's window) over a Delivery: ``({key:
-    trajectory}, {key: times handed on}, delivery)``."""
+    """Every unit through ``run_units`` over a Delivery whose workers share ``concurrency``
+    (as :class:`~evalkit.engine.executor.RayExecutor` splits it, and with its ``ahead``):
+    ``({key: trajectory}, {key: times handed on}, delivery)``."""
     got: dict = {}
     handed: Counter = Counter()
 
@@ -117,10 +131,12 @@ def _run(workers: list[FakeWorker], units: list[WorkItem], concurrency: int = 8,
         handed[unit.key] += 1
 
     async def main() -> Delivery:
-        d = Delivery(workers, ("job", []), **kw)
+        n = len(workers)
+        d = Delivery(workers, ("job", []), [concurrency // n + (i < concurrency % n) for i in range(n)], **kw)
 
         class Executor:
             submit = staticmethod(d.submit)
+            ahead = concurrency
 
         await asyncio.wait_for(run_units(Executor(), units, concurrency, on_result), timeout=10)
         d.close()
@@ -138,15 +154,36 @@ def test_every_unit_is_answered_once_in_batches_to_the_least_loaded_worker():
     assert all(got[u.key].final_output == f"answer of {u.sample.id}" for u in units)
     sent = [k for w in workers for b in w.batches for k in b]
     assert Counter(sent) == Counter(u.key for u in units)  # no resends
-    assert len(workers[0].batches[0]) == len(workers[1].batches[0]) == 4  # the first window, split evenly
+    assert len(workers[0].batches[0]) == len(workers[1].batches[0]) == 8  # each worker's room: twice its share
     assert max(len(b) for w in workers for b in w.batches) <= 8
-    assert d.stats == {"resent": 0, "duplicates": 0, "workers_lost": 0}
+    assert [w.peak_running for w in workers] == [4, 4]  # never more than its share at once
+    assert {k: d.stats[k] for k in ("resent", "duplicates", "workers_lost")} == {"resent": 0, "duplicates": 0, "workers_lost": 0}
+    assert d.stats["calls"] == sum(len(w.batches) for w in workers)
+
+
+def test_when_results_trickle_in_a_call_still_carries_a_quarter_of_the_room():
+    """Results one by one (random latencies): a worker is refilled once it holds at most
+    ``REFILL`` of its room, so a call carries about a quarter of the room (here 4 units for a
+    share of 8; a unit whose freed slot the driver has not refilled yet at the flush waits
+    for the next call), never one unit per freed slot."""
+    import random
+
+    rng = random.Random(7)
+    delays = {f"s{i}": rng.lognormvariate(-5.5, 1.0) for i in range(200)}
+    worker = FakeWorker(latency=lambda key: delays[key[0] if isinstance(key, tuple) else key])
+    got, handed, _ = _run([worker], _units(200), concurrency=8)
+    assert len(got) == 200 and set(handed.values()) == {1}
+    sizes = [len(b) for b in worker.batches]
+    assert sizes[0] == 16 and sorted(sizes)[len(sizes) // 2] >= 4, str(sizes)
+    assert len(sizes) <= 200 // 4 and worker.peak_running == 8, str(sizes)  # a call per freed slot: 185
 
 
 def test_a_batch_never_exceeds_max_batch():
     workers = [FakeWorker()]
     got, _, _ = _run(workers, _units(20), concurrency=20, max_batch=6)
     assert len(got) == 20 and [len(b) for b in workers[0].batches[:4]] == [6, 6, 6, 2]
+    got, _, _ = _run(workers := [FakeWorker()], _units(50), concurrency=20, max_batch=6)
+    assert len(got) == 50 and [len(b) for b in workers[0].batches[:7]] == [6, 6, 6, 6, 6, 6, 4]  # a room of 40
 
 
 def test_a_result_delivered_twice_is_handed_on_once():

@@ -47,3 +47,62 @@ def test_a_run_forgotten_while_it_registers_stays_forgotten():
         return worker.runs
 
     assert set(asyncio.run(scenario())) == {"job-2"}
+
+
+class _Slow:
+    """A model at the network edge: each answer after ``delays[sample id]`` seconds; counts
+    how many requests it holds at once."""
+
+    model_id = "slow@test"
+
+    def __init__(self, delays: dict[str, float]):
+        self.delays, self.now, self.peak = delays, 0, 0
+
+    async def generate(self, request):
+        from evalkit.types import Completion
+
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        try:
+            await asyncio.sleep(self.delays[request.sample_id])
+        finally:
+            self.now -= 1
+        return Completion(text="ok", finish_reason="stop", usage={"prompt_tokens": 3, "completion_tokens": 1})
+
+
+def _worker_run(delays: dict[str, float], share: int) -> tuple[list[list[str]], _Slow]:
+    """Every sample of ``delays`` sent to one in-process ModelWorker in one ``solve`` call:
+    ``(the sample ids of each list it yielded, the model)``."""
+    from evalkit.benchmarks.base import Generate
+    from evalkit.engine.work import WorkItem
+    from evalkit.models.factory import Agents
+    from evalkit.types import Request, Sample
+
+    model = _Slow(delays)
+    units = [WorkItem(Sample(i, "x"), Request(i, "x", messages=[{"role": "user", "content": i}])) for i in delays]
+
+    async def scenario() -> list[list[str]]:
+        worker = ModelWorker(lambda: Agents(model), None)
+        await worker.configure("job", [asyncio.sleep(0, result=(Generate(), {}, {}, None))])
+        return [[key[0] for key, _ in item] async for item in worker.solve("job", [], None, (share, True), units)]
+
+    return asyncio.run(scenario()), model
+
+
+def test_a_worker_solves_at_most_its_share_at_once_and_holds_the_rest_in_order():
+    """Units sent ahead of the worker's free slots wait in it: at most ``share`` requests
+    reach the model at once, and every unit is answered once."""
+    items, model = _worker_run({f"s{i}": 0.01 for i in range(12)}, share=3)
+    assert model.peak == 3
+    assert sorted(k for item in items for k in item) == sorted(f"s{i}" for i in range(12))
+
+
+def test_finished_units_go_back_a_quarter_of_the_share_at_a_time_or_within_the_wait():
+    """Share 8: results go back 2 at a time (a quarter of the share), not one Ray message each;
+    a unit finishing alone (the last, long after the others) goes back on its own after at
+    most ``RESULTS_WAIT_S``."""
+    delays = {f"s{i}": 0.02 * (i + 1) for i in range(8)}  # one finishes every 20 ms
+    delays["late"] = 1.0
+    items, _ = _worker_run(delays, share=8)
+    assert [len(item) for item in items] == [2, 2, 2, 2, 1] and items[-1] == ["late"]
+    assert items[0] == ["s0", "s1"]

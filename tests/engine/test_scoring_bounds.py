@@ -127,3 +127,45 @@ def test_a_hostile_replay_run_completes_under_a_4gb_cap(sob, shared_data_dir, tm
     assert again.returncode == 0, again.stderr[-2000:]
     replayed = {r["sample_id"]: r for r in read_jsonl(tmp_path / "again" / "predictions.jsonl")}
     assert {k: (r["status"], r["scores"]) for k, r in replayed.items()} == {k: (r["status"], r["scores"]) for k, r in rows.items()}
+
+
+def test_answers_scored_together_keep_one_samples_bound_each(sob):
+    """Answers asked for at once go to a worker in one task; with a hostile one among them the
+    task runs past one sample's limit, and each answer is scored again alone: the hostile one
+    alone is a ``scorer_limit``, every other verdict is what it is when scored alone."""
+    import asyncio
+
+    bench, samples = sob
+    ids = ["1", "2", "3", SCHEMA_GEN_ID, "5"]
+    outputs = {i: bench.reference_output(samples[i]) for i in ids}
+    outputs[SCHEMA_GEN_ID] = _backtracking_schema(bench, samples[SCHEMA_GEN_ID])
+
+    async def together(scorer: Scorer) -> list:
+        return await asyncio.gather(*(scorer.score(samples[i], Trajectory(final_output=outputs[i])) for i in ids))
+
+    with Scorer(bench, timeout_s=1.0) as scorer:
+        verdicts = dict(zip(ids, asyncio.run(together(scorer))))
+        alone = {i: scorer.score_sync(samples[i], Trajectory(final_output=outputs[i])) for i in ids if i != SCHEMA_GEN_ID}
+        pool_tasks = scorer.spent_s
+    assert verdicts[SCHEMA_GEN_ID].status == "scorer_limit" and "score_timeout_s=1" in verdicts[SCHEMA_GEN_ID].detail
+    assert all(verdicts[i] == alone[i] and verdicts[i].status == "ok" for i in alone)
+    assert pool_tasks >= 2.0  # the task that ran past the limit, and the hostile answer again alone
+
+
+def test_harmless_answers_asked_for_at_once_go_in_one_task(sob):
+    import asyncio
+
+    bench, samples = sob
+    ids = ["1", "2", "3", "5"]
+    with Scorer(bench, timeout_s=30.0) as scorer:
+        sent = []
+        schedule = scorer.pool.schedule
+        scorer.pool.schedule = lambda fn, **kw: sent.append(fn.__name__) or schedule(fn, **kw)  # counts the tasks
+        verdicts = asyncio.run(_all(scorer, [(samples[i], Trajectory(final_output=bench.reference_output(samples[i]))) for i in ids]))
+    assert sent == ["_score_all_in_worker"] and all(v.status == "ok" and v.scores["sample_pass"] == 1.0 for v in verdicts)
+
+
+async def _all(scorer: Scorer, pairs: list) -> list:
+    import asyncio
+
+    return await asyncio.gather(*(scorer.score(s, t) for s, t in pairs))

@@ -3,9 +3,15 @@ streaming generators (``num_returns="streaming"``), each unit journaled once.
 
 Rules (each tested in-process against a fake actor handle, tests/engine/test_delivery.py):
 
-* the units queued within ``FLUSH_DELAY_S`` go to the live worker with the
-  fewest units held, at most ``max_batch`` to one call of its ``solve`` generator, which
-  yields ``[(unit key, result), ...]``, the results ready together, as units finish;
+* worker ``i`` solves at most ``shares[i]`` units at a time (its share of
+  ``backend.concurrency``; the worker keeps that window) and holds up to as many again
+  waiting, so that a slot freed there is refilled without a call; the units queued within
+  ``FLUSH_DELAY_S`` go to the live workers with the fewest units held for their share, but
+  only to a worker holding at most ``REFILL`` of its room (``ROOM × share``), which gets as
+  many as fill it: when results trickle in one by one, each call still carries a third of
+  the worker's room, not one unit; at most ``max_batch`` units go in one call of its
+  ``solve`` generator, which yields ``[(unit key, result), ...]``, the results ready
+  together, as units finish;
 * the generator runs with Ray's task retries off: after a worker dies Ray would re-run it
   from the start and drop its first items *by position* (some units would come back twice,
   others never). The driver resends by unit key instead, and takes the first result of
@@ -37,9 +43,12 @@ log = logging.getLogger("evalkit")
 UNIT_MAX_TRIES = 3
 #: the most units in one ``solve`` call
 MAX_BATCH = 64
-#: units queued within this long of the first go out together (seconds): results arrive a
-#: few at a time, and each frees a slot; without it most calls would carry a single unit
+#: units queued within this long of the first go out together (seconds)
 FLUSH_DELAY_S = 0.005
+#: a worker holds at most this many times its share: its share solving, the rest waiting
+ROOM = 3
+#: a worker is sent units once it holds at most this part of its room
+REFILL = 2 / 3
 #: a stream with no result for this long pings its worker (seconds)
 LIVENESS_S = 30.0
 #: a worker that does not answer a ping within this (its restart included) is left out (seconds)
@@ -60,31 +69,29 @@ class _Held:
 
 class Delivery:
     """Units to ``workers`` (Ray actor handles, or fakes with the same calls:
-    ``solve.options(num_returns="streaming").remote(*solve_args, units)`` iterating
-    awaitables of ``[(key, trajectory or exception), ...]`` (the results ready together), and
-    ``ping.remote()``); ``submit`` is
-    awaited once per unit, with a unique ``unit.key``. A worker that lost units once gets
+    ``solve.options(num_returns="streaming").remote(*solve_args, (share, adaptive), units)``
+    iterating awaitables of ``[(key, trajectory or exception), ...]`` (the results ready
+    together), and ``ping.remote()``); ``submit`` is awaited once per unit, with a unique
+    ``unit.key``, at most ``ROOM × sum(shares)`` at a time. A worker that lost units once gets
     ``again_args`` instead of ``solve_args`` from then on (a restarted process must be told
     the run again)."""
 
-    def __init__(self, workers: list[Any], solve_args: tuple[Any, ...], max_batch: int = MAX_BATCH,
-                 liveness_s: float = LIVENESS_S, ping_timeout_s: float = PING_TIMEOUT_S,
+    def __init__(self, workers: list[Any], solve_args: tuple[Any, ...], shares: list[int], adaptive: bool = True,
+                 max_batch: int = MAX_BATCH, liveness_s: float = LIVENESS_S, ping_timeout_s: float = PING_TIMEOUT_S,
                  again_args: tuple[Any, ...] | None = None, flush_delay_s: float = FLUSH_DELAY_S):  # fmt: skip
-        self.flush_delay_s = flush_delay_s
+        self.flush_delay_s, self.shares, self.adaptive = flush_delay_s, shares, adaptive
         self.workers, self.solve_args, self.max_batch = workers, solve_args, max_batch
         self.again_args = again_args  # the arguments of a call to a worker lost before (it may be a new process)
         self.lost_before = [False] * len(workers)
         self.liveness_s, self.ping_timeout_s = liveness_s, ping_timeout_s
-        self.load = [0] * len(workers)
-        self.live = [True] * len(workers)
+        self.load, self.live = [0] * len(workers), [True] * len(workers)
         self.checking: dict[int, asyncio.Future[bool]] = {}
         self.held: dict[Hashable, _Held] = {}
         self.queue: list[Hashable] = []
         self.suspects: deque[Hashable] = deque()
-        self.suspect_out = False
-        self.flush_soon = False
+        self.suspect_out = self.flush_soon = False
         self.tasks: set[asyncio.Future[Any]] = set()
-        self.stats = {"resent": 0, "duplicates": 0, "workers_lost": 0}
+        self.stats = {"resent": 0, "duplicates": 0, "workers_lost": 0, "calls": 0, "items": 0}
         #: where each worker runs now, as its ``ping`` answers (set again after it was lost:
         #: Ray may restart it elsewhere), and ``{(worker, where): units it delivered there}``
         self.where: list[Any] = [None] * len(workers)
@@ -118,19 +125,25 @@ class Delivery:
         usable = [i for i, up in enumerate(self.live) if up and i not in self.checking]
         if not usable:
             return  # a check under way flushes again when it ends
-        batches: dict[int, list[Hashable]] = {}
         if self.suspects and not self.suspect_out:
             self.suspect_out = True
-            self._send(min(usable, key=self.load.__getitem__), [self.suspects.popleft()], suspect=True)
-        for key in self.queue:
-            i = min(usable, key=self.load.__getitem__)
+            self._send(min(usable, key=self._fill), [self.suspects.popleft()], suspect=True)
+        batches: dict[int, list[Hashable]] = {}
+        open_ = [i for i in usable if self._fill(i) <= REFILL]
+        while self.queue and open_:  # one unit at a time to the emptiest, until every room is full
+            i = min(open_, key=self._fill)
             self.load[i] += 1  # counted now, so the next unit sees it; _send counts it again
-            batches.setdefault(i, []).append(key)
-        self.queue = []
+            batches.setdefault(i, []).append(self.queue.pop(0))
+            if self._fill(i) >= 1:
+                open_.remove(i)
         for i, keys in batches.items():
             self.load[i] -= len(keys)
             for start in range(0, len(keys), self.max_batch):
                 self._send(i, keys[start : start + self.max_batch])
+
+    def _fill(self, i: int) -> float:
+        """How full worker ``i``'s room (``ROOM`` times its share) is: 0 empty, 1 full."""
+        return self.load[i] / (ROOM * self.shares[i])
 
     def _send(self, i: int, keys: list[Hashable], suspect: bool = False) -> None:
         sends = []
@@ -139,6 +152,7 @@ class Delivery:
             held.worker, held.send = i, held.send + 1
             sends.append((key, held.send))
         self.load[i] += len(keys)
+        self.stats["calls"] += 1
         task = asyncio.ensure_future(self._stream(i, sends, suspect))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -151,9 +165,9 @@ class Delivery:
         try:
             units = [self.held[key].unit for key, _ in sends if key in self.held]
             args = self.again_args if self.lost_before[i] and self.again_args is not None else self.solve_args
-            async for ref in self.workers[i].solve.options(num_returns="streaming").remote(*args, units):
+            async for ref in self.workers[i].solve.options(num_returns="streaming").remote(*args, (self.shares[i], self.adaptive), units):
                 ready = await ref
-                watch.last = watch.loop.time()
+                watch.last, self.stats["items"] = watch.loop.time(), self.stats["items"] + 1
                 for key, result in ready:
                     if self._resolve(key, result):
                         self.served[(i, self.where[i])] = self.served.get((i, self.where[i]), 0) + 1
@@ -220,6 +234,8 @@ class Delivery:
             return False
         if held.worker >= 0:
             self.load[held.worker] -= 1
+            if self.queue and self._fill(held.worker) <= REFILL:  # only then can a flush send it more
+                self._flush_later()
         if held.future.done():
             return False
         if isinstance(result, BaseException):

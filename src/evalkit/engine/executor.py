@@ -33,8 +33,8 @@ from evalkit.engine.budget import Budget, RemoteBudget, keeper
 from evalkit.engine.cache import open_cache
 from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
-from evalkit.engine.delivery import Delivery
-from evalkit.engine.ratelimit import EndpointGate, endpoint_key, shared_limits
+from evalkit.engine.delivery import ROOM, Delivery
+from evalkit.engine.ratelimit import AdaptiveWindow, EndpointGate, endpoint_key, shared_limits, throttled_count
 from evalkit.types import Trajectory, sha256_hex
 
 log = logging.getLogger("evalkit")
@@ -98,6 +98,7 @@ class ModelWorker:
         self.runs: dict[str, tuple[Any, dict[str, Any], dict[str, Any], Any]] = {}
         self.forgotten: set[str] = set()  # runs ended: a late call must not register them
         self.running: dict[str, set[asyncio.Future[Any]]] = {}
+        self.windows: dict[str, AdaptiveWindow] = {}  # per run: its units in flight here (this worker's share)
         self.leases_claimed = False  # the leases of the process this one replaced were given back
 
     async def configure(self, registration: str, holder: list[Any]) -> tuple[int, str]:
@@ -143,6 +144,7 @@ class ModelWorker:
         """Drop a run: its unfinished units are cancelled."""
         self.forgotten.add(registration)
         self.runs.pop(registration, None)
+        self.windows.pop(registration, None)
         for task in self.running.pop(registration, set()):
             task.cancel()
 
@@ -164,26 +166,35 @@ class ModelWorker:
 
         return litellm_price(provider_model)
 
-    async def solve(self, registration: str, holder: list[Any], budget: Any, units: list[WorkItem]) -> AsyncIterator[list[tuple[Any, Any]]]:
+    async def solve(self, registration: str, holder: list[Any], budget: Any, window: tuple[int, bool],
+                    units: list[WorkItem]) -> AsyncIterator[list[tuple[Any, Any]]]:  # fmt: skip
         """Solve ``units`` of the run registered as ``registration`` (first from ``holder`` when this process
         does not know it: a restarted worker; the driver sends an empty ``holder`` to a
-        worker it has not lost, as the run's object reference costs every call) concurrently,
-        yielding ``[(unit key, trajectory or the exception solving raised), ...]``, the
-        results ready at that moment, as units finish; nothing for a run that has ended or is
-        not known here. ``budget``: the run's :class:`~evalkit.engine.budget.BudgetKeeper`
-        (``None``: no limits), asked before each model call."""
+        worker it has not lost, as the run's object reference costs every call), yielding
+        ``[(unit key, trajectory or the exception solving raised), ...]`` as units finish, a
+        half the share at a time or what finished within ``RESULTS_WAIT_S`` of the
+        first (:func:`_together`: one Ray message for many units; a unit's slot is free when
+        it finishes, so this delays the driver's journal, not the next unit); nothing for a
+        run that has ended or is not known here.
+
+        ``window``: ``(share, adaptive)``, this worker's share of ``backend.concurrency``:
+        the run's units solve here at most ``share`` at a time, fewer while the provider
+        throttles (an :class:`~evalkit.engine.ratelimit.AdaptiveWindow` per run, over every
+        call of it), and the rest wait here in the order they came (the driver sends units
+        ahead of free slots, :class:`~evalkit.engine.delivery.Delivery`). ``budget``: the
+        run's :class:`~evalkit.engine.budget.BudgetKeeper` (``None``: no limits), asked
+        before each model call."""
         state = await self._registered(registration, holder)
         if state is None:
             return
         solver, agent_params, user_params, _ = state
         gate = RemoteBudget(budget) if budget is not None else None
+        slots = self.windows.get(registration) or self.windows.setdefault(registration, AdaptiveWindow(*window))
         running = self.running.setdefault(registration, set())
-        tasks = [asyncio.ensure_future(self._one(solver, unit, agent_params, user_params, gate)) for unit in units]
+        tasks = [asyncio.ensure_future(self._one(solver, unit, agent_params, user_params, gate, slots)) for unit in units]
         running.update(tasks)
         try:
-            pending = set(tasks)
-            while pending:  # every result ready at once in one item: one Ray message for many units
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            async for done in _together(tasks, max(1, window[0] // 2), RESULTS_WAIT_S):
                 yield [task.result() for task in done]
         finally:
             for task in tasks:
@@ -191,12 +202,21 @@ class ModelWorker:
                 running.discard(task)
 
     async def _one(self, solver: Any, unit: WorkItem, agent_params: dict[str, Any], user_params: dict[str, Any],
-                   gate: Any) -> tuple[Any, Any]:  # fmt: skip
+                   gate: Any, slots: AdaptiveWindow) -> tuple[Any, Any]:  # fmt: skip
+        seq, result = await slots.acquire(), None
         try:
-            result: Any = await solve_unit(solver, unit, self.agents, self.cache, agent_params, user_params, gate)
+            result = await solve_unit(solver, unit, self.agents, self.cache, agent_params, user_params, gate)
         except Exception as exc:  # noqa: BLE001 - solve_unit returns failures; this is a bug, re-raised in the driver
             result = _portable(exc)
+        finally:
+            await slots.release(seq, throttled_count(result) if isinstance(result, Trajectory) else 0)
         return unit.key, result
+
+    def window_stats(self, registration: str) -> dict[str, int] | None:
+        """This worker's window of the run (:meth:`~evalkit.engine.ratelimit.AdaptiveWindow.stats`), or
+        ``None`` (it solved nothing of the run in this process)."""
+        window = self.windows.get(registration)
+        return window.stats() if window is not None else None
 
 
 def _worker_class() -> Any:
@@ -226,6 +246,37 @@ def _portable(exc: Exception) -> Exception:
         text = "".join(traceback.format_exception(exc))[-4000:]
         return RuntimeError(f"{type(exc).__name__}: {exc} (raised in a model worker)\n{text}")
 
+
+#: the longest a model worker's finished unit waits for others to go to the driver with it
+#: in one stream item (seconds): when results trickle in one by one, each would otherwise be
+#: a Ray message of its own (``perf/engine_cpu.py``, docs/performance.md)
+RESULTS_WAIT_S = 0.2
+
+
+async def _together(tasks: list[asyncio.Future[Any]], least: int, within_s: float) -> AsyncIterator[list[asyncio.Future[Any]]]:
+    """``tasks`` as they finish, in lists: each of ``least`` tasks (fewer when fewer are
+    left), or of those finished within ``within_s`` seconds of its first."""
+    loop, ready, left = asyncio.get_running_loop(), [], len(tasks)
+    wake: list[Any] = [None, 1]  # the future set once ``ready`` holds the number after it
+
+    def finished(task: asyncio.Future[Any]) -> None:
+        ready.append(task)
+        if wake[0] is not None and not wake[0].done() and len(ready) >= wake[1]:
+            wake[0].set_result(None)
+
+    async def until(need: int, timeout: float | None) -> None:
+        if len(ready) < need:
+            wake[:] = [loop.create_future(), need]
+            await asyncio.wait([wake[0]], timeout=timeout)
+
+    for task in tasks:
+        task.add_done_callback(finished)
+    while left:
+        await until(1, None)
+        await until(min(least, left), within_s)
+        done, ready[:] = ready[:], []
+        left -= len(done)
+        yield done
 
 #: the custom resource of the nodes meant for model workers (launchers/ray_local_cluster.sh
 #: gives it to its worker nodes): when the cluster has it, every model worker needs it, so
@@ -265,6 +316,7 @@ class RayExecutor:
         concurrency: int,
         warm: dict[str, list[Any]] | None = None,
         limits: dict[str, tuple[int, bool]] | None = None,
+        adaptive: bool = True,
     ):
         import ray  # deferred: offline runs never import Ray
 
@@ -287,7 +339,10 @@ class RayExecutor:
         self._holder: list[Any] = []
         self._ready: list[Any] = [w.ping.remote() for w in self.workers]
         self.pids: list[int] = []
-        self.delivery = Delivery(self.workers, (self.registration, [], None), again_args=(self.registration, self._holder, None))
+        self.shares = [concurrency // n + (i < concurrency % n) for i in range(n)]  # they sum to concurrency
+        self.ahead = (ROOM - 1) * sum(self.shares)  # units the workers may hold beyond their free slots
+        self.delivery = Delivery(self.workers, (self.registration, [], None), self.shares, adaptive,
+                                 again_args=(self.registration, self._holder, None))  # fmt: skip
         self.budget_keeper: Any = None
         self.limits = limits
         if limits:
@@ -343,10 +398,26 @@ class RayExecutor:
             if pid is not None and pid not in entry["worker_pids"]:
                 entry["worker_pids"].append(pid)
         out: dict[str, Any] = {"nodes": list(nodes.values()), "driver_node": self._ray.get_runtime_context().get_node_id(),
-                               "delivery": dict(self.delivery.stats)}  # fmt: skip
+                               "delivery": dict(self.delivery.stats), **self._window_stats()}  # fmt: skip
         if self.limits:
             out["rate_limits"] = self._limit_stats()
         return out
+
+    def _window_stats(self, timeout_s: float = 30.0) -> dict[str, int]:
+        """The workers' windows over this run's units, summed (each worker's own
+        :meth:`~evalkit.engine.ratelimit.AdaptiveWindow.stats` over its share): ``concurrency``
+        (the shares' sum, ``backend.concurrency``), ``peak_in_flight`` (the sum of each worker's
+        peak: an upper bound of the units in flight at once), ``min_window`` (the sum of each
+        worker's smallest window) and ``window_decreases``; empty when no worker answers."""
+        try:
+            stats = self._ray.get([w.window_stats.remote(self.registration) for w, up in zip(self.workers, self.delivery.live) if up],
+                                  timeout=timeout_s)  # fmt: skip
+        except Exception:  # noqa: BLE001 - a worker gone: the driver's figures stand
+            log.warning("the model workers' window figures could not be read", exc_info=True)
+            return {}
+        stats = [s for s in stats if s is not None]
+        keys = ("peak_in_flight", "min_window", "window_decreases")
+        return {"concurrency": sum(self.shares), **({k: sum(s[k] for s in stats) for k in keys} if stats else {})}
 
     def _limit_stats(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """``{endpoint key: shared window figures}`` (empty when no worker or limits actor answers)."""

@@ -2,8 +2,9 @@
 every process that calls the endpoint.
 
 * :class:`AdaptiveWindow` — additive increase, multiplicative decrease (TCP's congestion
-  rule, RFC 5681) on the provider's HTTP 429 answers. The driver keeps one over its units
-  (:func:`evalkit.engine.scheduling.run_units`).
+  rule, RFC 5681) on the provider's HTTP 429 answers, over units: each model worker keeps
+  one over its share of ``backend.concurrency`` (:class:`evalkit.engine.executor.ModelWorker`),
+  and the driver one over an offline run's units (:func:`evalkit.engine.scheduling.run_units`).
 * :class:`EndpointLimits` — a named, detached Ray actor (``evalkit-endpoint-limits`` in the
   Ray namespace ``evalkit``, got or made with ``get_if_exists``) holding one window per
   endpoint, keyed by :func:`endpoint_key` (``api_base`` + provider model: the agent and the
@@ -37,6 +38,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from evalkit.models.base import strip_credentials
+from evalkit.types import Trajectory
 
 #: the shared windows' actor: its name and Ray namespace
 ACTOR_NAME = "evalkit-endpoint-limits"
@@ -97,7 +99,7 @@ class AdaptiveWindow:
                 if self._good >= self.window:
                     self.window += 1
                     self._good = 0
-            self._cond.notify_all()
+            self._cond.notify(self.window - self.in_flight)  # as many waiters as slots are free, not all
 
     def lower(self, limit: int) -> None:
         """Lower the limit to ``limit`` (a caller asking for less); a higher one is ignored."""
@@ -113,6 +115,13 @@ class AdaptiveWindow:
             "min_window": self.min_window,
             "window_decreases": self.decreases,
         }
+
+
+def throttled_count(trajectory: Trajectory) -> int:
+    """HTTP 429 answers met while solving a unit (every model call of a rollout): what an
+    :class:`AdaptiveWindow` is released with."""
+    own = trajectory.failure.throttled if trajectory.failure is not None else 0
+    return own + sum(int(t.get("throttled", 0)) for t in trajectory.turns)
 
 
 def endpoint_key(provider_model: str, api_base: str | None) -> str:

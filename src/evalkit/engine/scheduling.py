@@ -19,14 +19,8 @@ from evalkit.engine.budget import Budget
 from evalkit.engine.solve import BUDGET_EXCEEDED
 from evalkit.engine.work import WorkItem
 from evalkit.engine.executor import Executor
-from evalkit.engine.ratelimit import AdaptiveWindow
+from evalkit.engine.ratelimit import AdaptiveWindow, throttled_count
 from evalkit.types import Failure, Trajectory
-
-
-def throttled_count(trajectory: Trajectory) -> int:
-    """HTTP 429 answers met while solving a unit (every model call of a rollout)."""
-    own = trajectory.failure.throttled if trajectory.failure is not None else 0
-    return own + sum(int(t.get("throttled", 0)) for t in trajectory.turns)
 
 
 class _Solving:
@@ -73,7 +67,8 @@ async def run_units(
     ``not_sent_budget`` when the budget stopped the run), and ``first_dispatch_perf`` (the
     ``perf_counter`` reading of the first dispatch, for the run's phases).
     """
-    solving = _Solving(executor, AdaptiveWindow(concurrency, adaptive), on_result, budget)
+    ahead = getattr(executor, "ahead", 0)  # an executor whose workers keep the window holds units ahead of it
+    solving = _Solving(executor, AdaptiveWindow(concurrency + ahead, adaptive and not ahead), on_result, budget)
     window, not_sent = solving.window, []
     start = time.perf_counter()
     running: set[asyncio.Future[None]] = set()
@@ -104,6 +99,6 @@ async def run_units(
     finally:
         for task in list(running):
             task.cancel()
-    figures = {"requests_wall_s": round(time.perf_counter() - start, 3), "throttled": solving.throttled, **window.stats(),
-               "first_dispatch_perf": start}  # fmt: skip
+    figures = {"requests_wall_s": round(time.perf_counter() - start, 3), "throttled": solving.throttled,
+               **({} if ahead else window.stats()), "first_dispatch_perf": start}  # fmt: skip
     return {**figures, "not_sent_budget": len(not_sent)} if not_sent else figures

@@ -5,7 +5,10 @@ adversarial, broken, or simply looping. The engine therefore never calls
 ``Benchmark.score_sample`` in its own process. :class:`Scorer` sends each sample to a
 small pool of worker processes (pebble's ``ProcessPool``), and every worker:
 
-* scores one sample at a time under a wall-clock limit, ``benchmark.score_timeout_s``.
+* scores one sample at a time under a wall-clock limit, ``benchmark.score_timeout_s``
+  (answers that arrive together go in one task under one sample's limit for them all; a
+  task past it is no verdict, and each of its answers is scored again alone, so every
+  verdict stays one sample's under its own limit).
   A sample that runs past it gets its worker killed and replaced. That is the one bound
   that holds for pure-Python loops, the regular-expression engine (a signal cannot
   interrupt it in the same thread) and C-level parsers alike;
@@ -47,6 +50,9 @@ from evalkit.types import Sample, SampleScore, Trajectory
 #: worker processes of the pool (scoring is CPU-bound; more than the cores buys nothing)
 WORKERS = max(1, min(2, os.cpu_count() or 1))
 
+#: the most answers in one scoring task
+MAX_TOGETHER = 64
+
 _BENCH: Benchmark | None = None
 
 
@@ -77,6 +83,11 @@ def _score_in_worker(sample: Sample, trajectory: Trajectory) -> tuple[str, Any, 
     started = time.perf_counter()
     kind, value = _score(sample, trajectory)
     return kind, value, time.perf_counter() - started
+
+
+def _score_all_in_worker(samples: list[Sample], trajectories: list[Trajectory]) -> list[tuple[str, Any, float]]:
+    """:func:`_score_in_worker` of each pair, one after the other, in one task."""
+    return [_score_in_worker(sample, trajectory) for sample, trajectory in zip(samples, trajectories)]
 
 
 def _score(sample: Sample, trajectory: Trajectory) -> tuple[str, Any]:
@@ -111,9 +122,12 @@ class Scorer:
         # that runs Ray's threads
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["evalkit.benchmarks"])
+        self._waiting: list[tuple[Sample, Trajectory, asyncio.Future[Any]]] = []
+        self._tasks: set[asyncio.Future[Any]] = set()
         self.pool = ProcessPool(
             max_workers=WORKERS, context=context, initializer=_init_worker, initargs=(pickle.dumps(bench), self.memory_mb)
         )
+        self.pool.schedule(os.getpid)  # starts the workers now, while the run starts, not at its first answer
 
     def _schedule(self, sample: Sample, trajectory: Trajectory) -> concurrent.futures.Future:
         return self.pool.schedule(_score_in_worker, args=(sample, trajectory), timeout=self.timeout_s)
@@ -123,13 +137,18 @@ class Scorer:
         """True once the scoring seconds reached ``budget_s`` (never without a budget)."""
         return self.budget_s is not None and self.spent_s >= self.budget_s
 
-    def _verdict(self, sample: Sample, future: concurrent.futures.Future) -> SampleScore:
+    def _outcome(self, future: concurrent.futures.Future) -> Any:
+        """The task's result, or ``("time" | "crash", message, seconds)`` when it was stopped
+        past its time or its worker died."""
         try:
-            kind, value, seconds = future.result()
+            return future.result()
         except concurrent.futures.TimeoutError:
-            kind, value, seconds = "time", f"scoring ran past benchmark.score_timeout_s={self.timeout_s:g} s and was stopped", self.timeout_s
+            return "time", f"scoring ran past benchmark.score_timeout_s={self.timeout_s:g} s and was stopped", self.timeout_s
         except Exception as exc:  # noqa: BLE001 - pebble's ProcessExpired: the worker died (killed, crashed)
-            kind, value, seconds = "crash", f"the scoring process died ({type(exc).__name__}: {str(exc)[:200]})", 0.0
+            return "crash", f"the scoring process died ({type(exc).__name__}: {str(exc)[:200]})", 0.0
+
+    def _verdict(self, sample: Sample, outcome: tuple[str, Any, float]) -> SampleScore:
+        kind, value, seconds = outcome
         self.spent_s += seconds
         if kind == "ok":
             return value
@@ -139,23 +158,69 @@ class Scorer:
 
     async def score(self, sample: Sample, trajectory: Trajectory) -> SampleScore | None:
         """The verdict on ``sample``, computed in a worker; ``None`` when the run's scoring
-        budget is spent before a worker started on it; never raises."""
+        budget is spent before a worker started on it; never raises.
+
+        Answers asked for in one turn of the event loop (those that arrived together: the
+        model workers send results several at a time) go to a worker in one task (one round
+        trip for many), under one sample's time limit for them all: a task that runs past it, or
+        whose worker dies, is not a verdict on any of them; each is then scored again alone
+        under its own limit, so every verdict is one sample's, as if scored alone."""
+        if self.budget_spent:
+            return None
+        loop = asyncio.get_running_loop()
+        if not self._waiting:
+            loop.call_soon(self._send)  # after the answers that arrived with this one asked too
+        verdict: asyncio.Future[SampleScore | None] = loop.create_future()
+        self._waiting.append((sample, trajectory, verdict))
+        return await verdict
+
+    def _send(self) -> None:
+        for start in range(0, len(self._waiting), MAX_TOGETHER):
+            task = asyncio.ensure_future(self._score_together(self._waiting[start : start + MAX_TOGETHER]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._waiting = []
+
+    async def _score_together(self, asked: list[tuple[Sample, Trajectory, asyncio.Future[Any]]]) -> None:
+        if len(asked) > 1:
+            future = self.pool.schedule(_score_all_in_worker, args=([a[0] for a in asked], [a[1] for a in asked]), timeout=self.timeout_s)
+            if not await self._finished(future):
+                return self._answer(asked, [None] * len(asked))
+            outcome = self._outcome(future)
+            if isinstance(outcome, list):
+                return self._answer(asked, [self._verdict(a[0], o) for a, o in zip(asked, outcome)])
+            self.spent_s += outcome[2]  # the task's own time, spent on no verdict
+        verdicts = await asyncio.gather(*(self._alone(sample, trajectory) for sample, trajectory, _ in asked))
+        self._answer(asked, list(verdicts))
+
+    @staticmethod
+    def _answer(asked: list[tuple[Sample, Trajectory, asyncio.Future[Any]]], verdicts: list[SampleScore | None]) -> None:
+        for (_, _, waiting), verdict in zip(asked, verdicts):
+            if not waiting.done():
+                waiting.set_result(verdict)
+
+    async def _alone(self, sample: Sample, trajectory: Trajectory) -> SampleScore | None:
         if self.budget_spent:
             return None
         future = self._schedule(sample, trajectory)
+        return self._verdict(sample, self._outcome(future)) if await self._finished(future) else None
+
+    async def _finished(self, future: concurrent.futures.Future) -> bool:
+        """Wait for a scoring task; False when it was cancelled, still queued behind others,
+        because the run's scoring budget ran out."""
         waiting = asyncio.wrap_future(future)
         while not (await asyncio.wait([waiting], timeout=0.25))[0]:
             if self.budget_spent and not future.running() and future.cancel():
-                return None  # still queued behind others when the budget ran out
+                return False
         if not waiting.cancelled():
             waiting.exception()  # retrieved: the verdict reads the outcome from ``future``
-        return self._verdict(sample, future)
+        return True
 
     def score_sync(self, sample: Sample, trajectory: Trajectory) -> SampleScore:
-        """:meth:`score` for callers without an event loop."""
+        """:meth:`score` for callers without an event loop (one sample at a time)."""
         future = self._schedule(sample, trajectory)
         concurrent.futures.wait([future])
-        return self._verdict(sample, future)
+        return self._verdict(sample, self._outcome(future))
 
     def close(self) -> None:
         """Stop the workers (every verdict asked for has been awaited by then)."""
