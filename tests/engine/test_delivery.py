@@ -136,7 +136,7 @@ def _run(workers: list[FakeWorker], units: list[WorkItem], concurrency: int = 8,
 
         class Executor:
             submit = staticmethod(d.submit)
-            ahead = concurrency
+            ahead = d.ahead
 
         await asyncio.wait_for(run_units(Executor(), units, concurrency, on_result), timeout=10)
         d.close()
@@ -154,18 +154,18 @@ def test_every_unit_is_answered_once_in_batches_to_the_least_loaded_worker():
     assert all(got[u.key].final_output == f"answer of {u.sample.id}" for u in units)
     sent = [k for w in workers for b in w.batches for k in b]
     assert Counter(sent) == Counter(u.key for u in units)  # no resends
-    assert len(workers[0].batches[0]) == len(workers[1].batches[0]) == 8  # each worker's room: twice its share
-    assert max(len(b) for w in workers for b in w.batches) <= 8
+    assert len(workers[0].batches[0]) == len(workers[1].batches[0]) == 4  # the first window, split evenly
+    assert max(len(b) for w in workers for b in w.batches) <= 4  # a share of 4 holds no units ahead
     assert [w.peak_running for w in workers] == [4, 4]  # never more than its share at once
     assert {k: d.stats[k] for k in ("resent", "duplicates", "workers_lost")} == {"resent": 0, "duplicates": 0, "workers_lost": 0}
     assert d.stats["calls"] == sum(len(w.batches) for w in workers)
 
 
-def test_when_results_trickle_in_a_call_still_carries_a_quarter_of_the_room():
-    """Results one by one (random latencies): a worker is refilled once it holds at most
-    ``REFILL`` of its room, so a call carries about a quarter of the room (here 4 units for a
-    share of 8; a unit whose freed slot the driver has not refilled yet at the flush waits
-    for the next call), never one unit per freed slot."""
+def test_when_results_trickle_in_a_call_still_carries_about_a_share_of_units():
+    """Results one by one (random latencies), a share of 8: the worker holds up to 24 units
+    (16 waiting ahead of its slots) and is refilled once it has room for 8, so a call
+    carries about 8 units (a unit whose freed slot the driver has not refilled yet at the
+    flush waits for the next call), never one unit per freed slot."""
     import random
 
     rng = random.Random(7)
@@ -174,8 +174,8 @@ def test_when_results_trickle_in_a_call_still_carries_a_quarter_of_the_room():
     got, handed, _ = _run([worker], _units(200), concurrency=8)
     assert len(got) == 200 and set(handed.values()) == {1}
     sizes = [len(b) for b in worker.batches]
-    assert sizes[0] == 16 and sorted(sizes)[len(sizes) // 2] >= 4, str(sizes)
-    assert len(sizes) <= 200 // 4 and worker.peak_running == 8, str(sizes)  # a call per freed slot: 185
+    assert sizes[0] == 24 and sorted(sizes)[len(sizes) // 2] >= 8, str(sizes)
+    assert len(sizes) <= 200 // 6 and worker.peak_running == 8, str(sizes)  # a call per freed slot: 177
 
 
 def test_a_batch_never_exceeds_max_batch():
@@ -183,7 +183,7 @@ def test_a_batch_never_exceeds_max_batch():
     got, _, _ = _run(workers, _units(20), concurrency=20, max_batch=6)
     assert len(got) == 20 and [len(b) for b in workers[0].batches[:4]] == [6, 6, 6, 2]
     got, _, _ = _run(workers := [FakeWorker()], _units(50), concurrency=20, max_batch=6)
-    assert len(got) == 50 and [len(b) for b in workers[0].batches[:7]] == [6, 6, 6, 6, 6, 6, 4]  # a room of 40
+    assert len(got) == 50 and [len(b) for b in workers[0].batches[:9]] == [6] * 8 + [2]  # a room of 60
 
 
 def test_a_result_delivered_twice_is_handed_on_once():

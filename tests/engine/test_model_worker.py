@@ -70,7 +70,7 @@ class _Slow:
         return Completion(text="ok", finish_reason="stop", usage={"prompt_tokens": 3, "completion_tokens": 1})
 
 
-def _worker_run(delays: dict[str, float], share: int) -> tuple[list[list[str]], _Slow]:
+def _worker_run(delays: dict[str, float], share: int, least: int = 1) -> tuple[list[list[str]], _Slow]:
     """Every sample of ``delays`` sent to one in-process ModelWorker in one ``solve`` call:
     ``(the sample ids of each list it yielded, the model)``."""
     from evalkit.benchmarks.base import Generate
@@ -84,7 +84,7 @@ def _worker_run(delays: dict[str, float], share: int) -> tuple[list[list[str]], 
     async def scenario() -> list[list[str]]:
         worker = ModelWorker(lambda: Agents(model), None)
         await worker.configure("job", [asyncio.sleep(0, result=(Generate(), {}, {}, None))])
-        return [[key[0] for key, _ in item] async for item in worker.solve("job", [], None, (share, True), units)]
+        return [[key[0] for key, _ in item] async for item in worker.solve("job", [], None, (share, True, least), units)]
 
     return asyncio.run(scenario()), model
 
@@ -97,12 +97,12 @@ def test_a_worker_solves_at_most_its_share_at_once_and_holds_the_rest_in_order()
     assert sorted(k for item in items for k in item) == sorted(f"s{i}" for i in range(12))
 
 
-def test_finished_units_go_back_a_quarter_of_the_share_at_a_time_or_within_the_wait():
-    """Share 8: results go back 2 at a time (a quarter of the share), not one Ray message each;
-    a unit finishing alone (the last, long after the others) goes back on its own after at
-    most ``RESULTS_WAIT_S``."""
+def test_finished_units_go_back_least_at_a_time_or_within_the_wait():
+    """``least`` 2: results go back 2 at a time, not one Ray message each; a unit finishing
+    alone (the last, long after the others) goes back on its own after at most
+    ``RESULTS_WAIT_S``."""
     delays = {f"s{i}": 0.02 * (i + 1) for i in range(8)}  # one finishes every 20 ms
     delays["late"] = 1.0
-    items, _ = _worker_run(delays, share=8)
+    items, _ = _worker_run(delays, share=8, least=2)
     assert [len(item) for item in items] == [2, 2, 2, 2, 1] and items[-1] == ["late"]
     assert items[0] == ["s0", "s1"]

@@ -4,14 +4,15 @@ streaming generators (``num_returns="streaming"``), each unit journaled once.
 Rules (each tested in-process against a fake actor handle, tests/engine/test_delivery.py):
 
 * worker ``i`` solves at most ``shares[i]`` units at a time (its share of
-  ``backend.concurrency``; the worker keeps that window) and holds up to as many again
-  waiting, so that a slot freed there is refilled without a call; the units queued within
-  ``FLUSH_DELAY_S`` go to the live workers with the fewest units held for their share, but
-  only to a worker holding at most ``REFILL`` of its room (``ROOM × share``), which gets as
-  many as fill it: when results trickle in one by one, each call still carries a third of
-  the worker's room, not one unit; at most ``max_batch`` units go in one call of its
-  ``solve`` generator, which yields ``[(unit key, result), ...]``, the results ready
-  together, as units finish;
+  ``backend.concurrency``; the worker keeps that window); with a share of ``AHEAD_FROM``
+  or more it holds up to ``ROOM`` times its share, the rest waiting there, so that a slot
+  freed there is refilled without a call. The units queued within ``FLUSH_DELAY_S`` go to
+  the live workers with the emptiest rooms, but only to a worker with a free slot or, when
+  it holds units ahead, room for half of them, which is then filled: when results trickle
+  in one by one, a call still carries about a share of units, not one; at most
+  ``max_batch`` units go in one call of its ``solve`` generator, which yields ``[(unit
+  key, result), ...]`` as units finish (half a share at a time for a worker holding units
+  ahead, else each at once);
 * the generator runs with Ray's task retries off: after a worker dies Ray would re-run it
   from the start and drop its first items *by position* (some units would come back twice,
   others never). The driver resends by unit key instead, and takes the first result of
@@ -45,10 +46,10 @@ UNIT_MAX_TRIES = 3
 MAX_BATCH = 64
 #: units queued within this long of the first go out together (seconds)
 FLUSH_DELAY_S = 0.005
-#: a worker holds at most this many times its share: its share solving, the rest waiting
-ROOM = 3
-#: a worker is sent units once it holds at most this part of its room
-REFILL = 2 / 3
+#: a worker with a share of at least ``AHEAD_FROM`` holds up to ``ROOM`` times its share:
+#: its share solving, the rest waiting there (with a smaller share a few slow requests
+#: would hold up every unit waiting behind them, so it holds only its share)
+ROOM, AHEAD_FROM = 3, 8
 #: a stream with no result for this long pings its worker (seconds)
 LIVENESS_S = 30.0
 #: a worker that does not answer a ping within this (its restart included) is left out (seconds)
@@ -72,7 +73,7 @@ class Delivery:
     ``solve.options(num_returns="streaming").remote(*solve_args, (share, adaptive), units)``
     iterating awaitables of ``[(key, trajectory or exception), ...]`` (the results ready
     together), and ``ping.remote()``); ``submit`` is awaited once per unit, with a unique
-    ``unit.key``, at most ``ROOM × sum(shares)`` at a time. A worker that lost units once gets
+    ``unit.key``, at most ``sum(shares) + ahead`` at a time. A worker that lost units once gets
     ``again_args`` instead of ``solve_args`` from then on (a restarted process must be told
     the run again)."""
 
@@ -80,14 +81,18 @@ class Delivery:
                  max_batch: int = MAX_BATCH, liveness_s: float = LIVENESS_S, ping_timeout_s: float = PING_TIMEOUT_S,
                  again_args: tuple[Any, ...] | None = None, flush_delay_s: float = FLUSH_DELAY_S):  # fmt: skip
         self.flush_delay_s, self.shares, self.adaptive = flush_delay_s, shares, adaptive
+        self.rooms = [share * ROOM if share >= AHEAD_FROM else share for share in shares]
+        self.ahead = sum(self.rooms) - sum(shares)  # units the workers may hold beyond their free slots
+        #: each worker's ``(share, adaptive, results per stream item)``: half its share with
+        #: units waiting ahead (they keep its slots busy meanwhile), else each result at once
+        self.windows = [(sh, adaptive, max(1, sh // 2) if room > sh else 1) for sh, room in zip(shares, self.rooms)]
         self.workers, self.solve_args, self.max_batch = workers, solve_args, max_batch
         self.again_args = again_args  # the arguments of a call to a worker lost before (it may be a new process)
-        self.lost_before = [False] * len(workers)
         self.liveness_s, self.ping_timeout_s = liveness_s, ping_timeout_s
-        self.load, self.live = [0] * len(workers), [True] * len(workers)
+        self.load, self.live, self.lost_before = [0] * len(workers), [True] * len(workers), [False] * len(workers)
         self.checking: dict[int, asyncio.Future[bool]] = {}
-        self.held: dict[Hashable, _Held] = {}
-        self.queue: list[Hashable] = []
+        self.held: dict[Hashable, _Held] = {}  # the units not answered yet
+        self.queue: list[Hashable] = []  # and of them, those waiting here
         self.suspects: deque[Hashable] = deque()
         self.suspect_out = self.flush_soon = False
         self.tasks: set[asyncio.Future[Any]] = set()
@@ -129,7 +134,7 @@ class Delivery:
             self.suspect_out = True
             self._send(min(usable, key=self._fill), [self.suspects.popleft()], suspect=True)
         batches: dict[int, list[Hashable]] = {}
-        open_ = [i for i in usable if self._fill(i) <= REFILL]
+        open_ = [i for i in usable if self._open(i)]
         while self.queue and open_:  # one unit at a time to the emptiest, until every room is full
             i = min(open_, key=self._fill)
             self.load[i] += 1  # counted now, so the next unit sees it; _send counts it again
@@ -142,17 +147,18 @@ class Delivery:
                 self._send(i, keys[start : start + self.max_batch])
 
     def _fill(self, i: int) -> float:
-        """How full worker ``i``'s room (``ROOM`` times its share) is: 0 empty, 1 full."""
-        return self.load[i] / (ROOM * self.shares[i])
+        """How full worker ``i``'s room is: 0 empty, 1 full."""
+        return self.load[i] / self.rooms[i]
+
+    def _open(self, i: int) -> bool:
+        """Whether worker ``i`` is sent units: a free slot, or with units ahead, room for half of them."""
+        return self.rooms[i] - self.load[i] >= max(1, (self.rooms[i] - self.shares[i]) // 2)
 
     def _send(self, i: int, keys: list[Hashable], suspect: bool = False) -> None:
-        sends = []
         for key in keys:
-            held = self.held[key]
-            held.worker, held.send = i, held.send + 1
-            sends.append((key, held.send))
-        self.load[i] += len(keys)
-        self.stats["calls"] += 1
+            self.held[key].worker, self.held[key].send = i, self.held[key].send + 1
+        sends = [(key, self.held[key].send) for key in keys]
+        self.load[i], self.stats["calls"] = self.load[i] + len(keys), self.stats["calls"] + 1
         task = asyncio.ensure_future(self._stream(i, sends, suspect))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -165,7 +171,7 @@ class Delivery:
         try:
             units = [self.held[key].unit for key, _ in sends if key in self.held]
             args = self.again_args if self.lost_before[i] and self.again_args is not None else self.solve_args
-            async for ref in self.workers[i].solve.options(num_returns="streaming").remote(*args, (self.shares[i], self.adaptive), units):
+            async for ref in self.workers[i].solve.options(num_returns="streaming").remote(*args, self.windows[i], units):
                 ready = await ref
                 watch.last, self.stats["items"] = watch.loop.time(), self.stats["items"] + 1
                 for key, result in ready:
@@ -234,7 +240,7 @@ class Delivery:
             return False
         if held.worker >= 0:
             self.load[held.worker] -= 1
-            if self.queue and self._fill(held.worker) <= REFILL:  # only then can a flush send it more
+            if self.queue and self._open(held.worker):  # only then can a flush send it more
                 self._flush_later()
         if held.future.done():
             return False

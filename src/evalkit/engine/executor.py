@@ -33,7 +33,7 @@ from evalkit.engine.budget import Budget, RemoteBudget, keeper
 from evalkit.engine.cache import open_cache
 from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
-from evalkit.engine.delivery import ROOM, Delivery
+from evalkit.engine.delivery import Delivery
 from evalkit.engine.ratelimit import AdaptiveWindow, EndpointGate, endpoint_key, shared_limits, throttled_count
 from evalkit.types import Trajectory, sha256_hex
 
@@ -166,18 +166,19 @@ class ModelWorker:
 
         return litellm_price(provider_model)
 
-    async def solve(self, registration: str, holder: list[Any], budget: Any, window: tuple[int, bool],
+    async def solve(self, registration: str, holder: list[Any], budget: Any, window: tuple[int, bool, int],
                     units: list[WorkItem]) -> AsyncIterator[list[tuple[Any, Any]]]:  # fmt: skip
         """Solve ``units`` of the run registered as ``registration`` (first from ``holder`` when this process
         does not know it: a restarted worker; the driver sends an empty ``holder`` to a
         worker it has not lost, as the run's object reference costs every call), yielding
-        ``[(unit key, trajectory or the exception solving raised), ...]`` as units finish, a
-        half the share at a time or what finished within ``RESULTS_WAIT_S`` of the
-        first (:func:`_together`: one Ray message for many units; a unit's slot is free when
-        it finishes, so this delays the driver's journal, not the next unit); nothing for a
-        run that has ended or is not known here.
+        ``[(unit key, trajectory or the exception solving raised), ...]`` as units finish,
+        ``least`` at a time or what finished within ``RESULTS_WAIT_S`` of the first
+        (:func:`_together`: one Ray message for many units; the driver asks for more than
+        one only while units wait here ahead of the slots, which keep the slots busy, so this
+        delays the driver's journal, not the next unit); nothing for a run that has ended or
+        is not known here.
 
-        ``window``: ``(share, adaptive)``, this worker's share of ``backend.concurrency``:
+        ``window``: ``(share, adaptive, least)``, ``share`` this worker's share of ``backend.concurrency``:
         the run's units solve here at most ``share`` at a time, fewer while the provider
         throttles (an :class:`~evalkit.engine.ratelimit.AdaptiveWindow` per run, over every
         call of it), and the rest wait here in the order they came (the driver sends units
@@ -189,12 +190,12 @@ class ModelWorker:
             return
         solver, agent_params, user_params, _ = state
         gate = RemoteBudget(budget) if budget is not None else None
-        slots = self.windows.get(registration) or self.windows.setdefault(registration, AdaptiveWindow(*window))
+        slots = self.windows.get(registration) or self.windows.setdefault(registration, AdaptiveWindow(*window[:2]))
         running = self.running.setdefault(registration, set())
         tasks = [asyncio.ensure_future(self._one(solver, unit, agent_params, user_params, gate, slots)) for unit in units]
         running.update(tasks)
         try:
-            async for done in _together(tasks, max(1, window[0] // 2), RESULTS_WAIT_S):
+            async for done in _together(tasks, window[2], RESULTS_WAIT_S):
                 yield [task.result() for task in done]
         finally:
             for task in tasks:
@@ -340,9 +341,9 @@ class RayExecutor:
         self._ready: list[Any] = [w.ping.remote() for w in self.workers]
         self.pids: list[int] = []
         self.shares = [concurrency // n + (i < concurrency % n) for i in range(n)]  # they sum to concurrency
-        self.ahead = (ROOM - 1) * sum(self.shares)  # units the workers may hold beyond their free slots
         self.delivery = Delivery(self.workers, (self.registration, [], None), self.shares, adaptive,
                                  again_args=(self.registration, self._holder, None))  # fmt: skip
+        self.ahead = self.delivery.ahead  # units the workers may hold beyond their free slots
         self.budget_keeper: Any = None
         self.limits = limits
         if limits:

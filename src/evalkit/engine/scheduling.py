@@ -2,7 +2,9 @@
 
 * at most ``backend.concurrency`` units are in flight, and fewer while the provider
   throttles: an AIMD window (:class:`~evalkit.engine.ratelimit.AdaptiveWindow`) halves on a unit that met HTTP 429
-  and grows back by one per window of unthrottled results;
+  and grows back by one per window of unthrottled results. An executor whose workers keep
+  that window over their shares (``executor.ahead`` > 0, :class:`~evalkit.engine.executor.RayExecutor`)
+  is handed ``ahead`` units more than ``backend.concurrency``, which wait in the workers;
 * units are dispatched in selection order, and each result is handed to the driver's
   ``on_result`` (which journals it) the moment it arrives;
 * no unit is dispatched once the run's budget is spent or refused a call
