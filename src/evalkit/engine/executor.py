@@ -297,9 +297,11 @@ def _pool_key(agents_factory: Callable[[], Any], cache: str | None, n: int, per_
 
 class RayExecutor:
     """Spreads units over ``num_workers`` async Ray actors (:class:`ModelWorker`) through a
-    :class:`~evalkit.engine.delivery.Delivery`: each batch to the live actor with the
-    fewest units in flight, so a unit never waits behind a slow request on one actor while
-    another has fewer; results come back on Ray streaming generators as they finish.
+    :class:`~evalkit.engine.delivery.Delivery`: each actor solves its share of
+    ``backend.concurrency`` at once (``shares``), and one with a share of 8 or more holds up
+    to twice as many units again waiting (``ahead`` in all: such a unit waits only while
+    every slot of its actor is taken); batches go to the live actors with the emptiest
+    rooms; results come back on Ray streaming generators as they finish.
 
     Creating the executor starts the workers without waiting (they need only the model
     clients: the engine starts them while the benchmark's data loads); :meth:`register`
