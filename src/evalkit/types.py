@@ -167,7 +167,9 @@ class Completion:
     throttled: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Its fields as a new dict (``usage`` copied): what :func:`dataclasses.asdict` gives,
+        without its deep copy of every value (this is on every answer's path)."""
+        return {**self.__dict__, "usage": dict(self.usage) if self.usage is not None else None}
 
 
 @dataclass

@@ -106,3 +106,60 @@ def test_finished_units_go_back_least_at_a_time_or_within_the_wait():
     items, _ = _worker_run(delays, share=8, least=2)
     assert [len(item) for item in items] == [2, 2, 2, 2, 1] and items[-1] == ["late"]
     assert items[0] == ["s0", "s1"]
+
+
+def test_the_results_of_two_calls_go_back_together_on_either_stream_once_each():
+    """Two ``solve`` calls of one run open in a worker at once: a stream yields the results
+    ready of both calls (one Ray message for both), every unit comes back exactly once over
+    the two streams, and each stream ends once its own units are all gone."""
+    from evalkit.benchmarks.base import Generate
+    from evalkit.engine.work import WorkItem
+    from evalkit.models.factory import Agents
+    from evalkit.types import Request, Sample
+
+    delays = {f"s{i}": 0.01 * (1 + i % 5) for i in range(20)}
+    model = _Slow(delays)
+    units = [WorkItem(Sample(i, "x"), Request(i, "x", messages=[{"role": "user", "content": i}])) for i in delays]
+
+    async def scenario() -> list[list[list[str]]]:
+        worker = ModelWorker(lambda: Agents(model), None)
+        await worker.configure("job", [asyncio.sleep(0, result=(Generate(), {}, {}, None))])
+
+        async def stream(part: list) -> list[list[str]]:
+            return [[key[0] for key, _ in item] async for item in worker.solve("job", [], None, (8, True, 4), part)]
+
+        return list(await asyncio.wait_for(asyncio.gather(stream(units[:10]), stream(units[10:])), 10))
+
+    first, second = asyncio.run(scenario())
+    came = [sid for items in (first, second) for item in items for sid in item]
+    assert sorted(came) == sorted(delays)  # each once
+    mixed = [item for items in (first, second) for item in items if {int(s[1:]) < 10 for s in item} == {True, False}]
+    assert mixed, (first, second)  # some item carried results of both calls
+    assert model.peak == 8
+
+
+def test_a_run_forgotten_mid_call_ends_its_streams_without_hanging():
+    """``forget`` cancels the run's units, those still waiting for a slot too: each open stream
+    then ends (the driver counts the units it did not bring back as lost) instead of waiting
+    for results that will never come."""
+    from evalkit.benchmarks.base import Generate
+    from evalkit.engine.work import WorkItem
+    from evalkit.models.factory import Agents
+    from evalkit.types import Request, Sample
+
+    model = _Slow({f"s{i}": 30.0 for i in range(6)})
+    units = [WorkItem(Sample(f"s{i}", "x"), Request(f"s{i}", "x", messages=[{"role": "user", "content": "q"}])) for i in range(6)]
+
+    async def scenario() -> list:
+        worker = ModelWorker(lambda: Agents(model), None)
+        await worker.configure("job", [asyncio.sleep(0, result=(Generate(), {}, {}, None))])
+
+        async def stream() -> list:
+            return [item async for item in worker.solve("job", [], None, (2, True, 1), units)]
+
+        running = asyncio.ensure_future(stream())
+        await asyncio.sleep(0.05)
+        worker.forget("job")
+        return await asyncio.wait_for(running, 5)
+
+    assert asyncio.run(scenario()) == []

@@ -99,6 +99,7 @@ class ModelWorker:
         self.forgotten: set[str] = set()  # runs ended: a late call must not register them
         self.running: dict[str, set[asyncio.Future[Any]]] = {}
         self.windows: dict[str, AdaptiveWindow] = {}  # per run: its units in flight here (this worker's share)
+        self.outboxes: dict[str, _Outbox] = {}  # per run: its finished units until a stream takes them
         self.leases_claimed = False  # the leases of the process this one replaced were given back
 
     async def configure(self, registration: str, holder: list[Any]) -> tuple[int, str]:
@@ -145,6 +146,7 @@ class ModelWorker:
         self.forgotten.add(registration)
         self.runs.pop(registration, None)
         self.windows.pop(registration, None)
+        self.outboxes.pop(registration, None)
         for task in self.running.pop(registration, set()):
             task.cancel()
 
@@ -172,8 +174,8 @@ class ModelWorker:
         does not know it: a restarted worker; the driver sends an empty ``holder`` to a
         worker it has not lost, as the run's object reference costs every call), yielding
         ``[(unit key, trajectory or the exception solving raised), ...]`` as units finish,
-        ``least`` at a time or what finished within ``RESULTS_WAIT_S`` of the first
-        (:func:`_together`: one Ray message for many units; the driver asks for more than
+        ``least`` at a time or what finished within ``RESULTS_WAIT_S`` of the first, the
+        results of this run's other calls here too (:class:`_Outbox`: one Ray message for many units; the driver asks for more than
         one only while units wait here ahead of the slots, which keep the slots busy, so this
         delays the driver's journal, not the next unit); nothing for a run that has ended or
         is not known here.
@@ -191,27 +193,33 @@ class ModelWorker:
         solver, agent_params, user_params, _ = state
         gate = RemoteBudget(budget) if budget is not None else None
         slots = self.windows.get(registration) or self.windows.setdefault(registration, AdaptiveWindow(*window[:2]))
+        box, mine = self.outboxes.setdefault(registration, _Outbox()), [len(units)]
         running = self.running.setdefault(registration, set())
-        tasks = [asyncio.ensure_future(self._one(solver, unit, agent_params, user_params, gate, slots)) for unit in units]
+        tasks = [asyncio.ensure_future(self._one(solver, unit, agent_params, user_params, gate, slots, box, mine)) for unit in units]
         running.update(tasks)
         try:
-            async for done in _together(tasks, window[2], RESULTS_WAIT_S):
-                yield [task.result() for task in done]
+            async for results in box.stream(mine, window[2], RESULTS_WAIT_S):
+                yield results
         finally:
             for task in tasks:
                 task.cancel()
                 running.discard(task)
 
     async def _one(self, solver: Any, unit: WorkItem, agent_params: dict[str, Any], user_params: dict[str, Any],
-                   gate: Any, slots: AdaptiveWindow) -> tuple[Any, Any]:  # fmt: skip
-        seq, result = await slots.acquire(), None
+                   gate: Any, slots: AdaptiveWindow, box: "_Outbox", mine: list[int]) -> None:  # fmt: skip
+        seq, result = None, None
         try:
+            seq = await slots.acquire()
             result = await solve_unit(solver, unit, self.agents, self.cache, agent_params, user_params, gate)
         except Exception as exc:  # noqa: BLE001 - solve_unit returns failures; this is a bug, re-raised in the driver
             result = _portable(exc)
+        except asyncio.CancelledError:
+            box.gone(mine)
+            raise
         finally:
-            await slots.release(seq, throttled_count(result) if isinstance(result, Trajectory) else 0)
-        return unit.key, result
+            if seq is not None:
+                await slots.release(seq, throttled_count(result) if isinstance(result, Trajectory) else 0)
+        box.put((unit.key, result), mine)
 
     def window_stats(self, registration: str) -> dict[str, int] | None:
         """This worker's window of the run (:meth:`~evalkit.engine.ratelimit.AdaptiveWindow.stats`), or
@@ -254,30 +262,62 @@ def _portable(exc: Exception) -> Exception:
 RESULTS_WAIT_S = 0.2
 
 
-async def _together(tasks: list[asyncio.Future[Any]], least: int, within_s: float) -> AsyncIterator[list[asyncio.Future[Any]]]:
-    """``tasks`` as they finish, in lists: each of ``least`` tasks (fewer when fewer are
-    left), or of those finished within ``within_s`` seconds of its first."""
-    loop, ready, left = asyncio.get_running_loop(), [], len(tasks)
-    wake: list[Any] = [None, 1]  # the future set once ``ready`` holds the number after it
+class _Outbox:
+    """A run's finished units in a model worker until one of the run's open ``solve`` streams
+    takes them: whichever stream wakes first yields every result ready, its own call's and
+    the others' (one Ray message for the results of all the calls open in the worker),
+    ``least`` at a time or what finished within ``within_s`` of the first. A stream ends
+    once every unit of its own call is gone, on any stream (or cancelled): the driver takes
+    a result from whichever stream brings it, and counts a unit its stream ended without as
+    lost (:class:`~evalkit.engine.delivery.Delivery`)."""
 
-    def finished(task: asyncio.Future[Any]) -> None:
-        ready.append(task)
-        if wake[0] is not None and not wake[0].done() and len(ready) >= wake[1]:
-            wake[0].set_result(None)
+    def __init__(self) -> None:
+        self.ready: list[tuple[tuple[Any, Any], list[int]]] = []  # ((key, result), its call's units not yet gone)
+        self.waiters: set[asyncio.Future[None]] = set()
+        self.collecting = False
 
-    async def until(need: int, timeout: float | None) -> None:
-        if len(ready) < need:
-            wake[:] = [loop.create_future(), need]
-            await asyncio.wait([wake[0]], timeout=timeout)
+    def put(self, result: tuple[Any, Any], mine: list[int]) -> None:
+        self.ready.append((result, mine))
+        self._wake()
 
-    for task in tasks:
-        task.add_done_callback(finished)
-    while left:
-        await until(1, None)
-        await until(min(least, left), within_s)
-        done, ready[:] = ready[:], []
-        left -= len(done)
-        yield done
+    def gone(self, mine: list[int]) -> None:
+        """A unit of the call ``mine`` counts ended without a result (cancelled)."""
+        mine[0] -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _until(self, ok: Callable[[], bool], deadline: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        while not ok() and (deadline is None or loop.time() < deadline):
+            waiter = loop.create_future()
+            self.waiters.add(waiter)
+            try:
+                await asyncio.wait([waiter], timeout=None if deadline is None else deadline - loop.time())
+            finally:
+                self.waiters.discard(waiter)
+
+    async def stream(self, mine: list[int], least: int, within_s: float) -> AsyncIterator[list[tuple[Any, Any]]]:
+        loop = asyncio.get_running_loop()
+        while mine[0] > 0:
+            await self._until(lambda: bool(self.ready) and not self.collecting or mine[0] <= 0, None)
+            if mine[0] <= 0:
+                return
+            self.collecting = True  # one stream gathers at a time; the others wait for what comes after
+            try:
+                await self._until(lambda: len(self.ready) >= least, loop.time() + within_s)
+            finally:
+                self.collecting = False
+            taken, self.ready = self.ready, []
+            for _, owner in taken:
+                owner[0] -= 1
+            self._wake()  # a stream whose units went here may end; another may gather
+            if taken:
+                yield [result for result, _ in taken]
+
 
 #: the custom resource of the nodes meant for model workers (launchers/ray_local_cluster.sh
 #: gives it to its worker nodes): when the cluster has it, every model worker needs it, so
