@@ -604,13 +604,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="one epoch, shorter latencies (the test's setting)")
     p.add_argument("--keep-dir", type=Path, default=None, help="where trials run (default: a new temporary folder)")
     p.add_argument("--cap-s", type=float, default=None, help="a trial's wall-time cap (default 300 s; embedded and cluster 600 s)")
+    p.add_argument("--concurrency", type=int, default=Settings.concurrency,
+                   help="backend.concurrency of the fake trials (16 or more: each of the 2 workers holds units ahead of its slots)")
     a = p.parse_args(argv)
     s = Settings()
+    s.concurrency = a.concurrency
     if a.quick:
         s.repeats, s.median_s, s.cap_latency_s = 1, 0.4, 1.5
     root = a.keep_dir or Path(tempfile.mkdtemp(prefix="evalkit-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
-    flags = f"{' --quick' if a.quick else ''} --embedded-every {a.embedded_every} --cluster-every {a.cluster_every}"
+    flags = f"{' --quick' if a.quick else ''} --embedded-every {a.embedded_every} --cluster-every {a.cluster_every} --concurrency {a.concurrency}"
     print(f"chaos: {a.trials} trials from seed {a.seed} in {root}; fake trials {s.repeats} epoch(s) × 10 samples, "
           f"concurrency {s.concurrency}, {s.workers} workers, lognormal latency median {s.median_s} s σ {s.sigma}, "
           f"timeout {s.timeout_s} s, retry budget {s.retry_budget_s} s", flush=True)  # fmt: skip
