@@ -207,19 +207,23 @@ class ModelWorker:
 
     async def _one(self, solver: Any, unit: WorkItem, agent_params: dict[str, Any], user_params: dict[str, Any],
                    gate: Any, slots: AdaptiveWindow, box: "_Outbox", mine: list[int]) -> None:  # fmt: skip
-        seq, result = None, None
         try:
-            seq = await slots.acquire()
+            result = await self._in_slot(solver, unit, agent_params, user_params, gate, slots)
+        except asyncio.CancelledError:  # wherever it struck: the unit's stream must not wait for it
+            box.gone(mine)
+            raise
+        box.put((unit.key, result), mine)
+
+    async def _in_slot(self, solver: Any, unit: WorkItem, agent_params: dict[str, Any], user_params: dict[str, Any],
+                       gate: Any, slots: AdaptiveWindow) -> Any:  # fmt: skip
+        seq, result = await slots.acquire(), None
+        try:
             result = await solve_unit(solver, unit, self.agents, self.cache, agent_params, user_params, gate)
         except Exception as exc:  # noqa: BLE001 - solve_unit returns failures; this is a bug, re-raised in the driver
             result = _portable(exc)
-        except asyncio.CancelledError:
-            box.gone(mine)
-            raise
         finally:
-            if seq is not None:
-                await slots.release(seq, throttled_count(result) if isinstance(result, Trajectory) else 0)
-        box.put((unit.key, result), mine)
+            await slots.release(seq, throttled_count(result) if isinstance(result, Trajectory) else 0)
+        return result
 
     def window_stats(self, registration: str) -> dict[str, int] | None:
         """This worker's window of the run (:meth:`~evalkit.engine.ratelimit.AdaptiveWindow.stats`), or
@@ -311,6 +315,7 @@ class _Outbox:
                 await self._until(lambda: len(self.ready) >= least, loop.time() + within_s)
             finally:
                 self.collecting = False
+                self._wake()  # a stream closed while gathering leaves the others to it
             taken, self.ready = self.ready, []
             for _, owner in taken:
                 owner[0] -= 1
