@@ -70,7 +70,7 @@ class _Held:
 
 class Delivery:
     """Units to ``workers`` (Ray actor handles, or fakes with the same calls:
-    ``solve.options(num_returns="streaming").remote(*solve_args, (share, adaptive), units)``
+    ``solve.options(num_returns="streaming").remote(*solve_args, (share, adaptive, least), units)``
     iterating awaitables of ``[(key, trajectory or exception), ...]`` (the results ready
     together), and ``ping.remote()``); ``submit`` is awaited once per unit, with a unique
     ``unit.key``, at most ``sum(shares) + ahead`` at a time. A worker that lost units once gets
