@@ -136,7 +136,7 @@ def _run(workers: list[FakeWorker], units: list[WorkItem], concurrency: int = 8,
 
         class Executor:
             submit = staticmethod(d.submit)
-            ahead = d.ahead
+            keeps_window, ahead = True, d.ahead
 
         await asyncio.wait_for(run_units(Executor(), units, concurrency, on_result), timeout=10)
         d.close()

@@ -45,6 +45,11 @@ class Executor(Protocol):
     """Solves units; ``submit`` never raises for a unit's own failure (it is in the
     trajectory's ``failure``)."""
 
+    #: whether its workers keep the concurrency window themselves, and how many units beyond
+    #: ``backend.concurrency`` it may be handed (they wait in its workers)
+    keeps_window: bool
+    ahead: int
+
     async def submit(self, unit: WorkItem) -> Trajectory:  # pragma: no cover - protocol
         ...
 
@@ -53,7 +58,9 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Solves units in the driver's event loop (offline models)."""
+    """Solves units in the driver's event loop (offline models), under the driver's window."""
+
+    keeps_window, ahead = False, 0
 
     def __init__(
         self,
@@ -390,7 +397,7 @@ class RayExecutor:
         self.shares = [concurrency // n + (i < concurrency % n) for i in range(n)]  # they sum to concurrency
         self.delivery = Delivery(self.workers, (self.registration, [], None), self.shares, adaptive,
                                  again_args=(self.registration, self._holder, None))  # fmt: skip
-        self.ahead = self.delivery.ahead  # units the workers may hold beyond their free slots
+        self.keeps_window, self.ahead = True, self.delivery.ahead  # units the workers may hold beyond their free slots
         self.budget_keeper: Any = None
         self.limits = limits
         if limits:
