@@ -116,3 +116,27 @@ def test_window_never_drops_below_one(limit):
         return w.window
 
     assert asyncio.run(scenario()) == 1
+
+
+@pytest.mark.slow
+def test_a_run_on_its_own_local_ray_records_the_workers_windows(fake_openai, acebench_dir, tmp_path):
+    """The windows are the model workers' (each over its share): their figures are read while
+    the workers are up, before the run stops them and its own Ray. A run with a Ray instance
+    of its own (``python -m evalkit``, no ``runner.address``) read them after, from killed
+    actors, warned, and its summary had no window figures (a race: a new user's
+    `model=smollm2` run met it; this run did not, before the fix, on this machine)."""
+    import json
+    import subprocess
+
+    from tests.conftest import base_overrides, evalkit_cmd
+
+    fake_openai.set_plan({"default": {"content": "[]", "latency_s": 0.05}})
+    root = tmp_path / "out"
+    args = [*base_overrides(root, acebench_dir), *_storm_args(fake_openai)]
+    proc = subprocess.run(evalkit_cmd(*args), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run_dir,) = [p.parent for p in root.rglob("summary.json")]
+    engine = json.loads((run_dir / "summary.json").read_text())["engine"]
+    assert (engine["concurrency"], engine["min_window"], engine["window_decreases"]) == (CONCURRENCY, CONCURRENCY, 0)
+    assert 0 < engine["peak_in_flight"] <= CONCURRENCY
+    assert "window figures could not be read" not in proc.stderr + (run_dir / "evalkit.log").read_text()

@@ -227,11 +227,11 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
                 _note_unjournaled(executor, state.run_dir)
             raise
         phases.add("scoring_s", journaler.scoring_s)
+        if isinstance(executor, RayExecutor):  # read while its workers are up (the stack stops them)
+            engine.update(worker_pids=executor.pids, reused_workers=executor.reused, **executor.figures())
     phases.since_start("to_first_request_s", engine.pop("first_dispatch_perf"))
     phases.add("requests_s", engine["requests_wall_s"])
     engine["units"] = len(pending)
-    if isinstance(executor, RayExecutor):
-        engine.update(worker_pids=executor.pids, reused_workers=executor.reused, **executor.figures())
     return engine
 
 
