@@ -205,7 +205,22 @@ class TreeCpu:
         return totals
 
 
+def host_reference_ms() -> float:
+    """CPU milliseconds this process takes for a fixed pure-Python loop (3 million
+    additions): how fast the host runs Python at the moment. On a shared virtual machine this
+    moves by up to 2× from one minute to the next (other tenants), and every figure below
+    with it, so it is printed beside them; the best of 3 tries."""
+    best = float("inf")
+    for _ in range(3):
+        started, total = time.process_time(), 0
+        for i in range(3_000_000):
+            total += i
+        best = min(best, (time.process_time() - started) * 1000)
+    return best
+
+
 def measure(n: int, args: argparse.Namespace, profile: Path | None) -> dict[str, Any]:
+    reference = host_reference_ms()
     work = Path(tempfile.mkdtemp(prefix="engine_cpu-"))
     data = work / "prompts.jsonl"
     data.write_text("".join(json.dumps({"i": i, "text": f"sample {i}"}) + "\n" for i in range(n)))
@@ -228,7 +243,8 @@ def measure(n: int, args: argparse.Namespace, profile: Path | None) -> dict[str,
     result = json.loads((work / "out.json").read_text())
     if result["status"] != "complete" or result["n_scored"] != n:
         raise RuntimeError(f"run of {n}: {result['status']}, {result['n_scored']} scored")
-    return {"n": n, "wall": wall, "cpu": cpu, "engine": result["engine"], "phase_cpu": result.get("phase_cpu") or {}}
+    return {"n": n, "wall": wall, "cpu": cpu, "engine": result["engine"], "phase_cpu": result.get("phase_cpu") or {},
+            "reference_ms": reference}
 
 
 def main() -> None:
@@ -252,13 +268,15 @@ def main() -> None:
     wait = f"lognormal wait, median {args.latency_median} s" if args.latency_median > 0 else "no wait"
     print(f"instant model ({wait}), concurrency {args.concurrency}, {args.workers} model workers, load {os.getloadavg()[0]:.1f}")
     per_request: list[dict[str, float]] = []
+    references: list[float] = []
     in_phase: list[dict[str, float]] = []
     for r in range(args.repeat):
         a = measure(small, args, None)
         b = measure(large, args, args.profile / "driver.prof" if args.profile and r == 0 else None)
         for run in (a, b):
+            references.append(run["reference_ms"])
             phases = run["engine"].get("phases", {})
-            print(f"  N={run['n']:>6}: wall {run['wall']:.2f} s, requests phase {phases.get('requests_s', 0):.2f} s, CPU "
+            print(f"  N={run['n']:>6}: host reference {run['reference_ms']:.0f} ms, wall {run['wall']:.2f} s, requests phase {phases.get('requests_s', 0):.2f} s, CPU "
                   + ", ".join(f"{g} {run['cpu'][g]:.2f} s" for g in GROUPS))  # fmt: skip
             d = run["engine"].get("delivery") or {}
             if d.get("calls"):
@@ -281,8 +299,11 @@ def main() -> None:
     ph = {g: sorted(p[g] for p in in_phase)[len(in_phase) // 2] for g in GROUPS}
     for g in GROUPS:
         print(f"  {g:>14}: {ph[g]:.3f}")
+    phase_owns = [p["driver"] + p["model workers"] + p["scoring pool"] for p in in_phase]
     print(f"  evalkit's own: {ph['driver'] + ph['model workers'] + ph['scoring pool']:.3f} ms per request; "
-          f"with Ray's daemons {sum(ph.values()):.3f}")
+          f"with Ray's daemons {sum(ph.values()):.3f} (each run: {', '.join(f'{o:.3f}' for o in phase_owns)})")
+    print(f"\nhost reference before each run (a fixed 3 M-step Python loop, ms of CPU, best of 3; "
+          f"the figures above scale with it): {', '.join(f'{r:.0f}' for r in references)}")
 
 
 if __name__ == "__main__":

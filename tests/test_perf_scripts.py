@@ -72,6 +72,8 @@ def test_engine_cpu():
     assert "CPU per request, marginal over 8 requests" in out and "evalkit's own" in out, out
     phase = out.split("during the request phase of the N=16 run")[1]
     assert float(phase.split("driver:")[1].split()[0]) > 0, out  # the request phase's own CPU: never a negative marginal
+    references = out.split("host reference before each run")[1].split("):")[1].split(",")
+    assert len(references) == 2 and all(float(r) > 0 for r in references), out  # the host's speed beside each run
 
 
 def test_run_evalkit_alone(fake_openai, tmp_path):

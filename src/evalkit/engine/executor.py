@@ -27,10 +27,10 @@ import pickle
 import time
 import uuid
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Protocol
+from typing import Any, AsyncIterator, Callable, Iterable, Protocol
 
 from evalkit.engine.budget import Budget, RemoteBudget, keeper
-from evalkit.engine.cache import open_cache
+from evalkit.engine.cache import WriteBehind, open_cache
 from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
 from evalkit.engine.delivery import Delivery
@@ -101,7 +101,8 @@ class ModelWorker:
     def __init__(self, agents_factory: Callable[[], Any], cache_dir: str | None):
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         self.agents = agents_factory()
-        self.cache = open_cache(cache_dir)
+        cache = open_cache(cache_dir)
+        self.cache = WriteBehind(cache) if cache is not None else None  # stored as results go back
         self.runs: dict[str, tuple[Any, dict[str, Any], dict[str, Any], Any]] = {}
         self.forgotten: set[str] = set()  # runs ended: a late call must not register them
         self.running: dict[str, set[asyncio.Future[Any]]] = {}
@@ -151,6 +152,8 @@ class ModelWorker:
     def forget(self, registration: str) -> None:
         """Drop a run: its unfinished units are cancelled."""
         self.forgotten.add(registration)
+        if self.cache is not None:
+            self.cache.flush()
         self.runs.pop(registration, None)
         self.windows.pop(registration, None)
         self.outboxes.pop(registration, None)
@@ -206,6 +209,8 @@ class ModelWorker:
         running.update(tasks)
         try:
             async for results in box.stream(mine, window[2], RESULTS_WAIT_S):
+                if self.cache is not None:
+                    self.cache.flush()  # their answers are stored before they leave
                 yield results
         finally:
             for task in tasks:
@@ -273,6 +278,12 @@ def _portable(exc: Exception) -> Exception:
 RESULTS_WAIT_S = 0.2
 
 
+def _wake(waiters: Iterable[asyncio.Future[None]]) -> None:
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(None)
+
+
 class _Outbox:
     """A run's finished units in a model worker until one of the run's open ``solve`` streams
     takes them: whichever stream wakes first yields every result ready, its own call's and
@@ -284,49 +295,53 @@ class _Outbox:
 
     def __init__(self) -> None:
         self.ready: list[tuple[tuple[Any, Any], list[int]]] = []  # ((key, result), its call's units not yet gone)
-        self.waiters: set[asyncio.Future[None]] = set()
+        self.waiters: set[asyncio.Future[None]] = set()  # streams waiting to gather, or to end
+        self.gathering: set[asyncio.Future[None]] = set()  # the stream gathering, waiting for more results
         self.collecting = False
 
     def put(self, result: tuple[Any, Any], mine: list[int]) -> None:
+        """A finished unit of the call ``mine``. While a stream gathers, only it is woken (the
+        others wait for the gathering to end): one wake per result, not one per open stream."""
         self.ready.append((result, mine))
-        self._wake()
+        _wake(self.gathering if self.collecting else self.waiters)
 
     def gone(self, mine: list[int]) -> None:
         """A unit of the call ``mine`` counts ended without a result (cancelled)."""
         mine[0] -= 1
-        self._wake()
+        _wake(self.waiters)
 
-    def _wake(self) -> None:
-        for waiter in self.waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def _until(self, ok: Callable[[], bool], deadline: float | None) -> None:
+    @staticmethod
+    async def _until(ok: Callable[[], bool], deadline: float | None, into: set[asyncio.Future[None]]) -> None:
+        """Return once ``ok()`` holds or ``deadline`` (the loop's clock) has passed,
+        checking each time a future put in ``into`` is woken."""
         loop = asyncio.get_running_loop()
         while not ok() and (deadline is None or loop.time() < deadline):
             waiter = loop.create_future()
-            self.waiters.add(waiter)
+            into.add(waiter)
+            timer = None if deadline is None else loop.call_at(deadline, _wake, (waiter,))
             try:
-                await asyncio.wait([waiter], timeout=None if deadline is None else deadline - loop.time())
+                await waiter
             finally:
-                self.waiters.discard(waiter)
+                into.discard(waiter)
+                if timer is not None:
+                    timer.cancel()
 
     async def stream(self, mine: list[int], least: int, within_s: float) -> AsyncIterator[list[tuple[Any, Any]]]:
         loop = asyncio.get_running_loop()
         while mine[0] > 0:
-            await self._until(lambda: bool(self.ready) and not self.collecting or mine[0] <= 0, None)
+            await self._until(lambda: bool(self.ready) and not self.collecting or mine[0] <= 0, None, self.waiters)
             if mine[0] <= 0:
                 return
             self.collecting = True  # one stream gathers at a time; the others wait for what comes after
             try:
-                await self._until(lambda: len(self.ready) >= least, loop.time() + within_s)
+                await self._until(lambda: len(self.ready) >= least, loop.time() + within_s, self.gathering)
             finally:
                 self.collecting = False
-                self._wake()  # a stream closed while gathering leaves the others to it
+                _wake(self.waiters)  # a stream closed while gathering leaves the others to it
             taken, self.ready = self.ready, []
             for _, owner in taken:
                 owner[0] -= 1
-            self._wake()  # a stream whose units went here may end; another may gather
+            _wake(self.waiters)  # a stream whose units went here may end; another may gather
             if taken:
                 yield [result for result, _ in taken]
 

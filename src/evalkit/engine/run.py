@@ -30,7 +30,7 @@ from evalkit import secrets
 from evalkit.config import EvalConfig
 from evalkit.engine.batch import DETACHED_EXIT_CODE, batch_prices, check_batchable, refuse_live_resume, run_batch
 from evalkit.engine.budget import UNJOURNALED, Budget, journal_spend
-from evalkit.engine.cache import all_cached, open_cache
+from evalkit.engine.cache import all_cached, trim_cache
 from evalkit.engine.work import WorkItem, WorkList
 from evalkit.engine.executor import Executor, LocalExecutor, RayExecutor
 from evalkit.engine.finalize import finalize
@@ -130,7 +130,7 @@ def start(cfg: EvalConfig, stack: ExitStack, phases: Phases, shared: Session | N
     if networked:
         cache_dir = _cache_dir(cfg)
         if cache_dir is not None and cache_dir.exists():
-            open_cache(cache_dir).close()  # a corrupt cache: one line before anything runs
+            trim_cache(cache_dir)  # a corrupt cache: one line before anything runs; within its size bound
     if networked and not cfg.run.batch:  # a batch run waits in this process: no Ray
         with phases.timed("ray_start_s"):
             started = ensure_ray(cfg.runner.address, cfg.runner.num_cpus)

@@ -1,0 +1,135 @@
+"""The response cache's size bound: a write culls nothing (the per-write volume check cost
+the trickling model workers half of a write's CPU), and :func:`trim_cache`, run once when a
+run starts, evicts the least recently stored entries until the cache is within its bound."""
+
+from __future__ import annotations
+
+import asyncio
+
+from evalkit.engine import cache as response_cache
+
+
+def _fill(cache_dir, keys, size):
+    cache = response_cache.open_cache(cache_dir)
+    try:
+        for key in keys:
+            response_cache.cache_set(cache, key, {"text": key * size})
+        return cache.volume()
+    finally:
+        cache.close()
+
+
+def test_a_write_past_the_bound_evicts_nothing_and_the_next_run_start_trims_the_oldest(tmp_path, monkeypatch):
+    monkeypatch.setattr(response_cache, "SIZE_LIMIT", 1_500_000)  # bytes; 20 entries of ~100 KB pass it (diskcache evicts 10 at a time)
+    keys = [f"{i:02d}" for i in range(20)]
+    volume = _fill(tmp_path / "cache", keys, 50_000)
+    assert volume > response_cache.SIZE_LIMIT
+    cache = response_cache.open_cache(tmp_path / "cache")
+    try:
+        assert all(cache.get(k) == {"text": k * 50_000} for k in keys)  # but every entry is kept
+    finally:
+        cache.close()
+
+    response_cache.trim_cache(tmp_path / "cache")
+
+    cache = response_cache.open_cache(tmp_path / "cache")
+    try:
+        assert cache.volume() <= response_cache.SIZE_LIMIT
+        kept = [k for k in keys if cache.get(k) is not None]
+        assert 0 < len(kept) < len(keys)
+        assert kept == keys[-len(kept):]  # the newest survive
+    finally:
+        cache.close()
+
+
+def test_trimming_a_cache_within_its_bound_keeps_every_entry(tmp_path):
+    keys = [f"{i:02d}" for i in range(5)]
+    _fill(tmp_path / "cache", keys, 100)
+    response_cache.trim_cache(tmp_path / "cache")
+    cache = response_cache.open_cache(tmp_path / "cache")
+    try:
+        assert [cache.get(k) for k in keys] == [{"text": k * 100} for k in keys]
+    finally:
+        cache.close()
+
+
+# ------------------------------------------------------------------------------------------
+# a model worker's writes: together, when its results go back
+# ------------------------------------------------------------------------------------------
+def _stored(cache_dir, key):
+    """``key``'s entry as another process would read it (a handle of its own)."""
+    cache = response_cache.open_cache(cache_dir)
+    try:
+        return cache.get(key)
+    finally:
+        cache.close()
+
+
+def test_write_behind_reads_its_own_pending_entries_and_stores_them_in_one_flush(tmp_path):
+    cache = response_cache.WriteBehind(response_cache.open_cache(tmp_path / "c"))
+    try:
+        for key in ("a", "b", "c"):
+            response_cache.cache_set(cache, key, {"text": key, "usage": {"completion_tokens": 1}})  # no event loop: written at once
+        assert not cache.pending and _stored(tmp_path / "c", "b") == {"text": "b", "usage": {"completion_tokens": 1}}
+
+        async def in_a_loop():
+            response_cache.cache_set(cache, "d", {"text": "d", "usage": {"completion_tokens": 1}})
+            response_cache.cache_set(cache, "e", {"text": "e", "usage": {}})
+            unseen = _stored(tmp_path / "c", "d")
+            seen = response_cache.cache_get(cache, "d")
+            seen.usage["completion_tokens"] = 99  # the caller's own copy
+            again = response_cache.cache_get(cache, "d")
+            cache.flush()
+            return unseen, seen.text, again.usage
+
+        unseen, text, usage = asyncio.run(in_a_loop())
+        assert unseen is None and text == "d" and usage == {"completion_tokens": 1}
+        assert not cache.pending and _stored(tmp_path / "c", "e") == {"text": "e", "usage": {}}
+    finally:
+        cache.close()
+
+
+def test_write_behind_stores_its_entries_within_its_delay_without_a_flush(tmp_path):
+    cache = response_cache.WriteBehind(response_cache.open_cache(tmp_path / "c"), delay_s=0.05)
+
+    async def scenario():
+        response_cache.cache_set(cache, "k", {"text": "late"})
+        before = _stored(tmp_path / "c", "k")
+        await asyncio.sleep(0.2)
+        return before, _stored(tmp_path / "c", "k")
+
+    try:
+        assert asyncio.run(scenario()) == (None, {"text": "late"})
+    finally:
+        cache.close()
+
+
+def test_a_worker_stores_the_answers_it_sends_back_before_they_leave(tmp_path):
+    """Each item a model worker yields: the answers in it are in the response cache by
+    then, read through another handle (as a re-run's workers would)."""
+    from evalkit.benchmarks.base import Generate
+    from evalkit.engine.executor import ModelWorker
+    from evalkit.engine.work import WorkItem
+    from evalkit.models.factory import Agents
+    from evalkit.types import Completion, Request, Sample
+
+    class Model:
+        model_id = "m@test"
+
+        async def generate(self, request):
+            await asyncio.sleep(0.01 * int(request.sample_id[1:]))
+            return Completion(text=f"answer {request.sample_id}", finish_reason="stop", usage={"completion_tokens": 2})
+
+    units = [WorkItem(Sample(f"s{i}", "x"), Request(f"s{i}", "x", messages=[{"role": "user", "content": str(i)}])) for i in range(6)]
+    keys = {u.key: u.request.request_hash(Model.model_id) for u in units}
+
+    async def scenario():
+        worker = ModelWorker(lambda: Agents(Model()), str(tmp_path / "c"))
+        await worker.configure("job", [asyncio.sleep(0, result=(Generate(), {}, {}, None))])
+        seen = []
+        async for item in worker.solve("job", [], None, (8, True, 2), units):
+            seen += [(key, (_stored(tmp_path / "c", keys[key]) or {}).get("text")) for key, _ in item]
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert sorted(seen) == sorted((u.key, f"answer {u.sample.id}") for u in units)
