@@ -77,6 +77,7 @@ class CpuSampler(threading.Thread):
     def stop(self) -> None:
         self.done.set()
         self.join()
+        self.sample()  # one reading after the last instant asked for
 
     def total(self, at: float) -> float:
         latest: dict[int, float] = {}
@@ -87,7 +88,11 @@ class CpuSampler(threading.Thread):
         return sum(latest.values())
 
     def between(self, start: float, end: float) -> float:
-        return self.total(end) - self.total(start)
+        """CPU seconds from the last reading at or before ``start`` to the first at or after
+        ``end``: the window widened to whole sampling intervals, so that a request phase
+        shorter than one (a small N on a loaded machine) is not read as 0."""
+        after = next((when for when, _ in self.snapshots if when >= end), self.snapshots[-1][0])
+        return self.total(after) - self.total(start)
 
 
 def start_server(work: Path, latency: float) -> tuple[subprocess.Popen, str]:

@@ -380,8 +380,10 @@ def test_resume_with_another_concurrency(fake_openai, ray_address, gold, uninter
 def test_ctrl_c_names_the_run_directory_to_resume(fake_openai, ray_address, acebench_dir, gold, uninterrupted, tmp_path, run_eval):
     """SIGINT (Ctrl-C) a run whose directory evalkit chose: exit 130, the last stderr line
     names that directory for run.resume (and evalkit.log records it), and resuming exactly
-    that directory completes the run with an uninterrupted run's metrics."""
-    fake_openai.set_plan(_plan(gold, latency_s=0.3))
+    that directory completes the run with an uninterrupted run's metrics (0.8 s a request:
+    the 9 samples left when the signal goes take 3.6 s or more, so a loaded machine that is
+    slow to send it does not see the run end first)."""
+    fake_openai.set_plan(_plan(gold, latency_s=0.8))
     out = tmp_path / "out"
     extra = ["backend.concurrency=2", "runner.num_workers=1", f"runner.address={ray_address}"]
     proc = subprocess.Popen(
