@@ -133,3 +133,27 @@ def test_a_worker_stores_the_answers_it_sends_back_before_they_leave(tmp_path):
 
     seen = asyncio.run(scenario())
     assert sorted(seen) == sorted((u.key, f"answer {u.sample.id}") for u in units)
+
+
+def test_write_behind_used_from_a_second_event_loop_still_stores_within_its_delay(tmp_path):
+    """A loop that ends with entries pending leaves a timer that never fires (a sweep's next
+    job, a test's next ``asyncio.run``): the next loop's entries must still be stored within
+    the delay, and an entry set with no loop running at once — the old ones with it."""
+    cache = response_cache.WriteBehind(response_cache.open_cache(tmp_path / "c"), delay_s=0.05)
+
+    async def first():
+        response_cache.cache_set(cache, "a", {"text": "a"})  # the loop ends before its flush
+
+    async def second():
+        response_cache.cache_set(cache, "b", {"text": "b"})
+        await asyncio.sleep(0.3)
+        return _stored(tmp_path / "c", "a"), _stored(tmp_path / "c", "b")
+
+    try:
+        asyncio.run(first())
+        assert asyncio.run(second()) == ({"text": "a"}, {"text": "b"})
+        asyncio.run(first())
+        response_cache.cache_set(cache, "c", {"text": "c"})  # no event loop: written at once
+        assert not cache.pending and _stored(tmp_path / "c", "c") == {"text": "c"}
+    finally:
+        cache.close()

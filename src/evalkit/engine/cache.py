@@ -126,6 +126,7 @@ class WriteBehind:
         self.cache, self.delay_s = cache, delay_s
         self.pending: dict[str, Any] = {}
         self.timer: asyncio.TimerHandle | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # the timer's: one that has ended never runs it
 
     def get(self, key: str, default: Any = None) -> Any:
         if key in self.pending:
@@ -134,11 +135,15 @@ class WriteBehind:
 
     def set(self, key: str, value: Any) -> bool:
         self.pending[key] = value
-        if self.timer is None:
-            try:
-                self.timer = asyncio.get_running_loop().call_later(self.delay_s, self.flush)
-            except RuntimeError:  # no event loop: nothing would flush later
-                self.flush()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop: nothing would flush later
+            self.flush()
+            return True
+        if self.timer is None or self.loop is not loop:  # none yet, or on a loop that ended with entries pending
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer, self.loop = loop.call_later(self.delay_s, self.flush), loop
         return True
 
     def flush(self) -> None:
