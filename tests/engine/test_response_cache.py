@@ -157,3 +157,26 @@ def test_write_behind_used_from_a_second_event_loop_still_stores_within_its_dela
         assert not cache.pending and _stored(tmp_path / "c", "c") == {"text": "c"}
     finally:
         cache.close()
+
+
+def test_an_entry_that_cannot_be_stored_costs_only_itself_not_the_others_of_its_flush(tmp_path, caplog):
+    """One transaction holds every pending entry: an entry diskcache cannot store (here one
+    that does not pickle) is a warning of its own, and the others — a large one written to a
+    file of its own before it — are stored, not rolled back with it (as when each entry was
+    written on its own)."""
+    cache = response_cache.WriteBehind(response_cache.open_cache(tmp_path / "c"))
+
+    async def scenario():
+        response_cache.cache_set(cache, "big", {"text": "y" * 200_000})  # over diskcache's 32 KB: a file
+        response_cache.cache_set(cache, "bad", {"text": lambda: 0})
+        response_cache.cache_set(cache, "after", {"text": "after"})
+        cache.flush()
+
+    try:
+        asyncio.run(scenario())
+        assert _stored(tmp_path / "c", "big") == {"text": "y" * 200_000}
+        assert _stored(tmp_path / "c", "after") == {"text": "after"}
+        assert _stored(tmp_path / "c", "bad") is None
+        assert "cannot store bad" in caplog.text
+    finally:
+        cache.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import sqlite3
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -148,7 +149,8 @@ class WriteBehind:
 
     def flush(self) -> None:
         """Store every pending entry in one transaction (a failure is a warning: it costs
-        reuse, not answers)."""
+        reuse, not answers). An entry diskcache cannot store (a value that does not pickle)
+        is lost alone; a failure of the database or its disk loses the transaction's entries."""
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -158,7 +160,12 @@ class WriteBehind:
         try:
             with self.cache.transact():
                 for key, value in entries.items():
-                    self.cache.set(key, value)
+                    try:
+                        self.cache.set(key, value)
+                    except (sqlite3.Error, OSError):  # the database or its disk: the whole transaction
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - this entry alone, as cache_set
+                        log.warning("response cache: cannot store %s (%s: %s)", key[:16], type(exc).__name__, exc)
         except Exception as exc:  # noqa: BLE001 - as cache_set
             log.warning("response cache: cannot store %d entries (%s: %s)", len(entries), type(exc).__name__, exc)
 
