@@ -117,7 +117,8 @@ def _cache_dir(cfg: EvalConfig) -> Path | None:
 
 
 def start(cfg: EvalConfig, stack: ExitStack, phases: Phases, shared: Session | None = None) -> tuple[RunPlan, RayExecutor | None]:
-    """For a network model (or a network judge): check an existing response cache (opening one writes nothing),
+    """For a network model (or a network judge): check an existing response cache and trim it to its size bound
+    (:func:`~evalkit.engine.cache.trim_cache`, which evicts only past that bound),
     reach Ray and — when no server of evalkit's must start first — start the model workers
     at once, so that their start-up (litellm's import, in their own processes) runs while
     this process loads the data; then :func:`~evalkit.engine.plan.prepare` (which writes
