@@ -120,7 +120,9 @@ class WriteBehind:
     yet; an entry still here when the worker's process is killed is lost, so that request
     is asked again (at most ``delay_s`` of answers).
 
-    Same ``get``/``set`` as a ``diskcache.Cache``, for :func:`cache_get` and :func:`cache_set`.
+    Same ``get``/``set`` as a ``diskcache.Cache``, for :func:`cache_get` and :func:`cache_set`,
+    but ``set`` keeps the value itself until it is written: a caller must not change it
+    afterwards (:func:`~evalkit.engine.solve.call_model` stores a dict of its own).
     """
 
     def __init__(self, cache: Any, delay_s: float = WRITE_BEHIND_S):
