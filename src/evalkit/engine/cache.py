@@ -115,8 +115,8 @@ class WriteBehind:
     """The response cache as a model worker writes it: entries are kept in memory and
     stored together, in one SQLite transaction, when the worker sends results back
     (:meth:`flush`), and at the latest ``delay_s`` after the first of them. One transaction
-    per answer cost a trickling model worker about 0.45 ms of CPU per answer, more than the
-    rest of its work on it (docs/performance.md). :meth:`get` sees the entries not written
+    per answer cost a trickling model worker about 0.45 ms of CPU per answer, beside about
+    0.75 ms for all its other work on it (docs/performance.md). :meth:`get` sees the entries not written
     yet; an entry still here when the worker's process is killed is lost, so that request
     is asked again (at most ``delay_s`` of answers).
 
