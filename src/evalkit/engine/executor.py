@@ -93,8 +93,9 @@ class ModelWorker:
     litellm is imported once per worker process.
 
     Units arrive in batches (:meth:`solve`, a Ray streaming generator) and are solved
-    concurrently; each result is yielded the moment its unit finishes. The worker keeps
-    nothing of a unit once it is yielded: resends and duplicates are the driver's
+    concurrently; finished ones go back together (:class:`_Outbox`), their answers stored
+    in the response cache first (:class:`~evalkit.engine.cache.WriteBehind`). The worker
+    keeps nothing of a unit once it is yielded: resends and duplicates are the driver's
     (:class:`~evalkit.engine.delivery.Delivery`).
     """
 
