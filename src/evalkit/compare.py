@@ -211,6 +211,9 @@ def flips(a: Run, b: Run, key: str | None = None) -> dict[str, Any]:
             unscored.append(sid)
             continue
         entry = {"sample_id": sid, "subset": a.rows[sid].get("subset"), "a": sa, "b": sb}
+        rules = (a.rows[sid].get("scoring_rule"), b.rows[sid].get("scoring_rule"))
+        if rules[0] != rules[1]:  # the scoring rule that decided each verdict (benchmark.scoring)
+            entry["why"] = f"{rules[0]} → {rules[1]}"
         if _better(sa, sb):
             a_better.append(entry)
         elif _better(sb, sa):
@@ -244,7 +247,18 @@ def comparability(a: Run, b: Run) -> list[str]:
         va, vb = getattr(a.summary, key), getattr(b.summary, key)  # fields of Summary (repeats defaults to 1)
         if va != vb:
             notes.append(f"{label} differ: {va!r} vs {vb!r}")
+    changed = instrument_change(a, b)
+    if changed:
+        notes.append(f"instrument differs ({changed}): the runs were measured differently, so a difference "
+                     "between them is the instrument's change, not a model difference")  # fmt: skip
     return notes
+
+
+def instrument_change(a: Run, b: Run) -> str:
+    """``"scoring: 'official' vs 'evalscope'"``: each key of the runs' ``instrument``
+    (:func:`evalkit.report.summary.instrument`) that differs; ``""`` when none does."""
+    ia, ib = a.summary.instrument, b.summary.instrument
+    return "; ".join(f"{k}: {ia.get(k)!r} vs {ib.get(k)!r}" for k in sorted(set(ia) | set(ib)) if ia.get(k) != ib.get(k))
 
 
 def run_plan(run: Run, data_dir: Path | None = None) -> Any:
@@ -265,6 +279,8 @@ def paired_stats(a: Run, b: Run, level: float = 0.95, resamples: int = 2000, see
     """``{"a", "b", "notes": [comparability lines], "metrics": {name: paired entry}}`` — or
     ``"error"`` instead of ``"metrics"`` when a plan cannot be built (see :func:`run_plan`)."""
     out: dict[str, Any] = {"a": str(a.path), "b": str(b.path), "notes": comparability(a, b)}
+    if instrument_change(a, b):
+        out["instrument_changed"] = instrument_change(a, b)
     plans = {} if plans is None else plans
     try:
         for run in (a, b):
@@ -442,8 +458,11 @@ def render(result: dict[str, Any]) -> str:
         for label, entries in ((f"better in [{ia}], worse in [{ib}]", pair["a_better"]), (f"better in [{ib}], worse in [{ia}]", pair["b_better"])):
             out.append(f"  {label}: {len(entries)}")
             if entries:
-                rows = [[printable(e["sample_id"]), printable(e["subset"]), _fmt(e["a"], False), _fmt(e["b"], False)] for e in entries]
-                table_text = tabulate(rows, headers=["sample_id", "subset", f"[{ia}]", f"[{ib}]"], tablefmt="simple", disable_numparse=True)
+                why = any("why" in e for e in entries)  # the scoring rules that decided, where they differ
+                rows = [[printable(e["sample_id"]), printable(e["subset"]), _fmt(e["a"], False), _fmt(e["b"], False)]
+                        + ([printable(e.get("why", ""))] if why else []) for e in entries]  # fmt: skip
+                table_text = tabulate(rows, headers=["sample_id", "subset", f"[{ia}]", f"[{ib}]"] + (["scoring rule"] if why else []),
+                                      tablefmt="simple", disable_numparse=True)  # fmt: skip
                 out += ["    " + line for line in table_text.splitlines()]
     return "\n".join(out)
 
@@ -492,7 +511,10 @@ def _verdict_lines(pair: dict[str, Any]) -> list[str]:
     mde = m.get("mde")
     power = f"this comparison could detect |Δ| ≥ {mde:.4f} (80% power, two-sided α = {1 - level:.2g})" if mde else \
         "its minimum detectable effect cannot be estimated (the runs never disagree)"  # fmt: skip
-    if m["p"] < 1 - level:
+    if pair.get("instrument_changed"):
+        lines = [f"  {head}: Δ {m['delta']:+.4f} (p = {m['p']:.3g}) is not a model difference: the instrument changed "
+                 f"({pair['instrument_changed']})"]  # fmt: skip
+    elif m["p"] < 1 - level:
         lines = [f"  {head}: a difference, Δ {m['delta']:+.4f} (p = {m['p']:.3g}; {power})"]
     else:
         lines = [f"  {head}: no difference detected (p = {m['p']:.3g}) — not evidence of no difference; {power}"]

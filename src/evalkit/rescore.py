@@ -1,21 +1,35 @@
 """Re-score a finished run from its journal alone — no model, no network.
 
     python -m evalkit.rescore RUN_DIR [--data-dir DIR]
+    python -m evalkit.rescore RUN_DIR --set benchmark.scoring=evalscope [--data-dir DIR]
 
 Reads ``config.yaml`` (the benchmark settings that ran: ``model.dataset_args`` applied) and
 ``predictions.jsonl``, scores every journaled trajectory again through the benchmark's one
 scoring entry, as the run did, and prints, per metric, the recorded value, the recomputed
 one, and the samples whose verdict changed.
-Nothing in the run directory is modified. Exit code: 0 identical, 1 differences found,
-2 the directory is not a usable run.
+
+Without ``--set`` nothing in the run directory is modified. Exit code: 0 identical,
+1 differences found, 2 the directory is not a usable run (or a bad ``--set``).
+
+With ``--set benchmark.KEY=VALUE`` (only the scoring keys of :data:`SETTABLE`, which change
+no prompt and no selection) the answers are scored under the changed settings and written
+as a run directory of their own, ``RUN_DIR/rescored/<value>/`` (:func:`write_rescored`:
+``config.yaml`` with the setting changed, ``predictions.jsonl`` with the new verdicts and
+each row's ``scoring_rule``, ``failed.jsonl`` copied, ``summary.json`` with the new
+metrics, intervals and ``instrument``), which ``compare`` reads like any run; no model is
+asked. Exit code 0 when written, 2 when it cannot be.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,15 +45,22 @@ from evalkit.errors import ConfigError, EvalkitError, RunDirError, printable
 from evalkit.journal import damaged_journal, read_run_journal
 from evalkit.jsonl import SideFileError, read_run_text
 from evalkit.report.figures import epoch_mean, plan_figures
-from evalkit.summary import read_summary
+from evalkit.summary import MAX_SUMMARY_BYTES, read_summary
 
 log = logging.getLogger("evalkit")
 
 
-def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
-    """Recompute scores and metrics of ``run_dir``.
+#: ``--set`` keys: settings that change only how answers are scored, never a prompt or the selection
+SETTABLE = ("benchmark.scoring",)
 
-    Returns ``{"metrics": {...}, "recorded": {...}, "changed": [sample ids], "unreadable": [sample ids]}``:
+
+def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Recompute scores and metrics of ``run_dir``, under its own benchmark settings with
+    ``overrides`` (``{benchmark key: value}``) applied.
+
+    Returns ``{"metrics": {...}, "recorded": {...}, "changed": [sample ids], "unreadable": [sample ids],
+    "rows": {(sample id, epoch): new row}, "bench", "samples": selected samples, "epochs": rows by epoch,
+    "summary": the recorded Summary or None}``:
     ``unreadable`` are the samples whose side file is missing or does not match its row's
     sha256 (each warned about; they keep their recorded scores and count as differences).
 
@@ -51,7 +72,7 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file() or not (run_dir / "predictions.jsonl").is_file():
         raise RunDirError(f"{run_dir}: not an evalkit run directory (config.yaml and predictions.jsonl needed)")
-    bench = load_benchmark(run_dir, data_dir)
+    bench = load_benchmark(run_dir, data_dir, overrides)
     by_id = {s.id: s for s in bench.load()}
     recorded_summary = read_summary(run_dir / "summary.json") if (run_dir / "summary.json").exists() else None
     journal = read_run_journal(run_dir, recorded_summary.stale_lines if recorded_summary else ())
@@ -67,6 +88,7 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
     epochs: list[list[dict[str, Any]]] = [[] for _ in range(repeats)]
     changed: list[str] = []
     unreadable: list[str] = []
+    new_rows: dict[tuple[str, int], dict[str, Any]] = {}
     with Scorer(bench) as scorer:  # the run's own bounds on time and memory per sample
         for (sid, epoch), row in rows.items():
             if sid not in by_id:
@@ -78,26 +100,133 @@ def rescore(run_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
                 log.warning("%s; the sample keeps its recorded scores and counts as a difference", exc)
                 unreadable.append(sid if repeats == 1 else f"{sid}@{epoch}")
                 epochs[epoch].append(row)
+                new_rows[(sid, epoch)] = row
                 continue
             view, _ = scored_view(bench, trajectory)  # the run's reasoning rule, as it ran
             scored = scorer.score_sync(by_id[sid], view)
             if scored.scores != row.get("scores"):
                 changed.append(sid if repeats == 1 else f"{sid}@{epoch}")
             row["scores"] = scored.scores
+            _verdict_fields(row, scored)
             epochs[epoch].append(row)
+            new_rows[(sid, epoch)] = row
     metrics = epoch_mean([bench.aggregate(selected, records) for records in epochs])
     metrics.update(plan_figures(bench, selected, epochs, _NO_INTERVALS)["repeat"])
     recorded = recorded_summary.shown_metrics()[0] if recorded_summary else {}
-    return {"metrics": metrics, "recorded": recorded, "changed": changed, "unreadable": unreadable}
+    return {"metrics": metrics, "recorded": recorded, "changed": changed, "unreadable": unreadable,
+            "rows": new_rows, "bench": bench, "samples": selected, "epochs": epochs, "summary": recorded_summary}  # fmt: skip
+
+
+def _verdict_fields(row: dict[str, Any], scored: Any) -> None:
+    """The verdict's fields of a journal row replaced by ``scored``'s (a row of a rescored
+    run says what the new rules decided): status (a truncated answer stays truncated when it
+    still scores ok), parsed, checks, detail and ``scoring_rule``."""
+    status = scored.status
+    if status == "ok" and row.get("status") == "truncated":
+        status = "truncated"
+    row.update(status=status, parsed=scored.parsed, checks=scored.checks, failed_checks=scored.failed_checks, detail=scored.detail)
+    if scored.scoring_rule is not None:
+        row["scoring_rule"] = scored.scoring_rule
+    else:
+        row.pop("scoring_rule", None)
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """``["benchmark.scoring=evalscope"]`` → ``{"scoring": "evalscope"}`` (values read as YAML scalars).
+
+    Raises:
+        ConfigError: not ``KEY=VALUE``, or a key outside :data:`SETTABLE` (one line).
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE (e.g. benchmark.scoring=evalscope)")
+        if key not in SETTABLE:
+            raise ConfigError(f"--set {key}: only {', '.join(SETTABLE)} can be changed by rescoring "
+                              "(it changes how answers are scored, never what was asked)")  # fmt: skip
+        try:
+            out[key.removeprefix("benchmark.")] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {key}: value {value!r} is not a YAML scalar") from None
+    return out
+
+
+def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, Any]) -> Path:
+    """Write ``run_dir/rescored/<value of the override>/`` from :func:`rescore`'s ``result``
+    (a run directory that ``compare`` reads; replaced whole when it exists, written aside
+    first so a failure leaves no half-written directory).
+
+    Raises:
+        RunDirError: the run has no valid ``summary.json`` to carry over, or the directory
+            cannot be written (one line).
+    """
+    from evalkit.engine.finalize import code_version
+    from evalkit.journal import FAILED, PREDICTIONS
+    from evalkit.report.summary import instrument
+
+    recorded = result["summary"]
+    if recorded is None:
+        raise RunDirError(f"{run_dir}: no summary.json; only a finished run can be rescored into a run directory")
+    run_dir = Path(run_dir)
+    label = "-".join(str(v) for v in overrides.values())
+    if not label or not all(c.isalnum() or c in "-_." for c in label) or label.startswith("."):
+        raise RunDirError(f"--set value {label!r} cannot name a directory")
+    target = run_dir / "rescored" / label
+    bench = result["bench"]
+    try:
+        cfg = yaml.safe_load(read_run_text(run_dir / "config.yaml"))
+        cfg["benchmark"] = {**_benchmark_settings(run_dir, cfg), **overrides}
+        cfg["config_format"] = cfg.get("config_format") or 2
+        run_cfg = cfg.get("run") if isinstance(cfg.get("run"), dict) else {}
+        settings = SimpleNamespace(bootstrap_resamples=int(run_cfg.get("bootstrap_resamples") or 0),
+                                   ci_level=float(recorded.ci_level), seed=int(recorded.seed))  # fmt: skip
+        figs = plan_figures(bench, result["samples"], result["epochs"], settings,
+                            prefix="" if recorded.complete else "partial_")  # fmt: skip
+        summary = json.loads(read_run_text(run_dir / "summary.json", MAX_SUMMARY_BYTES))
+        metrics = dict(result["metrics"])
+        rows = list(result["rows"].values())
+        summary.update(
+            metrics=metrics if recorded.complete else {},
+            metrics_ci=figs["metrics_ci"], metrics_not_estimable=figs["not_estimable"],
+            instrument=instrument(bench), code_version=code_version(), stale_lines=[],
+            status_counts=dict(Counter(r.get("status", "ok") for r in rows)),
+            scorer_limit_ids=[r["sample_id"] for r in rows if r.get("status") == "scorer_limit"],
+            rescored_from=str(run_dir), rescored_with={f"benchmark.{k}": v for k, v in overrides.items()},
+        )  # fmt: skip
+        if not recorded.complete:
+            summary["partial_metrics"] = {f"partial_{k}": v for k, v in metrics.items()}
+        if figs["repeat_variance"]:
+            summary["repeat_variance"] = figs["repeat_variance"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{label}-", dir=target.parent))
+        with open(work / PREDICTIONS, "w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                side = (row.get("large") or {}).get("file") if isinstance(row.get("large"), dict) else None
+                if isinstance(side, str) and (run_dir / side).is_file() and ".." not in Path(side).parts:
+                    (work / side).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(run_dir / side, work / side)
+        if (run_dir / FAILED).is_file():
+            shutil.copyfile(run_dir / FAILED, work / FAILED)
+        (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        (work / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
+        if target.exists():
+            shutil.rmtree(target)
+        work.rename(target)
+    except (OSError, yaml.YAMLError, ValueError, TypeError) as exc:
+        raise RunDirError(f"{target}: cannot write the rescored run ({type(exc).__name__}: {exc})") from None
+    return target
 
 
 #: the run settings :func:`plan_figures` reads, with intervals off (rescore compares metrics only)
 _NO_INTERVALS = SimpleNamespace(bootstrap_resamples=0, ci_level=0.95, seed=0)
 
 
-def load_benchmark(run_dir: Path, data_dir: Path | None = None) -> Any:
+def load_benchmark(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, Any] | None = None) -> Any:
     """The benchmark a run used, rebuilt from its ``config.yaml`` (``data_dir`` replaces
-    where its data was found).
+    where its data was found; ``overrides``, ``{key: value}``, replace those settings).
 
     Raises:
         RunDirError: the config cannot be read, names no known benchmark, or its settings
@@ -112,6 +241,7 @@ def load_benchmark(run_dir: Path, data_dir: Path | None = None) -> Any:
     bench_raw = _benchmark_settings(run_dir, cfg)
     if data_dir is not None:
         bench_raw["data_dir"] = str(data_dir)
+    bench_raw.update(overrides or {})
     try:
         bench_cls = get_benchmark_class(str(bench_raw["name"]), kind=bench_raw.get("kind"))  # never a module: see evalkit.benchmarks
     except KeyError as exc:
@@ -141,9 +271,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evalkit.rescore", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--data-dir", type=Path, default=None, help="benchmark data (if not where the run found it)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="benchmark.KEY=VALUE",
+                        help=f"score under a changed setting ({', '.join(SETTABLE)}) and write RUN_DIR/rescored/<value>/")  # fmt: skip
     args = parser.parse_args(argv)
     try:
-        result = rescore(args.run_dir, args.data_dir)
+        overrides = parse_sets(args.sets)
+        result = rescore(args.run_dir, args.data_dir, overrides)
+        written = write_rescored(args.run_dir, result, overrides) if overrides else None
     except EvalkitError as exc:
         print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
         return 2
@@ -159,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     if result["unreadable"]:
         print(f"{len(result['unreadable'])} samples not rescored (side file unreadable or not as recorded): "
               f"{printable(', '.join(result['unreadable'][:20]))}")  # fmt: skip
+    if written is not None:
+        print(f"rescored run written to {printable(str(written))} (compare it with: python -m evalkit.compare "
+              f"{printable(str(args.run_dir))} {printable(str(written))})")  # fmt: skip
+        return 0
     differs = bool(result["changed"]) or bool(result["unreadable"]) or any(r[3] for r in rows)
     return 1 if differs else 0
 

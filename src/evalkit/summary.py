@@ -154,6 +154,9 @@ class Summary(BaseModel):
     started_at: Text | None = None
     finished_at: Text | None = None
     wall_s: Number | None = None
+    #: what measured the run besides the model (evalkit.report.summary.instrument): the
+    #: scoring rules (``{"scoring": "evalscope"}``); ``compare`` names a difference
+    instrument: Annotated[dict[Text, Any], BeforeValidator(_none_empty)] = Field(default_factory=dict)
     # what the benchmark declares for the tools that read a run (Benchmark.declared)
     primary_score: Text | None = None
     tracked_metrics: Text | None = None

@@ -208,6 +208,8 @@ class SampleScore:
         failed_checks: names of the failed checks (SOBHard: constraint ids).
         status: ``ok`` | ``truncated`` | ``format_error``.
         detail: human-readable reason of a failed verdict (first error of the scorer).
+        scoring_rule: which of the benchmark's scoring rules decided the verdict, where it
+            has several (ACEBench ``benchmark.scoring``); ``None`` (not recorded) otherwise.
     """
 
     scores: dict[str, float]
@@ -216,6 +218,7 @@ class SampleScore:
     failed_checks: list[str] = field(default_factory=list)
     status: str = "ok"
     detail: str | None = None
+    scoring_rule: str | None = None
 
 
 @dataclass

@@ -85,6 +85,12 @@ class Benchmark(ABC):
         where = next((str(v) for k, v in values.items() if v and (k == "dataset" or k.endswith(("_dir", "_path", "_url")))), "")
         return {"primary_score": self.primary_score, "tracked_metrics": self.tracked_metrics, "data_source": where}
 
+    def instrument(self) -> dict[str, Any]:
+        """The benchmark's part of the run's instrument (what measured it, beside the model):
+        the scoring rules when a benchmark has several (ACEBench ``{"scoring": "official"}``);
+        ``{}`` for one fixed scorer. Read by :func:`evalkit.report.summary.instrument`."""
+        return {}
+
     # ---- data -------------------------------------------------------------------------
     @abstractmethod
     def load(self) -> list[Sample]:

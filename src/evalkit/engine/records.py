@@ -235,6 +235,8 @@ def prediction_record(unit: WorkItem, model_id: str, trajectory: Trajectory, sco
         "prompt_hash": unit.request.prompt_hash(),
         "epoch": unit.request.epoch,
     }
+    if scored.scoring_rule is not None:
+        row["scoring_rule"] = scored.scoring_rule  # which scoring rule decided (ACEBench benchmark.scoring)
     if "raw_output" in trajectory.data:
         row["raw_output"] = trajectory.data["raw_output"]
     row.update(rule)

@@ -8,7 +8,7 @@ empty — when incomplete), ``partial_metrics`` (only when incomplete, every nam
 ``partial_``), ``headline`` (name of the headline metric), what the benchmark declares for the tools
 that read a run (``primary_score``, ``tracked_metrics``, ``data_source``:
 :meth:`~evalkit.benchmarks.base.Benchmark.declared`), ``data_fingerprint``,
-``prompt_hash``, ``code_version``, ``started_at``, ``finished_at``, plus failure counts by
+``prompt_hash``, ``instrument`` (:func:`instrument`), ``code_version``, ``started_at``, ``finished_at``, plus failure counts by
 kind, timings and token usage.
 """
 
@@ -24,6 +24,16 @@ from tabulate import tabulate
 from evalkit.report.markdown import md_cells, md_code, md_text
 from evalkit.stats import with_interval
 from evalkit.summary import SCHEMA_VERSION, Summary
+
+
+def instrument(bench: Any, cfg: Any = None) -> dict[str, Any]:
+    """The run's ``instrument`` fingerprint entry, built here only: what measured the run
+    besides the model under test — the benchmark's scoring rules
+    (:meth:`~evalkit.benchmarks.base.Benchmark.instrument`, e.g. ``{"scoring": "evalscope"}``).
+    ``cfg`` is the run's config, for the parts an instrument may add from it (a judge's
+    identity). ``compare`` names any difference between two runs' instruments as it names a
+    prompt change (:func:`evalkit.compare.comparability`)."""
+    return dict(bench.instrument())
 
 
 def build_summary(
@@ -85,6 +95,7 @@ def build_summary(
         "data_files_fingerprint": bench.data_fingerprints(),
         "prompt_hash": prompt_hash,
         "prompt_template_hash": bench.prompt_fingerprint(),
+        "instrument": instrument(bench, cfg),
         "code_version": code_version,
         "generation_params": cfg.generation_params(),
         "usage": dict(usage),
@@ -108,7 +119,14 @@ def headline_text(summary: Summary) -> str:
         return f"{head} = {_fmt(value)}"
     ci = summary.metrics_ci.get(head)
     n = ci["n"] if ci else summary.n_scored
-    return f"{head} = {with_interval(value, ci)} (n={n})"
+    return f"{head} = {with_interval(value, ci)} (n={n}){scoring_label(summary)}"
+
+
+def scoring_label(summary: Summary) -> str:
+    """``", scored by evalscope rules"``: which rules scored the run, for a benchmark that
+    has several (its ``instrument`` names ``scoring``); ``""`` otherwise."""
+    scoring = summary.instrument.get("scoring")
+    return f", scored by {scoring} rules" if isinstance(scoring, str) and scoring else ""
 
 
 def write_report(run_dir: Path, summary: Summary, bench: Any, generates: bool = True) -> Path:

@@ -19,7 +19,7 @@ from evalkit.benchmarks.acebench.categories import (
     MULTI_TURN_CATEGORIES,
     family,
 )
-from evalkit.benchmarks.acebench.checker import check_special, score_normal
+from evalkit.benchmarks.acebench.checker import RULE_OFFICIAL, check_special, score_normal, score_normal_evalscope
 from evalkit.benchmarks.acebench.data import category_files, language_fingerprint, load_category, resolve_layout
 from evalkit.benchmarks.acebench.download import ensure_downloaded
 from evalkit.benchmarks.acebench.jsonsafe import json_safe
@@ -171,13 +171,22 @@ class AceBench(Benchmark):
         if family(sample.subset) == "agent":
             return SampleScore(scores={"accuracy": 0.0, "process_acc": 0.0}, detail="agent samples are scored from their trajectory")
         ground_truth = sample.data["answer"]["ground_truth"]
-        if family(sample.subset) == "special":
+        if family(sample.subset) == "special":  # EvalScope scores special categories as upstream does
             verdict = check_special(sample.subset, output, ground_truth)
-            return SampleScore(scores={"accuracy": float(verdict.passed)}, parsed=None, detail=verdict.detail)
-        verdict, calls = score_normal(sample.data["prompt"]["function"], output, ground_truth)
+            return SampleScore(scores={"accuracy": float(verdict.passed)}, parsed=None, detail=verdict.detail,
+                               scoring_rule=RULE_OFFICIAL)  # fmt: skip
+        if self.settings.scoring == "evalscope":
+            verdict, calls, rule = score_normal_evalscope(sample.data["prompt"]["function"], output, ground_truth, sample.subset)
+        else:
+            (verdict, calls), rule = score_normal(sample.data["prompt"]["function"], output, ground_truth), RULE_OFFICIAL
         if calls is None:
-            return SampleScore(scores={"accuracy": 0.0}, parsed=None, status="format_error", detail=verdict.detail)
-        return SampleScore(scores={"accuracy": float(verdict.passed)}, parsed=json_safe(calls), detail=verdict.detail)
+            return SampleScore(scores={"accuracy": 0.0}, parsed=None, status="format_error", detail=verdict.detail, scoring_rule=rule)
+        return SampleScore(scores={"accuracy": float(verdict.passed)}, parsed=json_safe(calls), detail=verdict.detail, scoring_rule=rule)
+
+    def instrument(self) -> dict[str, Any]:
+        """``{"scoring": "official" | "evalscope"}``: the rules that score this run
+        (``benchmark.scoring``; :func:`evalkit.report.summary.instrument`)."""
+        return {"scoring": self.settings.scoring}
 
     def stat_plan(self, samples: list[Sample], epochs: list[list[dict[str, Any]]]) -> Any:
         """Records, multi-turn dialogues and agent rollouts as units, by language × category

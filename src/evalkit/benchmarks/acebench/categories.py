@@ -46,6 +46,31 @@ OVERALL_WEIGHTS: dict[str, float] = {"NORMAL": 0.578, "SPECIAL": 0.2676, "AGENT"
 LANGUAGES: tuple[str, ...] = ("en", "zh")
 
 
+#: names ``benchmark.subsets`` may give instead of categories (case-insensitive): the three
+#: families (``normal``, ``special``, ``agent``, as EvalScope's ``subset_list`` takes them)
+#: and the report groups of :data:`GROUPS` (``ATOM``, ``SINGLE_TURN``, ``MULTI_TURN``, ...)
+SUBSET_FAMILIES: dict[str, tuple[str, ...]] = {name.lower(): members for name, members in GROUPS.items()}
+
+
+def expand_subsets(names: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """``(categories, expansion)``: ``names`` with every family or group name
+    (:data:`SUBSET_FAMILIES`, any case) replaced by its categories, in the order given,
+    each category once; ``expansion`` maps each name that was expanded, as given, to its
+    categories. Category names (and unknown names, left for the caller to refuse) pass
+    through as they are."""
+    out: list[str] = []
+    expansion: dict[str, list[str]] = {}
+    for name in names:
+        members = SUBSET_FAMILIES.get(name.lower()) if isinstance(name, str) and name not in ALL_CATEGORIES else None
+        if members is None:
+            if name not in out:
+                out.append(name)
+            continue
+        expansion[name] = list(members)
+        out.extend(c for c in members if c not in out)
+    return out, expansion
+
+
 def family(category: str) -> str:
     """``normal`` | ``special`` | ``agent`` for a category name."""
     return category.split("_", 1)[0]

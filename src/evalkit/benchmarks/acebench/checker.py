@@ -96,11 +96,85 @@ def score_normal(functions: list[dict[str, Any]], output: str, ground_truth: Any
 
     A decode failure gives a verdict whose detail starts with ``wrong_output_format``.
     """
+    return _decode_and_check(functions, strip_think(output), ground_truth, keep_whitespace=False)
+
+
+def _decode_and_check(functions: list[dict[str, Any]], text: str, ground_truth: Any, keep_whitespace: bool) -> tuple[Verdict, Any]:
     try:
-        calls = decode_calls(strip_think(output))
+        calls = decode_calls(text, keep_whitespace=keep_whitespace)
     except DecodeError as exc:
         return _fail(f"wrong_output_format: {exc}"), None
     return check_normal(functions, calls, ground_truth), calls
+
+
+# ---- EvalScope's rules (benchmark.scoring=evalscope) ------------------------------------------
+
+#: ``scoring_rule`` of a verdict given by the official rules (scoring=official, and under
+#: scoring=evalscope every category EvalScope scores as upstream does)
+RULE_OFFICIAL = "official"
+#: scoring=evalscope, and the official rules give the same verdict
+RULE_EVALSCOPE_SAME = "evalscope:same_as_official"
+#: scoring=evalscope decided by scoring the first ``[...]`` block of an answer that is not
+#: only that block (text, a code fence or more calls around it); the official verdict differs
+RULE_EVALSCOPE_BLOCK = "evalscope:first_block"
+#: scoring=evalscope decided by keeping the whitespace the official scorer deletes; the
+#: official verdict differs
+RULE_EVALSCOPE_WHITESPACE = "evalscope:whitespace_kept"
+
+
+def first_bracket_block(text: str) -> str | None:
+    """The first balanced ``[...]`` of ``text`` (brackets counted as characters, quotes not
+    considered: EvalScope 1.14.1's extraction as its documentation and observed verdicts
+    show), or ``None`` when no ``[`` is ever closed. A ``]`` before any ``[`` is ignored."""
+    depth, start = 0, -1
+    for i, char in enumerate(text):
+        if char == "[":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif char == "]" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                return text[start:i + 1]
+    return None
+
+
+def score_normal_evalscope(functions: list[dict[str, Any]], output: str, ground_truth: Any,
+                           category: str) -> tuple[Verdict, Any, str]:  # fmt: skip
+    """``(verdict, decoded calls or None, scoring_rule)`` by EvalScope 1.14.1's ACEBench rules.
+
+    Source: EvalScope's ACEBench adapter (documented output contract, and the differential
+    study of issue 36 on 22,462 outputs: it passes 1,478 the official scorer fails, never the
+    other way). Two rules differ from the official scorer, and only outside the
+    ``normal_multi_turn_*`` categories (which EvalScope scores as upstream does):
+
+    1. the first ``[...]`` block anywhere in the answer is decoded (:func:`first_bracket_block`),
+       so prose or a code fence around the call list still passes; no block is
+       ``wrong_output_format``;
+    2. whitespace is not deleted before decoding, so strings keep their spaces
+       (``{'first name': ...}`` keeps its key; ``[['New York']]`` matches ``'New York'``).
+
+    Comparison after decoding is the official :func:`check_normal`. ``scoring_rule`` says
+    what decided: :data:`RULE_OFFICIAL` (multi-turn), :data:`RULE_EVALSCOPE_SAME` when the
+    official rules agree, else :data:`RULE_EVALSCOPE_BLOCK` (the block's extraction changed
+    the verdict) or :data:`RULE_EVALSCOPE_WHITESPACE` (only keeping whitespace did).
+    """
+    text = strip_think(output)
+    official, official_calls = _decode_and_check(functions, text, ground_truth, keep_whitespace=False)
+    if category.startswith("normal_multi_turn_"):
+        return official, official_calls, RULE_OFFICIAL
+    block = first_bracket_block(text)
+    if block is None:
+        verdict, calls = _fail("wrong_output_format: no [...] block in the answer (EvalScope rules)"), None
+    else:
+        verdict, calls = _decode_and_check(functions, block, ground_truth, keep_whitespace=True)
+    if verdict.passed == official.passed:
+        return verdict, calls, RULE_EVALSCOPE_SAME
+    if block is None:
+        return verdict, calls, RULE_EVALSCOPE_BLOCK
+    block_only = _decode_and_check(functions, block, ground_truth, keep_whitespace=False)[0]
+    rule = RULE_EVALSCOPE_BLOCK if block_only.passed != official.passed else RULE_EVALSCOPE_WHITESPACE
+    return verdict, calls, rule
 
 
 def check_normal(functions: list[dict[str, Any]], calls: list[dict[Any, Any]], ground_truth: Any) -> Verdict:

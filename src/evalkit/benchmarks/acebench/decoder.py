@@ -49,18 +49,20 @@ def delete_whitespace(text: str) -> str:
     return "".join(text.split())
 
 
-def decode_calls(text: str) -> list[dict[str, dict[Any, Any]]]:
+def decode_calls(text: str, keep_whitespace: bool = False) -> list[dict[str, dict[Any, Any]]]:
     """Decode a raw normal-category answer into ``[{call_name: {keyword: value}}]``.
 
     Steps of spec §3.1: whitespace deletion, one expression, a list/tuple/set display whose
     elements are all calls, keyword arguments only (``**x`` gives the key ``None``).
+    ``keep_whitespace``: skip the deletion (EvalScope 1.14.1's rule: ``'New York'`` stays
+    ``'New York'``, where the official scorer reads ``'NewYork'``); the bounds apply alike.
     Raises DecodeError for anything else, and for an answer over the bounds of the module
     docstring; never raises another exception but ``MemoryError`` when memory runs out
     (CPython's parser reports a too deeply nested answer as a ``MemoryError`` "too complex
     to parse": that one is a format error, as everything the parser refuses).
     """
     try:
-        source = delete_whitespace(text)
+        source = text if keep_whitespace else delete_whitespace(text)
         if len(source) > MAX_SOURCE_CHARS:
             raise DecodeError(f"answer of {len(source):,} characters is over the {MAX_SOURCE_CHARS:,}-character limit")
         return _decode(source, ArithmeticAllowance())

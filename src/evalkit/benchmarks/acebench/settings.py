@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from evalkit.benchmarks.acebench.categories import ALL_CATEGORIES
+from evalkit.benchmarks.acebench.categories import ALL_CATEGORIES, SUBSET_FAMILIES, expand_subsets
 from evalkit.settings import BenchmarkSettings
 
 #: the pinned upstream commit (spec "Pins")
@@ -26,6 +26,15 @@ class AceBenchSettings(BenchmarkSettings):
     §5.4/§5.5, upstream 40); ``agent_prompt_language``: ``matched`` prompts the multi-step
     agent in the sample's language, ``upstream_api`` uses the zh multi-step templates for
     en too, as upstream's API runner did (spec §2.3).
+
+    ``subsets``: category names, or family and group names (``normal``, ``special``,
+    ``agent``, ``ATOM``, ``SINGLE_TURN``, ``MULTI_TURN``, ... in any case), which are
+    expanded to their categories before the run (:func:`expand_subsets`); the run's
+    ``config.yaml`` records the categories in ``subsets`` and what each name expanded to in
+    ``subsets_expanded``. ``scoring``: the rules normal categories are scored by —
+    ``official`` (ACEBench's own scorer, the default) or ``evalscope`` (EvalScope 1.14.1's
+    ACEBench adapter, to put old EvalScope numbers beside evalkit's:
+    :func:`evalkit.benchmarks.acebench.checker.score_normal`).
     """
 
     name: Literal["acebench"] = "acebench"
@@ -39,6 +48,23 @@ class AceBenchSettings(BenchmarkSettings):
     user_overrides: list[str] = Field(default_factory=list)
     max_dialog_turns: int = Field(default=40, gt=0)
     agent_prompt_language: Literal["matched", "upstream_api"] = "matched"
+    scoring: Literal["official", "evalscope"] = "official"
+    #: what each family or group name of ``subsets`` expanded to (set by the validator)
+    subsets_expanded: dict[str, list[str]] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_families(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("subsets"), (list, tuple)):
+            return data
+        given = list(data["subsets"])
+        literal = [s.lower() if isinstance(s, str) else s for s in given]
+        if len(set(map(repr, literal))) != len(literal):
+            return data  # duplicates: refused by _check_subsets with the names as given
+        subsets, expansion = expand_subsets(given)
+        if not expansion:
+            return data
+        return {**data, "subsets": subsets, "subsets_expanded": {**(data.get("subsets_expanded") or {}), **expansion}}
 
     @field_validator("subsets")
     @classmethod
@@ -50,7 +76,8 @@ class AceBenchSettings(BenchmarkSettings):
         unknown = [s for s in value if s not in ALL_CATEGORIES]
         if unknown:
             raise ValueError(
-                f"unknown ACEBench categories {unknown}; valid names: {', '.join(ALL_CATEGORIES)}"
+                f"unknown ACEBench categories {unknown}; valid names: {', '.join(ALL_CATEGORIES)}, "
+                f"or a family or group: {', '.join(SUBSET_FAMILIES)} (any case)"
             )
         if len(set(value)) != len(value):
             raise ValueError(f"duplicate ACEBench categories in {value}")
