@@ -115,7 +115,8 @@ RULE_OFFICIAL = "official"
 #: scoring=evalscope, and the official rules give the same verdict
 RULE_EVALSCOPE_SAME = "evalscope:same_as_official"
 #: scoring=evalscope decided by scoring the first ``[...]`` block of an answer that is not
-#: only that block (text, a code fence or more calls around it); the official verdict differs
+#: only that block (text, a code fence or more calls around it, or no block at all); the
+#: official verdict differs
 RULE_EVALSCOPE_BLOCK = "evalscope:first_block"
 #: scoring=evalscope decided by keeping the whitespace the official scorer deletes; the
 #: official verdict differs
@@ -156,8 +157,10 @@ def score_normal_evalscope(functions: list[dict[str, Any]], output: str, ground_
 
     Comparison after decoding is the official :func:`check_normal`. ``scoring_rule`` says
     what decided: :data:`RULE_OFFICIAL` (multi-turn), :data:`RULE_EVALSCOPE_SAME` when the
-    official rules agree, else :data:`RULE_EVALSCOPE_BLOCK` (the block's extraction changed
-    the verdict) or :data:`RULE_EVALSCOPE_WHITESPACE` (only keeping whitespace did).
+    official rules agree, else :data:`RULE_EVALSCOPE_BLOCK` when the answer is more than its
+    first block (text around it: the official scorer reads the whole answer) or
+    :data:`RULE_EVALSCOPE_WHITESPACE` when the answer is the block and keeping its
+    whitespace changed the verdict.
     """
     text = strip_think(output)
     official, official_calls = _decode_and_check(functions, text, ground_truth, keep_whitespace=False)
@@ -170,11 +173,9 @@ def score_normal_evalscope(functions: list[dict[str, Any]], output: str, ground_
         verdict, calls = _decode_and_check(functions, block, ground_truth, keep_whitespace=True)
     if verdict.passed == official.passed:
         return verdict, calls, RULE_EVALSCOPE_SAME
-    if block is None:
-        return verdict, calls, RULE_EVALSCOPE_BLOCK
-    block_only = _decode_and_check(functions, block, ground_truth, keep_whitespace=False)[0]
-    rule = RULE_EVALSCOPE_BLOCK if block_only.passed != official.passed else RULE_EVALSCOPE_WHITESPACE
-    return verdict, calls, rule
+    # the answer is more than its block: the official scorer's verdict is on the whole text
+    surrounded = block is None or block != text.strip()
+    return verdict, calls, RULE_EVALSCOPE_BLOCK if surrounded else RULE_EVALSCOPE_WHITESPACE
 
 
 def check_normal(functions: list[dict[str, Any]], calls: list[dict[Any, Any]], ground_truth: Any) -> Verdict:
