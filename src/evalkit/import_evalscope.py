@@ -20,7 +20,9 @@ Reads the run directory EvalScope (1.x, ``evalscope eval --datasets acebench``) 
 Written to ``--out`` (default ``outputs/evalscope_import/<name of the run directory>``):
 
 - ``replay.jsonl``: ``{"sample_id": "en/normal_atom_bool_3", "output": ...}`` for every
-  normal and special sample whose ACEBench id is known (evalkit's ``model=replay`` file);
+  normal and special sample whose ACEBench id is known (evalkit's ``model=replay`` file),
+  and ``sample_ids.txt``, their ids (``run.sample_ids_file``: the replay run selects what
+  EvalScope ran, a limited run included);
 - ``import.json``: the mapping's counts; ``unmatched`` (rows whose id is missing, unknown to
   the data with ``--data-dir``, or given twice), ``not_rescorable`` (agent samples: rollouts,
   which a replay of strings cannot carry), ``empty`` (empty answers: EvalScope scored them 0,
@@ -296,8 +298,10 @@ def import_run(root: Path, out_dir: Path, model: str | None = None, language: st
     with open(out_dir / "replay.jsonl", "w", encoding="utf-8") as fh:
         for row in replay:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    (out_dir / "sample_ids.txt").write_text("".join(f"{r['sample_id']}\n" for r in replay), encoding="utf-8")
     base = (f"python -m evalkit benchmark=acebench model=replay model.path={out_dir / 'replay.jsonl'} "
-            f"benchmark.language={lang_setting} 'benchmark.subsets=[{','.join(categories)}]'"
+            f"benchmark.language={lang_setting} 'benchmark.subsets=[{','.join(categories)}]' "
+            f"run.sample_ids_file={out_dir / 'sample_ids.txt'}"
             + (f" benchmark.data_dir={data_dir}" if data_dir is not None else ""))  # fmt: skip
     result = {
         "source": str(root), "model": run["model"], "language": lang_setting,

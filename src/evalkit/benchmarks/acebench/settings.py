@@ -73,6 +73,9 @@ class AceBenchSettings(BenchmarkSettings):
             return None
         if not value:
             raise ValueError("empty list; leave subsets unset (null) for all categories or name some")
+        folded = [s.lower() if s not in ALL_CATEGORIES else s for s in value]
+        if len(set(folded)) != len(folded):
+            raise ValueError(f"duplicate ACEBench categories in {value}")
         unknown = [s for s in value if s not in ALL_CATEGORIES]
         if unknown:
             raise ValueError(
