@@ -230,7 +230,7 @@ def _evalscope_dir(root: Path, rows: dict[str, list[dict[str, Any]]], model: str
     return root
 
 
-def _import_fixture(tmp_path: Path, acebench_en) -> tuple[Path, dict[str, float]]:
+def _import_fixture(tmp_path: Path, acebench_en, empty: bool = False) -> tuple[Path, dict[str, float]]:
     """EvalScope rows for normal_atom_bool (its verdicts by EvalScope's rules: prose-wrapped
     references pass), special_irrelevant, agent_multi_step, plus an unmatched row of each
     kind and an empty answer; returns the directory and the ids' EvalScope accuracies."""
@@ -254,6 +254,10 @@ def _import_fixture(tmp_path: Path, acebench_en) -> tuple[Path, dict[str, float]
         {"id": "normal_atom_bool_9998", "output": "[x()]", "acc": 0.0, "review": False},  # no review
     ]
     rows["agent_multi_step"].append({"id": "agent_multi_step_0", "output": "[...]", "acc": 1.0})
+    if empty:  # EvalScope scored an empty answer 0
+        s = [s for s in acebench_en.samples if s.subset == "normal_atom_bool"][8]
+        rows["normal_atom_bool"].append({"id": s.data["prompt"]["id"], "output": "", "acc": 0.0})
+        accs[s.id] = 0.0
     root = _evalscope_dir(tmp_path / "evalscope_out" / "20251201_101010", rows, overall=0.6123)
     return root, accs
 
@@ -261,17 +265,19 @@ def _import_fixture(tmp_path: Path, acebench_en) -> tuple[Path, dict[str, float]
 def test_import_maps_ids_and_lists_what_it_cannot_replay(acebench_en, acebench_dir, tmp_path) -> None:
     from evalkit.import_evalscope import import_run
 
-    root, accs = _import_fixture(tmp_path, acebench_en)
+    root, accs = _import_fixture(tmp_path, acebench_en, empty=True)
     out = tmp_path / "imported"
     result = import_run(root, out, data_dir=acebench_dir)
+    assert result["empty"] == [list(accs)[-1]] and "empty answers: EvalScope scored them 0" in result["note"]
     replay = [json.loads(line) for line in (out / "replay.jsonl").read_text().splitlines()]
-    assert [r["sample_id"] for r in replay] == list(accs)  # en/normal_atom_bool_<n>, en/special_irrelevant_<n>
+    assert sorted(r["sample_id"] for r in replay) == sorted(accs)  # en/normal_atom_bool_<n>, en/special_irrelevant_<n>
+    assert (out / "sample_ids.txt").read_text().split() == [r["sample_id"] for r in replay]
     assert replay[1]["output"].startswith("Sure:")  # text parts of a content list, stored as they are
     whys = sorted(u["why"] for u in result["unmatched"])
     assert whys == ["no review row holds its ACEBench id", "no sample_metadata.id", "not an id of evalkit's ACEBench data"]
     assert [n["sample_id"] for n in result["not_rescorable"]] == ["en/agent_multi_step_0"]
     assert result["evalscope_report"]["overall"] == 0.6123 and result["language"] == "en"
-    normal = sum(v for k, v in accs.items() if "atom" in k) / 8
+    normal = sum(v for k, v in accs.items() if "atom" in k) / 9
     special = sum(v for k, v in accs.items() if "special" in k) / 4
     want = (0.578 * normal + 0.2676 * special) / (0.578 + 0.2676)
     assert result["reproduced"]["en"]["overall"] == pytest.approx(want, abs=1e-12)
