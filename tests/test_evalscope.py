@@ -281,6 +281,8 @@ def test_import_maps_ids_and_lists_what_it_cannot_replay(acebench_en, acebench_d
     special = sum(v for k, v in accs.items() if "special" in k) / 4
     want = (0.578 * normal + 0.2676 * special) / (0.578 + 0.2676)
     assert result["reproduced"]["en"]["overall"] == pytest.approx(want, abs=1e-12)
+    without = (0.578 * (normal * 9 / 8) + 0.2676 * special) / (0.578 + 0.2676)  # the empty answer left out
+    assert result["reproduced_without_empty"]["en"]["overall"] == pytest.approx(without, abs=1e-12)
     assert "renormalised" in result["note"] and "model=replay" in result["commands"]["evalscope_rules"]
     assert json.loads((out / "import.json").read_text())["unmatched"] == result["unmatched"]
 

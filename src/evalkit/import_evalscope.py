@@ -30,7 +30,8 @@ Written to ``--out`` (default ``outputs/evalscope_import/<name of the run direct
   categories) and ``reproduced``: EvalScope's per-sample verdicts aggregated by ACEBench's
   rules over normal + special only, the weights renormalised (as EvalScope renormalises over
   the groups evaluated) — the figure a replay of ``replay.jsonl`` scored with
-  ``benchmark.scoring=evalscope`` gives; and the commands to run it.
+  ``benchmark.scoring=evalscope`` gives (with empty answers, ``reproduced_without_empty``:
+  the figure without them, which that run's ``partial_overall`` gives); and the commands.
 
 Exit code: 0 written, 2 the directory is not a readable EvalScope ACEBench run (one line).
 Nothing of the EvalScope directory is changed; its texts are stored as they are.
@@ -311,9 +312,12 @@ def import_run(root: Path, out_dir: Path, model: str | None = None, language: st
         "empty": empty,
         "evalscope_report": run["report"],
         "reproduced": reproduced_overall(run["samples"]),
+        # what evalkit's partial_ figures give: the empty answers are failures there, left out
+        **({"reproduced_without_empty": reproduced_overall([s for s in run["samples"] if s["sample_id"] not in empty])} if empty else {}),
         "note": OVERALL_NOTE + (f" {len(empty)} empty answers: EvalScope scored them 0; evalkit makes an empty answer "
                                 "a failure (the run is incomplete and withholds its headline), so the figure matches "
-                                "only once they are counted as 0." if empty else ""),  # fmt: skip
+                                "only once they are counted as 0; 'reproduced_without_empty' is the figure without them, "
+                                "which the replay run's partial_overall gives." if empty else ""),  # fmt: skip
         "commands": {
             "evalscope_rules": base + " benchmark.scoring=evalscope",
             "official_rules": base,
@@ -363,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  EvalScope's weighted OVERALL (reports/…/acebench.json): {report['overall']:.4f}")
     if figure is not None:
         print(f"  its verdicts over normal + special, renormalised: overall = {figure:.4f} (what the evalscope-rules replay gives)")
-    print(f"  note: {OVERALL_NOTE}")
+    print(f"  note: {result['note']}")
     print(f"  EvalScope's rules: {printable(result['commands']['evalscope_rules'])}")
     print(f"  official rules:    {printable(result['commands']['official_rules'])}")
     return 0
