@@ -48,8 +48,10 @@ from typing import Any
 
 import yaml
 
+from evalkit.benchmarks.acebench.benchmark import AceBench
 from evalkit.benchmarks.acebench.categories import ALL_CATEGORIES, GROUPS, LANGUAGES, family
 from evalkit.benchmarks.acebench.metrics import dialogue_id, group_scores, overall_score
+from evalkit.benchmarks.acebench.settings import AceBenchSettings
 from evalkit.errors import DataError, EvalkitError, printable
 from evalkit.jsonl import read_objects, read_run_text
 
@@ -330,9 +332,6 @@ def import_run(root: Path, out_dir: Path, model: str | None = None, language: st
 
 def _known_ids(data_dir: Path) -> set[str]:
     """Every sample id of evalkit's ACEBench data in ``data_dir`` (both languages present)."""
-    from evalkit.benchmarks.acebench.benchmark import AceBench
-    from evalkit.benchmarks.acebench.settings import AceBenchSettings
-
     try:
         bench = AceBench(AceBenchSettings(data_dir=data_dir, language="all"))
         return {s.id for s in bench.load()}

@@ -28,8 +28,8 @@ import logging
 import shutil
 import sys
 import tempfile
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -39,12 +39,14 @@ from tabulate import tabulate
 
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import resolve_layers
+from evalkit.engine.finalize import code_version
 from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
 from evalkit.errors import ConfigError, EvalkitError, RunDirError, printable
-from evalkit.journal import damaged_journal, read_run_journal
+from evalkit.journal import FAILED, PREDICTIONS, damaged_journal, read_run_journal
 from evalkit.jsonl import SideFileError, read_run_text
 from evalkit.report.figures import epoch_mean, plan_figures
+from evalkit.report.summary import instrument
 from evalkit.summary import MAX_SUMMARY_BYTES, read_summary
 
 log = logging.getLogger("evalkit")
@@ -162,10 +164,6 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
         RunDirError: the run has no valid ``summary.json`` to carry over, or the directory
             cannot be written (one line).
     """
-    from evalkit.engine.finalize import code_version
-    from evalkit.journal import FAILED, PREDICTIONS
-    from evalkit.report.summary import instrument
-
     recorded = result["summary"]
     if recorded is None:
         raise RunDirError(f"{run_dir}: no summary.json; only a finished run can be rescored into a run directory")
