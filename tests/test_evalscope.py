@@ -312,3 +312,14 @@ def test_imported_run_reproduces_evalscope_both_ways(run_eval, acebench_en, aceb
     assert rescore.main([str(run), "--set", "benchmark.scoring=official"]) == 0
     official = json.loads((run / "rescored" / "official" / "summary.json").read_text())
     assert official["metrics"]["accuracy/normal_atom_bool"] == pytest.approx(2 / 8)  # the prose-wrapped answers fail
+
+
+def test_evalscope_rules_stay_bounded_on_hostile_answers() -> None:
+    """The decoder's bounds hold for the first block too: an oversized or too deeply nested
+    block is a format error with its reason, never a crash."""
+    huge = "text " + "[" + "a(x=1)," * 60_000 + "]"
+    verdict, calls, _ = score_normal_evalscope(_TRIP, huge, _TRIP_GOLD, "normal_atom_bool")
+    assert calls is None and "character limit" in verdict.detail
+    deep = "see " + "[" * 100_000 + "]" * 100_000
+    verdict, calls, _ = score_normal_evalscope(_TRIP, deep, _TRIP_GOLD, "normal_atom_bool")
+    assert calls is None and verdict.detail.startswith("wrong_output_format")

@@ -47,6 +47,7 @@ CONTAINER_TYPES = frozenset({"array", "tuple", "list(string)", "list(enum)", "ob
 
 _SUFFIX = re.compile(r"_\d+$")
 _NORM_DROP = re.compile(r"[ ,./\-_*^]")
+_BRACKET = re.compile(r"[\[\]]")
 
 INCOMPLETE_MARKER = "Missing necessary parameters"
 ERROR_PARAM_MARKER = "There is incorrect value"
@@ -128,12 +129,13 @@ def first_bracket_block(text: str) -> str | None:
     considered: EvalScope 1.14.1's extraction as its documentation and observed verdicts
     show), or ``None`` when no ``[`` is ever closed. A ``]`` before any ``[`` is ignored."""
     depth, start = 0, -1
-    for i, char in enumerate(text):
-        if char == "[":
+    for match in _BRACKET.finditer(text):  # only the brackets are visited (an answer may be long prose)
+        i = match.start()
+        if text[i] == "[":
             if depth == 0:
                 start = i
             depth += 1
-        elif char == "]" and depth > 0:
+        elif depth > 0:
             depth -= 1
             if depth == 0:
                 return text[start:i + 1]
