@@ -287,7 +287,9 @@ def import_run(root: Path, out_dir: Path, model: str | None = None, language: st
     replay, agent, empty = [], [], []
     for s in run["samples"]:
         if family(s["category"]) == "agent":
-            agent.append(s["sample_id"])
+            agent.append({"sample_id": s["sample_id"], "why": "agent rollout: a replay of strings cannot carry its trajectory"
+                          + ("; EvalScope recorded its end state, kept in its reviews" if s["has_end_state"] else
+                             "; EvalScope's files hold no trajectory of it")})  # fmt: skip
         elif s["output"] is None or not s["output"].strip():
             empty.append(s["sample_id"])
             if s["output"] is not None:
@@ -310,7 +312,7 @@ def import_run(root: Path, out_dir: Path, model: str | None = None, language: st
         "source": str(root), "model": run["model"], "language": lang_setting,
         "n_rows": len(run["samples"]) + len(run["unmatched"]), "n_replay": len(replay),
         "unmatched": run["unmatched"],
-        "not_rescorable": [{"sample_id": sid, "why": "agent rollout: a replay of strings cannot carry its trajectory"} for sid in agent],
+        "not_rescorable": agent,
         "empty": empty,
         "evalscope_report": run["report"],
         "reproduced": reproduced_overall(run["samples"]),
