@@ -256,9 +256,10 @@ def comparability(a: Run, b: Run) -> list[str]:
 
 def instrument_change(a: Run, b: Run) -> str:
     """``"scoring: 'official' vs 'evalscope'"``: each key of the runs' ``instrument``
-    (:func:`evalkit.report.summary.instrument`) that differs; ``""`` when none does."""
+    (:func:`evalkit.report.summary.instrument`) that both record and that differs; ``""``
+    when none does (a run written before a key was recorded is not called different)."""
     ia, ib = a.summary.instrument, b.summary.instrument
-    return "; ".join(f"{k}: {ia.get(k)!r} vs {ib.get(k)!r}" for k in sorted(set(ia) | set(ib)) if ia.get(k) != ib.get(k))
+    return "; ".join(f"{k}: {ia[k]!r} vs {ib[k]!r}" for k in sorted(set(ia) & set(ib)) if ia[k] != ib[k])
 
 
 def run_plan(run: Run, data_dir: Path | None = None) -> Any:
