@@ -323,3 +323,18 @@ def test_evalscope_rules_stay_bounded_on_hostile_answers() -> None:
     deep = "see " + "[" * 100_000 + "]" * 100_000
     verdict, calls, _ = score_normal_evalscope(_TRIP, deep, _TRIP_GOLD, "normal_atom_bool")
     assert calls is None and verdict.detail.startswith("wrong_output_format")
+
+
+def test_instrument_change_names_only_keys_both_runs_record() -> None:
+    from types import SimpleNamespace
+
+    from evalkit.compare import instrument_change
+    from evalkit.summary import Summary
+
+    def run(**instrument: str) -> Any:
+        return SimpleNamespace(summary=Summary(status="complete", benchmark="acebench", model="m", n_samples=1, n_scored=1,
+                                               n_failed=0, n_scored_rows=1, n_failed_rows=0, instrument=instrument))  # fmt: skip
+
+    assert instrument_change(run(scoring="official"), run(scoring="evalscope")) == "scoring: 'official' vs 'evalscope'"
+    assert instrument_change(run(scoring="official"), run(scoring="official")) == ""
+    assert instrument_change(run(), run(scoring="official")) == ""  # a run from before the instrument was recorded
