@@ -41,15 +41,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import yaml
-
 from evalkit import secrets
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import EvalConfig
 from evalkit.engine.plan import prepare
 from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.journal import read_run_journal
-from evalkit.jsonl import MAX_RECORD_BYTES, read_no_link
+from evalkit.jsonl import MAX_RECORD_BYTES, read_no_link, read_run_yaml
 from evalkit.summary import Summary, validate_summary
 from evalkit.tracking import MlflowObserver, ledger
 from evalkit.tracking.mlflow_tracking import artifact_root, tracking_uri
@@ -65,9 +63,12 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], Summary]:
             (:mod:`evalkit.journal`).
     """
     try:
-        recorded = yaml.safe_load(read_no_link(run_dir / "config.yaml", MAX_RECORD_BYTES).decode("utf-8"))
+        try:
+            recorded = read_run_yaml(run_dir / "config.yaml")  # bounded: an alias bomb is one line, not a hang
+        except RunDirError as exc:
+            raise RunDirError(f"{run_dir}: not a finished evalkit run ({exc})") from None
         raw = json.loads(read_no_link(run_dir / "summary.json", MAX_RECORD_BYTES).decode("utf-8"))
-    except (OSError, ValueError, RecursionError, yaml.YAMLError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml and summary.json needed, not links; {type(exc).__name__})") from None
     if not isinstance(recorded, dict) or not isinstance(raw, dict) or "status" not in raw:
         raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml or summary.json malformed)")

@@ -1,18 +1,87 @@
 """Jinja2 for tasks, sandboxed and bounded: the prompts and the judges' rubrics are rendered
-here (:func:`render`)."""
+here. Two entry points:
+
+* :func:`render` — one template in this process, in the bounded sandbox (the hot path: every
+  prompt and rubric of every sample). Each value a template builds is checked against the
+  bound before it is built (``*``, ``+``, ``~``, ``%``, ``str.format`` with its widths
+  resolved — nested ``{:{w}}`` included —, ``replace``, ``join``, ``range``, printing a
+  list), and one render may take at most :data:`MAX_STEPS` steps (loop iterations and
+  calls together), so a looping template is refused, not run. A ``RecursionError`` or
+  ``MemoryError`` is the same one-line :class:`~evalkit.errors.DataError`.
+* :func:`check_renders` — many renders in a child process under limits the kernel and the
+  parent enforce (``RLIMIT_AS``, ``RLIMIT_CPU``, a wall-clock timeout that kills it), for
+  whatever the in-process checks miss. A task checks every prompt of its samples this way
+  once, when it loads (:meth:`evalkit.benchmarks.task.benchmark.TaskBenchmark.load`), so a
+  template that would exhaust time or memory is one line before any request, and rendering
+  per sample stays in process (one child per load, not per sample).
+"""
 
 from __future__ import annotations
 
+import contextvars
 import re
 from typing import Any
 
 from evalkit.errors import DataError
 
 _ENVS: dict[int, Any] = {}
+#: most steps one render may take: each loop iteration and each call is one. A prompt
+#: template loops over a sample's choices or demonstrations (tens); 100,000 steps are at
+#: most 1.6 s of Jinja here (macro calls, the dearest step, measured), so a nested
+#: ``range(50000)`` loop (2.5e9 iterations) or a macro calling itself twice 40 deep is refused
+MAX_STEPS = 100_000
+#: the steps taken by the render running in this context (a one-item list; unset: none counted)
+_STEPS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("evalkit_template_steps", default=None)
+
+
+def _step(n: int = 1) -> None:
+    """Count ``n`` steps of the current render; over :data:`MAX_STEPS` is a SecurityError."""
+    steps = _STEPS.get()
+    if steps is not None:
+        steps[0] += n
+        if steps[0] > MAX_STEPS:
+            from jinja2.exceptions import SecurityError
+
+            raise SecurityError(f"the template takes over {MAX_STEPS:,} steps (loop iterations and calls); a loop too long")
+
+
+def text_size_over(value: Any, limit: int) -> bool:
+    """True when ``str(value)`` would be longer than ``limit`` characters, estimated without
+    building it: a string's length, a container's items' sizes plus 2 each, another
+    value's ``str``; stops as soon as the sum passes ``limit`` (each item costs at least 1,
+    so at most ``limit`` items are visited)."""
+    total, stack = 0, [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += len(v)
+        elif isinstance(v, dict):
+            total += 2 + 4 * len(v)
+            if total <= limit:
+                stack.extend(v.keys())
+                stack.extend(v.values())
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            total += 2 + 2 * len(v)
+            if total <= limit:
+                stack.extend(v)
+        elif isinstance(v, (int, float, bool)) or v is None:
+            total += 24 if not isinstance(v, int) or abs(v) < 10**24 else len(str(v))
+        else:
+            total += len(str(v)) if not hasattr(v, "__iter__") else 2
+        if total > limit:
+            return True
+    return False
 #: a ``%`` conversion's flags, width and precision (``%-08.3f``: ``-08.3``), a ``{...:spec}``'s spec
 _PRINTF = re.compile(r"%([-+ #0]*\d*(?:\.\d*)?)")
 _FORMAT_SPEC = re.compile(r"\{[^{}:]*:([^{}]*)\}")
 _DIGITS = re.compile(r"\d+")
+#: Jinja's filters that never turn their value into its text (the others are refused a value
+#: whose text would be over the bound before they build it: ``|string``, ``|tojson`` ...)
+_NO_TEXT_FILTERS = frozenset({"length", "count", "first", "last", "random", "batch", "slice", "sort", "unique", "select",
+                              "reject", "selectattr", "rejectattr", "map", "groupby", "sum", "min", "max", "reverse", "list",
+                              "default", "d", "attr", "items", "dictsort", "abs", "int", "float", "round", "bool"})  # fmt: skip
+#: the filter every ``{% for %}``'s iterable goes through (not a name a template can write)
+LOOP_FILTER = "evalkit_loop_bound"
 
 
 def _env(max_chars: int) -> Any:
@@ -24,13 +93,18 @@ def _env(max_chars: int) -> Any:
         return _ENVS[max_chars]
     import functools
 
-    from jinja2 import StrictUndefined
+    from functools import update_wrapper
+
+    from jinja2 import StrictUndefined, nodes
     from jinja2.compiler import CodeGenerator
     from jinja2.exceptions import SecurityError
-    from jinja2.sandbox import SandboxedEnvironment
+    from jinja2.sandbox import SandboxedEnvironment, SandboxedFormatter
 
     def over(size: int) -> SecurityError:
         return SecurityError(f"a value of {size} items is over prompt.max_chars={max_chars}")
+
+    def too_long() -> SecurityError:
+        return SecurityError(f"a value whose text is over prompt.max_chars={max_chars} characters")
 
     def check_args(args: tuple[Any, ...]) -> None:
         if any(isinstance(a, int) and not isinstance(a, bool) and a > max_chars for a in args):
@@ -45,16 +119,70 @@ def _env(max_chars: int) -> Any:
         if any(int(n) > max_chars for spec in specs for n in _DIGITS.findall(spec)):
             raise SecurityError(f"a format width over prompt.max_chars={max_chars}")
 
-    def bounded_filter(fn: Any) -> Any:
+    def check_result(name: str, args: tuple[Any, ...]) -> None:
+        """A ``replace`` or ``join`` (filter or ``str`` method) whose result would be over the
+        bound, refused before it is built: ``replace`` grows by the matches times the growth
+        of one; ``join`` is its items' text plus the separators."""
+        if name == "replace" and len(args) >= 3 and all(isinstance(a, str) for a in args[:3]):
+            text, old, new = args[:3]
+            count = args[3] if len(args) > 3 and isinstance(args[3], int) and args[3] >= 0 else None
+            matches = (len(text) + 1 if not old else text.count(old))
+            matches = min(matches, count) if count is not None else matches
+            size = len(text) + matches * (len(new) - len(old))
+            if size > max_chars:
+                raise over(size)
+        elif name == "join" and args:
+            items, sep = args[0], (args[1] if len(args) > 1 else "")
+            sep_len = len(sep) if isinstance(sep, str) else 0
+            if isinstance(items, (list, tuple, set, frozenset, dict, str)) and (
+                    text_size_over(items, max_chars) or sep_len * len(items) > max_chars):
+                raise too_long()
+
+    def bounded_filter(name: str, fn: Any) -> Any:
         @functools.wraps(fn)  # keeps Jinja's pass_context / pass_environment marks
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             check_args((*args, *kwargs.values()))
+            plain = [a for a in args if not hasattr(a, "environment")]  # without the context / environment passed
+            check_result(name, (*plain, *kwargs.values()))
+            if name not in _NO_TEXT_FILTERS and plain and not isinstance(plain[0], str) and text_size_over(plain[0], max_chars):
+                raise too_long()  # |string, |tojson, |e ... of a value whose text is over the bound
             return fn(*args, **kwargs)
 
         return wrapper
 
+    def loop_bound(items: Any) -> Any:
+        """Every ``{% for %}``'s iterable: each item taken is a step (:data:`MAX_STEPS`)."""
+        for item in items:
+            _step()
+            yield item
+
+    def bounded_range(*args: Any) -> range:
+        r = range(*args)
+        if len(r) > max_chars:
+            raise SecurityError(f"range of {len(r)} items is over prompt.max_chars={max_chars}")
+        return r
+
+    def finalize(value: Any) -> Any:
+        """What ``{{ value }}`` prints: a value whose text would be over the bound is refused
+        before ``str`` builds it (a list doubled 20 times of long strings)."""
+        if not isinstance(value, str) and text_size_over(value, max_chars):
+            raise too_long()
+        return value
+
+    class BoundedFormatter(SandboxedFormatter):
+        """``str.format`` with each field's spec checked once resolved (``{:^{w}}`` with
+        ``w='900000000'`` is a width of 900000000)."""
+
+        def format_field(self, value: Any, format_spec: str) -> Any:
+            if not isinstance(value, str) and text_size_over(value, max_chars):
+                raise too_long()
+            if any(int(n) > max_chars for n in _DIGITS.findall(format_spec)):
+                raise SecurityError(f"a format width over prompt.max_chars={max_chars}")
+            return super().format_field(value, format_spec)
+
     class BoundedConcat(CodeGenerator):
         """``a ~ b`` compiled as the environment's bounded join (Jinja's own is ``"".join``)."""
+
 
         def visit_Concat(self, node: Any, frame: Any) -> None:  # noqa: N802 - Jinja's visitor name
             self.write("environment.bounded_join((")
@@ -67,7 +195,20 @@ def _env(max_chars: int) -> Any:
         intercepted_binops = frozenset({"*", "**", "+", "%"})
         code_generator_class = BoundedConcat
 
+        def _parse(self, source: str, name: str | None, filename: str | None) -> Any:
+            """The template's tree with every ``{% for %}`` iterating through :func:`loop_bound`
+            (its steps counted); a ``recursive`` loop is refused (its inner calls would
+            iterate uncounted)."""
+            tree = super()._parse(source, name, filename)
+            for loop in tree.find_all(nodes.For):
+                if loop.recursive:
+                    raise SecurityError("recursive loops are not allowed in a task's template")
+                loop.iter = nodes.Filter(loop.iter, LOOP_FILTER, [], [], None, None, lineno=loop.lineno)
+            return tree
+
         def bounded_join(self, parts: tuple[Any, ...]) -> str:
+            if text_size_over(list(parts), max_chars):
+                raise too_long()
             texts = [str(p) for p in parts]
             size = sum(map(len, texts))
             if size > max_chars:
@@ -83,22 +224,47 @@ def _env(max_chars: int) -> Any:
                         raise over(len(a) * b)
             if operator == "%" and isinstance(left, str):
                 check_args((left, *(right if isinstance(right, tuple) else (right,))))
+                if text_size_over(right, max_chars):
+                    raise too_long()
             if operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
                 if len(left) + len(right) > max_chars:
                     raise over(len(left) + len(right))
             return super().call_binop(context, operator, left, right)
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's signature
+            _step()
             check_args((*args, *kwargs.values()))
+            name, owner = getattr(__obj, "__name__", None), getattr(__obj, "__self__", None)
+            if name in ("replace", "join") and isinstance(owner, str):  # "x".replace(...), ",".join(l)
+                check_result(name, (owner, *args) if name == "replace" else (*args, owner))
             return super().call(__context, __obj, *args, **kwargs)
 
-        def wrap_str_format(self, value: Any) -> Any:  # "{:>9}".format, got as an attribute: its string's widths
-            if getattr(value, "__name__", None) in ("format", "format_map") and isinstance(getattr(value, "__self__", None), str):
-                check_widths(value.__self__)
-            return super().wrap_str_format(value)
+        def wrap_str_format(self, value: Any) -> Any:
+            """``"{:>9}".format`` / ``format_map``, got as an attribute: its literal widths
+            checked now, and each field's resolved spec when it is formatted
+            (:class:`BoundedFormatter`); Jinja's own wrapper otherwise."""
+            f_self = getattr(value, "__self__", None)
+            if getattr(value, "__name__", None) not in ("format", "format_map") or not isinstance(f_self, str):
+                return None
+            check_widths(f_self)
+            if super().wrap_str_format(value) is None:  # not a method Jinja sandboxes
+                return None
+            is_map, vformat = value.__name__ == "format_map", BoundedFormatter(self).vformat
 
-    env = Bounded(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
-    env.filters = {name: bounded_filter(fn) for name, fn in env.filters.items()}
+            def wrapper(*args: Any, **kwargs: Any) -> str:
+                if is_map:
+                    if kwargs or len(args) != 1:
+                        raise TypeError("format_map() takes exactly one argument")
+                    args, kwargs = (), args[0]
+                check_args((*args, *kwargs.values()))
+                return str(vformat(f_self, args, kwargs))
+
+            return update_wrapper(wrapper, value)
+
+    env = Bounded(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True, finalize=finalize)
+    env.filters = {name: bounded_filter(name, fn) for name, fn in env.filters.items()}
+    env.filters[LOOP_FILTER] = loop_bound
+    env.globals["range"] = bounded_range
     _ENVS[max_chars] = env
     return env
 
@@ -113,6 +279,7 @@ def render(template: str, data: dict[str, Any], max_chars: int, sample_id: str) 
     """
     from jinja2.exceptions import TemplateError
 
+    token = _STEPS.set([0])
     try:
         parts, size = [], 0
         for chunk in _env(max_chars).from_string(template).generate(**data):
@@ -120,6 +287,13 @@ def render(template: str, data: dict[str, Any], max_chars: int, sample_id: str) 
             if size > max_chars:
                 raise DataError(f"sample {sample_id!r}: the prompt is over prompt.max_chars={max_chars} characters")
             parts.append(chunk)
-    except (TemplateError, OverflowError) as exc:  # OverflowError: an int too large for Python's C sizes
-        raise DataError(f"sample {sample_id!r}: prompt template: {type(exc).__name__}: {str(exc)[:200]}") from None
+    except (TemplateError, OverflowError, RecursionError, MemoryError) as exc:  # OverflowError: an int too large for C sizes
+        raise DataError(f"sample {sample_id!r}: prompt template: {type(exc).__name__}: {_one_line(exc)}") from None
+    finally:
+        _STEPS.reset(token)
     return "".join(parts)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:200] if text else "(no message)"
