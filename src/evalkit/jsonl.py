@@ -580,6 +580,7 @@ def bounded_yaml_loader(max_units: int = MAX_YAML_UNITS, max_aliases: int | None
         def construct_yaml_float(self, node: Any) -> Any:
             return self._number(node, yaml.SafeLoader.construct_yaml_float)
 
+    BoundedLoader.refused = Refused  # type: ignore[attr-defined]  (what load_yaml's check mode reports)
     BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
     BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
     return BoundedLoader
@@ -589,8 +590,9 @@ def load_yaml(text: str | bytes, where: str, error: type[EvalkitError] = DataErr
               max_bytes: int = MAX_YAML_BYTES) -> Any:
     """One YAML document of ``text`` read with :func:`bounded_yaml_loader`'s bounds, at most
     ``max_bytes`` bytes (UTF-8). ``construct=False`` only composes and checks it (for a file
-    another loader reads next, as Hydra's OmegaConf does with task files: its own tags and
-    interpolations are left to it) and returns ``None``. The one YAML reader of task files
+    another loader reads next, as Hydra's OmegaConf does with task files: its own tags,
+    interpolations and syntax errors — which Hydra's messages name — are left to it) and
+    returns ``None``: only a bound refuses then. The one YAML reader of task files
     (:func:`check_yaml_file`) and of run directories' ``config.yaml`` (:func:`read_run_yaml`).
 
     Raises:
@@ -601,9 +603,10 @@ def load_yaml(text: str | bytes, where: str, error: type[EvalkitError] = DataErr
     size = len(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
     if size > max_bytes:
         raise error(f"{where}: {size:,} bytes, over the {max_bytes:,} a YAML file may have; not read")
+    loader_class = bounded_yaml_loader()
     try:
         body = text.decode("utf-8") if isinstance(text, bytes) else text
-        loader = bounded_yaml_loader()(body)
+        loader = loader_class(body)
         try:
             return loader.get_single_data() if construct else (loader.get_single_node() and None)
         finally:
@@ -611,6 +614,8 @@ def load_yaml(text: str | bytes, where: str, error: type[EvalkitError] = DataErr
     except UnicodeDecodeError:
         raise error(f"{where}: not UTF-8 text") from None
     except yaml.YAMLError as exc:
+        if not construct and not isinstance(exc, loader_class.refused):  # type: ignore[attr-defined]
+            return None  # a syntax error: the next loader names it
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""

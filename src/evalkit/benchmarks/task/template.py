@@ -19,10 +19,18 @@ here. Two entry points:
 from __future__ import annotations
 
 import contextvars
+import functools
 import re
 from typing import Any
 
 from evalkit.errors import DataError
+
+class TemplateRefused(DataError):
+    """A template the bounded renderer refuses: over a bound (size, steps, recursion, the
+    child's time or memory) or a construct the sandbox forbids — as opposed to a template
+    error on a sample's data (an undefined variable). A reader of another run's directory
+    refuses that run on it (exit 2) rather than noting its data as unreadable."""
+
 
 _ENVS: dict[int, Any] = {}
 #: most steps one render may take: each loop iteration and each call is one. A prompt
@@ -91,7 +99,6 @@ def _env(max_chars: int) -> Any:
     namespace doubled by ``~`` 28 times or ``'x'|center(10**8)`` through)."""
     if max_chars in _ENVS:
         return _ENVS[max_chars]
-    import functools
 
     from functools import update_wrapper
 
@@ -274,26 +281,145 @@ def render(template: str, data: dict[str, Any], max_chars: int, sample_id: str) 
     ``max_chars`` characters.
 
     Raises:
-        DataError: a template error, an undefined variable, or a prompt over the bound —
-            one line naming the sample.
+        DataError: a template error or an undefined variable; :class:`TemplateRefused`
+            (a DataError): a value, prompt or step count over the bound, or a forbidden
+            construct — one line naming the sample.
     """
-    from jinja2.exceptions import TemplateError
+    from jinja2.exceptions import SecurityError, TemplateError
 
     token = _STEPS.set([0])
     try:
         parts, size = [], 0
-        for chunk in _env(max_chars).from_string(template).generate(**data):
+        for chunk in _compiled(max_chars, template).generate(**data):
             size += len(chunk)
             if size > max_chars:
                 raise DataError(f"sample {sample_id!r}: the prompt is over prompt.max_chars={max_chars} characters")
             parts.append(chunk)
-    except (TemplateError, OverflowError, RecursionError, MemoryError) as exc:  # OverflowError: an int too large for C sizes
+    except (SecurityError, OverflowError, RecursionError, MemoryError) as exc:  # OverflowError: an int too large for C sizes
+        raise TemplateRefused(f"sample {sample_id!r}: prompt template: {type(exc).__name__}: {_one_line(exc)}") from None
+    except TemplateError as exc:
         raise DataError(f"sample {sample_id!r}: prompt template: {type(exc).__name__}: {_one_line(exc)}") from None
     finally:
         _STEPS.reset(token)
     return "".join(parts)
 
 
+@functools.lru_cache(maxsize=256)
+def _compiled(max_chars: int, template: str) -> Any:
+    """``template`` compiled in the bounded environment of ``max_chars``, kept (a task has a
+    handful of templates; compiling one takes about 2 ms, rendering it about 50 µs).
+
+    Raises:
+        TemplateError: a syntax error, or a construct the environment refuses."""
+    return _env(max_chars).from_string(template)
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:200] if text else "(no message)"
+
+
+# ---- the bounded child ------------------------------------------------------------------------
+#: the wall-clock seconds :func:`check_renders` allows its child: a fixed part (the child's
+#: start, about 0.3 s here, 2 s on a host at load 20) plus a part per render; a prompt renders
+#: in about 50 µs here, so the per-render part is a 200-fold margin
+CHECK_BASE_S = 30.0
+CHECK_PER_RENDER_S = 0.01
+#: the address space the child may add to its start-up size (MiB; ``RLIMIT_AS``)
+CHECK_MEMORY_MB = 1024
+#: one render of :func:`check_renders`: (template, variables, max_chars, sample id)
+RenderJob = tuple[str, dict[str, Any], int, str]
+_CHILD = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('_evalkit_template_child', sys.argv[1])\n"
+    "mod = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(mod)\n"
+    "mod._child_main(float(sys.argv[2]), int(sys.argv[3]))\n"
+)
+
+
+def check_renders(jobs: list[RenderJob], where: str, timeout_s: float | None = None,
+                  memory_mb: int = CHECK_MEMORY_MB) -> None:
+    """Render every job with :func:`render` in one child process whose limits are enforced
+    outside its interpreter: ``RLIMIT_AS`` (its start-up address space plus ``memory_mb``
+    MiB) and ``RLIMIT_CPU`` set before any template is compiled, and a wall-clock
+    ``timeout_s`` (default :data:`CHECK_BASE_S` + :data:`CHECK_PER_RENDER_S` per job) after
+    which this process kills it. The rendered texts are dropped: this only proves that each
+    render finishes within the bounds (rendering is deterministic, so the same render in
+    process later finishes too). The child loads this file alone (not the ``evalkit``
+    package), so it starts in about 0.3 s.
+
+    Raises:
+        DataError: a render fails on a sample's data (its one line: sample, template error);
+            :class:`TemplateRefused`: a render over a bound, or the child over its time or
+            memory — one line starting with ``where``.
+    """
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    if not jobs:
+        return
+    limit = timeout_s if timeout_s is not None else CHECK_BASE_S + CHECK_PER_RENDER_S * len(jobs)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    argv = [sys.executable, "-c", _CHILD, __file__, str(limit), str(memory_mb)]
+    try:
+        done = subprocess.run(argv, input=pickle.dumps(jobs), capture_output=True, timeout=limit, env=env, check=False)
+    except subprocess.TimeoutExpired:  # subprocess.run has killed the child
+        raise TemplateRefused(f"{where}: rendering its templates took over {limit:.0f} s "
+                        "(the bounded renderer's limit); a template that loops?") from None  # fmt: skip
+    except OSError as exc:
+        raise DataError(f"{where}: the bounded renderer could not start ({exc.strerror or type(exc).__name__})") from None
+    answer = done.stdout.decode("utf-8", "replace").strip().splitlines()
+    if done.returncode == 0 and answer and answer[-1] == "ok":
+        return
+    if done.returncode == 0 and answer and answer[-1].startswith("error "):
+        raise DataError(f"{where}: {answer[-1][6:]}")
+    if done.returncode == 0 and answer and answer[-1].startswith("refused "):
+        raise TemplateRefused(f"{where}: {answer[-1][8:]}")
+    if done.returncode == 0 and answer and answer[-1] == "memory":
+        raise TemplateRefused(f"{where}: rendering its templates needs over {memory_mb} MiB (the bounded renderer's limit)")
+    why = f"signal {-done.returncode}" if done.returncode < 0 else f"exit {done.returncode}"
+    tail = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    raise TemplateRefused(f"{where}: the bounded renderer stopped ({why}: over its time or memory limit; "
+                    f"{(tail[-1] if tail else 'no message')[:200]})")  # fmt: skip
+
+
+def _address_space() -> int:
+    """This process's address space in bytes (``VmSize`` of ``/proc/self/status``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _child_main(timeout_s: float, memory_mb: int) -> None:
+    """The child of :func:`check_renders`: limits set on itself first (the kernel enforces
+    them), then the jobs read from stdin and rendered; one line on stdout: ``ok``,
+    ``error <line>``, ``refused <line>`` (:class:`TemplateRefused`) or ``memory``."""
+    import math
+    import pickle
+    import resource
+    import sys
+
+    jobs = pickle.loads(sys.stdin.buffer.read())  # noqa: S301 - written by check_renders, the parent
+    import jinja2.sandbox  # noqa: F401 - imported before the limit: its size is not the templates'
+
+    resource.setrlimit(resource.RLIMIT_AS, (_address_space() + memory_mb * 1024 * 1024,) * 2)
+    cpu = max(1, math.ceil(timeout_s))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    try:
+        for template, data, max_chars, sample_id in jobs:
+            render(template, data, max_chars, sample_id)
+    except DataError as exc:
+        print(("refused " if isinstance(exc, TemplateRefused) else "error ") + " ".join(str(exc).split()), flush=True)
+        return
+    except MemoryError:
+        print("memory", flush=True)
+        return
+    print("ok", flush=True)
