@@ -15,26 +15,19 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from evalkit.benchmarks.task import TaskBenchmark, TaskSettings
+from evalkit.benchmarks.task import TaskSettings
 from evalkit.benchmarks.task.template import TemplateRefused, check_renders, render
 from evalkit.errors import ConfigError, DataError, RunDirError
 from evalkit.jsonl import MAX_YAML_ALIASES, MAX_YAML_DEPTH, load_yaml, read_run_yaml
 from evalkit.settings import plain_name
 from tests.conftest import REPO_ROOT
+from tests.test_tasks import _task
 
 #: "billion laughs": 9 levels of 9 aliases, 9**9 strings written out (about 400 bytes of text)
 BOMB = 'l0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
     f"l{i + 1}: &a{i + 1} [{','.join(['*a' + str(i)] * 9)}]\n" for i in range(9))
 LOOP = "{% for i in range(50000) %}{% for j in range(50000) %}{% endfor %}{% endfor %}{{ input }}"
 PATH_NAMES = ["../../../../x", "/tmp/x", "a/b", "..", ".hidden", "", "a\\b", "x\0y"]
-
-
-def _task(tmp_path: Path, rows: list[dict], **spec) -> TaskBenchmark:
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    spec = {"name": "t", "kind": "task", "dataset": {"path": str(data)}, "prompt": {"template": "{{ input }}"},
-            "scorers": [{"kind": "exact_match"}], **spec}  # fmt: skip
-    return TaskBenchmark(TaskSettings(**spec))
 
 
 # ---- item 1: names from files -----------------------------------------------------------------
@@ -225,6 +218,8 @@ def test_track_and_judge_on_a_crafted_run_dir_are_one_line_exit_2(tmp_path: Path
                     ["evalkit.judge", str(target), "judge=gpt4o", f"run.output_root={tmp_path / 'judged'}", "tracking=none"]):
             done = subprocess.run([sys.executable, "-m", *cmd], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
                                   env={**__import__("os").environ, "OPENAI_API_KEY": "sk-test-not-used"})  # fmt: skip
-            err = [line for line in done.stderr.strip().splitlines() if not line.startswith("evalkit: note:")]
-            assert done.returncode == 2 and len(err) == 1 and err[0].startswith("evalkit: error: "), (cmd, done.stderr)
+            lines = done.stderr.strip().splitlines()
+            errors = [line for line in lines if line.startswith("evalkit: error: ")]
+            assert done.returncode == 2 and len(errors) == 1 and lines[-1] == errors[0], (cmd, done.stderr)
+            assert "Traceback" not in done.stderr and ("aliases expand" in errors[0] or "steps" in errors[0]), errors
     assert not (tmp_path / "m.db").exists() and not (tmp_path / "judged").exists()
