@@ -96,7 +96,12 @@ def _env(max_chars: int) -> Any:
     """A sandboxed Jinja2 environment whose ``*`` / ``**`` / ``+`` / ``~`` / ``%``, calls and
     filters (their int arguments, and the widths of a format string) cannot build a value past
     ``max_chars`` (the sandbox alone lets ``'ab' * 3000000``, a
-    namespace doubled by ``~`` 28 times or ``'x'|center(10**8)`` through)."""
+    namespace doubled by ``~`` 28 times or ``'x'|center(10**8)`` through); whose
+    ``str.format`` checks each field's resolved spec (``'{:^{w}}'.format('x', w='900000000')``,
+    issue 35); whose ``replace`` / ``join`` (filters and methods), text conversions
+    (``|string``, ``{{ list }}``, ``~``, ``%``) and ``range`` are refused past the bound before
+    they are built; whose every ``{% for %}`` and call counts toward :data:`MAX_STEPS`; and
+    which refuses ``recursive`` loops. Built once per ``max_chars``."""
     if max_chars in _ENVS:
         return _ENVS[max_chars]
 
