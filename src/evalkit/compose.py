@@ -22,7 +22,7 @@ from evalkit import config
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import EvalConfig, resolve_layers, validate
 from evalkit.errors import ConfigError
-from evalkit.jsonl import check_yaml_file, load_yaml
+from evalkit.jsonl import MAX_YAML_BYTES, check_yaml_file, load_yaml, read_no_link
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 #: environment variable naming the user's config directories (``os.pathsep``-separated),
@@ -84,8 +84,6 @@ def check_read(path: Path) -> bytes:
 
     Raises:
         ConfigError: unreadable (one line)."""
-    from evalkit.jsonl import MAX_YAML_BYTES, read_no_link
-
     try:
         return read_no_link(path, MAX_YAML_BYTES)
     except FileNotFoundError:

@@ -24,6 +24,7 @@ import re
 from typing import Any, Callable
 
 from evalkit.errors import DataError
+from evalkit.jsonl import bounded_yaml_loader
 
 #: typeless targets: values are read as strings and number-strings compare numerically (§6)
 TYPELESS = frozenset({"properties", "sqlinsert", "ini", "csv", "tsv"})
@@ -100,8 +101,6 @@ def _bounded_loader() -> type:
     alias count or depth limit beyond Python's recursion limit: the spec's answers may use
     them freely within :data:`MAX_YAML_UNITS`). PyYAML is imported only when a YAML answer
     is read, as :func:`probe` expects."""
-    from evalkit.jsonl import bounded_yaml_loader
-
     return bounded_yaml_loader(MAX_YAML_UNITS, None, None, MAX_NUMBER_CHARS)
 
 
