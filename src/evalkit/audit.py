@@ -19,13 +19,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from tabulate import tabulate
 
 from evalkit.benchmarks.ke.audit import audit_dirs, expand_dirs, verdict_table
 from evalkit.benchmarks.ke.data import load_ke
 from evalkit.benchmarks.ke.settings import KESettings
 from evalkit.errors import EvalkitError, RunDirError
+from evalkit.jsonl import read_run_yaml
 
 
 def _paths_from_config(run_dirs: list[Path]) -> tuple[Path | None, Path | None]:
@@ -33,7 +33,8 @@ def _paths_from_config(run_dirs: list[Path]) -> tuple[Path | None, Path | None]:
     for d in run_dirs:
         cfg_path = d / "config.yaml"
         if cfg_path.is_file():
-            bench = (yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}).get("benchmark") or {}
+            recorded = read_run_yaml(cfg_path)  # bounded (evalkit.jsonl.load_yaml)
+            bench = (recorded.get("benchmark") if isinstance(recorded, dict) else None) or {}
             if bench.get("name") == "ke" and bench.get("pilot_path") and bench.get("icl_path"):
                 s = KESettings.model_construct(**{k: bench.get(k) for k in ("pilot_path", "icl_path", "data_dir")})
                 return s.resolve(Path(bench["pilot_path"])), s.resolve(Path(bench["icl_path"]))

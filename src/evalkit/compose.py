@@ -22,6 +22,7 @@ from evalkit import config
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import EvalConfig, resolve_layers, validate
 from evalkit.errors import ConfigError
+from evalkit.jsonl import MAX_YAML_BYTES, check_yaml_file, load_yaml, read_no_link
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 #: environment variable naming the user's config directories (``os.pathsep``-separated),
@@ -46,6 +47,68 @@ def search_path_overrides(environ: Any = None) -> list[str]:
             raise ConfigError(f"{CONFIG_DIR_ENV}: {d!r} is not a directory")
         paths.append(f"file://{path}")
     return [f"hydra.searchpath=[{','.join(repr(p) for p in paths)}]"] if paths else []
+
+
+_GROUP_CHOICE = re.compile(r"^[+~]*([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+
+
+def config_files(overrides: Sequence[str], environ: Any = None) -> list[Path]:
+    """The YAML files Hydra would read for ``overrides``: ``conf/config.yaml``, and each
+    config-group entry chosen — by the primary config's ``defaults`` or by a ``group=option``
+    override (each option of a sweep's ``a,b``; ``judge=`` names model configs) — in
+    ``conf/`` and in every directory of :data:`CONFIG_DIR_ENV` (the files that exist)."""
+    dirs = [CONF_DIR] + [Path(d[len("file://"):]) for d in _search_dirs(environ)]
+    choices: dict[str, set[str]] = {}
+    primary = load_yaml(check_read(CONF_DIR / "config.yaml"), str(CONF_DIR / "config.yaml"), ConfigError)
+    for entry in (primary or {}).get("defaults") or [] if isinstance(primary, dict) else []:
+        if isinstance(entry, dict):
+            for group, option in entry.items():
+                if isinstance(group, str) and isinstance(option, str) and not group.startswith("override "):
+                    choices.setdefault(group, set()).add(option)
+    for arg in overrides:
+        m = _GROUP_CHOICE.match(str(arg))
+        if not m:
+            continue
+        group, value = ("model" if m.group(1) == "judge" else m.group(1)), m.group(2).strip("[]")
+        choices.setdefault(group, set()).update(v.strip().strip("'\"") for v in value.split(",") if v.strip())
+    files = [CONF_DIR / "config.yaml"]
+    for group, options in sorted(choices.items()):
+        for option in sorted(options):
+            files += [d / group / f"{option}.yaml" for d in dirs if (d / group / f"{option}.yaml").is_file()]
+    return files
+
+
+def check_read(path: Path) -> bytes:
+    """The bytes of ``path`` (at most :data:`evalkit.jsonl.MAX_YAML_BYTES` and one); a
+    missing file reads as empty.
+
+    Raises:
+        ConfigError: unreadable (one line)."""
+    try:
+        return read_no_link(path, MAX_YAML_BYTES)
+    except FileNotFoundError:
+        return b""
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read ({exc.strerror or type(exc).__name__})") from None
+
+
+def check_config_files(overrides: Sequence[str], environ: Any = None) -> None:
+    """Every file of :func:`config_files` composed by the bounded YAML loader
+    (:func:`evalkit.jsonl.load_yaml`: alias count, depth, size and expanded size) before
+    Hydra's OmegaConf reads it: a task file that is an alias bomb ("billion laughs") is one
+    line, not a hang.
+
+    Raises:
+        ConfigError: a file over a bound or unreadable — one line naming it.
+    """
+    for path in config_files(overrides, environ):
+        check_yaml_file(path, ConfigError)
+
+
+def _search_dirs(environ: Any = None) -> list[str]:
+    """The ``file://`` directories of :func:`search_path_overrides`."""
+    overrides = search_path_overrides(environ)
+    return re.findall(r"'(file://[^']*)'", overrides[0]) if overrides else []
 
 
 def hydra_error_line(exc: BaseException) -> str:
@@ -134,6 +197,7 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
     Raises:
         ConfigError: any composition error, as one line.
     """
+    check_config_files(overrides)
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
     try:
@@ -179,6 +243,7 @@ def to_plain(cfg: DictConfig) -> dict[str, Any]:
 def _compose_in_context(overrides: list[str]) -> DictConfig:
     """Compose another config of the same tree, inside Hydra's running app if there is one."""
     if GlobalHydra.instance().is_initialized():
+        check_config_files(overrides)
         try:
             return hydra_compose("config", overrides=overrides)
         except Exception as exc:  # noqa: BLE001

@@ -9,7 +9,6 @@ single line naming the offending key. Nothing starts before validation passes.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Protocol, Union
 from urllib.parse import urlsplit
@@ -17,7 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from evalkit.settings import BenchmarkSettings, GenerationParams
+from evalkit.settings import BenchmarkSettings, GenerationParams, plain_name
 from evalkit.errors import ConfigError
 from evalkit.providers import model_price, reasoning_problem, sampling_problem
 from evalkit.types import MAX_REPEATS
@@ -105,9 +104,7 @@ class ModelConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _plain_name(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}", v):
-            raise ValueError(f"model.name: {v!r} is not a plain name (letters, digits, '.', '_', '-'; it names run directories)")
-        return v
+        return plain_name(v, "model.name")
 
     @field_validator("extra_body")
     @classmethod

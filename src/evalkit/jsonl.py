@@ -20,6 +20,7 @@ follows its benchmark's own rules instead (spec), not this module.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -463,3 +464,188 @@ def with_side_file(row: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     if not isinstance(moved, dict):
         raise SideFileError(f"{printable(str(path))}: side file of sample {printable(row.get('sample_id'))} is not a JSON object")
     return {**row, **{k: v for k, v in moved.items() if k in SIDE_FILE_FIELDS}}
+
+
+# ---- YAML: the one bounded loader ----------------------------------------------------------
+#: the largest YAML file evalkit reads (a task file, a run directory's ``config.yaml``), in
+#: bytes: evalkit's own largest config is under 10 KiB; PyYAML's pure-Python parser reads
+#: about 80,000 characters a second on a busy host, so this bounds a read to about 15 s
+MAX_YAML_BYTES = 1024 * 1024
+#: most aliases (``*a``, merge keys ``<<: *a`` included) one YAML document may use; evalkit's
+#: own configs use none
+MAX_YAML_ALIASES = 1000
+#: deepest nesting of collections in one YAML document (evalkit's own: 6)
+MAX_YAML_DEPTH = 64
+#: largest size of one YAML document with every alias expanded, in units of one per node
+#: plus one per scalar character (an alias counts its target's full size each time it is
+#: used): a document without aliases has about one unit per character, so this is
+#: :data:`MAX_YAML_BYTES`; "billion laughs" bombs are refused before anything is built
+MAX_YAML_UNITS = MAX_YAML_BYTES
+#: longest YAML scalar converted to an int or a float (characters): Python's own limit on
+#: decimal int text (``sys.int_info.default_max_str_digits``); YAML 1.1's sexagesimal and
+#: base-2/8/16 forms convert in quadratic time past it
+MAX_YAML_NUMBER_CHARS = 4300
+
+
+@functools.cache
+def bounded_yaml_loader(max_units: int = MAX_YAML_UNITS, max_aliases: int | None = MAX_YAML_ALIASES,
+                        max_depth: int | None = MAX_YAML_DEPTH, max_number: int = MAX_YAML_NUMBER_CHARS) -> type:
+    """PyYAML's ``SafeLoader`` (pure Python: its composer is hooked node by node) with bounds,
+    each a ``yaml.YAMLError`` raised before anything is constructed:
+
+    * more than ``max_aliases`` aliases in a document (``None``: no count), counted as the
+      composer meets them;
+    * collections nested deeper than ``max_depth`` (``None``: only Python's recursion limit);
+    * a node that is its own ancestor through an alias (``&a [*a]``: a cycle);
+    * a document whose size with every alias expanded is over ``max_units`` (one unit per
+      node plus one per scalar character; checked on the composed node graph, each node
+      visited once, iteratively);
+    * an int or float scalar longer than ``max_number`` characters.
+
+    Built once per set of bounds; documents within them load exactly as with ``SafeLoader``.
+    The one loader of every YAML file evalkit reads (:func:`load_yaml`) and of SOBHard's
+    YAML answers (:func:`evalkit.benchmarks.sobhard.readers.read_yaml`, with its own bounds).
+    """
+    import yaml
+    from yaml.constructor import ConstructorError
+    from yaml.events import AliasEvent, CollectionStartEvent
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    class Refused(yaml.YAMLError):
+        pass
+
+    def children(node: Any) -> list[Any]:
+        if isinstance(node, SequenceNode):
+            return list(node.value)
+        if isinstance(node, MappingNode):
+            return [n for pair in node.value for n in pair]
+        return []
+
+    def check_graph(root: Any) -> None:
+        size: dict[int, int] = {}
+        active: set[int] = set()
+        stack: list[tuple[Any, bool]] = [(root, False)]
+        while stack:
+            node, done = stack.pop()
+            key = id(node)
+            if done:
+                active.discard(key)
+                total = 1 + sum(size[id(c)] for c in children(node))
+                if total > max_units:
+                    raise Refused(f"aliases expand the document beyond {max_units:,} nodes and characters")
+                size[key] = total
+            elif key in size:
+                continue
+            elif key in active:
+                raise Refused("an alias refers to a node that contains it (a recursive document)")
+            elif isinstance(node, ScalarNode):
+                size[key] = 1 + len(node.value)
+            else:
+                active.add(key)
+                stack.append((node, True))
+                stack.extend((c, False) for c in children(node))
+
+    class BoundedLoader(yaml.SafeLoader):
+        def compose_document(self) -> Any:
+            self._aliases, self._depth = 0, 0
+            node = super().compose_document()
+            if node is not None:
+                check_graph(node)
+            return node
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(AliasEvent):
+                self._aliases += 1
+                if max_aliases is not None and self._aliases > max_aliases:
+                    raise Refused(f"more than {max_aliases:,} aliases in one document")
+                return super().compose_node(parent, index)
+            nested = self.check_event(CollectionStartEvent)
+            self._depth += nested
+            try:
+                if max_depth is not None and self._depth > max_depth:
+                    raise Refused(f"collections nested deeper than {max_depth} levels")
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= nested
+
+        def _number(self, node: Any, construct: Any) -> Any:
+            if isinstance(node, ScalarNode) and len(node.value) > max_number:
+                problem = f"a number of {len(node.value):,} characters (over {max_number:,})"
+                raise ConstructorError(None, None, problem, node.start_mark)
+            return construct(self, node)
+
+        def construct_yaml_int(self, node: Any) -> Any:
+            return self._number(node, yaml.SafeLoader.construct_yaml_int)
+
+        def construct_yaml_float(self, node: Any) -> Any:
+            return self._number(node, yaml.SafeLoader.construct_yaml_float)
+
+    BoundedLoader.refused = Refused  # type: ignore[attr-defined]  (what load_yaml's check mode reports)
+    BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
+    BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
+    return BoundedLoader
+
+
+def load_yaml(text: str | bytes, where: str, error: type[EvalkitError] = DataError, construct: bool = True,
+              max_bytes: int = MAX_YAML_BYTES) -> Any:
+    """One YAML document of ``text`` read with :func:`bounded_yaml_loader`'s bounds, at most
+    ``max_bytes`` bytes (UTF-8). ``construct=False`` only composes and checks it (for a file
+    another loader reads next, as Hydra's OmegaConf does with task files: its own tags,
+    interpolations and syntax errors — which Hydra's messages name — are left to it) and
+    returns ``None``: only a bound refuses then. The one YAML reader of task files
+    (:func:`check_yaml_file`) and of run directories' ``config.yaml`` (:func:`read_run_yaml`).
+
+    Raises:
+        error: over a bound, not YAML, or not UTF-8 — one line starting with ``where``.
+    """
+    import yaml
+
+    size = len(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
+    if size > max_bytes:
+        raise error(f"{where}: {size:,} bytes, over the {max_bytes:,} a YAML file may have; not read")
+    loader_class = bounded_yaml_loader()
+    try:
+        body = text.decode("utf-8") if isinstance(text, bytes) else text
+        loader = loader_class(body)
+        try:
+            return loader.get_single_data() if construct else (loader.get_single_node() and None)
+        finally:
+            loader.dispose()
+    except UnicodeDecodeError:
+        raise error(f"{where}: not UTF-8 text") from None
+    except yaml.YAMLError as exc:
+        if not construct and not isinstance(exc, loader_class.refused):  # type: ignore[attr-defined]
+            return None  # a syntax error: the next loader names it
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or lines[0]
+        raise error(f"{where}: refused as YAML: {printable(problem, 200)}{at}") from None
+    except (TypeError, ValueError, OverflowError, RecursionError, MemoryError) as exc:  # unhashable keys, float range
+        raise error(f"{where}: refused as YAML: {type(exc).__name__}: {printable(str(exc), 200)}") from None
+
+
+def check_yaml_file(path: Path, error: type[EvalkitError] = DataError) -> None:
+    """Compose ``path`` (a task file, any Hydra config-group entry) with the bounds of
+    :func:`load_yaml` before another loader reads it; a missing file is left to that loader.
+
+    Raises:
+        error: unreadable, or over a bound (one line naming the file).
+    """
+    try:
+        data = read_no_link(path, MAX_YAML_BYTES)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise error(f"{printable(str(path))} cannot be read ({exc.strerror or type(exc).__name__})") from None
+    load_yaml(data, printable(str(path)), error, construct=False)
+
+
+def read_run_yaml(path: Path) -> Any:
+    """A run directory's YAML record (``config.yaml``), read as :func:`read_run_text` reads
+    (no link followed) and loaded by :func:`load_yaml` (at most :data:`MAX_YAML_BYTES`).
+
+    Raises:
+        RunDirError: unreadable, a link, over a bound, or not YAML (one line).
+    """
+    return load_yaml(read_run_text(path, MAX_YAML_BYTES), printable(str(path)), RunDirError)

@@ -33,7 +33,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 from tabulate import tabulate
 
@@ -44,7 +43,7 @@ from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
 from evalkit.errors import ConfigError, EvalkitError, RunDirError, printable
 from evalkit.journal import FAILED, PREDICTIONS, damaged_journal, read_run_journal
-from evalkit.jsonl import SideFileError, read_run_text
+from evalkit.jsonl import SideFileError, read_run_text, read_run_yaml
 from evalkit.report.figures import epoch_mean, plan_figures
 from evalkit.report.summary import instrument
 from evalkit.summary import MAX_SUMMARY_BYTES, read_summary
@@ -230,10 +229,7 @@ def load_benchmark(run_dir: Path, data_dir: Path | None = None, overrides: dict[
         RunDirError: the config cannot be read, names no known benchmark, or its settings
             do not validate (one line naming the key).
     """
-    try:
-        cfg = yaml.safe_load(read_run_text(Path(run_dir) / "config.yaml"))
-    except yaml.YAMLError as exc:
-        raise RunDirError(f"{run_dir}/config.yaml cannot be read ({type(exc).__name__})") from None
+    cfg = read_run_yaml(Path(run_dir) / "config.yaml")  # bounded (evalkit.jsonl.load_yaml)
     if not isinstance(cfg, dict) or not isinstance(cfg.get("benchmark"), dict) or "name" not in cfg["benchmark"]:
         raise RunDirError(f"{run_dir}/config.yaml is not an evalkit run config (no benchmark.name)")
     bench_raw = _benchmark_settings(run_dir, cfg)

@@ -10,9 +10,29 @@ benchmark named there, without importing any benchmark (the layer rule of
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: a plain name: what every name read from a file must be when it becomes part of a path
+#: (a run directory's ``<benchmark>/<model>``): letters, digits, ``.``, ``_``, ``-``, not
+#: starting with ``.`` (no ``..``, no hidden file), at most 128 characters; so it never
+#: leaves the directory it is joined to, is never absolute, and holds no separator
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+
+
+def plain_name(value: str, key: str) -> str:
+    """``value`` unchanged when it is a plain name (:data:`PLAIN_NAME`): the one check of
+    every name from a file that becomes a path (``benchmark.name``, ``model.name``).
+
+    Raises:
+        ValueError: not a plain name — one line naming ``key`` (pydantic turns it into the
+            config's one-line error, exit 2).
+    """
+    if not isinstance(value, str) or not PLAIN_NAME.fullmatch(value):
+        raise ValueError(f"{key}: {str(value)[:80]!r} is not a plain name (letters, digits, '.', '_', '-'; it names run directories)")
+    return value
 
 #: the ``reasoning_effort`` values litellm accepts (``litellm.types.llms.openai.REASONING_EFFORT``)
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
@@ -86,6 +106,11 @@ class BenchmarkSettings(BaseModel):
     score_memory_mb: int = Field(default=2048, ge=64)
     score_budget_s: float | None = Field(default=1800.0, gt=0)
     strip_reasoning_prefix: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        return plain_name(v, "benchmark.name")  # a task's name comes from its file and names its run directories
 
     def needs_judge(self) -> bool:
         """True when the benchmark's scoring asks an LLM judge (a task's ``llm_judge``

@@ -41,15 +41,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import yaml
-
 from evalkit import secrets
 from evalkit.benchmarks import get_benchmark_class
+from evalkit.benchmarks.task.template import TemplateRefused
 from evalkit.config import EvalConfig
 from evalkit.engine.plan import prepare
 from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.journal import read_run_journal
-from evalkit.jsonl import MAX_RECORD_BYTES, read_no_link
+from evalkit.jsonl import MAX_RECORD_BYTES, read_no_link, read_run_yaml
 from evalkit.summary import Summary, validate_summary
 from evalkit.tracking import MlflowObserver, ledger
 from evalkit.tracking.mlflow_tracking import artifact_root, tracking_uri
@@ -65,9 +64,12 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], Summary]:
             (:mod:`evalkit.journal`).
     """
     try:
-        recorded = yaml.safe_load(read_no_link(run_dir / "config.yaml", MAX_RECORD_BYTES).decode("utf-8"))
+        try:
+            recorded = read_run_yaml(run_dir / "config.yaml")  # bounded: an alias bomb is one line, not a hang
+        except RunDirError as exc:
+            raise RunDirError(f"{run_dir}: not a finished evalkit run ({exc})") from None
         raw = json.loads(read_no_link(run_dir / "summary.json", MAX_RECORD_BYTES).decode("utf-8"))
-    except (OSError, ValueError, RecursionError, yaml.YAMLError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml and summary.json needed, not links; {type(exc).__name__})") from None
     if not isinstance(recorded, dict) or not isinstance(raw, dict) or "status" not in raw:
         raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml or summary.json malformed)")
@@ -92,6 +94,8 @@ def requests_of(run_dir: Path, recorded: dict[str, Any]) -> list[Any] | None:
     benchmark's data or the run's config can no longer be read."""
     try:
         return [u.request for u in prepare(run_config(recorded)).units]
+    except TemplateRefused as exc:  # a crafted config.yaml (a looping template): the run is refused, exit 2
+        raise RunDirError(f"{run_dir}/config.yaml: {first_line(exc, 300)}") from None
     except Exception as exc:  # noqa: BLE001 - missing data, an unreadable replay file, an old config
         print(f"evalkit: note: {run_dir}: the run's data cannot be read again ({type(exc).__name__}: "
               f"{secrets.scrub(first_line(exc, 200))}); its traces carry no prompts", file=sys.stderr)  # fmt: skip
@@ -151,11 +155,12 @@ def track(run_dir: Path, args: argparse.Namespace) -> str:
     """
     recorded, summary = read_run(run_dir)
     ledger.read_file(run_dir / ledger.FILE)  # a bad tracking.json: one line before the store is opened
+    requests = requests_of(run_dir, recorded)  # a crafted config.yaml (a looping template): refused before the store is opened
     observer = observer_for(run_dir, recorded, args)
     print(f"evalkit: sending {run_dir} to the MLflow store {printable(secrets.scrub(observer.uri), 300)} "
           f"(experiment {printable(observer.experiment, 200)})", file=sys.stderr)  # fmt: skip
     observer.check()
-    run_id = observer.log_run(run_dir, summary, requests_of(run_dir, recorded))
+    run_id = observer.log_run(run_dir, summary, requests)
     return f"evalkit: tracked {run_dir} → MLflow run {run_id} ({observer.uri}, experiment {observer.experiment})"
 
 

@@ -20,6 +20,7 @@ import yaml
 from evalkit import secrets
 from evalkit.config import CONFIG_FORMAT, EvalConfig
 from evalkit.errors import RunDirError, RunDirWriteError, RunInterrupted, printable
+from evalkit.jsonl import read_run_yaml
 
 log = logging.getLogger("evalkit")
 
@@ -73,9 +74,9 @@ def recorded_config(cfg: EvalConfig) -> dict[str, Any]:
 def _check_resumable(run_dir: Path, cfg: EvalConfig) -> None:
     """Raises RunDirError unless ``run_dir`` is a run of the same settings as ``cfg``."""
     try:
-        prev = yaml.safe_load((run_dir / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise RunDirError(f"run.resume: {run_dir}/{CONFIG} cannot be read ({type(exc).__name__})") from None
+        prev = read_run_yaml(run_dir / CONFIG)  # bounded (evalkit.jsonl.load_yaml): a crafted file is one line
+    except RunDirError as exc:
+        raise RunDirError(f"run.resume: {exc}") from None
     if not isinstance(prev, dict) or not isinstance(prev.get("benchmark"), dict) or not isinstance(prev.get("model"), dict):
         raise RunDirError(f"run.resume: {run_dir}/{CONFIG} is not an evalkit run config")
     for key, now in (("benchmark", cfg.benchmark.name), ("model", cfg.model.name)):

@@ -53,11 +53,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from evalkit import secrets
 from evalkit.errors import RunDirError, TrackingError, first_line, printable
-from evalkit.jsonl import read_run_text
+from evalkit.jsonl import read_run_text, read_run_yaml
 from evalkit.summary import Summary
 import evalkit.tracking.curate as curate
 from evalkit.tracking.base import Observer, RunInfo
@@ -447,7 +446,7 @@ class MlflowObserver(Observer):
 
     def _log_record(self, mlflow_client: Any, run_id: str, run_dir: Path, summary: Summary, outs: list[Outcome]) -> None:
         """Params (those not logged yet), metrics, the dataset, the tables and the files."""
-        recorded = yaml.safe_load(read_run_text(run_dir / "config.yaml")) or {}
+        recorded = read_run_yaml(run_dir / "config.yaml") or {}
         recorded = secrets.redact_config(recorded)
         data = mlflow_client.get_run(run_id).data
         params = {k: v for k, v in curate.run_params(recorded, summary).items() if k not in data.params}

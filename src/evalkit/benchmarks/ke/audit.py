@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from evalkit.benchmarks.ke.data import KEData
 from evalkit.benchmarks.ke.metrics import SCORE_NAMES, item_scores, macro_means, scores_of
@@ -32,7 +31,7 @@ from evalkit.benchmarks.ke.parser import MODES, PARSER_VERSION, parse_answer, st
 from evalkit.benchmarks.ke.prompts import ANSWER_PREFIX
 from evalkit.errors import RunDirError
 from evalkit.journal import FAILED, read_failures, read_run_journal
-from evalkit.jsonl import read_objects, read_run_text
+from evalkit.jsonl import read_objects, read_run_text, read_run_yaml
 from evalkit.summary import read_summary
 
 TOL = 1e-6  # §10 A4/A5
@@ -132,7 +131,7 @@ def _read_evalkit(run_dir: Path, summary: dict[str, Any] | None) -> _Run:
     """An evalkit run, its journal read by the journal's one reader (:mod:`evalkit.journal`:
     the rows the engine counted, each capped row's whole output read back from its side
     file); a damaged line is an error here (an audit does not guess)."""
-    cfg = yaml.safe_load(read_run_text(run_dir / "config.yaml")) or {}
+    cfg = read_run_yaml(run_dir / "config.yaml") or {}
     bench = (cfg.get("benchmark") or {}).get("name")
     if bench != "ke":
         raise RunDirError(f"{run_dir}: an evalkit run of benchmark {bench!r}, not ke")

@@ -19,12 +19,12 @@ fails with the reason as its detail.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from typing import Any, Callable
 
 from evalkit.errors import DataError
+from evalkit.jsonl import bounded_yaml_loader
 
 #: typeless targets: values are read as strings and number-strings compare numerically (§6)
 TYPELESS = frozenset({"properties", "sqlinsert", "ini", "csv", "tsv"})
@@ -95,72 +95,13 @@ def read_jsonl(body: str, strict: bool = False) -> list[Any]:
     return out
 
 
-@functools.cache
 def _bounded_loader() -> type:
-    """PyYAML's ``SafeLoader`` with the bounds of :func:`read_yaml` (built once; PyYAML is
-    imported only when a YAML answer is read, as :func:`probe` expects)."""
-    import yaml
-    from yaml.constructor import ConstructorError
-    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
-
-    class _Refused(yaml.YAMLError):
-        pass
-
-    def children(node: Any) -> list[Any]:
-        if isinstance(node, SequenceNode):
-            return list(node.value)
-        if isinstance(node, MappingNode):
-            return [n for pair in node.value for n in pair]
-        return []
-
-    def check_graph(root: Any) -> None:
-        """Refuse a node graph with a cycle or an expanded size over MAX_YAML_UNITS;
-        iterative (deep documents cannot overflow the stack), each node visited once."""
-        size: dict[int, int] = {}
-        active: set[int] = set()
-        stack: list[tuple[Any, bool]] = [(root, False)]
-        while stack:
-            node, done = stack.pop()
-            key = id(node)
-            if done:
-                active.discard(key)
-                total = 1 + sum(size[id(c)] for c in children(node))
-                if total > MAX_YAML_UNITS:
-                    raise _Refused(f"aliases expand the document beyond {MAX_YAML_UNITS:,} nodes and characters")
-                size[key] = total
-            elif key in size:
-                continue
-            elif key in active:
-                raise _Refused("an alias refers to a node that contains it (a recursive document)")
-            elif isinstance(node, ScalarNode):
-                size[key] = 1 + len(node.value)
-            else:
-                active.add(key)
-                stack.append((node, True))
-                stack.extend((c, False) for c in children(node))
-
-    class BoundedLoader(yaml.SafeLoader):
-        def compose_document(self) -> Any:
-            node = super().compose_document()
-            if node is not None:
-                check_graph(node)
-            return node
-
-        def _number(self, node: Any, construct: Any) -> Any:
-            if isinstance(node, ScalarNode) and len(node.value) > MAX_NUMBER_CHARS:
-                problem = f"a number of {len(node.value):,} characters (over {MAX_NUMBER_CHARS:,})"
-                raise ConstructorError(None, None, problem, node.start_mark)
-            return construct(self, node)
-
-        def construct_yaml_int(self, node: Any) -> Any:
-            return self._number(node, yaml.SafeLoader.construct_yaml_int)
-
-        def construct_yaml_float(self, node: Any) -> Any:
-            return self._number(node, yaml.SafeLoader.construct_yaml_float)
-
-    BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
-    BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
-    return BoundedLoader
+    """PyYAML's ``SafeLoader`` with the bounds of :func:`read_yaml`: evalkit's one bounded
+    YAML loader (:func:`evalkit.jsonl.bounded_yaml_loader`) with SOBHard's own bounds (no
+    alias count or depth limit beyond Python's recursion limit: the spec's answers may use
+    them freely within :data:`MAX_YAML_UNITS`). PyYAML is imported only when a YAML answer
+    is read, as :func:`probe` expects."""
+    return bounded_yaml_loader(MAX_YAML_UNITS, None, None, MAX_NUMBER_CHARS)
 
 
 def read_yaml(body: str, strict: bool = False) -> Any:

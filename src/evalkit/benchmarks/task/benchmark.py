@@ -17,11 +17,11 @@ from typing import Any
 
 from evalkit.benchmarks.base import Benchmark, Generate, Solver, score_means_plan
 from evalkit.benchmarks.bounds import safe_score
-from evalkit.benchmarks.task.judge import ORDERS, panel_score
+from evalkit.benchmarks.task.judge import ORDERS, judge_variables, panel_score
 from evalkit.benchmarks.task.scorers import LETTERS, score_one, target_letter
 from evalkit.benchmarks.task.settings import Dataset, TaskSettings
 from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_messages
-from evalkit.benchmarks.task.template import render
+from evalkit.benchmarks.task.template import RenderJob, check_renders, render
 from evalkit.errors import DataError
 from evalkit.jsonl import read_objects
 from evalkit.stats import BINARY, Column
@@ -71,9 +71,49 @@ class TaskBenchmark(Benchmark):
         return [r for r in rows if all(r.get(k) == v for k, v in ds.filter.items())]
 
     def load(self) -> list[Sample]:
+        """The dataset's samples, each of whose prompts is first rendered once in the bounded
+        child (:meth:`check_templates`).
+
+        Raises:
+            DataError: unreadable data, or a template that fails or is over a bound on a
+                sample (one line naming the task and the sample).
+        """
         ds = self.settings.dataset
         rows = self._read(ds, ds.path, ds.split)
-        return _samples(rows, ds, ds.split, str(ds.path or ds.hub))
+        samples = _samples(rows, ds, ds.split, str(ds.path or ds.hub))
+        self.check_templates(samples)
+        return samples
+
+    def render_jobs(self, samples: list[Sample]) -> list[RenderJob]:
+        """Every render a sample's request needs in the driver (:meth:`build` with a
+        demonstration drawn from the sample itself): the system prompt, the template, the
+        answer template, and each ``llm_judge`` scorer's rubric and system prompt about an
+        empty answer (both orders of a pairwise scorer)."""
+        p, jobs = self.settings.prompt, []
+        for sample in samples:
+            for template in (p.system, p.template, p.answer_template):
+                if template:
+                    jobs.append((template, sample.data, p.max_chars, sample.id))
+            for scorer in self.settings.scorers:
+                if scorer.kind != "llm_judge":
+                    continue
+                orders = ORDERS if scorer.judge_setting("mode") == "pairwise" else (None,)
+                for order in orders:
+                    variables = judge_variables(sample.data, "", scorer.judge_setting("against"), order)
+                    jobs += [(t, variables, p.max_chars, sample.id) for t in (scorer.system, scorer.rubric) if t]
+        return jobs
+
+    def check_templates(self, samples: list[Sample]) -> None:
+        """Each of :meth:`render_jobs` rendered once in a child process with a time and memory
+        limit the kernel and this process enforce
+        (:func:`~evalkit.benchmarks.task.template.check_renders`), so a template that would
+        loop or exhaust memory on some sample is one line before any request is built; the
+        renders per sample then stay in process.
+
+        Raises:
+            DataError: one line naming the task (and the sample, for a failing render).
+        """
+        check_renders(self.render_jobs(samples), f"task {self.name}")
 
     def data_fingerprints(self) -> dict[str, str]:
         return dict(self._digests)

@@ -73,7 +73,11 @@ class Prompt(_Strict):
     turn by ``template`` and an assistant turn by ``answer_template``, before the question),
     and ``max_chars``: the
     most characters one rendered prompt may have (the sandbox alone lets ``'ab' * 3000000``
-    through; a prompt past the bound is a data error naming the sample)."""
+    through; a prompt past the bound is a data error naming the sample). Every template
+    renders under :mod:`evalkit.benchmarks.task.template`'s bounds: no value it builds may
+    pass ``max_chars``, one render takes at most ``MAX_STEPS`` loop iterations and calls,
+    and every prompt of every sample is rendered once when the task loads in a child
+    process with a time and memory limit (a template over any bound is one line, exit 2)."""
 
     template: str = Field(min_length=1)
     system: str | None = None
