@@ -46,14 +46,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from evalkit.benchmarks.acebench.benchmark import AceBench
 from evalkit.benchmarks.acebench.categories import ALL_CATEGORIES, GROUPS, LANGUAGES, family
 from evalkit.benchmarks.acebench.metrics import dialogue_id, group_scores, overall_score
 from evalkit.benchmarks.acebench.settings import AceBenchSettings
 from evalkit.errors import DataError, EvalkitError, printable
-from evalkit.jsonl import read_objects, read_run_text
+from evalkit.jsonl import read_objects, read_run_text, read_run_yaml
 
 BENCHMARK = "acebench"
 #: the note every import carries about the OVERALL it reproduces
@@ -121,9 +119,9 @@ def _config_language(root: Path) -> str | None:
     """``dataset_args.acebench.extra_params.language`` of the run's task config, if any."""
     for path in sorted((root / "configs").glob("*.yaml")) if (root / "configs").is_dir() else []:
         try:
-            cfg = yaml.safe_load(read_run_text(path))
+            cfg = read_run_yaml(path)
             language = cfg["dataset_args"][BENCHMARK]["extra_params"]["language"]
-        except (EvalkitError, yaml.YAMLError, KeyError, TypeError):
+        except (EvalkitError, KeyError, TypeError):
             continue
         if language in LANGUAGES:
             return str(language)

@@ -43,7 +43,7 @@ from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
 from evalkit.errors import ConfigError, EvalkitError, RunDirError, printable
 from evalkit.journal import FAILED, PREDICTIONS, damaged_journal, read_run_journal
-from evalkit.jsonl import SideFileError, read_run_text, read_run_yaml
+from evalkit.jsonl import SideFileError, load_yaml, read_run_text, read_run_yaml
 from evalkit.report.figures import epoch_mean, plan_figures
 from evalkit.report.summary import instrument
 from evalkit.summary import MAX_SUMMARY_BYTES, read_summary
@@ -147,10 +147,7 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
         if key not in SETTABLE:
             raise ConfigError(f"--set {key}: only {', '.join(SETTABLE)} can be changed by rescoring "
                               "(it changes how answers are scored, never what was asked)")  # fmt: skip
-        try:
-            out[key.removeprefix("benchmark.")] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise ConfigError(f"--set {key}: value {value!r} is not a YAML scalar") from None
+        out[key.removeprefix("benchmark.")] = load_yaml(value, f"--set {key}", ConfigError)
     return out
 
 
@@ -173,7 +170,7 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
     target = run_dir / "rescored" / label
     bench = result["bench"]
     try:
-        cfg = yaml.safe_load(read_run_text(run_dir / "config.yaml"))
+        cfg = read_run_yaml(run_dir / "config.yaml")
         cfg["benchmark"] = {**_benchmark_settings(run_dir, cfg), **overrides}
         cfg["config_format"] = cfg.get("config_format") or 2
         run_cfg = cfg.get("run") if isinstance(cfg.get("run"), dict) else {}
