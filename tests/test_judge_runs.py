@@ -7,6 +7,7 @@ the budget; pairwise judging asks both orders; a panel excludes and counts inval
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -46,6 +47,11 @@ def judged_run(tmp_path, monkeypatch, fake_openai, ray_address):
         return run_validated(cfg)
 
     return run
+
+
+def _unfenced(text: str) -> str:
+    """A judge prompt without the fence lines around its answers (judge.fence)."""
+    return re.sub(r"<<<ANSWER [0-9a-f]{16}>>>\n|\n<<<END ANSWER [0-9a-f]{16}>>>", "", text)
 
 
 def _judge_requests(fake_openai, judge: str = "judge_a") -> list[str]:
@@ -125,7 +131,7 @@ def test_pairwise_judging_asks_both_orders_and_cancels_a_position_bias(judged_ru
     fake_openai.set_plan({"default": {"content": "An answer."}, "rules": [{"match": "PAIR", "content": '{"winner": "A"}'}]})
     res = judged_run(pairwise, "judge=judge_a", "run.limit=3")
     assert res.summary["status"] == "complete" and res.summary["metrics"]["pref"] == 0.5
-    asked = sorted(_judge_requests(fake_openai))
+    asked = sorted(_unfenced(q) for q in _judge_requests(fake_openai))
     for i in (1, 2, 3):
         mine = [q for q in asked if q.startswith(f"PAIR q{i} ")]
         assert len(mine) == 2
@@ -175,7 +181,7 @@ def test_recorded_answers_are_judged_and_the_judge_agrees_with_the_labels_by_kap
     res = judged_run(POINTWISE, "judge=judge_a", model=("model=replay", f"model.path={replay}"), rows=rows)
     assert res.summary["status"] == "complete", res.summary
     assert {r["model"] for r in fake_openai.log} == {"judge_a"} and len(fake_openai.log) == 30
-    assert all("A=Recorded q" in r["last"] for r in fake_openai.log)
+    assert all("A=Recorded q" in _unfenced(r["last"]) for r in fake_openai.log)
     verdicts = np.array([int(i in positive) for i in range(1, 31)])
     labels = np.array([r["human"] for r in rows])
     table = np.array([[np.sum((verdicts == a) & (labels == b)) for b in (0, 1)] for a in (0, 1)]) / len(rows)
