@@ -24,12 +24,13 @@ def _scorer(**kw) -> Scorer:
 # ------------------------------------------------------------------------------------------
 # verdicts
 # ------------------------------------------------------------------------------------------
-def test_a_verdict_is_the_first_json_object_that_matches_the_schema():
+def test_a_verdict_is_the_one_json_object_of_the_reply_and_matches_the_schema():
     schema = J.verdict_schema(_scorer())
     assert J.read_verdict('Sure. {"score": 4, "reason": "close"}', schema) == ({"score": 4, "reason": "close"}, None)
-    # a prose brace, then an object off the scale, then the verdict
+    assert J.read_verdict('```json\n{"score": 2}\n```', schema) == ({"score": 2}, None)
+    # several {…} groups (issue 32 item 4): invalid, never the first or the last one
     verdict, why = J.read_verdict('{not json} {"score": 9} then {"score": 2}', schema)
-    assert verdict == {"score": 2} and why is None
+    assert verdict is None and "several" in why
     for garbage in ("", "   ", "I would give it a four.", '{"score": "4"}', '{"score": 0}', '["score", 4]', '{"grade": 4}'):
         verdict, why = J.read_verdict(garbage, schema)
         assert verdict is None and why, garbage
@@ -79,6 +80,8 @@ def test_the_answers_change_places_between_orders():
     second = J.judge_variables({"input": "q", "target": "gold", "alt": "other"}, "mine", "alt", "model_second")
     assert (first["answer_a"], first["answer_b"]) == ("mine", "other") and (second["answer_a"], second["answer_b"]) == ("other", "mine")
     assert J.judge_variables({"input": "q"}, "mine", "target", None) == {"input": "q", "output": "mine"}
+    fenced = J.judge_variables({"input": "q", "alt": "other"}, "mine", "alt", "model_second", "b0")
+    assert fenced["answer_b"] == fenced["output"] == "<<<ANSWER b0>>>\nmine\n<<<END ANSWER b0>>>" and "other" in fenced["answer_a"]
 
 
 def test_a_panel_excludes_and_counts_invalid_verdicts():

@@ -8,6 +8,7 @@ verdicts as LLM_JUDGE assessments (MLflow on SQLite); a panel's agreement is in 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -67,7 +68,8 @@ def test_a_finished_run_is_judged_again_without_asking_its_model_and_resumed(tas
                   "tracking=mlflow", f"run.output_root={tmp_path / 'judged'}"]  # fmt: skip
     assert main(judge_args) == 1
     assert _asked(fake_openai, "fake") == [], "the model under test is never asked"
-    assert [q.split("\n")[0] for q in _asked(fake_openai, "judge_b")] == [f"JUDGE q{i} A=An answer." for i in range(1, 7)]
+    unfenced = [re.sub(r"<<<ANSWER [0-9a-f]{16}>>>\n|\n<<<END ANSWER [0-9a-f]{16}>>>", "", q) for q in _asked(fake_openai, "judge_b")]
+    assert [q.split("\n")[0] for q in unfenced] == [f"JUDGE q{i} A=An answer." for i in range(1, 7)]
     judged = run.parent / f"{run.name}.judged-judge_b"
     out = capsys.readouterr()
     assert "INCOMPLETE" in out.out and str(judged) in out.err

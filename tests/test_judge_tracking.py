@@ -31,7 +31,8 @@ def _turn(judge, order, start, tokens):
 #: wins both), judge-b's second order answered garbage (an invalid verdict)
 ROW = {
     "sample_id": "s1", "subset": "open", "status": "ok", "output": "Paris is the capital.", "scores": {"preference": 1.0, "preference_invalid": 1.0},
-    "request_hash": "h1", "started_at": T0, "ended_at": T0 + 1.0, "latency_s": 1.0, "usage": {"prompt_tokens": 20, "completion_tokens": 5},
+    "request_hash": "h1", "started_at": T0, "ended_at": T0 + 5.5, "latency_s": 3.0, "usage": {"prompt_tokens": 430, "completion_tokens": 33},
+    "usage_by_actor": {"agent": {"prompt_tokens": 20, "completion_tokens": 5}, "judge": {"prompt_tokens": 410, "completion_tokens": 28}},
     "judgements": [
         _judgement("judge-a", "model_first", '{"winner": "A", "reason": "more precise"}', {"winner": "A", "reason": "more precise"}, 1.0),
         _judgement("judge-a", "model_second", '{"winner": "B", "reason": "still more precise"}', {"winner": "B", "reason": "still more precise"}, 1.0),
@@ -85,14 +86,20 @@ def test_judge_spans_and_assessments_read_back_from_mlflow(tmp_path: Path):
     assert root.span_type == "CHAIN" and all(s.parent_id == root.span_id for s in judge_spans)
     model = next(s for s in scored.data.spans if s.name == "model")
     assert model.get_attribute("evalkit.actor") == "agent" and model.outputs == "Paris is the capital."
+    # each span its own actor's time and tokens (issue 32 item 5): the model's call took 1 s
+    # (3 s in all less the judges' 4 x 0.5 s) and 20 + 5 tokens, not the judges' 410 + 28
+    assert model.end_time_ns == int((T0 + 1.0) * 1e9) and 0 <= model.start_time_ns - int(T0 * 1e9) <= 1000  # after its root by 1 µs
+    assert model.get_attribute("mlflow.chat.tokenUsage") == {"input_tokens": 20, "output_tokens": 5, "total_tokens": 25}
+    assert root.end_time_ns == int((T0 + 5.5) * 1e9)
     assert [s.get_attribute("mlflow.chat.tokenUsage")["input_tokens"] for s in judge_spans] == [101, 102, 103, 104]
     assert judge_spans[0].start_time_ns == int((T0 + 2) * 1e9)
     assert judge_spans[3].outputs["valid"] is False and judge_spans[3].outputs["text"] == "I cannot decide."
 
     judged = [a for a in scored.info.assessments if a.source.source_type == AssessmentSourceType.LLM_JUDGE]
+    # named with the judge, apart from the code score "preference" (issue 32 item 5)
     assert [(a.name, a.source.source_id, a.metadata["order"]) for a in judged] == [
-        ("preference", "judge-a", "model_first"), ("preference", "judge-a", "model_second"),
-        ("preference", "judge-b", "model_first"), ("preference", "judge-b", "model_second")]  # fmt: skip
+        ("judge:judge-a/preference", "judge-a", "model_first"), ("judge:judge-a/preference", "judge-a", "model_second"),
+        ("judge:judge-b/preference", "judge-b", "model_first"), ("judge:judge-b/preference", "judge-b", "model_second")]  # fmt: skip
     assert [a.value for a in judged] == [1.0, 1.0, 0.5, None]
     assert judged[0].rationale == "more precise" and judged[0].span_id == judge_spans[0].span_id
     assert judged[3].error.error_code == "INVALID_VERDICT" and "no JSON object" in judged[3].error.error_message
@@ -105,4 +112,4 @@ def test_judge_spans_and_assessments_read_back_from_mlflow(tmp_path: Path):
     assert span.get_attribute("evalkit.actor") == "judge" and span.get_attribute("evalkit.judge") == "judge-a"
     assert span.status.status_code == "ERROR" and "HTTP 500" in span.status.description
     (verdict,) = failed.info.assessments
-    assert verdict.source.source_id == "judge-a" and verdict.value is None and "HTTP 500" in verdict.error.error_message
+    assert verdict.name == "judge:judge-a/preference" and verdict.source.source_id == "judge-a" and verdict.value is None and "HTTP 500" in verdict.error.error_message

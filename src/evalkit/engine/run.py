@@ -272,7 +272,8 @@ def _open_executor(plan: RunPlan, state: RunState, stack: ExitStack, pending: Wo
     response cache; in a sweep's session, from its server pool) and their executor."""
     serve = not (plan.models.starts_servers and all_cached(_cache_dir(plan.cfg), pending, plan.models.model_id))
     if not serve:  # the workers never call the model on a hit
-        status.info("every request is in the response cache (%d): llama.cpp's server is not started", len(pending))
+        status.info("every request is in the response cache (%d): llama.cpp's server is not started for the model%s",
+                    len(pending), " (a judge's is: its requests come after the answers)" if plan.models.judged_by_own_server else "")
     agents_factory = stack.enter_context(plan.models.open(state.run_dir, pool=shared.servers if shared else None, serve=serve))
     executor = _executor(plan, agents_factory, shared)
     stack.callback(executor.close)

@@ -136,14 +136,23 @@ class ModelPlan:
         the user simulator or a judge."""
         return any(e is not None and starts_server(e.backend) for e in (self._agent, self._user, *(j[1] for j in self._judges)))
 
+    @property
+    def judged_by_own_server(self) -> bool:
+        """True when a judge's server is one evalkit starts (started even when every answer
+        is cached: :meth:`open`)."""
+        return any(starts_server(j[1].backend) for j in self._judges)
+
     @contextmanager
     def open(self, log_dir: Path, pool: ServerPool | None = None, serve: bool = True) -> Iterator[Callable[[], Agents]]:
         """Start evalkit's own servers (in ``pool``, a new one when ``None``: stopped on exit)
         and yield the factory of :class:`Agents` (picklable for network models).
 
-        ``serve=False`` starts none (every request is answered from the response cache): the
-        endpoint is recorded as ``None`` and the client is given
-        :data:`~evalkit.backends.llamacpp.NOT_STARTED`, where a request fails at once."""
+        ``serve=False`` (every request of the model under test is answered from the response
+        cache) starts none for the agent and the user simulator: their endpoint is recorded
+        as ``None`` and the client is given :data:`~evalkit.backends.llamacpp.NOT_STARTED`,
+        where a request fails at once. A judge's server is started all the same: its requests
+        are known only once the answers are (issue 35 item 7: ``judge=smollm2`` on cached
+        answers failed every judge call with a connection error)."""
         if self._offline is not None and not self._judges:
             offline = self._offline
             yield lambda: offline
@@ -151,15 +160,15 @@ class ModelPlan:
         own = pool is None
         servers = pool or ServerPool()
 
-        def endpoint(e: _Endpoint, log_name: str) -> str | None:
-            if not serve and starts_server(e.backend):
+        def endpoint(e: _Endpoint, log_name: str, needed: bool = False) -> str | None:
+            if not (serve or needed) and starts_server(e.backend):
                 return None  # not started: nothing will be asked of it
             return servers.endpoint(e.backend, Path(log_dir) / log_name)
 
         try:
             judges = []
             for name, judge, params in self._judges:
-                base = endpoint(judge, f"llama-server-judge-{name}.log")
+                base = endpoint(judge, f"llama-server-judge-{name}.log", needed=True)
                 self.endpoints[f"judge:{name}"] = strip_credentials(base)
                 judges.append((name, judge.client_kwargs(base), params))
             if self._offline is not None:  # an offline model under test, judged over the network

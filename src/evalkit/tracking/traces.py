@@ -28,8 +28,13 @@ A sample scored by LLM judges (a task's ``llm_judge`` scorer; the row's ``judgem
 judge, scorer and order), outputs = the verdict (its JSON object, ``valid``, ``value``) and the reply cut to
 :data:`OUTPUT_CHARS`; a failed call's span is in error. The model's answer is then an
 ``LLM`` span ``model`` beside them under a ``CHAIN`` root (a rollout's ``AGENT`` root takes
-them after its turns). Each verdict is one ``Feedback`` attached to its span: name = the
-scorer's, value = the verdict's value for the answer (0-1, as the scorer reads it; an
+them after its turns). Each span carries only its own actor's time and tokens (issue 32
+item 5): the ``model`` span runs from the row's ``started_at`` for the row's ``latency_s``
+less the judge calls', and never past the first judge call's start, with the tokens of
+``usage_by_actor.agent``, never the row's ``usage`` (which sums the judges'); the root and
+the trace carry the whole sample's. Each verdict is one ``Feedback`` attached to its span:
+name = ``judge:<judge>/<scorer>`` (:func:`judge_feedback_name`: apart from the code score
+named after the scorer, and naming its judge), value = the verdict's value for the answer (0-1, as the scorer reads it; an
 invalid verdict has no value and carries the reason as its ``error``), rationale = the
 verdict's ``reason``, source ``LLM_JUDGE`` with the judge's model config name as source
 id, metadata ``actor``, ``judge``, ``order``. A failed sample whose failure record holds
@@ -242,7 +247,7 @@ def rollout_spans(spans: _Spans, root: str, trajectory: dict[str, Any], start_s:
     task a rollout starts from) are the request, not spans."""
     turns = [t for t in trajectory.get("turns") or [] if isinstance(t, dict)]
     times = _turn_times(turns, start_s)
-    queue = {"agent": [i for i, t in enumerate(turns) if t.get("actor") != "user"],
+    queue = {"agent": [i for i, t in enumerate(turns) if t.get("actor") not in ("user", "judge")],  # judge calls: their own spans
              "user": [i for i, t in enumerate(turns) if t.get("actor") == "user"]}  # fmt: skip
     messages = [m for m in trajectory.get("messages") or [] if isinstance(m, dict)]
     given_user = sum(m.get("role") == "user" for m in messages) - len(queue["user"])
@@ -339,6 +344,13 @@ def _judge_spans(spans: _Spans, root: str, record: dict[str, Any], start_s: floa
     return out
 
 
+def judge_feedback_name(judge: str, scorer: str) -> str:
+    """The name of a judge's ``Feedback``: ``judge:<judge>/<scorer>`` — apart from the code
+    score named ``<scorer>`` (the panel's), so the traces table never mixes the two in one
+    column, and naming the judge."""
+    return f"judge:{judge}/{scorer}"
+
+
 def judge_feedbacks(judged: list[tuple[dict[str, Any], str]], trace_id: str) -> list[Any]:
     """One ``Feedback`` per judge verdict (see the module docstring): source ``LLM_JUDGE``,
     source id = the judge's model config name, attached to the call's span."""
@@ -355,7 +367,7 @@ def judge_feedbacks(judged: list[tuple[dict[str, Any], str]], trace_id: str) -> 
         error = None if valid else AssessmentError("INVALID_VERDICT", mlflow_text(cut(secrets.scrub(str(judgement.get("error"))), PREVIEW_CHARS)))
         metadata = {"actor": "judge", "judge": judge, "order": order,
                     "verdict": cut(json.dumps(verdict, ensure_ascii=False, sort_keys=True), PREVIEW_CHARS)}  # fmt: skip
-        fb = Feedback(name=mlflow_text(scorer), value=float(value) if valid else None, error=error, trace_id=trace_id, span_id=span_id,
+        fb = Feedback(name=mlflow_text(judge_feedback_name(judge, scorer)), value=float(value) if valid else None, error=error, trace_id=trace_id, span_id=span_id,
                       source=AssessmentSource(source_type="LLM_JUDGE", source_id=mlflow_text(judge)), rationale=rationale,
                       metadata=mlflow_obj(metadata))  # fmt: skip
         fb.assessment_id = "a-" + sha256_hex(f"{trace_id}\0judge\0{k}\0{judge}\0{scorer}\0{order}")[:32]
@@ -382,10 +394,28 @@ def _scored_spans(spans: _Spans, key: str, row: dict[str, Any], request: dict[st
     if trajectory is not None:
         rollout_spans(spans, root, secrets.scrub_obj(trajectory), began)
     else:
-        spans.add("model", "LLM", began, ended, root, inputs=request, outputs=output, attributes={**llm_attrs, "evalkit.actor": "agent"})
+        model_ended, model_usage = _answer_call(row, began, ended)
+        model_attrs = {**attrs, **({"mlflow.chat.tokenUsage": model_usage} if model_usage else {}), "evalkit.actor": "agent"}
+        spans.add("model", "LLM", began, model_ended, root, inputs=request, outputs=output, attributes=model_attrs)
     judged = _judge_spans(spans, root, row, max(ended, began))
     spans.close_root()
     return ({"mlflow.trace.tokenUsage": json.dumps(usage)} if usage else {}), judged
+
+
+def _answer_call(row: dict[str, Any], began: float, ended: float) -> tuple[float, dict[str, int] | None]:
+    """``(end, usage)`` of the model's own call in a judged single-turn row (module
+    docstring): ``began`` plus the row's ``latency_s`` less the judge calls', never past the
+    first judge call's start (within ``began``..``ended``); its tokens are
+    ``usage_by_actor.agent`` (``None`` when not recorded)."""
+    calls = [call for _, call in judge_calls(row) if isinstance(call, dict)]
+    starts = [float(c["started_at"]) for c in calls if isinstance(c.get("started_at"), (int, float))]
+    end = min(starts) if starts else ended
+    if isinstance(row.get("latency_s"), (int, float)) and not isinstance(row.get("latency_s"), bool):
+        judge_s = sum(float(c["latency_s"]) for c in calls if isinstance(c.get("latency_s"), (int, float)))
+        end = min(end, began + max(0.0, float(row["latency_s"]) - judge_s))
+    by_actor = row.get("usage_by_actor")
+    usage = _usage(by_actor.get("agent")) if isinstance(by_actor, dict) and isinstance(by_actor.get("agent"), dict) else None
+    return min(max(end, began), max(ended, began)), usage
 
 
 def _failed_span(spans: _Spans, key: str, failure: dict[str, Any], request: dict[str, Any], start_s: float) -> tuple[dict[str, str], str]:

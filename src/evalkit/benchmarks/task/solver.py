@@ -17,6 +17,7 @@ from typing import Any
 from evalkit.benchmarks.base import Generate, Solver, strip_reasoning_prefix
 from evalkit.benchmarks.task.judge import (
     ORDERS,
+    answer_boundary,
     format_line,
     judge_variables,
     judgement,
@@ -48,15 +49,18 @@ def answer_of(settings: Any, output: str) -> str | None:
 
 def judge_messages(settings: Any, scorer: Any, sample: Sample, answer: str, order: str | None) -> list[dict[str, Any]]:
     """The chat messages asking a judge about ``answer`` (its ``system`` and ``rubric``
-    rendered in the task's bounded sandbox, the verdict's format line after the rubric).
+    rendered in the task's bounded sandbox with each answer fenced as data, the fence's note
+    and the verdict's format line after the rubric: :mod:`evalkit.benchmarks.task.judge`).
 
     Raises:
         DataError: a template error or a prompt over ``prompt.max_chars`` (naming the sample).
     """
-    bound = settings.prompt.max_chars
-    variables = judge_variables(sample.data, answer, scorer.judge_setting("against"), order)
+    bound, against = settings.prompt.max_chars, scorer.judge_setting("against")
+    answers = [answer] if order is None else [answer, str(sample.data.get(against, ""))]
+    boundary = answer_boundary(str(sample.id), answers)
+    variables = judge_variables(sample.data, answer, against, order, boundary)
     messages = [{"role": "system", "content": render(scorer.system, variables, bound, sample.id)}] if scorer.system else []
-    messages.append({"role": "user", "content": render(scorer.rubric or "", variables, bound, sample.id) + format_line(scorer)})
+    messages.append({"role": "user", "content": render(scorer.rubric or "", variables, bound, sample.id) + format_line(scorer, boundary)})
     return messages
 
 
