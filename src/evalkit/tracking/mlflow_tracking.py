@@ -74,6 +74,10 @@ say = logging.getLogger("evalkit.status")  # what is being logged now, on the co
 SWEEP_FILES = ("sweep_summary.json", "sweep_report.md")
 #: traces written per batch (one ``log_spans`` call and one ``tracking.json`` update each)
 TRACE_BATCH = 200
+#: traces asked for per page when listing a run's traces: the most a tracking server answers
+#: (``mlflow server`` refuses ``max_results`` above 500 in ``/api/3.0/mlflow/traces/search``,
+#: MLflow 3.x ``server/handlers.py::_search_traces_v3``); a SQLite store pages the same way
+TRACE_PAGE = 500
 #: characters of each output in the per-sample table
 TABLE_OUTPUT_CHARS = 500
 #: the experiment's description (``mlflow.note.content``), set when it has none
@@ -509,7 +513,7 @@ class MlflowObserver(Observer):
         found: dict[str, str] = {}
         token = None
         while True:
-            page = tracer.search_traces(locations=[exp_id], run_id=run_id, max_results=1000, include_spans=False, page_token=token)
+            page = tracer.search_traces(locations=[exp_id], run_id=run_id, max_results=TRACE_PAGE, include_spans=False, page_token=token)
             for trace in page:
                 found[trace.info.tags.get("evalkit.key", trace.info.trace_id)] = trace.info.trace_id
             token = page.token
