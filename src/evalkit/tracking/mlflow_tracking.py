@@ -65,7 +65,7 @@ from evalkit.tracking.ledger import FILE as LEDGER_FILE
 from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, key_digest, owner_problem
 from evalkit.tracking.ledger import read_file as read_ledger_file
 from evalkit.tracking.samples import Outcome, outcomes, primary_score
-from evalkit.tracking.store import open_client
+from evalkit.tracking.store import open_client, register_credentials
 from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of, traced_sample
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,32 @@ EXPERIMENT_NOTE = (
 )
 
 
+class StoreUnreachable(TrackingError):
+    """The tracking server could not be reached (refused, timed out, or answered 5xx until
+    MLflow's retries ran out): a run goes on and logs at its end if it can (else its one
+    retry line, :func:`retry_line`); ``python -m evalkit.track`` exits 1, a retryable failure."""
+
+    exit_code = 1
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` — or an exception it was raised from (MLflow's REST client re-raises
+    ``requests``' errors as ``MlflowException`` inside the ``except``) — is a transport failure:
+    ``requests``' ``ConnectionError``, ``Timeout`` or ``RetryError``. A refusal by the server
+    (401, 403, 400, 404) or a malformed address is not."""
+    import requests  # MLflow's own HTTP client, present wherever MLflow is
+
+    transport = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, requests.exceptions.RetryError)
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, transport):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def tracking_uri(cfg: Any) -> str:
     """``tracking.tracking_uri``, or the SQLite store under ``run.output_root``."""
     if cfg.tracking.tracking_uri:
@@ -97,10 +123,20 @@ def tracking_uri(cfg: Any) -> str:
     return f"sqlite:///{Path(str(cfg.run.output_root)).resolve() / 'mlflow.db'}"
 
 
+def is_server(uri: str) -> bool:
+    """Whether ``uri`` names a tracking server (``http(s)://``), not a database."""
+    return uri.startswith(("http://", "https://"))
+
+
 def artifact_root(cfg: Any) -> str:
-    """``tracking.artifact_root``, or ``<run.output_root>/mlartifacts`` as a file URI."""
+    """``tracking.artifact_root``; else, for a tracking server, ``""``: a new experiment's
+    artifacts go where the server says (``--serve-artifacts``: uploaded through it,
+    ``--default-artifact-root``: that store), never to a folder only this machine sees;
+    else ``<run.output_root>/mlartifacts`` as a file URI."""
     if cfg.tracking.artifact_root:
         return str(cfg.tracking.artifact_root)
+    if is_server(tracking_uri(cfg)):
+        return ""
     return (Path(str(cfg.run.output_root)).resolve() / "mlartifacts").as_uri()
 
 
@@ -133,8 +169,8 @@ def experiment_id(mlflow_client: Any, name: str, location: str) -> str:
             for key, value in tags.items():
                 mlflow_client.set_experiment_tag(exp.experiment_id, key, value)
         return exp.experiment_id
-    try:
-        return mlflow_client.create_experiment(name, artifact_location=location, tags=tags)
+    try:  # no location (""): the store's default (a server's own artifact root)
+        return mlflow_client.create_experiment(name, artifact_location=location or None, tags=tags)
     except Exception:  # noqa: BLE001 - created meanwhile by another process
         exp = mlflow_client.get_experiment_by_name(name)
         if exp is None:
@@ -171,7 +207,7 @@ def _local_path(location: str) -> Path | None:
 
     if location.startswith("file:"):
         return Path(unquote(urlparse(location).path))
-    return None if "://" in location else Path(location)
+    return None if not location or ":" in location.split("/", 1)[0] else Path(location)  # "", "s3://", "mlflow-artifacts:/x"
 
 
 def _sha256(obj: Any) -> str:
@@ -269,6 +305,7 @@ class MlflowObserver(Observer):
     def __init__(self, uri: str, experiment: str, artifact_root: str, suite: str | None = None,
                  sweep: dict[str, Any] | None = None, traces: bool = True, max_traces: int | None = None,
                  seed: int = 0):  # fmt: skip
+        register_credentials(uri)  # before the run writes anything: they are scrubbed from it
         self.uri = uri
         self.experiment = experiment
         self.artifact_root = artifact_root
@@ -292,8 +329,14 @@ class MlflowObserver(Observer):
 
     # ---- runs ---------------------------------------------------------------------------
     def run_started(self, run: RunInfo) -> None:
-        """Check the store (:meth:`check`) before the run writes anything."""
-        self.check()
+        """Check the store (:meth:`check`) before the run writes anything. A server that
+        cannot be reached does not stop the run: its results go to the run directory as
+        always, and :meth:`run_finished` tries the server again (then prints its one line
+        if it is still down)."""
+        try:
+            self.check()
+        except StoreUnreachable:
+            pass
 
     def check(self) -> None:
         """Open the store, check that the experiment's artifact location (a local one) can
@@ -307,6 +350,9 @@ class MlflowObserver(Observer):
             mlflow_client = client(self.uri)
             exp = mlflow_client.get_experiment_by_name(self.experiment)
         except Exception as exc:  # noqa: BLE001 - any store error becomes one line
+            if is_unreachable(exc):
+                raise StoreUnreachable(f"tracking: the MLflow server {secrets.scrub(self.uri)} cannot be reached "
+                                       f"({type(exc).__name__}: {secrets.scrub(first_line(exc))})") from None  # fmt: skip
             raise TrackingError(f"tracking: cannot open the MLflow store {self.uri} ({type(exc).__name__}: {first_line(exc)})") from None
         location = exp.artifact_location if exp else self.artifact_root
         path = _local_path(location)
@@ -522,9 +568,16 @@ class MlflowObserver(Observer):
 
     # ---- sweeps -------------------------------------------------------------------------
     def sweep_started(self, sweep_dir: Path, info: dict[str, Any]) -> dict[str, Any]:
-        """Open the sweep's parent run; its id goes into ``sweep.json`` for the jobs."""
-        mlflow_client = client(self.uri)
-        exp_id = experiment_id(mlflow_client, self.experiment, self.artifact_root)
+        """Open the sweep's parent run; its id goes into ``sweep.json`` for the jobs. A
+        server that cannot be reached gives no parent run (``{}``); the sweep runs."""
+        try:
+            mlflow_client = client(self.uri)
+            exp_id = experiment_id(mlflow_client, self.experiment, self.artifact_root)
+        except Exception as exc:  # noqa: BLE001 - only an unreachable server is let through
+            if not is_unreachable(exc):
+                raise
+            log.info("sweep %s: the MLflow server cannot be reached; no parent run", info.get("sweep_id"), exc_info=True)
+            return {}  # the jobs run and log (or print their retry line) without a parent run
         tags = {
             "sweep": info["sweep_id"],
             "evalkit.kind": "sweep",
@@ -612,7 +665,10 @@ def retry_line(run_dir: Path, exc: BaseException, uri: str) -> str:
     """The one line a run prints when its MLflow logging fails: the cause and the command
     that logs the run again into the same store ``uri`` (``track`` never takes the store
     from the directory)."""
-    what = printable(secrets.scrub(f"{type(exc).__name__}: {first_line(exc)}"))
+    if is_unreachable(exc):  # MLflow's message is the whole urllib3 chain: the server's state says it
+        what = f"the server {secrets.scrub(uri)} cannot be reached"
+    else:
+        what = printable(secrets.scrub(f"{type(exc).__name__}: {first_line(exc)}"))
     return (
         f"evalkit: warning: tracking: MLflow logging failed ({what}); the run's results are in {run_dir} — "
         f"log them with: python -m evalkit.track --tracking-uri {shlex.quote(secrets.scrub(uri))} {run_dir}"
