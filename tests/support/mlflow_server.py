@@ -83,10 +83,11 @@ class MlflowServer:
 
 @contextmanager
 def mlflow_server(store_uri: str, artifacts: Path, workdir: Path, serve_artifacts: bool = True,
-                  app_name: str | None = None, admin_password: str | None = None) -> Iterator[MlflowServer]:  # fmt: skip
-    """Start ``mlflow server`` on a free port; yields at once (call ``wait_ready``) and
-    always ends the whole process group."""
-    port = free_port()
+                  app_name: str | None = None, admin_password: str | None = None,
+                  port: int | None = None) -> Iterator[MlflowServer]:  # fmt: skip
+    """Start ``mlflow server`` on ``port`` (default: a free one); yields at once (call
+    ``wait_ready``) and always ends the whole process group."""
+    port = port or free_port()
     log_file = workdir / f"mlflow-server-{port}.log"
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
     for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_URI"):
