@@ -50,6 +50,7 @@ import os
 import shlex
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,9 @@ TRACE_BATCH = 200
 #: (``mlflow server`` refuses ``max_results`` above 500 in ``/api/3.0/mlflow/traces/search``,
 #: MLflow 3.x ``server/handlers.py::_search_traces_v3``); a SQLite store pages the same way
 TRACE_PAGE = 500
+#: ``start_trace`` requests in flight at once to a tracking server (each is one HTTP round
+#: trip: one at a time, 1,200 traces took 199 s on a loaded 2-core host, 165 ms each)
+TRACE_THREADS = 8
 #: characters of each output in the per-sample table
 TABLE_OUTPUT_CHARS = 500
 #: the experiment's description (``mlflow.note.content``), set when it has none
@@ -541,17 +545,33 @@ class MlflowObserver(Observer):
         if todo:
             say.info("MLflow: logging %d traces (%d already there), %d per batch…", len(todo), len(ledger.traces), TRACE_BATCH)
         start_s = (_ms(summary.started_at) or int(time.time() * 1000)) / 1000
-        for i in range(0, len(todo), TRACE_BATCH):
-            batch = todo[i : i + TRACE_BATCH]
-            built = [build_trace(o, run_dir, run_id, exp_id, summary, start_s) for o, _ in batch]
-            for info, _ in built:
-                tracer.start_trace(info)
-            tracer.log_spans(exp_id, [span for _, spans in built for span in spans])
-            ledger.traces.update({mlflow_text(o.key): tid for o, tid in batch})
-            ledger.save()
+        # a server: TRACE_THREADS start_trace requests at a time (one HTTP round trip each);
+        # a database store: one at a time (SQLite takes one writer)
+        pool = ThreadPoolExecutor(TRACE_THREADS, thread_name_prefix="evalkit-traces") if is_server(self.uri) and todo else None
+        try:
+            self._write_traces(tracer, pool, ledger, run_dir, summary, todo, run_id, exp_id, start_s)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
         held = self.logged_traces(tracer, exp_id, run_id)
         if held != ledger.traces:
             raise TrackingError(f"tracking: the store holds {len(held)} traces of the run, {len(wanted)} expected")
+
+    @staticmethod
+    def _write_traces(tracer: Any, pool: ThreadPoolExecutor | None, ledger: Ledger, run_dir: Path, summary: Summary,
+                      todo: list[tuple[Outcome, str]], run_id: str, exp_id: str, start_s: float) -> None:  # fmt: skip
+        """Write ``todo``'s traces batch by batch (:data:`TRACE_BATCH`), saving the ledger after each."""
+        for i in range(0, len(todo), TRACE_BATCH):
+            batch = todo[i : i + TRACE_BATCH]
+            built = [build_trace(o, run_dir, run_id, exp_id, summary, start_s) for o, _ in batch]
+            if pool is None:
+                for info, _ in built:
+                    tracer.start_trace(info)
+            else:  # list(): the first failure is raised here
+                list(pool.map(tracer.start_trace, [info for info, _ in built]))
+            tracer.log_spans(exp_id, [span for _, spans in built for span in spans])
+            ledger.traces.update({mlflow_text(o.key): tid for o, tid in batch})
+            ledger.save()
 
     @staticmethod
     def logged_traces(tracer: Any, exp_id: str, run_id: str) -> dict[str, str]:
