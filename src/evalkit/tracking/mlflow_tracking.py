@@ -24,7 +24,8 @@ Per run (logged when it finishes, from its run directory):
   a seeded sample of N, failed samples first — :func:`~evalkit.tracking.traces.traced_sample`;
   the tag ``evalkit.traces`` and the description say "N of M"), linked to the run
   (``mlflow.sourceRun``): scores as assessments, rollouts as spans. Each trace is written
-  with its assessments in one ``start_trace`` call and the spans of a batch of traces in one
+  with its assessments in one ``start_trace`` call (to a server, :data:`TRACE_THREADS` at a time)
+  and the spans of a batch of traces in one
   ``log_spans`` call, synchronously, and the store's count is checked afterwards.
 
 Logging again (a resumed run, ``python -m evalkit.track``) adds only what is new:
