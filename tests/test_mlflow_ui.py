@@ -13,84 +13,20 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.support import chromium
+from tests.support.mlflow_server import mlflow_server
 
 SCREENSHOT = "mlflow_evaluation.png"  # in the test's tmp_path
 DOM_DUMP = "mlflow_evaluation.html"
 
 RUN_ARGS = ["tracking=mlflow", "benchmark.subsets=[normal_atom_bool]", "run.limit=10"]
 N_WRONG = 3  # replayed outputs replaced by "[]" (no call): 7 of 10 correct
-
-
-# ------------------------------------------------------------------------------------------
-# the MLflow server
-# ------------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class MlflowServer:
-    def __init__(self, proc: subprocess.Popen, url: str, log_file: Path):
-        self.proc, self.url, self.log_file = proc, url, log_file
-
-    def wait_ready(self, timeout: float = 90.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"mlflow server exited with {self.proc.returncode}:\n{self._log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return self.url
-            except OSError:
-                pass
-            time.sleep(0.25)
-        pytest.fail(f"mlflow server not healthy within {timeout:.0f} s:\n{self._log_tail()}")
-
-    def _log_tail(self) -> str:
-        return self.log_file.read_text(errors="replace")[-3000:]
-
-
-@contextmanager
-def mlflow_server(store_uri: str, artifacts: Path, workdir: Path):
-    """``mlflow server`` (one worker, no job runner, no telemetry) in its own process
-    group; yields at once (call ``wait_ready``) and always ends the whole group."""
-    port = _free_port()
-    log_file = workdir / "mlflow-server.log"
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store_uri,
-           "--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(port),
-           "--workers", "1"]  # fmt: skip
-    with open(log_file, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env, start_new_session=True)
-    try:
-        yield MlflowServer(proc, f"http://127.0.0.1:{port}", log_file)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            pass
-        try:  # the uvicorn child and anything the parent left behind
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=5)
 
 
 # ------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from evalkit.errors import ConfigError, EvalkitError, first_line, printable
 from evalkit.job import run_composed
 from evalkit.sweep import expand_sweep, point_label, points_to_check, swept_keys
 from evalkit.tracking import MlflowObserver
+from evalkit.tracking.mlflow_tracking import StoreUnreachable
 
 
 class _OneLineFormatter(logging.Formatter):
@@ -172,6 +173,8 @@ def precheck_sweep(overrides: Sequence[str]) -> int:
         stores.add(store)
         try:
             observer.check()
+        except StoreUnreachable:
+            continue  # a server that is down does not stop the sweep: each job says so and how to log it later
         except EvalkitError as exc:
             raise at_point(exc, point) from None
     return len(checked)

@@ -27,7 +27,8 @@ more, the traces carry no prompt (one note line says so). Which samples get a tr
 the run logged.
 
 Output: one line per run (``evalkit: tracked <dir> → MLflow run <id> (<store>)``) or one
-error line. Exit code: 0 every run logged, 1 some run's logging failed, 2 a directory that
+error line. Exit code: 0 every run logged, 1 some run's logging failed (or its tracking server
+cannot be reached), 2 a directory that
 is not a finished run (no ``config.yaml`` or ``summary.json``), a bad ``tracking.json``, an
 MLflow run of another directory, or a bad store.
 """
@@ -51,7 +52,7 @@ from evalkit.journal import read_run_journal
 from evalkit.jsonl import MAX_RECORD_BYTES, read_no_link, read_run_yaml
 from evalkit.summary import Summary, validate_summary
 from evalkit.tracking import MlflowObserver, ledger
-from evalkit.tracking.mlflow_tracking import artifact_root, tracking_uri
+from evalkit.tracking.mlflow_tracking import artifact_root, is_server, tracking_uri
 
 
 def read_run(run_dir: Path) -> tuple[dict[str, Any], Summary]:
@@ -115,7 +116,7 @@ def observer_for(run_dir: Path, recorded: dict[str, Any], args: argparse.Namespa
     names the one its ``config.yaml`` holds, when it differs)."""
     tracking = recorded.get("tracking") if isinstance(recorded.get("tracking"), dict) else {}
     uri, root = default_store()
-    uri, root = args.tracking_uri or uri, args.artifact_root or root
+    uri, root = args.tracking_uri or uri, args.artifact_root or ("" if is_server(args.tracking_uri or "") else root)
     named = tracking.get("tracking_uri")
     if named and str(named) != uri:
         print(f"evalkit: note: {run_dir}: its config.yaml names the tracking store {printable(secrets.scrub(str(named)), 300)}, "
@@ -180,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="store (default: the project default sqlite:///outputs/mlflow.db here; never the run directory's)")
     parser.add_argument("--experiment", default=None, help="experiment (default: the run's tracking.experiment)")
     parser.add_argument("--artifact-root", dest="artifact_root", default=None,
-                        help="artifact location of a new experiment (default: outputs/mlartifacts here)")  # fmt: skip
+                        help="artifact location of a new experiment (default: outputs/mlartifacts here; "
+                             "a tracking server's own, for an http(s) --tracking-uri)")  # fmt: skip
     parser.add_argument("--no-traces", action="store_true", help="no per-sample traces (as tracking.traces=false)")
     args = parser.parse_args(argv)
     code = 0
@@ -189,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             print(track(run_dir, args))
         except EvalkitError as exc:
             print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
-            code = max(code, 2)
+            code = max(code, exc.exit_code)  # 2; 1 for a server that cannot be reached (try again later)
         except Exception as exc:  # noqa: BLE001 - one line per run; the others are still logged
             print(f"evalkit: error: {run_dir}: MLflow logging failed ({type(exc).__name__}: {printable(secrets.scrub(first_line(exc)))})", file=sys.stderr)
             code = max(code, 1)

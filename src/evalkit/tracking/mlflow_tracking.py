@@ -24,7 +24,8 @@ Per run (logged when it finishes, from its run directory):
   a seeded sample of N, failed samples first — :func:`~evalkit.tracking.traces.traced_sample`;
   the tag ``evalkit.traces`` and the description say "N of M"), linked to the run
   (``mlflow.sourceRun``): scores as assessments, rollouts as spans. Each trace is written
-  with its assessments in one ``start_trace`` call and the spans of a batch of traces in one
+  with its assessments in one ``start_trace`` call (to a server, :data:`TRACE_THREADS` at a time)
+  and the spans of a batch of traces in one
   ``log_spans`` call, synchronously, and the store's count is checked afterwards.
 
 Logging again (a resumed run, ``python -m evalkit.track``) adds only what is new:
@@ -50,6 +51,7 @@ import os
 import shlex
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +66,7 @@ from evalkit.tracking.ledger import FILE as LEDGER_FILE
 from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, key_digest, owner_problem
 from evalkit.tracking.ledger import read_file as read_ledger_file
 from evalkit.tracking.samples import Outcome, outcomes, primary_score
-from evalkit.tracking.store import open_client
+from evalkit.tracking.store import open_client, register_credentials
 from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of, traced_sample
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,13 @@ say = logging.getLogger("evalkit.status")  # what is being logged now, on the co
 SWEEP_FILES = ("sweep_summary.json", "sweep_report.md")
 #: traces written per batch (one ``log_spans`` call and one ``tracking.json`` update each)
 TRACE_BATCH = 200
+#: traces asked for per page when listing a run's traces: the most a tracking server answers
+#: (``mlflow server`` refuses ``max_results`` above 500 in ``/api/3.0/mlflow/traces/search``,
+#: MLflow 3.x ``server/handlers.py::_search_traces_v3``); a SQLite store pages the same way
+TRACE_PAGE = 500
+#: ``start_trace`` requests in flight at once to a tracking server (each is one HTTP round
+#: trip: one at a time, 1,200 traces took 199 s on a loaded 2-core host, 165 ms each)
+TRACE_THREADS = 8
 #: characters of each output in the per-sample table
 TABLE_OUTPUT_CHARS = 500
 #: the experiment's description (``mlflow.note.content``), set when it has none
@@ -85,6 +94,32 @@ EXPERIMENT_NOTE = (
 )
 
 
+class StoreUnreachable(TrackingError):
+    """The tracking server could not be reached (refused, timed out, or answered 5xx until
+    MLflow's retries ran out): a run goes on and logs at its end if it can (else its one
+    retry line, :func:`retry_line`); ``python -m evalkit.track`` exits 1, a retryable failure."""
+
+    exit_code = 1
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` — or an exception it was raised from (MLflow's REST client re-raises
+    ``requests``' errors as ``MlflowException`` inside the ``except``) — is a transport failure:
+    ``requests``' ``ConnectionError``, ``Timeout`` or ``RetryError``. A refusal by the server
+    (401, 403, 400, 404) or a malformed address is not."""
+    import requests  # MLflow's own HTTP client, present wherever MLflow is
+
+    transport = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, requests.exceptions.RetryError)
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, transport):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def tracking_uri(cfg: Any) -> str:
     """``tracking.tracking_uri``, or the SQLite store under ``run.output_root``."""
     if cfg.tracking.tracking_uri:
@@ -92,10 +127,20 @@ def tracking_uri(cfg: Any) -> str:
     return f"sqlite:///{Path(str(cfg.run.output_root)).resolve() / 'mlflow.db'}"
 
 
+def is_server(uri: str) -> bool:
+    """Whether ``uri`` names a tracking server (``http(s)://``), not a database."""
+    return uri.startswith(("http://", "https://"))
+
+
 def artifact_root(cfg: Any) -> str:
-    """``tracking.artifact_root``, or ``<run.output_root>/mlartifacts`` as a file URI."""
+    """``tracking.artifact_root``; else, for a tracking server, ``""``: a new experiment's
+    artifacts go where the server says (``--serve-artifacts``: uploaded through it,
+    ``--default-artifact-root``: that store), never to a folder only this machine sees;
+    else ``<run.output_root>/mlartifacts`` as a file URI."""
     if cfg.tracking.artifact_root:
         return str(cfg.tracking.artifact_root)
+    if is_server(tracking_uri(cfg)):
+        return ""
     return (Path(str(cfg.run.output_root)).resolve() / "mlartifacts").as_uri()
 
 
@@ -128,8 +173,8 @@ def experiment_id(mlflow_client: Any, name: str, location: str) -> str:
             for key, value in tags.items():
                 mlflow_client.set_experiment_tag(exp.experiment_id, key, value)
         return exp.experiment_id
-    try:
-        return mlflow_client.create_experiment(name, artifact_location=location, tags=tags)
+    try:  # no location (""): the store's default (a server's own artifact root)
+        return mlflow_client.create_experiment(name, artifact_location=location or None, tags=tags)
     except Exception:  # noqa: BLE001 - created meanwhile by another process
         exp = mlflow_client.get_experiment_by_name(name)
         if exp is None:
@@ -166,7 +211,7 @@ def _local_path(location: str) -> Path | None:
 
     if location.startswith("file:"):
         return Path(unquote(urlparse(location).path))
-    return None if "://" in location else Path(location)
+    return None if not location or ":" in location.split("/", 1)[0] else Path(location)  # "", "s3://", "mlflow-artifacts:/x"
 
 
 def _sha256(obj: Any) -> str:
@@ -264,6 +309,7 @@ class MlflowObserver(Observer):
     def __init__(self, uri: str, experiment: str, artifact_root: str, suite: str | None = None,
                  sweep: dict[str, Any] | None = None, traces: bool = True, max_traces: int | None = None,
                  seed: int = 0):  # fmt: skip
+        register_credentials(uri)  # before the run writes anything: they are scrubbed from it
         self.uri = uri
         self.experiment = experiment
         self.artifact_root = artifact_root
@@ -287,8 +333,14 @@ class MlflowObserver(Observer):
 
     # ---- runs ---------------------------------------------------------------------------
     def run_started(self, run: RunInfo) -> None:
-        """Check the store (:meth:`check`) before the run writes anything."""
-        self.check()
+        """Check the store (:meth:`check`) before the run writes anything. A server that
+        cannot be reached does not stop the run: its results go to the run directory as
+        always, and :meth:`run_finished` tries the server again (then prints its one line
+        if it is still down)."""
+        try:
+            self.check()
+        except StoreUnreachable:
+            pass
 
     def check(self) -> None:
         """Open the store, check that the experiment's artifact location (a local one) can
@@ -302,6 +354,9 @@ class MlflowObserver(Observer):
             mlflow_client = client(self.uri)
             exp = mlflow_client.get_experiment_by_name(self.experiment)
         except Exception as exc:  # noqa: BLE001 - any store error becomes one line
+            if is_unreachable(exc):
+                raise StoreUnreachable(f"tracking: the MLflow server {secrets.scrub(self.uri)} cannot be reached "
+                                       f"({type(exc).__name__}: {secrets.scrub(first_line(exc))})") from None  # fmt: skip
             raise TrackingError(f"tracking: cannot open the MLflow store {self.uri} ({type(exc).__name__}: {first_line(exc)})") from None
         location = exp.artifact_location if exp else self.artifact_root
         path = _local_path(location)
@@ -490,17 +545,33 @@ class MlflowObserver(Observer):
         if todo:
             say.info("MLflow: logging %d traces (%d already there), %d per batch…", len(todo), len(ledger.traces), TRACE_BATCH)
         start_s = (_ms(summary.started_at) or int(time.time() * 1000)) / 1000
-        for i in range(0, len(todo), TRACE_BATCH):
-            batch = todo[i : i + TRACE_BATCH]
-            built = [build_trace(o, run_dir, run_id, exp_id, summary, start_s) for o, _ in batch]
-            for info, _ in built:
-                tracer.start_trace(info)
-            tracer.log_spans(exp_id, [span for _, spans in built for span in spans])
-            ledger.traces.update({mlflow_text(o.key): tid for o, tid in batch})
-            ledger.save()
+        # a server: TRACE_THREADS start_trace requests at a time (one HTTP round trip each);
+        # a database store: one at a time (SQLite takes one writer)
+        pool = ThreadPoolExecutor(TRACE_THREADS, thread_name_prefix="evalkit-traces") if is_server(self.uri) and todo else None
+        try:
+            self._write_traces(tracer, pool, ledger, run_dir, summary, todo, run_id, exp_id, start_s)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
         held = self.logged_traces(tracer, exp_id, run_id)
         if held != ledger.traces:
             raise TrackingError(f"tracking: the store holds {len(held)} traces of the run, {len(wanted)} expected")
+
+    @staticmethod
+    def _write_traces(tracer: Any, pool: ThreadPoolExecutor | None, ledger: Ledger, run_dir: Path, summary: Summary,
+                      todo: list[tuple[Outcome, str]], run_id: str, exp_id: str, start_s: float) -> None:  # fmt: skip
+        """Write ``todo``'s traces batch by batch (:data:`TRACE_BATCH`), saving the ledger after each."""
+        for i in range(0, len(todo), TRACE_BATCH):
+            batch = todo[i : i + TRACE_BATCH]
+            built = [build_trace(o, run_dir, run_id, exp_id, summary, start_s) for o, _ in batch]
+            if pool is None:
+                for info, _ in built:
+                    tracer.start_trace(info)
+            else:  # list(): the first failure is raised here
+                list(pool.map(tracer.start_trace, [info for info, _ in built]))
+            tracer.log_spans(exp_id, [span for _, spans in built for span in spans])
+            ledger.traces.update({mlflow_text(o.key): tid for o, tid in batch})
+            ledger.save()
 
     @staticmethod
     def logged_traces(tracer: Any, exp_id: str, run_id: str) -> dict[str, str]:
@@ -508,7 +579,7 @@ class MlflowObserver(Observer):
         found: dict[str, str] = {}
         token = None
         while True:
-            page = tracer.search_traces(locations=[exp_id], run_id=run_id, max_results=1000, include_spans=False, page_token=token)
+            page = tracer.search_traces(locations=[exp_id], run_id=run_id, max_results=TRACE_PAGE, include_spans=False, page_token=token)
             for trace in page:
                 found[trace.info.tags.get("evalkit.key", trace.info.trace_id)] = trace.info.trace_id
             token = page.token
@@ -517,9 +588,16 @@ class MlflowObserver(Observer):
 
     # ---- sweeps -------------------------------------------------------------------------
     def sweep_started(self, sweep_dir: Path, info: dict[str, Any]) -> dict[str, Any]:
-        """Open the sweep's parent run; its id goes into ``sweep.json`` for the jobs."""
-        mlflow_client = client(self.uri)
-        exp_id = experiment_id(mlflow_client, self.experiment, self.artifact_root)
+        """Open the sweep's parent run; its id goes into ``sweep.json`` for the jobs. A
+        server that cannot be reached gives no parent run (``{}``); the sweep runs."""
+        try:
+            mlflow_client = client(self.uri)
+            exp_id = experiment_id(mlflow_client, self.experiment, self.artifact_root)
+        except Exception as exc:  # noqa: BLE001 - only an unreachable server is let through
+            if not is_unreachable(exc):
+                raise
+            log.info("sweep %s: the MLflow server cannot be reached; no parent run", info.get("sweep_id"), exc_info=True)
+            return {}  # the jobs run and log (or print their retry line) without a parent run
         tags = {
             "sweep": info["sweep_id"],
             "evalkit.kind": "sweep",
@@ -607,7 +685,10 @@ def retry_line(run_dir: Path, exc: BaseException, uri: str) -> str:
     """The one line a run prints when its MLflow logging fails: the cause and the command
     that logs the run again into the same store ``uri`` (``track`` never takes the store
     from the directory)."""
-    what = printable(secrets.scrub(f"{type(exc).__name__}: {first_line(exc)}"))
+    if is_unreachable(exc):  # MLflow's message is the whole urllib3 chain: the server's state says it
+        what = f"the server {secrets.scrub(uri)} cannot be reached"
+    else:
+        what = printable(secrets.scrub(f"{type(exc).__name__}: {first_line(exc)}"))
     return (
         f"evalkit: warning: tracking: MLflow logging failed ({what}); the run's results are in {run_dir} — "
         f"log them with: python -m evalkit.track --tracking-uri {shlex.quote(secrets.scrub(uri))} {run_dir}"
