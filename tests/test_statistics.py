@@ -215,7 +215,13 @@ def test_paired_self_comparison_is_zero_with_p_one(loaded):
             if "not estimable" in m.get("note", ""):  # SOBHard's balance_score with one question per cell
                 assert (m["delta"], m["low"], m["p"]) == (0.0, None, None), (bench.name, name)
                 continue
-            assert (m["delta"], m["low"], m["high"], m["p"]) == (0.0, 0.0, 0.0, 1.0), (bench.name, name)
+            # issue 37: never a zero-width [0, 0] — 0/1 metrics get an interval of honest width
+            # around 0, graded and derived ones (se = 0) no interval, p = 1 and a note
+            assert (m["delta"], m["p"]) == (0.0, 1.0), (bench.name, name)
+            if m["low"] is None:
+                assert "se = 0" in m["note"], (bench.name, name)
+            else:
+                assert m["low"] < 0 < m["high"] and m["test"] in ("Tango score", "exact unconditional (Tango's statistic)"), (bench.name, name)
 
 
 def _binary_plan(values: dict[str, np.ndarray], units: int, strata: np.ndarray | None = None) -> StatPlan:
@@ -279,7 +285,7 @@ def test_the_interval_excludes_zero_exactly_when_p_is_below_alpha(seed):
     results = {**paired(plan(ga), plan(gb), 0.95, 1000, seed), **paired(_binary_plan({"x": ba}, n, strata), _binary_plan({"x": bb}, n, strata), 0.95, 1000, seed)}
     for name, m in results.items():
         assert (m["p"] < 0.05) == (not m["low"] <= 0 <= m["high"]), (name, m)
-    assert results["g"]["test"] == "paired t" and results["x"]["test"] == "exact McNemar"
+    assert results["g"]["test"] == "paired t" and results["x"]["test"] == ("Tango score" if n >= 50 else "exact unconditional (Tango's statistic)")
     d = gb - ga
     assert results["g"]["p"] == pytest.approx(sps.ttest_1samp(d, 0).pvalue)
 
@@ -336,7 +342,7 @@ def test_compare_of_a_run_with_itself(run_eval):
     assert pair["notes"] == []
     assert all(m["delta"] == 0.0 and m["p"] == 1.0 for m in pair["metrics"].values())
     acc = pair["metrics"]["accuracy/normal_atom_bool"]
-    assert (acc["test"], acc["only_a"], acc["only_b"], acc["n_paired"], acc["n_excluded"]) == ("exact McNemar", 0, 0, 10, 0)
+    assert (acc["test"], acc["only_a"], acc["only_b"], acc["n_paired"], acc["n_excluded"]) == ("exact unconditional (Tango's statistic)", 0, 0, 10, 0)
 
 
 @pytest.mark.slow
