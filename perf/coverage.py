@@ -99,6 +99,17 @@ def category_mean_plan(v: np.ndarray, strata: np.ndarray) -> StatPlan:
     return StatPlan([str(i) for i in range(n)], strata, cols, derive)
 
 
+def weighted_plan(v: np.ndarray, strata: np.ndarray, weights: np.ndarray) -> StatPlan:
+    """An ACEBench-like headline: Σ weight·(stratum's 0/1 rate) over its strata."""
+    n, cats = len(v), sorted(set(strata.tolist()))
+    cols = {f"acc/{c}": Column(v[None, :].astype(float), (strata == c)[None, :], BINARY) for c in cats}
+
+    def derive(base: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"headline": sum(w * base[f"acc/{c}"] for w, c in zip(weights, cats))}
+
+    return StatPlan([str(i) for i in range(n)], strata, cols, derive)
+
+
 def balance_truth(rates: np.ndarray) -> float:
     return float(np.exp(np.mean(np.log(np.maximum(rates, BALANCE_FLOOR)))))
 
@@ -144,6 +155,17 @@ def coverage_table(sims: int, boot_sims: int, resamples: int, seed: int) -> list
     plan_low = SobhardCells(cells)
     rows.append(coverage("SOBHard balance_score, 5 of 33 cells near 0", balance_truth(low), "balance_score",
                          lambda r: plan_low(r.random(cells.size) < low[cells]), boot_sims, resamples, seed))  # fmt: skip
+    cells15 = np.repeat(np.arange(33), 15)
+    plan15 = SobhardCells(cells15)
+    rows.append(coverage("SOBHard balance_score, 33 cells × 15 questions (the estimable minimum)", balance_truth(rates), "balance_score",
+                         lambda r: plan15(r.random(cells15.size) < rates[cells15]), boot_sims, resamples, seed))  # fmt: skip
+    sizes, weights = [3, 10, 40, 200, 600], np.array([0.15, 0.2, 0.2, 0.2, 0.25])
+    strata = np.repeat(np.arange(5), sizes)
+    for truth_rates in (np.array([0.9, 0.7, 0.5, 0.8, 0.65]), np.array([0.97, 0.95, 0.9, 0.9, 0.9])):
+        rows.append(coverage(f"weighted headline, strata of {'/'.join(map(str, sizes))} units (weights {'/'.join(f'{w:g}' for w in weights)}), "
+                             f"rates {'/'.join(f'{p:g}' for p in truth_rates)}", float(weights @ truth_rates), "headline",
+                             lambda r, t=truth_rates: weighted_plan(r.random(strata.size) < t[strata], strata, weights),
+                             boot_sims, resamples, seed))  # fmt: skip
     plan1 = SobhardCells(np.arange(33))
     rows.append(coverage("SOBHard balance_score, 1 question per cell", balance_truth(rates), "balance_score",
                          lambda r: plan1(r.random(33) < rates), sims, resamples, seed))  # fmt: skip
@@ -285,13 +307,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--boot-sims", type=int, default=300, help="simulated runs of the SOBHard bootstrap rows (default 300)")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per interval (default 1000)")
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--gate-n", type=int, nargs="*", default=[n for n, _ in GATE_ROWS],
+                        help="the paired-gate rows to compute, by n (default all: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     t0, cpu0 = time.perf_counter(), time.process_time()
     cov = coverage_table(args.sims, args.boot_sims, args.resamples, args.seed)
     sizes = size_table(args.sims, args.resamples, args.seed)
     sweep = sweep_size(args.sims, args.seed)
-    gates = gate_table()
+    gates = gate_table(tuple(r for r in GATE_ROWS if r[0] in args.gate_n))
     gate_sim = gate_simulated(200, 0.05, 0.05, 0.0, args.sims, args.seed)
     took, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if args.json:

@@ -82,7 +82,7 @@ SMALL_N = 30
 #: a 0/1 rate with fewer successes (or failures) than this gets Clopper–Pearson
 TAIL_COUNT = 10
 #: a NONLINEAR metric with a stratum of fewer units than this is not estimable
-NONLINEAR_MIN_PER_STRATUM = 5
+NONLINEAR_MIN_PER_STRATUM = 15
 #: power at which :func:`mde` states the minimum detectable effect
 POWER = 0.8
 #: most cells (resamples × units) of one chunk of bootstrap weights (8 bytes each)
@@ -471,6 +471,9 @@ def _boot_interval(plan: StatPlan, name: str, value: float, d: np.ndarray, level
         if bounded:
             low, high = max(low, 0.0), min(high, 1.0)
         return _entry(low, high, se, n, f"basic bootstrap (a biased non-linear aggregate): {boot}")
+    strat = _stratified_interval(plan, name, value, level) if name not in plan.columns else None
+    if strat is not None:
+        return strat
     if name not in plan.columns and n < SMALL_N and n > n_strata:
         se_t = se * math.sqrt(n / (n - n_strata))
         low, high = t_interval(value, se_t, n - n_strata, level)
@@ -479,6 +482,84 @@ def _boot_interval(plan: StatPlan, name: str, value: float, d: np.ndarray, level
         return _entry(low, high, se_t, n, f"t interval with the bootstrap's standard error: df {n - n_strata}, fewer than "
                       f"{SMALL_N} {plan.unit_label}; {boot}")  # fmt: skip
     return _entry(q_low, q_high, se, n, f"percentile bootstrap: {boot}")
+
+
+def linear_weights(plan: StatPlan, name: str) -> dict[str, float] | None:
+    """``{base metric: weight}`` when derived metric ``name`` is a fixed linear combination
+    of its base metrics (checked by moving each, and all at once, by two amounts), else
+    ``None``."""
+    deps = plan.dependencies().get(name, [])
+    if not deps or plan.derive is None:
+        return None
+    base0 = plan.evaluate(np.ones((1, len(plan.units))))
+    names = list(plan.columns)
+    rows = {n: np.repeat(base0[n], 2 * len(deps) + 2) for n in names}
+    for i, dname in enumerate(deps):
+        rows[dname][1 + 2 * i] -= 0.1
+        rows[dname][2 + 2 * i] -= 0.3
+    for j, dname in enumerate(deps):
+        rows[dname][-1] -= 0.05 * (j + 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = plan.derive(rows).get(name)
+    if out is None or np.any(np.isnan(out)):
+        return None
+    w = {dname: float((out[0] - out[1 + 2 * i]) / 0.1) for i, dname in enumerate(deps)}
+    ok = all(abs((out[0] - out[2 + 2 * i]) - 0.3 * w[dname]) < 1e-9 for i, dname in enumerate(deps))
+    ok = ok and abs((out[0] - out[-1]) - sum(0.05 * (j + 1) * w[d] for j, d in enumerate(deps))) < 1e-9
+    return w if ok else None
+
+
+def _stratified_interval(plan: StatPlan, name: str, value: float, level: float) -> dict[str, Any] | None:
+    """The small-stratum path of a linear derived metric Σ w_k·mean_k over disjoint base
+    metrics (strata), chosen when one of them has fewer than :data:`SMALL_N` units: a
+    stratified Wald interval with +1/+1 per 0/1 stratum (each rate (x + 1)/(n + 2), its
+    variance p̃(1 − p̃)/(n + 2); Agresti & Caffo 2000's adjustment per stratum) and the
+    per-unit variance s²/n of a graded one (t with Welch–Satterthwaite df). ``None`` when the
+    metric is not such a combination, a stratum is large enough for all, or a graded
+    stratum has fewer than 2 units (the bootstrap's then)."""
+    if plan.n_epochs != 1:
+        return None
+    weights = linear_weights(plan, name)
+    if not weights:
+        return None
+    masks = [plan.columns[d].mask[0] for d in weights]
+    if np.any(np.sum(masks, axis=0) > 1):
+        return None
+    sizes = [int(m.sum()) for m in masks]
+    if min(sizes) >= SMALL_N or min(sizes) == 0:
+        return None
+    centre = sum(weights[d] * float(np.dot(plan.columns[d].values[0], m)) / max(int(m.sum()), 1) for d, m in zip(weights, masks))
+    var, ws_num, ws_den, graded = 0.0, 0.0, 0.0, False
+    adjusted = value - centre
+    for d, m in zip(weights, masks):
+        v = plan.columns[d].values[0][m]
+        w, n_k = weights[d], v.size
+        if np.all(np.isin(v, (0.0, 1.0))):
+            pt = (v.sum() + 1) / (n_k + 2)
+            var_k = pt * (1 - pt) / (n_k + 2)
+            adjusted += w * pt
+        else:
+            if n_k < 2:
+                return None
+            graded = True
+            var_k = float(np.var(v, ddof=1)) / n_k
+            adjusted += w * float(v.mean())
+            ws_den += (w * w * var_k) ** 2 / (n_k - 1)
+        var += w * w * var_k
+        ws_num += w * w * var_k
+    se = math.sqrt(var)
+    if graded and ws_den > 0:
+        df = ws_num**2 / ws_den
+        low, high = t_interval(adjusted, se, df, level)
+    else:
+        q = _z((1 + level) / 2)
+        low, high = adjusted - q * se, adjusted + q * se
+    if _in_unit_range(plan, list(weights)):
+        low, high = max(low, 0.0), min(high, 1.0)
+    small = ", ".join(f"{n_k}" for n_k in sorted(sizes)[:3])
+    return _entry(low, high, se, sum(sizes), f"stratified Wald with +1/+1 per 0/1 {plan.stratum_label} (Agresti–Caffo per stratum): "
+                  f"a linear combination of {len(sizes)} strata, the smallest of {small} {plan.unit_label} "
+                  f"(fewer than {SMALL_N}: the bootstrap undercovers)")  # fmt: skip
 
 
 def not_estimable(plan: StatPlan) -> dict[str, str]:
@@ -582,7 +663,7 @@ def _xlogy(k: np.ndarray, p: np.ndarray) -> np.ndarray:
     return xlogy(k[None, :], np.maximum(p, 0.0))
 
 
-def _bisect(f: Callable[[float], bool], lo: float, hi: float, tol: float = 1e-6) -> float:
+def _bisect(f: Callable[[float], bool], lo: float, hi: float, tol: float = 1e-5) -> float:
     """The boundary between ``f`` true at ``lo`` and false at ``hi`` (either order)."""
     for _ in range(60):
         if abs(hi - lo) < tol:
@@ -593,6 +674,13 @@ def _bisect(f: Callable[[float], bool], lo: float, hi: float, tol: float = 1e-6)
 
 
 def paired_binary(only_a: int, only_b: int, n: int, level: float) -> dict[str, Any]:
+    """See :func:`_paired_binary` (the result for each ``(a, b, n, level)`` computed once: a
+    benchmark's breakdowns share their counts)."""
+    return dict(_paired_binary(int(only_a), int(only_b), int(n), float(level)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _paired_binary(only_a: int, only_b: int, n: int, level: float) -> dict[str, Any]:
     """Δ = (b − a)/n of paired 0/1 scores (``only_a`` units right in A only, ``only_b`` in B
     only, of ``n``) with its interval at ``level`` and a two-sided p from **one test**, so
     that the interval excludes Δ0 exactly when that test rejects Δ0:
