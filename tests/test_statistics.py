@@ -221,7 +221,7 @@ def test_paired_self_comparison_is_zero_with_p_one(loaded):
             if m["low"] is None:
                 assert "se = 0" in m["note"], (bench.name, name)
             else:
-                assert m["low"] < 0 < m["high"] and m["test"] in ("Tango score", "exact unconditional (Tango's statistic)"), (bench.name, name)
+                assert m["low"] < 0 < m["high"] and m["test"] in ("Tango score", "exact unconditional (Tango's statistic)", "stratified paired Wald"), (bench.name, name)
 
 
 def _binary_plan(values: dict[str, np.ndarray], units: int, strata: np.ndarray | None = None) -> StatPlan:
@@ -580,7 +580,7 @@ def test_a_change_of_scorer_is_a_comparability_note(tmp_path):
 # ------------------------------------------------------------------------------------------
 # issue 37, item 0: the fixed-n gate, right first
 # ------------------------------------------------------------------------------------------
-def _rate(v) -> StatPlan:
+def _rate01(v) -> StatPlan:
     v = np.asarray(v, dtype=float)
     return StatPlan([str(i) for i in range(v.shape[-1])], np.zeros(v.shape[-1], dtype=int),
                     {"rate": Column(np.atleast_2d(v), np.ones(np.atleast_2d(v).shape, bool), BINARY)})  # fmt: skip
@@ -637,7 +637,7 @@ def test_no_discordant_pair_is_never_a_zero_width_interval_nor_an_equivalence_pa
     from evalkit.stats import gate
 
     v = (np.arange(n) % 3 == 0).astype(float)
-    m = paired(_rate(v), _rate(v), 0.95, 0, 0)["rate"]
+    m = paired(_rate01(v), _rate01(v), 0.95, 0, 0)["rate"]
     assert m["delta"] == 0.0 and m["p"] == 1.0 and m["low"] < 0 < m["high"]
     assert m["high"] == pytest.approx(-m["low"]) and m["high"] > 3.0 / (n + 4)  # ≈ z²/(n + z²) at least
     assert gate(m, "equivalent", 0.02, 0.95, "rate")["verdict"] == ("INCONCLUSIVE" if n < 1000 else "PASS")
@@ -665,8 +665,8 @@ def test_epochs_whose_means_are_0_or_1_use_the_binary_method_whatever_the_layout
     a = (rng.random(40) < 0.7).astype(float)
     b = a.copy()
     b[:4] = 1 - b[:4]
-    once = paired(_rate(a), _rate(b), 0.95, 0, 0)["rate"]
-    thrice = paired(_rate(np.stack([a] * 3)), _rate(np.stack([b] * 3)), 0.95, 0, 0)["rate"]
+    once = paired(_rate01(a), _rate01(b), 0.95, 0, 0)["rate"]
+    thrice = paired(_rate01(np.stack([a] * 3)), _rate01(np.stack([b] * 3)), 0.95, 0, 0)["rate"]
     assert thrice["test"] == once["test"] == "exact unconditional (Tango's statistic)"
     assert (thrice["low"], thrice["high"], thrice["p"]) == (once["low"], once["high"], once["p"])
 
@@ -732,3 +732,20 @@ def test_balance_score_is_not_estimable_below_its_measured_cell_size():
         plan = stat_plan([], [records], cats)
         assert ("balance_score" not in not_estimable(plan)) == estimable
         assert ("balance_score" in intervals(plan, 0.95, 100, 0)) == estimable
+
+
+def test_a_small_heavy_stratum_gets_the_stratified_paired_wald_delta():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("coverage_script", REPO_ROOT / "perf" / "coverage.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sizes, w = [3, 10, 40, 200, 600], np.array([0.15, 0.2, 0.2, 0.2, 0.25])
+    strata = np.repeat(np.arange(5), sizes)
+    a = (np.arange(strata.size) % 10 < 7).astype(float)
+    b = a.copy()
+    b[3:13:3] = 1 - b[3:13:3]  # a few flips in the 10-unit stratum; none in the 3-unit one
+    m = paired(module.weighted_plan(a, strata, w), module.weighted_plan(b, strata, w), 0.95, 0, 0)["headline"]
+    assert m["test"] == "stratified paired Wald" and (m["p"] < 0.05) == (not m["low"] <= 0 <= m["high"])
+    # the 3-unit stratum without a discordant pair still adds its variance (½ per cell)
+    assert m["se"] ** 0.5 > 0 and m["se"] > 0.15 * np.sqrt(1 / 5) / 5
