@@ -32,7 +32,7 @@ why it was chosen; the thresholds are the constants below; coverage is simulated
   bootstrap's standard error below :data:`SMALL_N` units; a **linear** combination of
   disjoint strata (ACEBench's weighted OVERALL, a group) with a stratum of fewer than
   :data:`SMALL_N` units — the path chosen by each stratum's own n, not the total — a
-  stratified Wald interval with +1/+1 per 0/1 stratum (:func:`_stratified_interval`: 94–95 %
+  stratified Wald interval with +1/+1 per 0/1 stratum (:func:`_stratified_interval`: 92–97 %
   simulated for strata of 3/10/40/200/600 units, the 3-unit one weighing 0.15, where the
   bootstrap covered 78–88 %); a biased non-linear one (kind :data:`NONLINEAR`, SOBHard's
   geometric-mean ``balance_score``) the *basic* bootstrap (which removes the percentile
