@@ -14,7 +14,15 @@ truth at a fixed seed:
   how often at least one of its 6 comparisons is "significant", unadjusted and after Holm
   and Benjamini–Hochberg.
 
-It prints two tables (and ``--json`` the figures). The whole script takes under 2 minutes
+* **the paired 0/1 gate at its margin** (issue 37, item 0): for true Δ = −margin and each
+  discordance pattern (one-sided, 5:1, 2:1, heavy), the probability that
+  ``noninferior:margin`` PASSes and that the 95 % Δ interval covers, computed *exactly* by
+  enumerating every outcome of n pairs (n = 22 takes the exact unconditional path, n ≥ 50
+  Tango's); and the same through ``paired`` + ``gate``, simulated. Targets: false PASS
+  ≤ 2.5 %, coverage ≥ 93 %; ≥ 93 % for the weighted small-stratum rows, ≥ 90 % for
+  ``balance_score``.
+
+It prints three tables (and ``--json`` the figures); ``--gate-n`` picks the gate rows. The whole script takes under 2 minutes
 at the defaults; ``tests/test_statistics.py`` runs it with a few simulations.
 """
 
@@ -34,7 +42,8 @@ from evalkit.benchmarks.ke.metrics import SCORE_NAMES
 from evalkit.benchmarks.ke.metrics import stat_plan as ke_plan
 from evalkit.benchmarks.sobhard.metrics import BALANCE_FLOOR
 from evalkit.benchmarks.sobhard.metrics import stat_plan as sobhard_plan
-from evalkit.stats import BINARY, Column, StatPlan, adjust, intervals, paired
+from evalkit.stats import (BINARY, SMALL_PAIRED, TANGO_CC, Column, StatPlan, _outcomes, adjust, exact_tail, gate, intervals, paired,
+                           paired_binary, tango_z)  # fmt: skip
 
 LEVEL = 0.95
 
@@ -98,6 +107,17 @@ def category_mean_plan(v: np.ndarray, strata: np.ndarray) -> StatPlan:
     return StatPlan([str(i) for i in range(n)], strata, cols, derive)
 
 
+def weighted_plan(v: np.ndarray, strata: np.ndarray, weights: np.ndarray) -> StatPlan:
+    """An ACEBench-like headline: Σ weight·(stratum's 0/1 rate) over its strata."""
+    n, cats = len(v), sorted(set(strata.tolist()))
+    cols = {f"acc/{c}": Column(v[None, :].astype(float), (strata == c)[None, :], BINARY) for c in cats}
+
+    def derive(base: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"headline": sum(w * base[f"acc/{c}"] for w, c in zip(weights, cats))}
+
+    return StatPlan([str(i) for i in range(n)], strata, cols, derive)
+
+
 def balance_truth(rates: np.ndarray) -> float:
     return float(np.exp(np.mean(np.log(np.maximum(rates, BALANCE_FLOOR)))))
 
@@ -143,6 +163,17 @@ def coverage_table(sims: int, boot_sims: int, resamples: int, seed: int) -> list
     plan_low = SobhardCells(cells)
     rows.append(coverage("SOBHard balance_score, 5 of 33 cells near 0", balance_truth(low), "balance_score",
                          lambda r: plan_low(r.random(cells.size) < low[cells]), boot_sims, resamples, seed))  # fmt: skip
+    cells15 = np.repeat(np.arange(33), 15)
+    plan15 = SobhardCells(cells15)
+    rows.append(coverage("SOBHard balance_score, 33 cells × 15 questions (the estimable minimum)", balance_truth(rates), "balance_score",
+                         lambda r: plan15(r.random(cells15.size) < rates[cells15]), boot_sims, resamples, seed))  # fmt: skip
+    sizes, weights = [3, 10, 40, 200, 600], np.array([0.15, 0.2, 0.2, 0.2, 0.25])
+    strata = np.repeat(np.arange(5), sizes)
+    for truth_rates in (np.array([0.9, 0.7, 0.5, 0.8, 0.65]), np.array([0.97, 0.95, 0.9, 0.9, 0.9])):
+        rows.append(coverage(f"weighted headline, strata of {'/'.join(map(str, sizes))} units (weights {'/'.join(f'{w:g}' for w in weights)}), "
+                             f"rates {'/'.join(f'{p:g}' for p in truth_rates)}", float(weights @ truth_rates), "headline",
+                             lambda r, t=truth_rates: weighted_plan(r.random(strata.size) < t[strata], strata, weights),
+                             boot_sims, resamples, seed))  # fmt: skip
     plan1 = SobhardCells(np.arange(33))
     rows.append(coverage("SOBHard balance_score, 1 question per cell", balance_truth(rates), "balance_score",
                          lambda r: plan1(r.random(33) < rates), sims, resamples, seed))  # fmt: skip
@@ -205,10 +236,77 @@ def size_table(sims: int, resamples: int, seed: int) -> list[dict[str, Any]]:
         return category_mean_plan(r.random(40) < d, strata), category_mean_plan(r.random(40) < d, strata)
 
     return [
-        size("0/1 rate, n = 100 (McNemar)", "rate", lambda r: same_binary(r, 100), sims, resamples, seed),
+        size("0/1 rate, n = 100 (Tango score)", "rate", lambda r: same_binary(r, 100), sims, resamples, seed),
         size("KE-like precision_macro, 12 items in 3 strata", "precision_macro", same_ke, sims, resamples, seed),
         size("group of 8 categories × 5 units (derived)", "group", same_groups, sims, resamples, seed),
     ]
+
+
+# ---- the paired 0/1 gate at its margin (issue 37, item 0) --------------------------------
+#: discordance patterns at a true Δ = B − A of −margin: (name, P(A right only), P(B right only))
+PATTERNS = (("one-sided (B only loses)", 1.0, 0.0), ("5:1", 1.25, 0.25), ("2:1", 2.0, 1.0), ("heavy (20 % + margin : 20 %)", None, None))
+#: (n paired units, margin) of each gate row
+GATE_ROWS = ((22, 0.15), (50, 0.10), (200, 0.05), (1000, 0.02))
+
+
+def _cells(pattern: tuple[str, float | None, float | None], margin: float) -> tuple[float, float]:
+    _, fa, fb = pattern
+    return (0.2 + margin, 0.2) if fa is None else (fa * margin, fb * margin)  # type: ignore[operator]
+
+
+def gate_at_margin(n: int, margin: float, q_a: float, q_b: float) -> dict[str, Any]:
+    """Exact (by enumerating every outcome, no simulation) false-PASS probability of
+    ``noninferior:margin`` and of ``equivalent:margin`` when the true Δ is −margin, and the
+    coverage of the two-sided 95 % Δ interval, for the test :func:`evalkit.stats.paired_binary`
+    chooses at this n. PASS ⟺ the one-sided test at Δ0 = −margin rejects at 2.5 % (the
+    interval's lower bound is the Δ0 where it stops rejecting)."""
+    a, b, logc = _outcomes(n)
+    from scipy.special import xlogy
+
+    prob = np.exp(logc + xlogy(a, q_a) + xlogy(b, q_b) + xlogy(n - a - b, 1 - q_a - q_b))
+    alpha = (1 - LEVEL) / 2
+    truth = q_b - q_a
+    if n >= SMALL_PAIRED:
+        from scipy.stats import norm
+
+        zc = norm.ppf(1 - alpha)
+        passes = tango_z(a, b, n, -margin, TANGO_CC) > zc
+        covered = np.abs(tango_z(a, b, n, truth, TANGO_CC)) <= zc
+    else:
+        live = prob > 1e-12
+        passes = np.zeros(a.size, bool)
+        covered = np.ones(a.size, bool)
+        for i in np.flatnonzero(live):
+            ai, bi = int(a[i]), int(b[i])
+            if (bi - ai) / n > -margin:
+                passes[i] = exact_tail(ai, bi, n, -margin, True) <= alpha
+            covered[i] = exact_tail(ai, bi, n, truth, True) > alpha and exact_tail(ai, bi, n, truth, False) > alpha
+    return {"n": n, "margin": margin, "q_a": q_a, "q_b": q_b, "false_pass": float(prob[passes].sum()),
+            "coverage": float(prob[covered].sum()), "method": "Tango score" if n >= SMALL_PAIRED else "exact unconditional"}  # fmt: skip
+
+
+def gate_table(rows: tuple[tuple[int, float], ...] = GATE_ROWS) -> list[dict[str, Any]]:
+    out = []
+    for n, margin in rows:
+        for pattern in PATTERNS:
+            q_a, q_b = _cells(pattern, margin)
+            out.append({"scenario": f"n = {n}, noninferior:{margin:g}, {pattern[0]}", **gate_at_margin(n, margin, q_a, q_b)})
+    return out
+
+
+def gate_simulated(n: int, margin: float, q_a: float, q_b: float, sims: int, seed: int) -> dict[str, Any]:
+    """The same false PASS through the code path a ``compare --gate`` takes (``paired`` on
+    two plans, then ``gate``), simulated: it must agree with :func:`gate_at_margin`."""
+    rng = np.random.default_rng(seed)
+    passes = covered = 0
+    for _ in range(sims):
+        u = rng.random(n)
+        a = np.where(u < q_a, 1.0, np.where(u < q_a + q_b, 0.0, (rng.random(n) < 0.5).astype(float)))
+        b = np.where(u < q_a, 0.0, np.where(u < q_a + q_b, 1.0, a))
+        m = paired(rate_plan(a), rate_plan(b), LEVEL, 0, 0)["rate"]
+        passes += gate(m, "noninferior", margin, LEVEL, "rate")["verdict"] == "PASS"
+        covered += m["low"] <= q_b - q_a <= m["high"]
+    return {"n": n, "margin": margin, "sims": sims, "false_pass": passes / sims, "coverage": covered / sims}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,15 +315,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--boot-sims", type=int, default=300, help="simulated runs of the SOBHard bootstrap rows (default 300)")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per interval (default 1000)")
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--gate-n", type=int, nargs="*", default=[n for n, _ in GATE_ROWS],
+                        help="the paired-gate rows to compute, by n (default all: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     t0, cpu0 = time.perf_counter(), time.process_time()
     cov = coverage_table(args.sims, args.boot_sims, args.resamples, args.seed)
     sizes = size_table(args.sims, args.resamples, args.seed)
     sweep = sweep_size(args.sims, args.seed)
+    gates = gate_table(tuple(r for r in GATE_ROWS if r[0] in args.gate_n))
+    gate_sim = gate_simulated(200, 0.05, 0.05, 0.0, args.sims, args.seed)
     took, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if args.json:
-        print(json.dumps({"coverage": cov, "size": sizes, "sweep": sweep, "seconds": took, "cpu_seconds": cpu}, indent=2))
+        print(json.dumps({"coverage": cov, "size": sizes, "sweep": sweep, "gates": gates, "gate_simulated": gate_sim, "seconds": took, "cpu_seconds": cpu}, indent=2))
         return 0
 
     def pct(x: float | None) -> str:
@@ -243,6 +345,13 @@ def main(argv: list[str] | None = None) -> int:
         tests = ", ".join(f"{t} ({c})" for t, c in r["tests"].items())
         print(f"| {r['scenario']} | {pct(r['rejects'])} | {pct(r['interval_excludes_0'])} | {r['disagree']} | {tests} |")
     print(f"| {sweep['scenario']}: ≥ 1 significant | unadjusted {pct(sweep['any_significant'])} | Holm {pct(sweep['holm'])} | BH {pct(sweep['bh'])} | |")
+    print(f"\nThe paired 0/1 gate at a true Δ of exactly −margin (exact, every outcome enumerated; target: false PASS "
+          f"≤ {(1 - LEVEL) / 2:.1%}, coverage ≥ 93 %)\n")
+    print("| scenario | test | false PASS | 95 % Δ interval coverage |\n|---|---|---|---|")
+    for r in gates:
+        print(f"| {r['scenario']} | {r['method']} | {100 * r['false_pass']:.2f} % | {pct(r['coverage'])} |")
+    print(f"| n = 200, noninferior:0.05, one-sided, through paired() and gate(), {gate_sim['sims']} simulated | "
+          f"| {pct(gate_sim['false_pass'])} | {pct(gate_sim['coverage'])} |")
     print(f"\n{took:.1f} s wall, {cpu:.1f} s CPU")
     return 0
 

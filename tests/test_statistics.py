@@ -215,7 +215,13 @@ def test_paired_self_comparison_is_zero_with_p_one(loaded):
             if "not estimable" in m.get("note", ""):  # SOBHard's balance_score with one question per cell
                 assert (m["delta"], m["low"], m["p"]) == (0.0, None, None), (bench.name, name)
                 continue
-            assert (m["delta"], m["low"], m["high"], m["p"]) == (0.0, 0.0, 0.0, 1.0), (bench.name, name)
+            # issue 37: never a zero-width [0, 0] — 0/1 metrics get an interval of honest width
+            # around 0, graded and derived ones (se = 0) no interval, p = 1 and a note
+            assert (m["delta"], m["p"]) == (0.0, 1.0), (bench.name, name)
+            if m["low"] is None:
+                assert "se = 0" in m["note"], (bench.name, name)
+            else:
+                assert m["low"] < 0 < m["high"] and m["test"] in ("Tango score", "exact unconditional (Tango's statistic)", "stratified paired Wald"), (bench.name, name)
 
 
 def _binary_plan(values: dict[str, np.ndarray], units: int, strata: np.ndarray | None = None) -> StatPlan:
@@ -279,7 +285,7 @@ def test_the_interval_excludes_zero_exactly_when_p_is_below_alpha(seed):
     results = {**paired(plan(ga), plan(gb), 0.95, 1000, seed), **paired(_binary_plan({"x": ba}, n, strata), _binary_plan({"x": bb}, n, strata), 0.95, 1000, seed)}
     for name, m in results.items():
         assert (m["p"] < 0.05) == (not m["low"] <= 0 <= m["high"]), (name, m)
-    assert results["g"]["test"] == "paired t" and results["x"]["test"] == "exact McNemar"
+    assert results["g"]["test"] == "paired t" and results["x"]["test"] == ("Tango score" if n >= 50 else "exact unconditional (Tango's statistic)")
     d = gb - ga
     assert results["g"]["p"] == pytest.approx(sps.ttest_1samp(d, 0).pvalue)
 
@@ -336,7 +342,7 @@ def test_compare_of_a_run_with_itself(run_eval):
     assert pair["notes"] == []
     assert all(m["delta"] == 0.0 and m["p"] == 1.0 for m in pair["metrics"].values())
     acc = pair["metrics"]["accuracy/normal_atom_bool"]
-    assert (acc["test"], acc["only_a"], acc["only_b"], acc["n_paired"], acc["n_excluded"]) == ("exact McNemar", 0, 0, 10, 0)
+    assert (acc["test"], acc["only_a"], acc["only_b"], acc["n_paired"], acc["n_excluded"]) == ("exact unconditional (Tango's statistic)", 0, 0, 10, 0)
 
 
 @pytest.mark.slow
@@ -410,10 +416,11 @@ def test_the_coverage_script_runs_reduced(capsys):
     spec = importlib.util.spec_from_file_location("coverage_script", REPO_ROOT / "perf" / "coverage.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.main(["--sims", "20", "--boot-sims", "4", "--resamples", "200", "--json"]) == 0
+    assert module.main(["--sims", "20", "--boot-sims", "4", "--resamples", "200", "--gate-n", "50", "1000", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = {r["scenario"]: r for r in out["coverage"]}
-    assert len(rows) == 8 and all(r["zero_width"] in (0.0, None) for r in rows.values())
+    assert len(rows) == 11 and all(r["zero_width"] in (0.0, None) for r in rows.values())
+    assert len(out["gates"]) == 8 and all(g["false_pass"] <= 0.025 for g in out["gates"])
     assert rows["SOBHard balance_score, 1 question per cell"]["not_estimable"] == 1.0
     assert rows["0/1 rate, n = 100, p = 0.99"]["coverage"] >= 0.9
     assert all(r["disagree"] == 0 and r["sims"] == 20 for r in out["size"])
@@ -428,11 +435,13 @@ def test_compare_pairs_runs_with_repeats_and_gates_the_headline(run_eval, capsys
     opts = ["benchmark.subsets=[normal_atom_bool]", "run.limit=40"]
     twice = run_eval(["model=reference", *opts, "run.repeats=2"]).run_dir
     once = run_eval(["model=reference", *opts]).run_dir
-    assert main([str(twice), str(twice), "--json", "--gate", "noninferior:0.02"]) == 0
+    # issue 37: a run against itself on 40 samples cannot show non-inferiority within 0.02
+    # (it PASSed on a [0, 0] interval)
+    assert main([str(twice), str(twice), "--json", "--gate", "noninferior:0.02"]) == 3
     out = json.loads(capsys.readouterr().out)
     head = out["paired"][0]["primary"]
     m = out["paired"][0]["metrics"][head]
-    assert (m["delta"], m["p"], m["n"]) == (0.0, 1.0, 40) and out["gate"]["verdict"] == "PASS"
+    assert (m["delta"], m["p"], m["n"]) == (0.0, 1.0, 40) and out["gate"]["verdict"] == "INCONCLUSIVE"
     assert main([str(once), str(twice), "--json"]) == 0
     pair = json.loads(capsys.readouterr().out)["paired"][0]
     assert pair["metrics"][head]["n"] == 40 and any("1 epoch(s) vs 2" in n for n in pair["notes"])
@@ -540,7 +549,7 @@ def test_compare_log_records_the_comparison_in_mlflow_linked_to_both_runs(run_ev
     opts = ["benchmark.subsets=[normal_atom_bool]", "run.limit=20", "tracking=mlflow"]
     a = run_eval(["model=reference", *opts], output_root=out).run_dir
     b = run_eval(["model=reference", *opts], output_root=out).run_dir
-    assert main([str(a), str(b), "--log", "--gate", "noninferior:0.05"]) == 0
+    assert main([str(a), str(b), "--log", "--gate", "noninferior:0.05"]) == 3  # 20 agreeing samples: no PASS (issue 37)
     text = capsys.readouterr().out
     uri = f"sqlite:///{out.resolve() / 'mlflow.db'}"
     assert f"in {uri}" in text.splitlines()[-1]
@@ -548,7 +557,7 @@ def test_compare_log_records_the_comparison_in_mlflow_linked_to_both_runs(run_ev
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("evalkit").experiment_id], "tags.`evalkit.kind` = 'comparison'")
     tags, metrics = run.data.tags, run.data.metrics
-    assert (tags["evalkit.base_run_id"], tags["evalkit.new_run_id"]) == tuple(ids) and tags["evalkit.verdict"] == "PASS"
+    assert (tags["evalkit.base_run_id"], tags["evalkit.new_run_id"]) == tuple(ids) and tags["evalkit.verdict"] == "INCONCLUSIVE"
     assert all(i in tags["mlflow.note.content"] for i in ids)
     assert "headline" not in metrics and metrics["delta"] == 0.0 and metrics["p"] == 1.0
     other = tmp_path / "other"
@@ -568,3 +577,177 @@ def test_a_change_of_scorer_is_a_comparability_note(tmp_path):
     base = {"benchmark": "ke", "status": "complete", "data_fingerprint": "x", "code_version": "0.1.0+aaa"}
     notes = comparability(run(base), run({**base, "code_version": "0.1.0+bbb"}))
     assert notes == ["code versions (the scorer may differ) differ: '0.1.0+aaa' vs '0.1.0+bbb'"]
+
+
+# ------------------------------------------------------------------------------------------
+# issue 37, item 0: the fixed-n gate, right first
+# ------------------------------------------------------------------------------------------
+def _rate01(v) -> StatPlan:
+    v = np.asarray(v, dtype=float)
+    return StatPlan([str(i) for i in range(v.shape[-1])], np.zeros(v.shape[-1], dtype=int),
+                    {"rate": Column(np.atleast_2d(v), np.ones(np.atleast_2d(v).shape, bool), BINARY)})  # fmt: skip
+
+
+def test_tangos_interval_is_the_published_one_and_its_nuisance_the_constrained_mle():
+    """Tango (1998)'s score interval inverts his test: at n = 22 with 3 pairs right in A only
+    it is [−0.333, +0.033]; with none discordant ±0.149 (the issue's figures)."""
+    from scipy.optimize import brentq, minimize_scalar
+
+    from evalkit.stats import tango_nuisance, tango_z
+
+    z = sps.norm.ppf(0.975)
+    f = lambda a, b, n: (brentq(lambda x: float(tango_z(a, b, n, x)) - z, -0.999, (b - a) / n),  # noqa: E731
+                         brentq(lambda x: float(tango_z(a, b, n, x)) + z, (b - a) / n, 0.999))  # fmt: skip
+    assert f(3, 0, 22) == pytest.approx((-0.3333, 0.0326), abs=5e-4)
+    assert f(0, 0, 22) == pytest.approx((-0.1487, 0.1487), abs=5e-4)
+    for a, b, n, d0 in [(3, 0, 22, 0.1), (3, 0, 22, -0.2), (5, 9, 40, 0.05), (5, 9, 40, -0.3)]:
+        nll = lambda q: -(a * np.log(q) + b * np.log(q + d0) + (n - a - b) * np.log(1 - 2 * q - d0))  # noqa: E731
+        best = minimize_scalar(nll, bounds=(max(0, -d0) + 1e-9, (1 - d0) / 2 - 1e-9), method="bounded", options={"xatol": 1e-10})
+        assert float(tango_nuisance(a, b, n, d0)) == pytest.approx(best.x, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_sobhard_replay_with_3_of_22_answers_broken_is_inconclusive_at_noninferior_015(loaded):
+    """Issue 37: the conditional McNemar interval gave −0.1364 [−0.1364, +0.0566] and
+    ``--gate noninferior:0.15`` PASSED; the unconditional interval reaches below −0.15."""
+    from evalkit.compare import gate_verdict
+
+    bench, samples = next((b, s) for b, s in loaded if b.name == "sobhard")
+    assert len(samples) == 22
+
+    def records(broken: int) -> list[dict]:
+        out = []
+        for i, s in enumerate(samples):
+            text = bench.reference_output(s)
+            scored = bench.score_sample(s, Trajectory(final_output=text[: len(text) // 2] if i < broken else text))
+            out.append({"sample_id": s.id, "subset": s.subset, "scores": scored.scores, "checks": scored.checks})
+        return out
+
+    ref, replay = bench.stat_plan(samples, [records(0)]), bench.stat_plan(samples, [records(3)])
+    metrics = paired(ref, replay, 0.95, 500, 0)
+    m = metrics["sample_pass_rate"]
+    assert (m["only_a"], m["only_b"], m["n"]) == (3, 0, 22) and m["delta"] == pytest.approx(-3 / 22)
+    assert m["low"] < -0.15 < m["high"] and m["high"] > 0  # the old interval's low was −0.1364
+    assert m["test"] == "exact unconditional (Tango's statistic)" and m["p_mcnemar_exact"] == 0.25
+    result = {"runs": [{"headline": "sample_pass_rate"}] * 2, "paired": [{"primary": "sample_pass_rate", "metrics": metrics, "level": 0.95}]}
+    verdict = gate_verdict(result, "noninferior:0.15")
+    assert (verdict["verdict"], verdict["exit"]) == ("INCONCLUSIVE", 3)
+
+
+@pytest.mark.parametrize("n", [5, 22, 1000])
+def test_no_discordant_pair_is_never_a_zero_width_interval_nor_an_equivalence_pass(n):
+    from evalkit.stats import gate
+
+    v = (np.arange(n) % 3 == 0).astype(float)
+    m = paired(_rate01(v), _rate01(v), 0.95, 0, 0)["rate"]
+    assert m["delta"] == 0.0 and m["p"] == 1.0 and m["low"] < 0 < m["high"]
+    assert m["high"] == pytest.approx(-m["low"]) and m["high"] > 3.0 / (n + 4)  # ≈ z²/(n + z²) at least
+    assert gate(m, "equivalent", 0.02, 0.95, "rate")["verdict"] == ("INCONCLUSIVE" if n < 1000 else "PASS")
+
+
+def test_identical_graded_scores_and_round_off_give_p_one_and_never_pass():
+    """Issue 37: se = 0 gave [0, 0] and PASS; a Δ of 1e-16 with se = 0 gave p = 0."""
+    from evalkit.stats import gate
+
+    g = np.array([0.2, 0.5, 1 / 3, 0.9, 0.7, 0.1])
+    a = StatPlan([str(i) for i in range(6)], np.zeros(6, dtype=int), {"g": Column(g[None, :], np.ones((1, 6), bool))})
+    thrice = np.stack([g, g + 1e-16, g - 1e-16 * 3])  # the same answers, summed in another order
+    b = StatPlan([str(i) for i in range(6)], np.zeros(6, dtype=int), {"g": Column(thrice, np.ones((3, 6), bool))})
+    for other in (a, b):
+        m = paired(a, other, 0.95, 0, 0)["g"]
+        assert m["delta"] == 0.0 and m["p"] == 1.0 and m["low"] is None and "se = 0" in m["note"]
+        for kind, margin in (("superior", 0.0), ("equivalent", 0.02), ("noninferior", 0.02)):
+            assert gate(m, kind, margin, 0.95, "g")["verdict"] == "INCONCLUSIVE"
+
+
+def test_epochs_whose_means_are_0_or_1_use_the_binary_method_whatever_the_layout():
+    """Issue 37: K epochs averaged into 0/1 unit means got a paired t (p = 0.044) where one
+    epoch got McNemar (p = 0.125)."""
+    rng = np.random.default_rng(3)
+    a = (rng.random(40) < 0.7).astype(float)
+    b = a.copy()
+    b[:4] = 1 - b[:4]
+    once = paired(_rate01(a), _rate01(b), 0.95, 0, 0)["rate"]
+    thrice = paired(_rate01(np.stack([a] * 3)), _rate01(np.stack([b] * 3)), 0.95, 0, 0)["rate"]
+    assert thrice["test"] == once["test"] == "exact unconditional (Tango's statistic)"
+    assert (thrice["low"], thrice["high"], thrice["p"]) == (once["low"], once["high"], once["p"])
+
+
+def test_paired_delta_of_bounded_metrics_is_clipped_to_minus_one_one():
+    g_a, g_b = np.array([0.0, 0.0, 1.0, 0.0]), np.array([1.0, 0.9, 1.0, 1.0])
+    plan = lambda v: StatPlan([str(i) for i in range(4)], np.zeros(4, dtype=int), {"g": Column(v[None, :], np.ones((1, 4), bool))})  # noqa: E731
+    m = paired(plan(g_a), plan(g_b), 0.95, 0, 0)["g"]
+    assert m["test"] == "paired t" and -1.0 <= m["low"] and m["high"] == 1.0  # the t interval reaches past +1
+
+
+@pytest.mark.slow
+def test_the_paired_gate_false_passes_at_most_its_level_at_the_margin():
+    """Reduced perf/coverage.py (exact, every outcome enumerated): noninferior at a true Δ of
+    exactly −margin PASSes ≤ 2.5 % for every discordance pattern, and the Δ interval covers
+    ≥ 93 % — the conditional McNemar interval false-PASSed 48 % (n = 1000, one-sided)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("coverage_script", REPO_ROOT / "perf" / "coverage.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.gate_table(((22, 0.15), (50, 0.1), (1000, 0.02)))
+    assert len(rows) == 12
+    for r in rows:
+        assert r["false_pass"] <= 0.025 and r["coverage"] >= 0.93, r
+    # the enumeration's shortcut (the test at the margin) is the gate's verdict on the interval
+    from evalkit.stats import gate, paired_binary
+
+    for a, b in [(0, 0), (0, 1), (1, 3), (2, 2), (0, 5)]:
+        entry = {**paired_binary(a, b, 22, 0.95), "n": 22}
+        exact = module.exact_tail(a, b, 22, -0.15, True) <= 0.025
+        assert (gate(entry, "noninferior", 0.15, 0.95, "x")["verdict"] == "PASS") == exact, (a, b)
+
+
+@pytest.mark.slow
+def test_a_small_heavy_stratum_gets_the_stratified_wald_interval():
+    """Issue 37: 5 categories of 3/10/40/200/600 units weighted like ACEBench's headline —
+    the bootstrap covered 78–88 %; a stratified Wald with +1/+1 per stratum ≥ 93 %."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("coverage_script", REPO_ROOT / "perf" / "coverage.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sizes, w = [3, 10, 40, 200, 600], np.array([0.15, 0.2, 0.2, 0.2, 0.25])
+    strata = np.repeat(np.arange(5), sizes)
+    rates = np.array([0.9, 0.7, 0.5, 0.8, 0.65])
+    ci = intervals(module.weighted_plan((np.arange(strata.size) % 10 < 7).astype(float), strata, w), 0.95, 50, 0)["headline"]
+    assert ci["method"].startswith("stratified Wald with +1/+1") and 0 <= ci["low"] < ci["high"] <= 1
+    r = module.coverage("s", float(w @ rates), "headline", lambda g: module.weighted_plan(g.random(strata.size) < rates[strata], strata, w), 80, 20, 7)
+    assert r["coverage"] >= 0.87  # 94.75 % over 400 runs (perf/coverage.py); 80 runs: binomial slack
+
+
+def test_balance_score_is_not_estimable_below_its_measured_cell_size():
+    from evalkit.stats import NONLINEAR_MIN_PER_STRATUM, not_estimable
+
+    for k, estimable in ((NONLINEAR_MIN_PER_STRATUM - 1, False), (NONLINEAR_MIN_PER_STRATUM, True)):
+        cells = np.repeat(np.arange(4), k)
+        passes = (np.arange(cells.size) % 2).astype(float)
+        records = [{"sample_id": f"q{i:03d}", "scores": {"sample_pass": p}} for i, p in enumerate(passes)]
+        cats = {f"q{i:03d}": {"family": f"f{c}", "difficulty": "d"} for i, c in enumerate(cells)}
+        from evalkit.benchmarks.sobhard.metrics import stat_plan
+
+        plan = stat_plan([], [records], cats)
+        assert ("balance_score" not in not_estimable(plan)) == estimable
+        assert ("balance_score" in intervals(plan, 0.95, 100, 0)) == estimable
+
+
+def test_a_small_heavy_stratum_gets_the_stratified_paired_wald_delta():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("coverage_script", REPO_ROOT / "perf" / "coverage.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sizes, w = [3, 10, 40, 200, 600], np.array([0.15, 0.2, 0.2, 0.2, 0.25])
+    strata = np.repeat(np.arange(5), sizes)
+    a = (np.arange(strata.size) % 10 < 7).astype(float)
+    b = a.copy()
+    b[3:13:3] = 1 - b[3:13:3]  # a few flips in the 10-unit stratum; none in the 3-unit one
+    m = paired(module.weighted_plan(a, strata, w), module.weighted_plan(b, strata, w), 0.95, 0, 0)["headline"]
+    assert m["test"] == "stratified paired Wald" and (m["p"] < 0.05) == (not m["low"] <= 0 <= m["high"])
+    # the 3-unit stratum without a discordant pair still adds its variance (½ per cell)
+    assert m["se"] ** 0.5 > 0 and m["se"] > 0.15 * np.sqrt(1 / 5) / 5

@@ -13,10 +13,12 @@ A run is a run directory, or an MLflow run id (found through the run's ``run_dir
   parameters, shots, repeats, sample selection).
 - **Paired statistics** (runs of one benchmark, each pair): for every metric, over the
   units scored in both runs where the metric is defined in both (its own n), Δ = B − A
-  with its interval and p-value from one procedure — exact McNemar and the interval that
-  inverts it for a plain mean of 0/1 scores (with the discordant counts), a paired t for a
-  mean of graded scores or of epochs, a t on the paired stratified bootstrap's standard
-  error for every derived metric (:func:`evalkit.stats.paired`); "no paired samples" when
+  with its interval and p-value from one procedure — Tango's unconditional score test and
+  the interval that inverts it for a mean of per-unit 0/1 scores (exact unconditional below
+  50 units; with the discordant counts and the exact McNemar p as a labelled secondary), a
+  paired t for a mean of graded scores, a t on the paired stratified bootstrap's standard
+  error for every derived metric (:func:`evalkit.stats.paired`); no interval and p = 1 when
+  the differences do not vary (se = 0: never a [0, 0] that PASSes a gate); "no paired samples" when
   there are none; Holm- and Benjamini–Hochberg-adjusted p over the pair's metrics (the
   family), the headline marked primary; for the headline, "no difference detected" or a
   difference, with the minimum detectable effect at 80 % power, and worst-case bounds of Δ
@@ -485,9 +487,12 @@ def _render_paired(pair: dict[str, Any], order: list[str], heads: set[str]) -> l
             rows.append([label, "-", "-", m.get("note", "no paired samples"), "", "", "", 0])
             continue
         if m["low"] is None:
-            rows.append([label, f"{m['a']:.4f}", f"{m['b']:.4f}", f"{m['delta']:+.4f} (no interval: not estimable)", "", "", "none", m["n"]])
+            why = "se = 0" if m.get("se") == 0.0 else "not estimable"
+            p_text = f"{m['p']:.4g}" if m.get("p") is not None else ""
+            rows.append([label, f"{m['a']:.4f}", f"{m['b']:.4f}", f"{m['delta']:+.4f} (no interval: {why})", p_text, "", m.get("test", "none"), m["n"]])
             continue
-        test = m["test"] + (f" (b={m['only_a']}, c={m['only_b']})" if "only_a" in m else "")
+        test = m["test"] + (f" (b={m['only_a']}, c={m['only_b']}; exact McNemar p {m['p_mcnemar_exact']:.3g})"
+                            if "p_mcnemar_exact" in m else f" (b={m['only_a']}, c={m['only_b']})" if "only_a" in m else "")
         adj = f"{m['p_holm']:.3g} / {m['p_bh']:.3g}" if "p_holm" in m else ""
         rows.append([label, f"{m['a']:.4f}", f"{m['b']:.4f}", f"{m['delta']:+.4f} [{m['low']:+.4f}, {m['high']:+.4f}]",
                      f"{m['p']:.4g}", adj, test, m["n"]])  # fmt: skip
@@ -519,6 +524,8 @@ def _verdict_lines(pair: dict[str, Any]) -> list[str]:
         lines = [f"  {head}: a difference, Δ {m['delta']:+.4f} (p = {m['p']:.3g}; {power})"]
     else:
         lines = [f"  {head}: no difference detected (p = {m['p']:.3g}) — not evidence of no difference; {power}"]
+    if m.get("warning"):
+        lines.append(f"  {head}: warning: {m['warning']}")
     if "worst_case_delta" in pair:
         low, high = pair["worst_case_delta"]
         lines.append(f"  {head}: failures are left out (assumed missing at random); counting them as 0 or 1, Δ could be "

@@ -29,11 +29,16 @@ why it was chosen; the thresholds are the constants below; coverage is simulated
   interval on the per-unit means (a plain mean needs no resampling; ignoring the strata
   only widens it, and it keeps a 100k-sample summary's work to the derived metrics);
 * a derived metric: the stratified percentile bootstrap, or a t interval with the
-  bootstrap's standard error below :data:`SMALL_N` units; a biased non-linear one
-  (kind :data:`NONLINEAR`, SOBHard's geometric-mean ``balance_score``) the *basic*
-  bootstrap (which removes the percentile interval's bias) and *not estimable* when a
-  stratum has fewer than :data:`NONLINEAR_MIN_PER_STRATUM` units (its bias is then beyond
-  any bootstrap's repair).
+  bootstrap's standard error below :data:`SMALL_N` units; a **linear** combination of
+  disjoint strata (ACEBench's weighted OVERALL, a group) with a stratum of fewer than
+  :data:`SMALL_N` units — the path chosen by each stratum's own n, not the total — a
+  stratified Wald interval with +1/+1 per 0/1 stratum (:func:`_stratified_interval`: 92–97 %
+  simulated for strata of 3/10/40/200/600 units, the 3-unit one weighing 0.15, where the
+  bootstrap covered 78–88 %); a biased non-linear one (kind :data:`NONLINEAR`, SOBHard's
+  geometric-mean ``balance_score``) the *basic* bootstrap (which removes the percentile
+  interval's bias) and *not estimable* when a stratum has fewer than
+  :data:`NONLINEAR_MIN_PER_STRATUM` units (simulated coverage 80 % at 5 a cell, 91.5–95.5 %
+  from 8 to 20; with cells near 0 the 0.01 floor biases it to 80–83 % at any size).
 
 The bootstrap resamples units **within each stratum** (n draws with replacement among a
 stratum's n units); strata with fewer than 2 units are pooled (into one, or into the
@@ -44,17 +49,34 @@ carries a ``warning``.
 
 **Paired comparison** of runs A and B (:func:`paired`): for each metric, over the units
 scored in both runs where the metric is defined in both (one n), Δ = B − A with its
-interval and p-value from **one procedure**: for a mean of 0/1 scores (one epoch) the exact
-McNemar test and the interval that inverts it (Clopper–Pearson on the discordant pairs);
-for a mean of graded scores (or of epochs) a paired t on the per-unit differences; for a
-derived metric a t on the paired stratified bootstrap's standard error. The interval
-excludes 0 exactly when p < 1 − level. The minimum detectable effect at 80 % power is
-given beside it (:func:`mde`). Holm and Benjamini–Hochberg adjust a family of p-values
-(:func:`adjust`); :func:`gate` turns the headline's Δ into PASS / FAIL / INCONCLUSIVE.
+interval and p-value from **one procedure**, so that the interval excludes 0 exactly when
+p < 1 − level:
+
+* a mean of per-unit 0/1 scores (one epoch, or epochs whose per-unit means are still 0 or 1:
+  the binary method whatever the layout): Tango's unconditional score test and the interval
+  that inverts it (:func:`paired_binary`; Tango 1998, Stat Med 17:891–908; continuity
+  correction :data:`TANGO_CC`), or below :data:`SMALL_PAIRED` units the exact unconditional
+  test on Tango's statistic (its tail maximised over the nuisance parameter). No discordant
+  pair gives an interval of honest width (±0.164 at n = 22), never [0, 0]. The exact McNemar
+  p (``p_mcnemar_exact``) is a labelled secondary figure; :func:`newcombe_paired` a
+  cross-check. At a true Δ of exactly −margin a ``noninferior`` gate PASSes ≤ 2.5 % for every
+  discordance pattern (``perf/coverage.py`` computes it exactly);
+* a mean of graded scores (or of epochs): a paired t on the per-unit differences (a warning
+  when n < :data:`SKEW_SMALL_N` and the differences are strongly skewed);
+* a derived metric: a t on the paired stratified bootstrap's standard error.
+
+When the differences do not vary (se = 0: identical graded scores) there is no interval and
+p = 1, with a ``note``: a gate is then INCONCLUSIVE, never PASS. |Δ| (and each per-unit
+difference) below :data:`DELTA_TOL` = 1e-9 is 0, the numeric tolerance, so round-off never
+reads as significance. Intervals of metrics in [0, 1] are clipped to Δ's range [−1, 1]. The
+minimum detectable effect at 80 % power is given beside it (:func:`mde`). Holm and
+Benjamini–Hochberg adjust a family of p-values (:func:`adjust`); :func:`gate` turns the
+headline's Δ into PASS / FAIL / INCONCLUSIVE.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -81,7 +103,7 @@ SMALL_N = 30
 #: a 0/1 rate with fewer successes (or failures) than this gets Clopper–Pearson
 TAIL_COUNT = 10
 #: a NONLINEAR metric with a stratum of fewer units than this is not estimable
-NONLINEAR_MIN_PER_STRATUM = 5
+NONLINEAR_MIN_PER_STRATUM = 15
 #: power at which :func:`mde` states the minimum detectable effect
 POWER = 0.8
 #: most cells (resamples × units) of one chunk of bootstrap weights (8 bytes each)
@@ -470,6 +492,9 @@ def _boot_interval(plan: StatPlan, name: str, value: float, d: np.ndarray, level
         if bounded:
             low, high = max(low, 0.0), min(high, 1.0)
         return _entry(low, high, se, n, f"basic bootstrap (a biased non-linear aggregate): {boot}")
+    strat = _stratified_interval(plan, name, value, level) if name not in plan.columns else None
+    if strat is not None:
+        return strat
     if name not in plan.columns and n < SMALL_N and n > n_strata:
         se_t = se * math.sqrt(n / (n - n_strata))
         low, high = t_interval(value, se_t, n - n_strata, level)
@@ -478,6 +503,128 @@ def _boot_interval(plan: StatPlan, name: str, value: float, d: np.ndarray, level
         return _entry(low, high, se_t, n, f"t interval with the bootstrap's standard error: df {n - n_strata}, fewer than "
                       f"{SMALL_N} {plan.unit_label}; {boot}")  # fmt: skip
     return _entry(q_low, q_high, se, n, f"percentile bootstrap: {boot}")
+
+
+def linear_weights(plan: StatPlan, name: str) -> dict[str, float] | None:
+    """``{base metric: weight}`` when derived metric ``name`` is a fixed linear combination
+    of its base metrics (checked by moving each, and all at once, by two amounts), else
+    ``None``."""
+    deps = plan.dependencies().get(name, [])
+    if not deps or plan.derive is None:
+        return None
+    base0 = plan.evaluate(np.ones((1, len(plan.units))))
+    names = list(plan.columns)
+    rows = {n: np.repeat(base0[n], 2 * len(deps) + 2) for n in names}
+    for i, dname in enumerate(deps):
+        rows[dname][1 + 2 * i] -= 0.1
+        rows[dname][2 + 2 * i] -= 0.3
+    for j, dname in enumerate(deps):
+        rows[dname][-1] -= 0.05 * (j + 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = plan.derive(rows).get(name)
+    if out is None or np.any(np.isnan(out)):
+        return None
+    w = {dname: float((out[0] - out[1 + 2 * i]) / 0.1) for i, dname in enumerate(deps)}
+    ok = all(abs((out[0] - out[2 + 2 * i]) - 0.3 * w[dname]) < 1e-9 for i, dname in enumerate(deps))
+    ok = ok and abs((out[0] - out[-1]) - sum(0.05 * (j + 1) * w[d] for j, d in enumerate(deps))) < 1e-9
+    return w if ok else None
+
+
+def _stratified_interval(plan: StatPlan, name: str, value: float, level: float) -> dict[str, Any] | None:
+    """The small-stratum path of a linear derived metric Σ w_k·mean_k over disjoint base
+    metrics (strata), chosen when one of them has fewer than :data:`SMALL_N` units: a
+    stratified Wald interval with +1/+1 per 0/1 stratum (each rate (x + 1)/(n + 2), its
+    variance p̃(1 − p̃)/(n + 2); Agresti & Caffo 2000's adjustment per stratum) and the
+    per-unit variance s²/n of a graded one (t with Welch–Satterthwaite df). ``None`` when the
+    metric is not such a combination, a stratum is large enough for all, or a graded
+    stratum has fewer than 2 units (the bootstrap's then)."""
+    if plan.n_epochs != 1:
+        return None
+    weights = linear_weights(plan, name)
+    if not weights:
+        return None
+    masks = [plan.columns[d].mask[0] for d in weights]
+    if np.any(np.sum(masks, axis=0) > 1):
+        return None
+    sizes = [int(m.sum()) for m in masks]
+    if min(sizes) >= SMALL_N or min(sizes) == 0:
+        return None
+    centre = sum(weights[d] * float(np.dot(plan.columns[d].values[0], m)) / max(int(m.sum()), 1) for d, m in zip(weights, masks))
+    var, ws_num, ws_den, graded = 0.0, 0.0, 0.0, False
+    adjusted = value - centre
+    for d, m in zip(weights, masks):
+        v = plan.columns[d].values[0][m]
+        w, n_k = weights[d], v.size
+        if np.all(np.isin(v, (0.0, 1.0))):
+            pt = (v.sum() + 1) / (n_k + 2)
+            var_k = pt * (1 - pt) / (n_k + 2)
+            adjusted += w * pt
+        else:
+            if n_k < 2:
+                return None
+            graded = True
+            var_k = float(np.var(v, ddof=1)) / n_k
+            adjusted += w * float(v.mean())
+            ws_den += (w * w * var_k) ** 2 / (n_k - 1)
+        var += w * w * var_k
+        ws_num += w * w * var_k
+    se = math.sqrt(var)
+    if graded and ws_den > 0:
+        df = ws_num**2 / ws_den
+        low, high = t_interval(adjusted, se, df, level)
+    else:
+        q = _z((1 + level) / 2)
+        low, high = adjusted - q * se, adjusted + q * se
+    if _in_unit_range(plan, list(weights)):
+        low, high = max(low, 0.0), min(high, 1.0)
+    small = ", ".join(f"{n_k}" for n_k in sorted(sizes)[:3])
+    return _entry(low, high, se, sum(sizes), f"stratified Wald with +1/+1 per 0/1 {plan.stratum_label} (Agresti–Caffo per stratum): "
+                  f"a linear combination of {len(sizes)} strata, the smallest of {small} {plan.unit_label} "
+                  f"(fewer than {SMALL_N}: the bootstrap undercovers)")  # fmt: skip
+
+
+def _stratified_paired(a: StatPlan, b: StatPlan, name: str, level: float) -> dict[str, Any] | None:
+    """The small-stratum path of a paired Δ of a linear derived metric Σ w_k·mean_k over
+    disjoint base metrics (aligned, intersected plans), chosen when one stratum has fewer
+    than :data:`SMALL_N` units: per 0/1 stratum the Wald interval of the paired difference
+    with ½ added to each of its 2×2 cells (Agresti & Min 2005, per stratum), per graded
+    stratum the per-unit differences' s²/n; Δ's interval Σ w_k·Δ̃_k ± z·se and its p from the
+    same z (they agree). ``None`` when the metric is no such combination or every stratum is
+    large (the paired bootstrap t's then)."""
+    weights = linear_weights(a, name)
+    if not weights:
+        return None
+    covered = [a.columns[d].unit_means()[0] & b.columns[d].unit_means()[0] for d in weights]
+    if np.any(np.sum([a.columns[d].mask.any(axis=0) for d in weights], axis=0) > 1):
+        return None
+    sizes = [int(c.sum()) for c in covered]
+    if min(sizes) >= SMALL_N or min(sizes) == 0:
+        return None
+    centre, var = 0.0, 0.0
+    for d, c in zip(weights, covered):
+        va, vb = a.columns[d].unit_means()[1][c], b.columns[d].unit_means()[1][c]
+        w, n_k = weights[d], int(c.sum())
+        if np.all(np.isin(va, (0.0, 1.0))) and np.all(np.isin(vb, (0.0, 1.0))):
+            only_a, only_b, _ = mcnemar(va, vb)
+            qa, qb = (only_a + 0.5) / (n_k + 2), (only_b + 0.5) / (n_k + 2)
+            centre += w * (qb - qa)
+            var += w * w * (qa + qb - (qb - qa) ** 2) / (n_k + 2)
+        else:
+            if n_k < 2:
+                return None
+            diff = np.where(np.abs(vb - va) < DELTA_TOL, 0.0, vb - va)
+            centre += w * float(diff.mean())
+            var += w * w * float(np.var(diff, ddof=1)) / n_k
+    se = math.sqrt(var)
+    if not se > 0:
+        return None
+    q = _z((1 + level) / 2)
+    p = float(2 * _scipy_stats().norm.sf(abs(centre) / se))
+    small = ", ".join(str(k) for k in sorted(sizes)[:3])
+    return {"low": centre - q * se, "high": centre + q * se, "p": p, "se": se, "df": None, "test": "stratified paired Wald",
+            "method": f"stratified Wald on the paired differences, ½ added to each 2×2 cell per 0/1 {a.stratum_label} "
+                      f"(Agresti–Min per stratum): a linear combination of {len(sizes)} strata, the smallest of {small} "
+                      f"{a.unit_label} (fewer than {SMALL_N}: the bootstrap undercovers)"}  # fmt: skip
 
 
 def not_estimable(plan: StatPlan) -> dict[str, str]:
@@ -495,6 +642,177 @@ def not_estimable(plan: StatPlan) -> dict[str, str]:
             out[name] = (f"not estimable: a {plan.stratum_label} has {int(counts.min())} {plan.unit_label} (fewer than "
                          f"{NONLINEAR_MIN_PER_STRATUM}), too few for this non-linear aggregate's bias to be corrected")  # fmt: skip
     return out
+
+
+# ------------------------------------------------------------------------------------------
+# paired 0/1 differences: Tango's score interval and test, exact unconditional below SMALL_PAIRED
+# ------------------------------------------------------------------------------------------
+#: below this many paired units a 0/1 difference gets the exact unconditional interval
+#: (Tango's statistic, its tail maximised over the nuisance parameter) instead of Tango's
+#: asymptotic one (which false-PASSes 2.8 % at n = 22, margin 0.15, one-sided discordance)
+SMALL_PAIRED = 50
+#: |Δ| (and a per-unit difference) below this is 0: the numeric tolerance, so that round-off
+#: (1 − 1/3·3 ≈ 1e-16) never reads as a difference
+DELTA_TOL = 1e-9
+#: continuity correction of the asymptotic Tango test (on b − a − nΔ0): without it, the
+#: test's size at the margin is 2.5–2.7 % for heavy discordance at every n from 50 to 1000
+#: (lattice effects, computed exactly by ``perf/coverage.py``); with ½ at most 2.42 %
+TANGO_CC = 0.5
+#: points of the nuisance grid over which the exact unconditional tail is maximised
+NUISANCE_GRID = 120
+
+
+def tango_nuisance(only_a: Any, only_b: Any, n: int, delta0: float) -> Any:
+    """Constrained MLE of ``q_a`` = P(A right, B wrong) under H0: Δ = ``delta0`` (Δ = B − A
+    = ``q_b − q_a``), the larger root of Tango's quadratic (Tango 1998, Stat Med 17:891,
+    eq. 5): ``2n q² + (−(a + b) + (2n + a − b)Δ0)·q − a·Δ0(1 − Δ0) = 0`` with ``a`` =
+    ``only_a``, ``b`` = ``only_b`` (arrays broadcast)."""
+    a, b = np.asarray(only_a, dtype=float), np.asarray(only_b, dtype=float)
+    big_a = 2.0 * n
+    big_b = -(a + b) + (2.0 * n + a - b) * delta0
+    big_c = -a * delta0 * (1.0 - delta0)
+    disc = np.maximum(big_b * big_b - 4.0 * big_a * big_c, 0.0)
+    return np.clip((-big_b + np.sqrt(disc)) / (2.0 * big_a), max(0.0, -delta0), (1.0 - delta0) / 2.0)
+
+
+def tango_z(only_a: Any, only_b: Any, n: int, delta0: float, cc: float = 0.0) -> Any:
+    """Tango's score statistic of H0: Δ = ``delta0`` (Δ = B − A), large when B does better:
+    ``(b − a − nΔ0) / sqrt(n(2q̃ + Δ0 − Δ0²))`` with ``q̃`` :func:`tango_nuisance`; at
+    Δ0 = 0 it is McNemar's ``(b − a)/sqrt(a + b)``; 0 where both numerator and variance
+    vanish (arrays broadcast). ``cc``: a continuity correction, the numerator moved that
+    much towards 0 (:data:`TANGO_CC`)."""
+    a, b = np.asarray(only_a, dtype=float), np.asarray(only_b, dtype=float)
+    q = tango_nuisance(a, b, n, delta0)
+    var = n * (2.0 * q + delta0 - delta0 * delta0)
+    num = b - a - n * delta0
+    num = np.sign(num) * np.maximum(np.abs(num) - cc, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = num / np.sqrt(np.maximum(var, 0.0))
+        return np.where(var > 1e-300, z, np.where(np.abs(num) < 1e-12, 0.0, np.copysign(np.inf, num)))
+
+
+@functools.lru_cache(maxsize=64)
+def _outcomes(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every paired outcome of ``n`` units: ``(a, b, log multinomial coefficient)`` over the
+    ``a + b ≤ n`` discordant counts."""
+    from scipy.special import gammaln
+
+    a, b = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+    keep = a + b <= n
+    a, b = a[keep].astype(float), b[keep].astype(float)
+    return a, b, gammaln(n + 1) - gammaln(a + 1) - gammaln(b + 1) - gammaln(n - a - b + 1)
+
+
+def exact_tail(only_a: int, only_b: int, n: int, delta0: float, upper: bool) -> float:
+    """Exact unconditional one-sided p of H0: Δ = ``delta0`` against Δ > Δ0 (``upper``) or
+    Δ < Δ0: the probability that Tango's statistic is at least as extreme as observed,
+    maximised over the nuisance ``q_a`` on a grid of :data:`NUISANCE_GRID` points (and its
+    constrained MLE) — the unconditional exact test (Basu/Boschloo's maximisation, Berger &
+    Boos 1994 without the confidence-set restriction)."""
+    a, b, logc = _outcomes(n)
+    z = tango_z(a, b, n, delta0)
+    z_obs = float(tango_z(only_a, only_b, n, delta0))
+    extreme = z >= z_obs - 1e-9 if upper else z <= z_obs + 1e-9
+    lo, hi = max(0.0, -delta0), (1.0 - delta0) / 2.0
+    q = np.unique(np.r_[np.linspace(lo, hi, NUISANCE_GRID), float(tango_nuisance(only_a, only_b, n, delta0))])
+    qa, qb = q[:, None], q[:, None] + delta0
+    qr = np.clip(1.0 - qa - qb, 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logp = logc[None, extreme] + _xlogy(a[extreme], qa) + _xlogy(b[extreme], qb) + _xlogy(n - a[extreme] - b[extreme], qr)
+    return float(min(1.0, np.exp(logp).sum(axis=1).max()))
+
+
+def _xlogy(k: np.ndarray, p: np.ndarray) -> np.ndarray:
+    from scipy.special import xlogy
+
+    return xlogy(k[None, :], np.maximum(p, 0.0))
+
+
+def _bisect(f: Callable[[float], bool], lo: float, hi: float, tol: float = 1e-4) -> float:
+    """The boundary between ``f`` true at ``lo`` and false at ``hi`` (either order)."""
+    for _ in range(60):
+        if abs(hi - lo) < tol:
+            break
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) else (lo, mid)
+    return (lo + hi) / 2
+
+
+def paired_binary(only_a: int, only_b: int, n: int, level: float) -> dict[str, Any]:
+    """See :func:`_paired_binary` (the result for each ``(a, b, n, level)`` computed once: a
+    benchmark's breakdowns share their counts)."""
+    return dict(_paired_binary(int(only_a), int(only_b), int(n), float(level)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _paired_binary(only_a: int, only_b: int, n: int, level: float) -> dict[str, Any]:
+    """Δ = (b − a)/n of paired 0/1 scores (``only_a`` units right in A only, ``only_b`` in B
+    only, of ``n``) with its interval at ``level`` and a two-sided p from **one test**, so
+    that the interval excludes Δ0 exactly when that test rejects Δ0:
+
+    * n ≥ :data:`SMALL_PAIRED`: Tango's unconditional score interval (Tango 1998, "Equivalence
+      test and confidence interval for the difference in proportions for the paired-sample
+      design", Stat Med 17:891–908): the Δ0 whose score test (:func:`tango_z`) does not reject,
+      bounds by ``scipy.optimize.brentq``; p from the same test at Δ0 = 0;
+    * n < :data:`SMALL_PAIRED`: the exact unconditional test on Tango's statistic
+      (:func:`exact_tail`, each side at (1 − level)/2), its bounds by bisection; p twice
+      the smaller one-sided exact p at Δ0 = 0.
+
+    No discordant pair still gives an interval of honest width (±0.149 at n = 22). Returns
+    ``{delta, low, high, p, se, only_a, only_b, p_mcnemar_exact, test, method}``: the exact
+    McNemar p is a labelled secondary figure (conditional on a + b; not what the interval
+    inverts)."""
+    from scipy.optimize import brentq
+
+    alpha = (1 - level) / 2
+    d = (only_b - only_a) / n
+    m = only_a + only_b
+    p_mcnemar = 1.0 if m == 0 else float(_scipy_stats().binomtest(only_a, m, 0.5).pvalue)
+    edge = 1 - 1e-9
+    if n >= SMALL_PAIRED:
+        zc = _z(1 - alpha)
+
+        def f(x: float) -> float:
+            return float(tango_z(only_a, only_b, n, x, TANGO_CC))
+
+        low = -1.0 if f(-edge) <= zc else brentq(lambda x: f(x) - zc, -edge, min(d, edge), xtol=1e-10)
+        high = 1.0 if f(edge) >= -zc else brentq(lambda x: f(x) + zc, max(d, -edge), edge, xtol=1e-10)
+        z0 = f(0.0)
+        p = 1.0 if m == 0 else float(min(1.0, 2 * _scipy_stats().norm.sf(abs(z0))))
+        test = "Tango score"
+        method = (f"Tango's unconditional score interval on the paired 0/1 differences (Stat Med 1998; continuity "
+                  f"correction {TANGO_CC:g}): the Δ0 its score test does not reject; {only_a} right in A only, {only_b} in B only, of {n}")  # fmt: skip
+    else:
+        low = -1.0 if exact_tail(only_a, only_b, n, -edge, True) > alpha else _bisect(
+            lambda x: exact_tail(only_a, only_b, n, x, True) <= alpha, -edge, min(d, edge))
+        high = 1.0 if exact_tail(only_a, only_b, n, edge, False) > alpha else _bisect(
+            lambda x: exact_tail(only_a, only_b, n, x, False) > alpha, max(d, -edge), edge)
+        p = 1.0 if m == 0 else min(1.0, 2 * min(exact_tail(only_a, only_b, n, 0.0, True), exact_tail(only_a, only_b, n, 0.0, False)))
+        test = "exact unconditional (Tango's statistic)"
+        method = (f"exact unconditional test on Tango's score statistic, its tail maximised over the nuisance "
+                  f"parameter (fewer than {SMALL_PAIRED} paired units, where Tango's asymptotic interval undercovers); "
+                  f"{only_a} right in A only, {only_b} in B only, of {n}")  # fmt: skip
+    low, high = max(-1.0, min(low, d)), min(1.0, max(high, d))
+    se = math.sqrt(max(m / n - d * d, 0.0) / n)
+    return {"delta": d, "low": float(low), "high": float(high), "p": float(p), "se": se, "df": None,
+            "only_a": int(only_a), "only_b": int(only_b), "p_mcnemar_exact": p_mcnemar, "test": test, "method": method}  # fmt: skip
+
+
+def newcombe_paired(only_a: int, only_b: int, both: int, n: int, level: float) -> tuple[float, float]:
+    """Newcombe's method 10 (Stat Med 1998, 17:2635; Wilson intervals of the two marginal
+    rates with a correlation correction): a cross-check only — it inverts no test, so it may
+    disagree with :func:`paired_binary`'s p. ``both``: units right in both runs."""
+    p1, p2 = (both + only_a) / n, (both + only_b) / n
+    l1, u1 = wilson(both + only_a, n, level)
+    l2, u2 = wilson(both + only_b, n, level)
+    neither = n - both - only_a - only_b
+    denom = (both + only_a) * (neither + only_b) * (both + only_b) * (neither + only_a)
+    num = both * neither - only_a * only_b
+    phi = 0.0 if denom == 0 else (num - n / 2 if num > n / 2 else 0.0 if num >= 0 else num) / math.sqrt(denom)
+    d = p2 - p1
+    low = d - math.sqrt(max((p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2, 0.0))
+    high = d + math.sqrt(max((u2 - p2) ** 2 - 2 * phi * (u2 - p2) * (p1 - l1) + (p1 - l1) ** 2, 0.0))
+    return max(-1.0, low), min(1.0, high)
 
 
 # ------------------------------------------------------------------------------------------
@@ -558,30 +876,41 @@ def mde(se: float | None, df: float | None, level: float, power: float = POWER) 
     return float((t.ppf((1 + level) / 2, df) + t.ppf(power, df)) * se)
 
 
-def _mcnemar_entry(va: np.ndarray, vb: np.ndarray, level: float) -> dict[str, Any]:
-    n = int(va.size)
-    only_a, only_b, p = mcnemar(va, vb)
-    m = only_a + only_b
-    if m == 0:
-        low = high = 0.0
-    else:
-        lo, hi = clopper_pearson(only_b, m, level)
-        low, high = (2 * lo - 1) * m / n, (2 * hi - 1) * m / n
-    se = math.sqrt(m) / n if n else None
-    return {"low": low, "high": high, "p": p, "only_a": only_a, "only_b": only_b, "se": se, "df": None,
-            "test": "exact McNemar",
-            "method": "exact McNemar on the discordant pairs; interval by inverting it (Clopper–Pearson on the "
-                      "discordant pairs, scaled by their share)"}  # fmt: skip
+def _binary_entry(va: np.ndarray, vb: np.ndarray, level: float) -> dict[str, Any]:
+    """:func:`paired_binary` of per-unit 0/1 scores ``va``, ``vb`` (A, B)."""
+    only_a, only_b, _ = mcnemar(va, vb)
+    return paired_binary(only_a, only_b, int(va.size), level)
 
 
 def _t_entry(delta: float, se: float, df: float, level: float, test: str, method: str) -> dict[str, Any]:
+    """A t interval and p of Δ with standard error ``se``; with ``se`` 0 (no variation in
+    the differences: round-off or identical scores) no interval and p = 1, with a ``note``:
+    a zero-width interval would PASS any gate on no evidence."""
     if se > 0:
         low, high = t_interval(delta, se, df, level)
         p = float(2 * _scipy_stats().t.sf(abs(delta) / se, df))
-    else:
-        low = high = delta
-        p = 1.0 if delta == 0 else 0.0
-    return {"low": low, "high": high, "p": p, "se": se, "df": df, "test": test, "method": method}
+        return {"low": low, "high": high, "p": p, "se": se, "df": df, "test": test, "method": method}
+    return {"low": None, "high": None, "p": 1.0, "se": 0.0, "df": df, "test": test, "method": method,
+            "note": "no variation in the per-unit differences (se = 0): no interval, p = 1 (a gate is INCONCLUSIVE)"}  # fmt: skip
+
+
+#: a paired t on fewer units than this with skewed differences may reject far more often
+#: than its level (28 % at n = 12 with strongly skewed differences): the entry warns
+SKEW_SMALL_N = 30
+#: |sample skewness| of the differences above which that warning is given
+SKEW_LIMIT = 1.0
+
+
+def _skew_warning(d: np.ndarray, level: float) -> str:
+    """A warning for a paired t on fewer than :data:`SKEW_SMALL_N` differences whose sample
+    skewness exceeds :data:`SKEW_LIMIT` in size (``""`` otherwise)."""
+    if d.size >= SKEW_SMALL_N or d.size < 3 or np.std(d) == 0:
+        return ""
+    g = float(_scipy_stats().skew(d))
+    if abs(g) <= SKEW_LIMIT:
+        return ""
+    return (f"paired t on {d.size} strongly skewed differences (skewness {g:+.2f}): its p and interval may be far "
+            f"from their nominal level at this n, and so may the MDE")
 
 
 def paired(a: StatPlan, b: StatPlan, level: float, resamples: int, seed: int) -> dict[str, dict[str, Any]]:
@@ -611,33 +940,48 @@ def paired(a: StatPlan, b: StatPlan, level: float, resamples: int, seed: int) ->
                          "test": "none", "method": "none", "mde": None, "note": "no paired samples"}  # fmt: skip
             continue
         delta = pb[name] - pa[name]
+        if abs(delta) < DELTA_TOL:
+            delta = 0.0
         entry.update(a=pa[name], b=pb[name], delta=delta)
+        deps = [name] if name in a.columns else a.dependencies().get(name, [])
+        bounded = bool(deps) and _in_unit_range(a, deps) and _in_unit_range(b, deps)
         if name in skip:
             entry.update(low=None, high=None, p=None, se=None, df=None, test="none", method="none", note=skip[name])
         elif name in a.columns:
             ca, cb = a.columns[name], b.columns[name]
             both = ca.unit_means()[0] & cb.unit_means()[0]
             ma, mb = ca.unit_means()[1][both], cb.unit_means()[1][both]
-            if single and np.all(np.isin(ma, (0.0, 1.0))) and np.all(np.isin(mb, (0.0, 1.0))):
-                entry.update(_mcnemar_entry(ma, mb, level))
+            if bounded and np.all(np.isin(ma, (0.0, 1.0))) and np.all(np.isin(mb, (0.0, 1.0))):
+                entry.update(_binary_entry(ma, mb, level))
+                if not single:
+                    entry["method"] += " (every unit's epochs agree: its mean is 0 or 1)"
+                entry["delta"] = delta
             else:
                 d = mb - ma
+                d = np.where(np.abs(d) < DELTA_TOL, 0.0, d)
                 se = float(np.std(d, ddof=1) / math.sqrt(n)) if n > 1 else 0.0
                 entry.update(_t_entry(delta, se, max(n - 1, 1), level, "paired t",
                                       "paired t on the per-unit differences" + (" (epochs averaged per sample)" if not single else "")))
+                skew = _skew_warning(d, level)
+                if skew:
+                    entry["warning"] = skew
+        elif single and (strat := _stratified_paired(a, b, name, level)) is not None:
+            entry.update(strat)
         else:
             if draws is None:
                 draws = bootstrap_draws([a, b], strata, resamples, seed) if resamples > 0 else [{}, {}]
             diffs = draws[1].get(name, np.zeros(0)) - draws[0].get(name, np.zeros(0))
             diffs = diffs[~np.isnan(diffs)]
             se = float(diffs.std(ddof=1)) if diffs.size > 1 else 0.0
+            if se < DELTA_TOL:
+                se = 0.0
             df = max(n - n_strata, 1)
             if n > n_strata:
                 se *= math.sqrt(n / (n - n_strata))
             entry.update(_t_entry(delta, se, df, level, "paired bootstrap t",
                                   f"t (df {df}) on the standard error of {resamples} paired stratified resamples{note}"))
-        if entry.get("low") is not None and entry["high"] - entry["low"] <= 0 and delta != 0:
-            entry["note"] = "zero-width interval: the runs differ by the same amount on every resample"
+        if bounded and entry.get("low") is not None:
+            entry["low"], entry["high"] = max(entry["low"], -1.0), min(entry["high"], 1.0)
         entry["mde"] = mde(entry.get("se"), entry.get("df"), level)
         out[name] = entry
     return out
@@ -710,7 +1054,9 @@ def gate(entry: dict[str, Any] | None, kind: str, margin: float, level: float, m
     * ``equivalent:δ`` (two one-sided tests, TOST): PASS when −δ < low and high < δ, FAIL
       when the interval lies wholly outside (−δ, δ), else INCONCLUSIVE.
 
-    No interval (no paired samples, not estimable) is INCONCLUSIVE.
+    No interval (no paired samples, not estimable, se = 0) is INCONCLUSIVE. A paired 0/1
+    headline's interval is :func:`paired_binary`'s, unconditional: no discordant pair still
+    gives one of honest width, so 22 agreeing answers cannot PASS ``equivalent:0.02``.
     """
     name = f"{kind}:{margin:g}" if kind != "superior" else kind
     side = f"one-sided α = {(1 - level) / 2:.3g} each side" if kind == "equivalent" else f"one-sided α = {(1 - level) / 2:.3g}"
