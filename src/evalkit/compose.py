@@ -48,15 +48,65 @@ def search_path_overrides(environ: Any = None) -> list[str]:
     return [f"hydra.searchpath=[{','.join(repr(p) for p in paths)}]"] if paths else []
 
 
+def config_dirs(environ: Any = None) -> list[Path]:
+    """The user's config directories named by :data:`CONFIG_DIR_ENV`, resolved, in order
+    (those that exist; :func:`search_path_overrides` refuses a missing one)."""
+    environ = os.environ if environ is None else environ
+    dirs = [Path(d).expanduser().resolve() for d in str(environ.get(CONFIG_DIR_ENV) or "").split(os.pathsep) if d]
+    return [d for d in dirs if d.is_dir()]
+
+
+def register_entry_points() -> list[str]:
+    """Make every benchmark installed through an entry point a ``benchmark`` option of its
+    own, ``{name: <entry point>}`` in Hydra's ConfigStore: ``benchmark=<name>`` then needs no
+    YAML (the benchmark's settings' defaults apply), and ``--help`` and "unknown benchmark"
+    list it. A YAML of the same name in ``conf/`` or :data:`CONFIG_DIR_ENV` wins (the
+    ConfigStore is last on Hydra's search path). Returns the names registered."""
+    from hydra.core.config_store import ConfigStore
+
+    from evalkit.benchmarks import entry_point_names
+
+    names = entry_point_names()
+    store = ConfigStore.instance()
+    for name in names:
+        store.store(group="benchmark", name=name, node={"name": name}, provider="evalkit entry point")
+    return names
+
+
+def help_additions(environ: Any = None) -> str:
+    """The part of ``python -m evalkit --help`` that says what the user's config directories
+    (:data:`CONFIG_DIR_ENV`: each group's ``*.yaml``, by directory) and the installed entry
+    points add (Hydra's own listing shows only ``conf/``'s and the entry points' options);
+    ``""`` when neither adds anything."""
+    from evalkit.benchmarks import entry_point_names
+
+    lines = []
+    for d in config_dirs(environ):
+        groups = {g.name: sorted(p.stem for p in g.glob("*.yaml")) for g in sorted(d.iterdir()) if g.is_dir()}
+        shown = [f"  {group}: {', '.join(opts)}" for group, opts in groups.items() if opts]
+        if shown:
+            lines += [f"{CONFIG_DIR_ENV} {d}:", *shown]
+    eps = entry_point_names()
+    if eps:
+        lines += ["Installed entry points (group evalkit.benchmarks; no YAML needed):", f"  benchmark: {', '.join(eps)}"]
+    return "\n".join(["== Added by your config directory and installed packages ==", *lines, ""]) if lines else ""
+
+
 def hydra_error_line(exc: BaseException) -> str:
-    """A one-line version of a Hydra/OmegaConf composition error."""
+    """A one-line version of a Hydra/OmegaConf composition error. An unknown group option
+    lists the options of every place on the search path (``conf/``, :data:`CONFIG_DIR_ENV`,
+    entry points) and, when one is close, ``did you mean X?`` (:func:`difflib.get_close_matches`)."""
+    import difflib
+
     text = str(exc).strip()
     m = re.search(r"Could not find '([^']+)/([^'/]+)'", text)
     if m:
         group, option = m.groups()
         opts = re.findall(r"^\t(\S+)$", text, flags=re.M)
+        near = difflib.get_close_matches(option, opts, n=1, cutoff=0.6)
+        hint = f"; did you mean {group}={near[0]}?" if near else ""
         avail = f"; available: {', '.join(opts)}" if opts else ""
-        return f"{group}={option}: unknown {group}{avail}"
+        return f"{group}={option}: unknown {group}{hint}{avail}"
     m = re.search(r"Could not override '([^']+)'", text)
     if m and ("not in struct" in text or "To append" in text):
         near = similar_key(m.group(1))
@@ -136,6 +186,7 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
     """
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
+    register_entry_points()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             args = benchmark_keys_addable(quote_numeric_groups(overrides)) + search_path_overrides()
@@ -177,10 +228,13 @@ def to_plain(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _compose_in_context(overrides: list[str]) -> DictConfig:
-    """Compose another config of the same tree, inside Hydra's running app if there is one."""
+    """Compose another config of the same tree, inside Hydra's running app if there is one.
+    The user's config directories (:data:`CONFIG_DIR_ENV`) are on its search path there too:
+    the running app's compose API does not carry the command line's ``hydra.searchpath``, so
+    ``judge=<a model config of EVALKIT_CONFIG_DIR>`` was an unknown model (issue 32)."""
     if GlobalHydra.instance().is_initialized():
         try:
-            return hydra_compose("config", overrides=overrides)
+            return hydra_compose("config", overrides=[*overrides, *search_path_overrides()])
         except Exception as exc:  # noqa: BLE001
             raise ConfigError(hydra_error_line(exc)) from None
     return compose(overrides)
