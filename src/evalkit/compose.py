@@ -56,6 +56,42 @@ def config_dirs(environ: Any = None) -> list[Path]:
     return [d for d in dirs if d.is_dir()]
 
 
+def option_file(group: str, option: str) -> Path | None:
+    """The YAML file Hydra takes ``group=option`` from: ``conf/<group>/<option>.yaml``, else
+    the first :data:`CONFIG_DIR_ENV` directory's (Hydra's search path order); ``None`` for
+    an option without a file (an entry point's)."""
+    for d in (CONF_DIR, *config_dirs()):
+        path = d / group / f"{option}.yaml"
+        if path.is_file():
+            return path
+    return None
+
+
+def benchmark_file(cfg: DictConfig | dict[str, Any]) -> Path | None:
+    """The YAML file of the composed config's benchmark: the option Hydra chose (inside the
+    running app: ``hydra.runtime.choices``), else the one named as the benchmark."""
+    option = None
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            option = HydraConfig.get().runtime.choices.get("benchmark")
+    except Exception:  # noqa: BLE001 - no running app: the name
+        option = None
+    bench = cfg.get("benchmark") if hasattr(cfg, "get") else None
+    name = bench.get("name") if hasattr(bench, "get") else None
+    for candidate in dict.fromkeys(c for c in (option, name) if c):
+        path = option_file("benchmark", str(candidate))
+        if path is not None:
+            return path
+    return None
+
+
+def in_file(exc: ConfigError, path: Path | None) -> ConfigError:
+    """``exc`` with the file its key comes from appended (``(file <path>)``), when known."""
+    return ConfigError(f"{exc} (file {path})") if path is not None else exc
+
+
 def register_entry_points() -> list[str]:
     """Make every benchmark installed through an entry point a ``benchmark`` option of its
     own, ``{name: <entry point>}`` in Hydra's ConfigStore: ``benchmark=<name>`` then needs no
@@ -153,15 +189,22 @@ _NUMERIC_GROUP = re.compile(r"^(shots)=(\d+(?:,\d+)*)$")
 
 
 def quote_numeric_groups(args: Sequence[str]) -> list[str]:
-    """``shots=3`` → ``shots='3'`` and ``shots=0,3`` → ``shots='0','3'``.
+    """``shots=3`` → ``shots='3'`` and ``shots=0,3`` → ``shots='0','3'``; ``shots=N`` for an
+    N without a ``shots/N.yaml`` (in ``conf/`` or :data:`CONFIG_DIR_ENV`) → ``shots.n=N``.
 
     The ``shots`` group's options are named by numbers; Hydra's override grammar would read
-    ``3`` as an int and refuse it as a group choice, so the number is quoted for it.
+    ``3`` as an int and refuse it as a group choice, so the number is quoted for it. Any
+    other count sets ``shots.n`` (the group's one key) on the default option: ``shots=2``
+    works like ``shots.n=2`` (it was refused "available: 0, 3", issue 32).
     """
+    options = {p.stem for d in (CONF_DIR, *config_dirs()) for p in (d / "shots").glob("*.yaml")}
     out = []
     for arg in args:
         m = _NUMERIC_GROUP.match(arg)
-        out.append(f"{m.group(1)}=" + ",".join(f"'{n}'" for n in m.group(2).split(",")) if m else arg)
+        if m and not set(m.group(2).split(",")) <= options:
+            out.append(f"{m.group(1)}.n={m.group(2)}")
+        else:
+            out.append(f"{m.group(1)}=" + ",".join(f"'{n}'" for n in m.group(2).split(",")) if m else arg)
     return out
 
 
@@ -272,7 +315,13 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
         # the default user simulator: the model under test as configured (its model and backend nodes)
         raw["user"] = {"model": copy.deepcopy(raw["model"]), "backend": copy.deepcopy(raw["backend"])}
     raw["judge"] = compose_judges(raw.pop("judge", None), raw.pop("judge_overrides", None))
-    return raw, validate(raw, get_benchmark_class)
+    try:
+        validated = validate(raw, get_benchmark_class)
+    except ConfigError as exc:
+        if str(exc).startswith("benchmark."):
+            raise in_file(exc, benchmark_file(raw)) from None
+        raise
+    return raw, validated
 
 
 def compose_judges(names: Any, overrides: Any) -> list[dict[str, Any]]:
