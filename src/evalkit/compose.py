@@ -321,7 +321,28 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
         if str(exc).startswith("benchmark."):
             raise in_file(exc, benchmark_file(raw)) from None
         raise
+    check_benchmark(validated, benchmark_file(raw))
     return raw, validated
+
+
+def check_benchmark(cfg: EvalConfig, path: Path | None = None) -> None:
+    """The benchmark's own pre-run checks (:meth:`~evalkit.benchmarks.base.Benchmark.check`:
+    a YAML task checked whole against its data), before anything starts and whatever the
+    model; an error names ``path`` (the benchmark's YAML file) when given.
+
+    Raises:
+        ConfigError / DataError: one line naming the key (and the file).
+    """
+    from evalkit.benchmarks.base import Benchmark
+    from evalkit.errors import DataError
+
+    bench_cls = get_benchmark_class(cfg.benchmark.name, kind=getattr(cfg.benchmark, "kind", None))
+    if bench_cls.check is Benchmark.check:
+        return
+    try:
+        bench_cls(cfg.benchmark).check()
+    except (ConfigError, DataError) as exc:
+        raise type(exc)(f"{exc} (file {path})" if path is not None else str(exc)) from None
 
 
 def compose_judges(names: Any, overrides: Any) -> list[dict[str, Any]]:
