@@ -286,9 +286,15 @@ class TaskBenchmark(Benchmark):
 
     # ---- built-in models ------------------------------------------------------------------
     def reference_output(self, sample: Sample) -> str:
-        """The reference answer as a model would write it, for the task's extraction rule:
-        ``Answer: <letter>`` (mc_letter), ``{"<field>": <target>}`` (json_field), else the target."""
-        target, rule = sample.data["target"], self.settings.extract
+        """The reference answer as a model would write it: the task's ``prompt.answer_template``
+        rendered with the sample (how its demonstrations answer) when the task sets one, else
+        by its extraction rule: ``Answer: <letter>`` (mc_letter), ``{"<field>": <target>}``
+        (json_field), else the target. A task whose extraction and scorers do not take their
+        own reference answer is mis-specified: its reference run says so
+        (:func:`evalkit.job.reference_shortfall`)."""
+        target, rule, p = sample.data["target"], self.settings.extract, self.settings.prompt
+        if p.answer_template != type(p).model_fields["answer_template"].default:
+            return render(p.answer_template, sample.data, p.max_chars, sample.id)
         if rule.kind == "mc_letter":
             return f"Answer: {target_letter(target, sample.data.get('choices'))}"
         if rule.kind == "json_field":
