@@ -184,3 +184,97 @@ def test_a_reference_answers_through_the_answer_template_and_wins_a_pairwise_jud
     assert [bench.score(s, bench.reference_output(s)).scores["acc"] for s in samples] == [1.0, 1.0, 1.0]
     pairwise = Scorer(kind="llm_judge", rubric="{{ answer_a }} {{ answer_b }}", mode="pairwise")
     assert [verdict_value(pairwise, json.loads(gold_verdict(pairwise, o)), o) for o in ORDERS] == [1.0, 1.0]
+
+
+# ---- whole runs ---------------------------------------------------------------------------
+def _run(*overrides: str):
+    from evalkit.compose import compose, resolve
+    from evalkit.job import run_validated
+
+    _, cfg = resolve(compose([*overrides, "tracking=none", "run.progress=false"]))
+    return cfg, run_validated(cfg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["arith_mini", "mc_mini", "explain_mini", "regex_template", "pairwise"])
+def test_a_reference_run_of_every_shipped_and_user_task_scores_its_maximum(team, task, capsys):
+    from evalkit.job import reference_shortfall
+
+    conf, data = team
+    repo = Path(__file__).resolve().parents[1]
+    if task == "regex_template":
+        _task(conf, data, name=task, prompt={"template": "{{ input }}", "answer_template": "Reasoning… Answer: {{ target }}"},
+              extract={"kind": "regex", "pattern": "Answer: (\\w+)", "group": 1})  # fmt: skip
+    elif task == "pairwise":
+        _task(conf, data, name=task, scorers=[{"kind": "llm_judge", "name": "pref", "mode": "pairwise",
+                                               "rubric": "A: {{ answer_a }} B: {{ answer_b }}"}])  # fmt: skip
+    extra = [f"benchmark.dataset.path={repo / 'examples' / 'tasks' / f'{task}.jsonl'}"] if task.endswith("_mini") else []
+    cfg, result = _run(f"benchmark={task}", "model=reference", *extra, f"run.output_root={data.parent / 'out'}")
+    assert result.typed.complete
+    assert result.typed.headline_value == 1.0, result.summary["metrics"]
+    assert reference_shortfall(cfg, result) is None
+
+
+@pytest.mark.slow
+def test_a_reference_run_below_the_maximum_and_a_headline_that_cannot_be_computed_say_so(team):
+    from evalkit.job import outcome_line, reference_shortfall
+
+    conf, data = team
+    _task(conf, data, name="short", prompt={"template": "{{ input }}", "answer_template": "It is {{ target }}"},
+          extract={"kind": "regex", "pattern": "Answer: (\\w+)", "group": 1})  # fmt: skip
+    cfg, result = _run("benchmark=short", "model=reference", f"run.output_root={data.parent / 'out'}")
+    line = reference_shortfall(cfg, result)
+    assert line is not None and line.startswith("evalkit: warning: model=reference scored acc = 0.0000, below the maximum 1: ")
+    _task(conf, data, name="nohead", metrics={"headline": "acc/nowhere"})
+    cfg, result = _run("benchmark=nohead", "model=reference", f"run.output_root={data.parent / 'out2'}")
+    assert result.typed.headline_value is None
+    assert outcome_line(result).startswith("evalkit: complete, but NO HEADLINE: nohead × reference: the headline acc/nowhere could not "
+                                           "be computed")  # fmt: skip
+
+
+def _cli(tmp_path: Path, *args: str, module: str = "evalkit", extra_path: str = "") -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [extra_path, os.environ.get("PYTHONPATH")]))}
+    cmd = evalkit_cmd(*args) if module == "evalkit" else [*evalkit_cmd()[:2], module, *args]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_a_panel_of_the_teams_judges_runs_from_the_command_line(team, fake_openai, ray_address):
+    """The real entry path (``python -m evalkit``, the judges composed inside the running
+    Hydra app): ``judge=[judge_a,judge_b]`` from the config directory judges every answer on
+    the fake server; then ``python -m evalkit.judge RUN judge=judge_c`` judges them again."""
+    conf, data = team
+    fake_openai.set_plan({"default": {"content": json.dumps({"score": 4, "reason": "ok"})}})
+    _task(conf, data, name="judged", scorers=[{"kind": "llm_judge", "name": "quality", "rubric": "Rate {{ output }}"}])
+    run_dir = data.parent / "run"
+    common = [f"judge_overrides=['backend.api_base={fake_openai.api_base}']", f"runner.address={ray_address}", "tracking=none",
+              "run.progress=false", f"run.output_root={data.parent / 'out'}"]  # fmt: skip
+    done = _cli(data.parent, "benchmark=judged", "model=reference", "judge=[judge_a,judge_b]", f"run.dir={run_dir}", *common)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["metrics"]["quality"] == 0.75  # (4 - 1) / (5 - 1), both judges
+    asked = {r["model"] for r in fake_openai.log}
+    assert {"judge_a", "judge_b"} <= asked
+    again = _cli(data.parent, str(run_dir), "judge=judge_c", *common[:1], *common[2:], module="evalkit.judge")
+    assert again.returncode == 0, again.stderr
+    assert "judge_c" in {r["model"] for r in fake_openai.log}
+
+
+@pytest.mark.slow
+def test_a_task_mistake_stops_the_command_before_anything_starts_and_help_lists_the_team(team):
+    conf, data = team
+    path = _task(conf, data, metrics={"weights": {"sciense": 2, "geo": 1}})
+    out = data.parent / "out"
+    done = _cli(data.parent, "benchmark=t", *NETWORK, f"run.output_root={out}")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"evalkit: error: benchmark.metrics.weights.sciense: no sample of {data} has category 'sciense' (column 'topic': geo, "
+        f"science); did you mean 'science'? (file {path})"]  # fmt: skip  (no "starting Ray" line before it)
+    assert not out.exists()
+    _task(conf, data)  # mended
+    shots = _cli(data.parent, "benchmark=t", "model=reference", "shots=2", "run.dry_run=true")
+    assert shots.returncode == 0, shots.stderr
+    helped = _cli(data.parent, "--help", extra_path=str(EXTBENCH))
+    assert helped.returncode == 0
+    assert f"EVALKIT_CONFIG_DIR {conf}:\n  benchmark: t\n  model: judge_a, judge_b, judge_c\n" in helped.stdout
+    assert "benchmark: acebench, arith_mini, capitals, explain_mini" in helped.stdout  # Hydra's own listing: the entry point
