@@ -278,3 +278,21 @@ def test_a_task_mistake_stops_the_command_before_anything_starts_and_help_lists_
     assert helped.returncode == 0
     assert f"EVALKIT_CONFIG_DIR {conf}:\n  benchmark: t\n  model: judge_a, judge_b, judge_c\n" in helped.stdout
     assert "benchmark: acebench, arith_mini, capitals, explain_mini" in helped.stdout  # Hydra's own listing: the entry point
+
+
+@pytest.mark.slow
+def test_a_suite_names_the_teams_task_and_model(team):
+    """``bash/run_suite.sh`` checked the benchmark against ``conf/benchmark/*.yaml`` alone:
+    a task of the config directory was refused."""
+    import sys
+
+    conf, data = team
+    _task(conf, data)
+    suite = data.parent / "team.yaml"
+    suite.write_text("- {benchmark: t}\n", encoding="utf-8")
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "VENV": str(Path(sys.executable).parent.parent)}
+    done = subprocess.run(["bash", str(repo / "bash" / "run_suite.sh"), str(suite), "--model", "judge_a", "--dry-run"],
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "-m evalkit benchmark=t model=judge_a" in done.stdout
