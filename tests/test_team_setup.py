@@ -85,6 +85,13 @@ def test_an_entry_point_benchmark_needs_no_yaml_and_help_lists_what_the_team_add
     assert f"EVALKIT_CONFIG_DIR {team[0]}:\n  benchmark: \n" not in text
     assert "  model: judge_a, judge_b, judge_c" in text
     assert "  benchmark: capitals" in text
+    (team[0] / "benchmark" / "capitals.yaml").write_text("name: capitals\nscore_timeout_s: 20\n")  # a YAML of its own wins
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "automatic schema matching" of the YAML against the entry point's node
+        _, cfg = resolve(compose(["benchmark=capitals", "model=reference"]))
+    assert cfg.benchmark.score_timeout_s == 20
 
 
 @pytest.mark.parametrize("overrides, expected", [

@@ -96,8 +96,8 @@ def register_entry_points() -> list[str]:
     """Make every benchmark installed through an entry point a ``benchmark`` option of its
     own, ``{name: <entry point>}`` in Hydra's ConfigStore: ``benchmark=<name>`` then needs no
     YAML (the benchmark's settings' defaults apply), and ``--help`` and "unknown benchmark"
-    list it. A YAML of the same name in ``conf/`` or :data:`CONFIG_DIR_ENV` wins (the
-    ConfigStore is last on Hydra's search path). Returns the names registered."""
+    list it. An entry point with a YAML of its name in ``conf/`` or :data:`CONFIG_DIR_ENV` is
+    not registered (the YAML is the option). Returns the entry points' names."""
     from hydra.core.config_store import ConfigStore
 
     from evalkit.benchmarks import entry_point_names
@@ -105,6 +105,11 @@ def register_entry_points() -> list[str]:
     names = entry_point_names()
     store = ConfigStore.instance()
     for name in names:
+        if option_file("benchmark", name) is not None:
+            # a YAML of that name is the option: no ConfigStore node beside it (Hydra would
+            # match the YAML against it as a schema, with a deprecation warning)
+            store.repo.get("benchmark", {}).pop(f"{name}.yaml", None)
+            continue
         store.store(group="benchmark", name=name, node={"name": name}, provider="evalkit entry point")
     return names
 
