@@ -111,6 +111,15 @@ def test_an_unknown_key_names_the_task_file_it_comes_from(team):
         f"benchmark.extract.patern: unknown key; did you mean benchmark.extract.pattern? (file {path})")
 
 
+def test_a_mistake_in_a_judge_config_names_its_file(team):
+    conf, data = team
+    path = conf / "model" / "judge_b.yaml"
+    path.write_text(path.read_text().replace("provider_model:", "provider_modle:"))
+    _task(conf, data, scorers=[{"kind": "llm_judge", "rubric": "{{ output }}"}])
+    assert _error("benchmark=t", "model=reference", "judge=[judge_a,judge_b]") == (
+        f"judge.1.model.provider_modle: unknown key; did you mean judge.1.model.provider_model? (file {path})")
+
+
 def test_several_missing_api_keys_are_one_line(team, monkeypatch):
     conf, data = team
     for name in ("judge_a", "judge_b"):

@@ -87,6 +87,26 @@ def benchmark_file(cfg: DictConfig | dict[str, Any]) -> Path | None:
     return None
 
 
+def source_file(raw: dict[str, Any], key: str) -> Path | None:
+    """The YAML file the config error at ``key`` comes from: the benchmark's for
+    ``benchmark.*``, the model config's for ``model.*``, ``user.model.*`` and
+    ``judge.<i>.model.*`` (``conf/model/<name>.yaml`` or :data:`CONFIG_DIR_ENV`'s); ``None``
+    for any other key or a config not read from a file."""
+    parts = key.split(".")
+    if parts[0] == "benchmark":
+        return benchmark_file(raw)
+    node: Any = None
+    if parts[0] == "model":
+        node = raw.get("model")
+    elif parts[0] == "user" and len(parts) > 1 and parts[1] == "model":
+        node = (raw.get("user") or {}).get("model")
+    elif parts[0] == "judge" and len(parts) > 2 and parts[1].isdigit() and parts[2] == "model":
+        judges = raw.get("judge") or []
+        node = judges[int(parts[1])].get("model") if int(parts[1]) < len(judges) and isinstance(judges[int(parts[1])], dict) else None
+    name = node.get("name") if isinstance(node, dict) else None
+    return option_file("model", str(name)) if isinstance(name, str) and name else None
+
+
 def in_file(exc: ConfigError, path: Path | None) -> ConfigError:
     """``exc`` with the file its key comes from appended (``(file <path>)``), when known."""
     return ConfigError(f"{exc} (file {path})") if path is not None else exc
@@ -323,9 +343,9 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
     try:
         validated = validate(raw, get_benchmark_class)
     except ConfigError as exc:
-        if str(exc).startswith("benchmark."):
-            raise in_file(exc, benchmark_file(raw)) from None
-        raise
+        if "environment variable" in str(exc):  # a key not set in the environment: no file holds it
+            raise
+        raise in_file(exc, source_file(raw, str(exc).partition(":")[0])) from None
     check_benchmark(validated, benchmark_file(raw))
     return raw, validated
 
