@@ -19,9 +19,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from evalkit import config
-from evalkit.benchmarks import get_benchmark_class
+from evalkit.benchmarks import entry_point_names, get_benchmark_class
+from evalkit.benchmarks.base import Benchmark
 from evalkit.config import EvalConfig, resolve_layers, validate
-from evalkit.errors import ConfigError
+from evalkit.errors import ConfigError, DataError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 #: environment variable naming the user's config directories (``os.pathsep``-separated),
@@ -120,8 +121,6 @@ def register_entry_points() -> list[str]:
     not registered (the YAML is the option). Returns the entry points' names."""
     from hydra.core.config_store import ConfigStore
 
-    from evalkit.benchmarks import entry_point_names
-
     names = entry_point_names()
     store = ConfigStore.instance()
     for name in names:
@@ -139,8 +138,6 @@ def help_additions(environ: Any = None) -> str:
     (:data:`CONFIG_DIR_ENV`: each group's ``*.yaml``, by directory) and the installed entry
     points add (Hydra's own listing shows only ``conf/``'s and the entry points' options);
     ``""`` when neither adds anything."""
-    from evalkit.benchmarks import entry_point_names
-
     lines = []
     for d in config_dirs(environ):
         groups = {g.name: sorted(p.stem for p in g.glob("*.yaml")) for g in sorted(d.iterdir()) if g.is_dir()}
@@ -358,9 +355,6 @@ def check_benchmark(cfg: EvalConfig, path: Path | None = None) -> None:
     Raises:
         ConfigError / DataError: one line naming the key (and the file).
     """
-    from evalkit.benchmarks.base import Benchmark
-    from evalkit.errors import DataError
-
     bench_cls = get_benchmark_class(cfg.benchmark.name, kind=getattr(cfg.benchmark, "kind", None))
     if bench_cls.check is Benchmark.check:
         return

@@ -22,7 +22,7 @@ from evalkit.benchmarks.task.scorers import LETTERS, score_one, target_letter
 from evalkit.benchmarks.task.settings import Dataset, TaskSettings
 from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_messages
 from evalkit.benchmarks.task.template import render
-from evalkit.errors import DataError
+from evalkit.errors import ConfigError, DataError
 from evalkit.jsonl import read_objects
 from evalkit.stats import BINARY, Column
 from evalkit.types import Request, Sample, SampleScore, Trajectory
@@ -93,8 +93,6 @@ class TaskBenchmark(Benchmark):
             DataError: unreadable, empty or malformed data, a template field absent from the
                 rows, a template the sandbox refuses — naming the key and file or sample.
         """
-        from evalkit.errors import ConfigError
-
         s = self.settings
         _check_patterns(s)
         ds = s.dataset
@@ -309,7 +307,6 @@ def _check_patterns(s: TaskSettings) -> None:
     Raises:
         ConfigError: naming the key, the pattern and why.
     """
-    from evalkit.errors import ConfigError
 
     checks = []
     if s.extract.kind == "regex":
