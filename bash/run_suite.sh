@@ -71,7 +71,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, "src")
-from evalkit.compose import compose, quote_numeric_groups, resolve  # noqa: E402
+from evalkit.compose import compose, option_file, quote_numeric_groups, register_entry_points, resolve  # noqa: E402
 from evalkit.errors import EvalkitError  # noqa: E402
 from evalkit.sweep import redact_overrides  # noqa: E402
 
@@ -104,8 +104,10 @@ for i, entry in enumerate(entries, 1):
     if unknown:
         fail(f"{where}: unknown key {unknown[0]!r} (allowed: name, benchmark, subsets, overrides)")
     bench = entry.get("benchmark")
-    if not isinstance(bench, str) or not Path(f"conf/benchmark/{bench}.yaml").is_file():
-        fail(f"{where}: benchmark {bench!r} is not one of conf/benchmark/*.yaml")
+    # conf/benchmark/, EVALKIT_CONFIG_DIR's benchmark/ or an installed entry point (issue 32)
+    if not isinstance(bench, str) or not (option_file("benchmark", bench) or bench in register_entry_points()):
+        fail(f"{where}: benchmark {bench!r} is not one of conf/benchmark/*.yaml, EVALKIT_CONFIG_DIR's benchmark/*.yaml "
+             "or an installed entry point")
     subsets = entry.get("subsets")
     if subsets is not None and (not isinstance(subsets, list) or not subsets or not all(isinstance(s, str) and s for s in subsets)):
         fail(f"{where}: subsets must be null or a non-empty list of names")

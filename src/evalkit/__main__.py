@@ -10,7 +10,8 @@ import sys
 
 from evalkit import sweep
 from evalkit.cli import console_logging, hide_secret_overrides, precheck_sweep, report_crash, report_error, run_config
-from evalkit.compose import CONF_DIR, benchmark_keys_addable, compose, quote_numeric_groups, search_path_overrides
+from evalkit.compose import (CONF_DIR, benchmark_keys_addable, compose, help_additions, quote_numeric_groups, register_entry_points,
+                             search_path_overrides)
 from evalkit.errors import ConfigError, EvalkitError, interrupted_line
 
 _MULTIRUN_FLAGS = {"-m", "--multirun"}
@@ -44,6 +45,7 @@ def main() -> None:
 
     sys.argv[1:] = hide_secret_overrides(quote_numeric_groups(sys.argv[1:]))
     try:
+        register_entry_points()  # benchmark=<entry point> needs no YAML; --help lists them
         _precheck(sys.argv[1:])
         # for Hydra's own composition, as compose() does: benchmark keys may be added, the user's config dirs
         sys.argv[1:] = benchmark_keys_addable(sys.argv[1:]) + search_path_overrides()
@@ -76,6 +78,12 @@ def main() -> None:
         if code:
             sys.exit(code)
 
+    if any(a in ("--help", "-h") for a in sys.argv[1:]):
+        try:
+            _app()  # Hydra prints its help and exits
+        finally:
+            print(help_additions())  # what EVALKIT_CONFIG_DIR and the entry points add (Hydra lists conf/ only)
+        return
     if not any(a in _MULTIRUN_FLAGS for a in sys.argv[1:]):
         _app()
         return

@@ -19,9 +19,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from evalkit import config
-from evalkit.benchmarks import get_benchmark_class
+from evalkit.benchmarks import entry_point_names, get_benchmark_class
+from evalkit.benchmarks.base import Benchmark
 from evalkit.config import EvalConfig, resolve_layers, validate
-from evalkit.errors import ConfigError
+from evalkit.errors import ConfigError, DataError
 from evalkit.jsonl import MAX_YAML_BYTES, check_yaml_file, load_yaml, read_no_link
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -57,7 +58,7 @@ def config_files(overrides: Sequence[str], environ: Any = None) -> list[Path]:
     config-group entry chosen — by the primary config's ``defaults`` or by a ``group=option``
     override (each option of a sweep's ``a,b``; ``judge=`` names model configs) — in
     ``conf/`` and in every directory of :data:`CONFIG_DIR_ENV` (the files that exist)."""
-    dirs = [CONF_DIR] + [Path(d[len("file://"):]) for d in _search_dirs(environ)]
+    dirs = [CONF_DIR, *config_dirs(environ)]
     choices: dict[str, set[str]] = {}
     primary = load_yaml(check_read(CONF_DIR / "config.yaml"), str(CONF_DIR / "config.yaml"), ConfigError)
     for entry in (primary or {}).get("defaults") or [] if isinstance(primary, dict) else []:
@@ -105,21 +106,122 @@ def check_config_files(overrides: Sequence[str], environ: Any = None) -> None:
         check_yaml_file(path, ConfigError)
 
 
-def _search_dirs(environ: Any = None) -> list[str]:
-    """The ``file://`` directories of :func:`search_path_overrides`."""
-    overrides = search_path_overrides(environ)
-    return re.findall(r"'(file://[^']*)'", overrides[0]) if overrides else []
+def config_dirs(environ: Any = None) -> list[Path]:
+    """The user's config directories named by :data:`CONFIG_DIR_ENV`, resolved, in order
+    (those that exist; :func:`search_path_overrides` refuses a missing one)."""
+    environ = os.environ if environ is None else environ
+    dirs = [Path(d).expanduser().resolve() for d in str(environ.get(CONFIG_DIR_ENV) or "").split(os.pathsep) if d]
+    return [d for d in dirs if d.is_dir()]
+
+
+def option_file(group: str, option: str) -> Path | None:
+    """The YAML file Hydra takes ``group=option`` from: ``conf/<group>/<option>.yaml``, else
+    the first :data:`CONFIG_DIR_ENV` directory's (Hydra's search path order); ``None`` for
+    an option without a file (an entry point's)."""
+    for d in (CONF_DIR, *config_dirs()):
+        path = d / group / f"{option}.yaml"
+        if path.is_file():
+            return path
+    return None
+
+
+def benchmark_file(cfg: DictConfig | dict[str, Any]) -> Path | None:
+    """The YAML file of the composed config's benchmark: the option Hydra chose (inside the
+    running app: ``hydra.runtime.choices``), else the one named as the benchmark."""
+    option = None
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            option = HydraConfig.get().runtime.choices.get("benchmark")
+    except Exception:  # noqa: BLE001 - no running app: the name
+        option = None
+    bench = cfg.get("benchmark") if hasattr(cfg, "get") else None
+    name = bench.get("name") if hasattr(bench, "get") else None
+    for candidate in dict.fromkeys(c for c in (option, name) if c):
+        path = option_file("benchmark", str(candidate))
+        if path is not None:
+            return path
+    return None
+
+
+def source_file(raw: dict[str, Any], key: str) -> Path | None:
+    """The YAML file the config error at ``key`` comes from: the benchmark's for
+    ``benchmark.*``, the model config's for ``model.*``, ``user.model.*`` and
+    ``judge.<i>.model.*`` (``conf/model/<name>.yaml`` or :data:`CONFIG_DIR_ENV`'s); ``None``
+    for any other key or a config not read from a file."""
+    parts = key.split(".")
+    if parts[0] == "benchmark":
+        return benchmark_file(raw)
+    node: Any = None
+    if parts[0] == "model":
+        node = raw.get("model")
+    elif parts[0] == "user" and len(parts) > 1 and parts[1] == "model":
+        node = (raw.get("user") or {}).get("model")
+    elif parts[0] == "judge" and len(parts) > 2 and parts[1].isdigit() and parts[2] == "model":
+        judges = raw.get("judge") or []
+        node = judges[int(parts[1])].get("model") if int(parts[1]) < len(judges) and isinstance(judges[int(parts[1])], dict) else None
+    name = node.get("name") if isinstance(node, dict) else None
+    return option_file("model", str(name)) if isinstance(name, str) and name else None
+
+
+def in_file(exc: ConfigError, path: Path | None) -> ConfigError:
+    """``exc`` with the file its key comes from appended (``(file <path>)``), when known."""
+    return ConfigError(f"{exc} (file {path})") if path is not None else exc
+
+
+def register_entry_points() -> list[str]:
+    """Make every benchmark installed through an entry point a ``benchmark`` option of its
+    own, ``{name: <entry point>}`` in Hydra's ConfigStore: ``benchmark=<name>`` then needs no
+    YAML (the benchmark's settings' defaults apply), and ``--help`` and "unknown benchmark"
+    list it. An entry point with a YAML of its name in ``conf/`` or :data:`CONFIG_DIR_ENV` is
+    not registered (the YAML is the option). Returns the entry points' names."""
+    from hydra.core.config_store import ConfigStore
+
+    names = entry_point_names()
+    store = ConfigStore.instance()
+    for name in names:
+        if option_file("benchmark", name) is not None:
+            # a YAML of that name is the option: no ConfigStore node beside it (Hydra would
+            # match the YAML against it as a schema, with a deprecation warning)
+            store.repo.get("benchmark", {}).pop(f"{name}.yaml", None)
+            continue
+        store.store(group="benchmark", name=name, node={"name": name}, provider="evalkit entry point")
+    return names
+
+
+def help_additions(environ: Any = None) -> str:
+    """The part of ``python -m evalkit --help`` that says what the user's config directories
+    (:data:`CONFIG_DIR_ENV`: each group's ``*.yaml``, by directory) and the installed entry
+    points add (Hydra's own listing shows only ``conf/``'s and the entry points' options);
+    ``""`` when neither adds anything."""
+    lines = []
+    for d in config_dirs(environ):
+        groups = {g.name: sorted(p.stem for p in g.glob("*.yaml")) for g in sorted(d.iterdir()) if g.is_dir()}
+        shown = [f"  {group}: {', '.join(opts)}" for group, opts in groups.items() if opts]
+        if shown:
+            lines += [f"{CONFIG_DIR_ENV} {d}:", *shown]
+    eps = entry_point_names()
+    if eps:
+        lines += ["Installed entry points (group evalkit.benchmarks; no YAML needed):", f"  benchmark: {', '.join(eps)}"]
+    return "\n".join(["== Added by your config directory and installed packages ==", *lines, ""]) if lines else ""
 
 
 def hydra_error_line(exc: BaseException) -> str:
-    """A one-line version of a Hydra/OmegaConf composition error."""
+    """A one-line version of a Hydra/OmegaConf composition error. An unknown group option
+    lists the options of every place on the search path (``conf/``, :data:`CONFIG_DIR_ENV`,
+    entry points) and, when one is close, ``did you mean X?`` (:func:`difflib.get_close_matches`)."""
+    import difflib
+
     text = str(exc).strip()
     m = re.search(r"Could not find '([^']+)/([^'/]+)'", text)
     if m:
         group, option = m.groups()
         opts = re.findall(r"^\t(\S+)$", text, flags=re.M)
+        near = difflib.get_close_matches(option, opts, n=1, cutoff=0.6)
+        hint = f"; did you mean {group}={near[0]}?" if near else ""
         avail = f"; available: {', '.join(opts)}" if opts else ""
-        return f"{group}={option}: unknown {group}{avail}"
+        return f"{group}={option}: unknown {group}{hint}{avail}"
     m = re.search(r"Could not override '([^']+)'", text)
     if m and ("not in struct" in text or "To append" in text):
         near = similar_key(m.group(1))
@@ -166,15 +268,22 @@ _NUMERIC_GROUP = re.compile(r"^(shots)=(\d+(?:,\d+)*)$")
 
 
 def quote_numeric_groups(args: Sequence[str]) -> list[str]:
-    """``shots=3`` → ``shots='3'`` and ``shots=0,3`` → ``shots='0','3'``.
+    """``shots=3`` → ``shots='3'`` and ``shots=0,3`` → ``shots='0','3'``; ``shots=N`` for an
+    N without a ``shots/N.yaml`` (in ``conf/`` or :data:`CONFIG_DIR_ENV`) → ``shots.n=N``.
 
     The ``shots`` group's options are named by numbers; Hydra's override grammar would read
-    ``3`` as an int and refuse it as a group choice, so the number is quoted for it.
+    ``3`` as an int and refuse it as a group choice, so the number is quoted for it. Any
+    other count sets ``shots.n`` (the group's one key) on the default option: ``shots=2``
+    works like ``shots.n=2`` (it was refused "available: 0, 3", issue 32).
     """
+    options = {p.stem for d in (CONF_DIR, *config_dirs()) for p in (d / "shots").glob("*.yaml")}
     out = []
     for arg in args:
         m = _NUMERIC_GROUP.match(arg)
-        out.append(f"{m.group(1)}=" + ",".join(f"'{n}'" for n in m.group(2).split(",")) if m else arg)
+        if m and not set(m.group(2).split(",")) <= options:
+            out.append(f"{m.group(1)}.n={m.group(2)}")
+        else:
+            out.append(f"{m.group(1)}=" + ",".join(f"'{n}'" for n in m.group(2).split(",")) if m else arg)
     return out
 
 
@@ -200,6 +309,7 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
     check_config_files(overrides)
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
+    register_entry_points()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             args = benchmark_keys_addable(quote_numeric_groups(overrides)) + search_path_overrides()
@@ -241,11 +351,14 @@ def to_plain(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _compose_in_context(overrides: list[str]) -> DictConfig:
-    """Compose another config of the same tree, inside Hydra's running app if there is one."""
+    """Compose another config of the same tree, inside Hydra's running app if there is one.
+    The user's config directories (:data:`CONFIG_DIR_ENV`) are on its search path there too:
+    the running app's compose API does not carry the command line's ``hydra.searchpath``, so
+    ``judge=<a model config of EVALKIT_CONFIG_DIR>`` was an unknown model (issue 32)."""
     if GlobalHydra.instance().is_initialized():
         check_config_files(overrides)
         try:
-            return hydra_compose("config", overrides=overrides)
+            return hydra_compose("config", overrides=[*overrides, *search_path_overrides()])
         except Exception as exc:  # noqa: BLE001
             raise ConfigError(hydra_error_line(exc)) from None
     return compose(overrides)
@@ -283,7 +396,31 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
         # the default user simulator: the model under test as configured (its model and backend nodes)
         raw["user"] = {"model": copy.deepcopy(raw["model"]), "backend": copy.deepcopy(raw["backend"])}
     raw["judge"] = compose_judges(raw.pop("judge", None), raw.pop("judge_overrides", None))
-    return raw, validate(raw, get_benchmark_class)
+    try:
+        validated = validate(raw, get_benchmark_class)
+    except ConfigError as exc:
+        if "environment variable" in str(exc):  # a key not set in the environment: no file holds it
+            raise
+        raise in_file(exc, source_file(raw, str(exc).partition(":")[0])) from None
+    check_benchmark(validated, benchmark_file(raw))
+    return raw, validated
+
+
+def check_benchmark(cfg: EvalConfig, path: Path | None = None) -> None:
+    """The benchmark's own pre-run checks (:meth:`~evalkit.benchmarks.base.Benchmark.check`:
+    a YAML task checked whole against its data), before anything starts and whatever the
+    model; an error names ``path`` (the benchmark's YAML file) when given.
+
+    Raises:
+        ConfigError / DataError: one line naming the key (and the file).
+    """
+    bench_cls = get_benchmark_class(cfg.benchmark.name, kind=getattr(cfg.benchmark, "kind", None))
+    if bench_cls.check is Benchmark.check:
+        return
+    try:
+        bench_cls(cfg.benchmark).check()
+    except (ConfigError, DataError) as exc:
+        raise type(exc)(f"{exc} (file {path})" if path is not None else str(exc)) from None
 
 
 def compose_judges(names: Any, overrides: Any) -> list[dict[str, Any]]:

@@ -496,8 +496,46 @@ def _key_of(actor: UserConfig) -> str | None:
 # ---------------------------------------------------------------------------------------
 # validation entry point
 # ---------------------------------------------------------------------------------------
-def _first_error_line(exc: ValidationError, prefix: str = "") -> str:
-    """One line ``<dotted key>: <reason>`` for the first pydantic error."""
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation (``X``, ``X | None``, ``list[X]``,
+    ``dict[str, X]``, a union's first), or ``None``."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def near_field(model: type[BaseModel] | None, loc: list[str]) -> str | None:
+    """The field of ``model`` closest to the unknown key at ``loc`` (its path inside
+    ``model``; list indices kept), by :func:`difflib.get_close_matches` over the fields (and
+    aliases) of the model holding it: ``['langauge']`` of KE's settings → ``language``; the
+    whole path with that leaf, or ``None`` when none is close."""
+    import difflib
+
+    cls = model
+    for part in loc[:-1]:
+        if cls is None:
+            return None
+        if part.isdigit():
+            continue  # an item of a list of models: the model is already unwrapped
+        field = cls.model_fields.get(part)
+        cls = _model_in(field.annotation) if field is not None else None
+    if cls is None or not loc:
+        return None
+    known = sorted({n for n, f in cls.model_fields.items()} | {f.alias for f in cls.model_fields.values() if f.alias})
+    near = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.7)
+    return ".".join([*loc[:-1], near[0]]) if near else None
+
+
+def _first_error_line(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
+    """One line ``<dotted key>: <reason>`` for the first pydantic error; an unknown key
+    names the closest known one of ``model`` (the model validated) when one is close:
+    ``benchmark.data_dri: unknown key; did you mean benchmark.data_dir?``."""
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"]]
     for i in range(len(loc) - 1):
@@ -507,7 +545,8 @@ def _first_error_line(exc: ValidationError, prefix: str = "") -> str:
     key = prefix + ".".join(loc) if loc else prefix.rstrip(".")
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
-        msg = "unknown key"
+        near = near_field(model, [str(p) for p in err["loc"]])
+        msg = f"unknown key; did you mean {prefix}{near}?" if near else "unknown key"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     if ":" in msg.split(" ")[0]:  # the validator already named its key
@@ -660,13 +699,13 @@ def validate(raw: dict[str, Any], lookup: BenchmarkLookup) -> EvalConfig:
     try:
         bench = bench_cls.settings_model(**raw["benchmark"])
     except ValidationError as exc:
-        raise ConfigError(_first_error_line(exc, "benchmark.")) from None
+        raise ConfigError(_first_error_line(exc, "benchmark.", bench_cls.settings_model)) from None
     if bench.needs_judge() and not raw.get("judge") and (raw.get("model") or {}).get("kind") == "reference":
         raw = {**raw, "judge": [REFERENCE_JUDGE]}  # model=reference's gold answers, judged by the gold verdicts
     try:
         cfg = EvalConfig(**{**raw, "benchmark": bench})
     except ValidationError as exc:
-        raise ConfigError(_first_error_line(exc)) from None
+        raise ConfigError(_first_error_line(exc, "", EvalConfig)) from None
     _check_cross(cfg, bench_cls)
     return cfg
 
@@ -688,20 +727,11 @@ def _check_cross(cfg: EvalConfig, bench_cls: Any) -> None:
     if cfg.model.kind == "litellm" and cfg.backend.kind == "offline":
         raise ConfigError(f"backend: model={cfg.model.name} needs a network backend (api or llamacpp), not offline")
     keyed = not cfg.run.dry_run  # a dry run sends nothing: it needs no key
-    if keyed and cfg.model.api_key_env and not cfg.api_key():
-        raise ConfigError(
-            f"model.api_key_env: environment variable {cfg.model.api_key_env} is not set "
-            f"(model={cfg.model.name} needs it)"
-        )
-    if cfg.user is not None:
-        if cfg.user.model.kind != "litellm":
-            raise ConfigError(f"benchmark.user_model: the user simulator must be a litellm model, not {cfg.user.model.name}")
-        if keyed and cfg.user.model.api_key_env and not cfg.user_api_key():
-            raise ConfigError(
-                f"benchmark.user_model: environment variable {cfg.user.model.api_key_env} is not set "
-                f"(user model {cfg.user.model.name} needs it)"
-            )
+    if cfg.user is not None and cfg.user.model.kind != "litellm":
+        raise ConfigError(f"benchmark.user_model: the user simulator must be a litellm model, not {cfg.user.model.name}")
     _check_judges(cfg, keyed)
+    if keyed:
+        _check_keys(cfg)
     _check_reasoning(cfg.model, cfg.generation, "generation")
     _check_sampling(cfg.model, cfg.generation, "generation")
     if cfg.user is not None:
@@ -746,10 +776,33 @@ def _check_judges(cfg: EvalConfig, keyed: bool) -> None:
             )
         if kind not in {"litellm", "reference"}:
             raise ConfigError(f"judge: {judge.model.name} is a {kind} model; a judge is a litellm model (or reference)")
-        if keyed and judge.model.api_key_env and not cfg.judge_api_key(judge):
-            raise ConfigError(
-                f"judge: environment variable {judge.model.api_key_env} is not set (judge {judge.model.name} needs it)"
-            )
+
+
+def _check_keys(cfg: EvalConfig) -> None:
+    """Every API key the run needs is set: the model's, the user simulator's and each
+    judge's (``api_key_env`` variables, unless the backend holds the key). One missing is
+    the line naming its key; several are one line naming them all (a team setting up its
+    keys learns every missing one at once, issue 32).
+
+    Raises:
+        ConfigError: naming each variable not set and who needs it.
+    """
+    missing: list[tuple[str, str, str]] = []  # (key, variable, who)
+    if cfg.model.api_key_env and not cfg.api_key():
+        missing.append(("model.api_key_env", cfg.model.api_key_env, f"model={cfg.model.name}"))
+    if cfg.user is not None and cfg.user.model.api_key_env and not cfg.user_api_key():
+        missing.append(("benchmark.user_model", cfg.user.model.api_key_env, f"user model {cfg.user.model.name}"))
+    for judge in cfg.judge:
+        if judge.model.api_key_env and not cfg.judge_api_key(judge):
+            missing.append(("judge", judge.model.api_key_env, f"judge {judge.model.name}"))
+    first = list({var: (key, var, who) for key, var, who in reversed(missing)}.values())[::-1]  # one per variable
+    if len(first) == 1:
+        key, var, who = first[0]
+        raise ConfigError(f"{key}: environment variable {var} is not set ({who} needs it)")
+    if first:
+        keys = ", ".join(dict.fromkeys(key for key, _, _ in first))
+        raise ConfigError(f"{keys}: {len(first)} API key environment variables are not set: "
+                          + "; ".join(f"{var} ({who})" for _, var, who in first))
 
 
 def _check_writable(path: Path, key: str) -> None:

@@ -57,10 +57,39 @@ def outcome_line(result: RunResult) -> str:
                 f"running at the provider; collect them with run.resume={result.run_dir} run.batch=true")  # fmt: skip
     cost = f"cost ${typed.cost_usd:.4f}" if typed.cost_usd is not None else "cost unknown"
     cost += time_part(typed)
+    if typed.complete and not _computed(typed.headline_value):
+        return (f"evalkit: complete, but NO HEADLINE: {typed.benchmark} × {typed.model}: the headline {typed.headline} could not be "
+                f"computed (the benchmark gave it no value; its other metrics are in summary.json); {cost} → {result.run_dir}")  # fmt: skip
     if typed.complete:
         return f"evalkit: complete: {typed.benchmark} × {typed.model}: {headline_text(typed)}; {cost} → {result.run_dir}"
     kinds = ", ".join(f"{k}: {v}" for k, v in typed.failed_by_kind.items()) or "never ran"
     return f"evalkit: INCOMPLETE: {typed.count_line()} ({kinds}); no headline score; {cost}. Resume: run.resume={result.run_dir}"
+
+
+def _computed(value: Any) -> bool:
+    """A headline value that is a number (not ``None``, not NaN)."""
+    import math
+
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+#: the score every scorer of a YAML task gives a right answer: a reference run's headline
+TASK_MAXIMUM = 1.0
+
+
+def reference_shortfall(cfg: EvalConfig, result: RunResult) -> str | None:
+    """The line of a ``model=reference`` run of a YAML task whose headline is below the
+    maximum (:data:`TASK_MAXIMUM`): the task's extraction or scorers refuse its own
+    reference answers, i.e. the task is mis-specified; ``None`` otherwise."""
+    typed = result.typed
+    if cfg.model.kind != "reference" or getattr(cfg.benchmark, "kind", None) != "task" or typed is None or not typed.complete:
+        return None
+    value = typed.headline_value
+    if not _computed(value) or value >= TASK_MAXIMUM - 1e-9:
+        return None
+    return (f"evalkit: warning: model=reference scored {typed.headline} = {value:.4f}, below the maximum {TASK_MAXIMUM:g}: "
+            f"the task does not accept its own reference answers (check benchmark.extract, the scorers and prompt.answer_template; "
+            f"predictions.jsonl in {result.run_dir} shows each)")
 
 
 def time_part(summary: Summary) -> str:
@@ -88,6 +117,9 @@ def run_composed(cfg: DictConfig, sweep: dict[str, Any] | None = None, shared: S
         return dry
     result = run_validated(validated, sweep, phases, shared)
     print(outcome_line(result))
+    shortfall = reference_shortfall(validated, result)
+    if shortfall:
+        print(shortfall)
     return result
 
 

@@ -42,7 +42,7 @@ from omegaconf import OmegaConf
 
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.cli import console_logging, finished_quietly, report_crash, report_error
-from evalkit.compose import compose, compose_judges, to_plain
+from evalkit.compose import check_benchmark, compose, compose_judges, to_plain
 from evalkit.config import EvalConfig, validate
 from evalkit.errors import ConfigError, EvalkitError, RunDirError, interrupted_line, printable
 from evalkit.job import outcome_line, run_validated
@@ -101,6 +101,7 @@ def judged_config(run: Path, overrides: Sequence[str]) -> EvalConfig:
             raise RunDirError(f"{printable(str(target), 300)}: a symbolic link; evalkit never writes through links (remove it)")
         raw["run"]["resume" if target.exists() else "dir"] = str(target)
     cfg = validate(raw, get_benchmark_class)
+    check_benchmark(cfg, run / "config.yaml")  # the task checked whole before anything starts
     _refuse_writes_into(run, cfg)
     return cfg
 

@@ -87,6 +87,12 @@ def get_benchmark_class(name: str, module: str | None = None, kind: str | None =
     return _REGISTRY[name]
 
 
+def entry_point_names() -> list[str]:
+    """Names of the benchmarks installed through entry points (:data:`ENTRY_POINT_GROUP`),
+    sorted; none is imported."""
+    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+
+
 def known_benchmarks() -> list[str]:
     """Names of the registered benchmarks and of the entry points, sorted."""
     return sorted(set(_REGISTRY) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})

@@ -96,6 +96,17 @@ class Benchmark(ABC):
     def load(self) -> list[Sample]:
         """All samples of the selected subsets, in the benchmark's canonical order."""
 
+    def check(self) -> None:
+        """The benchmark's own checks of its settings against its data, run before anything
+        starts (no Ray, no server, no run directory; :func:`evalkit.compose.check_benchmark`),
+        whatever the model: a benchmark whose settings can be wrong for its data (a YAML
+        task's patterns, weights, templates) says so here, one line naming the key. The
+        default checks nothing.
+
+        Raises:
+            ConfigError / DataError: one line naming the key (and the data file).
+        """
+
     def data_fingerprints(self) -> dict[str, str]:
         """Extra fingerprints of the data files (e.g. the spec's per-language digest)."""
         return {}

@@ -22,7 +22,7 @@ from evalkit.benchmarks.task.scorers import LETTERS, score_one, target_letter
 from evalkit.benchmarks.task.settings import Dataset, TaskSettings
 from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_messages
 from evalkit.benchmarks.task.template import RenderJob, check_renders, render
-from evalkit.errors import DataError
+from evalkit.errors import ConfigError, DataError
 from evalkit.jsonl import read_objects
 from evalkit.stats import BINARY, Column
 from evalkit.types import Request, Sample, SampleScore, Trajectory
@@ -117,6 +117,95 @@ class TaskBenchmark(Benchmark):
 
     def data_fingerprints(self) -> dict[str, str]:
         return dict(self._digests)
+
+    def check(self) -> None:
+        """The task file checked whole against its data before anything starts (issue 32),
+        each mistake one line naming the key: the extraction and scorer patterns compile and
+        have the group asked for; the data can be read and is not empty (the line names the
+        file); ``metrics.weights`` names only categories the data has (did-you-mean when one
+        is close); every variable of the prompt and judge templates is a column of the rows
+        (``jinja2.meta.find_undeclared_variables``; a row lacking one is rendered, which
+        fails where the template needs it); the first sample's prompt and judge messages
+        render in the bounded sandbox (a rubric it refuses is named here, not per sample).
+
+        Raises:
+            ConfigError: a pattern, group or weight naming its key.
+            DataError: unreadable, empty or malformed data, a template field absent from the
+                rows, a template the sandbox refuses — naming the key and file or sample.
+        """
+        s = self.settings
+        _check_patterns(s)
+        ds = s.dataset
+        where = str(ds.path or f"{ds.hub}@{ds.revision}:{ds.split}")
+        rows = self._read(ds, ds.path, ds.split)
+        if not rows:
+            why = "no row passes benchmark.dataset.filter" if ds.filter else "it is empty (no rows)"
+            raise DataError(f"benchmark.dataset.path: {where}: {why}" if ds.path is not None
+                            else f"benchmark.dataset.hub: {where}: {why}")  # fmt: skip
+        try:
+            samples = _samples(rows, ds, ds.split, where)
+        except DataError as exc:
+            raise DataError(f"benchmark.dataset: {exc}") from None
+        if s.metrics.weights:
+            if not ds.fields.category:
+                raise ConfigError("benchmark.metrics.weights: weights are per category, but benchmark.dataset.fields.category "
+                                  "names no column")  # fmt: skip
+            seen = sorted({x.subset for x in samples})
+            for cat in s.metrics.weights:
+                if cat not in seen:
+                    import difflib
+
+                    near = difflib.get_close_matches(cat, seen, n=1, cutoff=0.6)
+                    hint = f"; did you mean {near[0]!r}?" if near else ""
+                    raise ConfigError(f"benchmark.metrics.weights.{cat}: no sample of {where} has category {cat!r} "
+                                      f"(column {ds.fields.category!r}: {', '.join(seen)}){hint}")  # fmt: skip
+        self._check_templates(samples, where)
+
+    def _check_templates(self, samples: list[Sample], where: str) -> None:
+        """Every template's variables against the rows, then the first sample rendered
+        (:meth:`check`)."""
+        from jinja2 import meta
+        from jinja2.exceptions import TemplateError
+        from jinja2.sandbox import SandboxedEnvironment
+
+        s = self.settings
+        templates = [("benchmark.prompt.template", s.prompt.template, set()), ("benchmark.prompt.system", s.prompt.system, set())]
+        templates.append(("benchmark.prompt.answer_template", s.prompt.answer_template, set()))
+        for i, sc in enumerate(s.scorers):
+            if sc.kind == "llm_judge":
+                extra = {"output", "answer_a", "answer_b"}
+                templates += [(f"benchmark.scorers.{i}.rubric", sc.rubric, extra), (f"benchmark.scorers.{i}.system", sc.system, extra)]
+        env = SandboxedEnvironment()
+        for key, text, extra in templates:
+            if not text:
+                continue
+            try:
+                names = meta.find_undeclared_variables(env.parse(text)) - extra
+            except TemplateError as exc:
+                raise DataError(f"{key}: not a valid template ({exc})") from None
+            for name in sorted(names):
+                lacking = [x for x in samples if name not in x.data]
+                if len(lacking) == len(samples):
+                    columns = sorted(k for k in samples[0].data if k not in ("letters",))
+                    raise DataError(f"{key}: {{{{ {name} }}}} is not a column of {where} (its rows have: {', '.join(columns)})")
+                if lacking:
+                    try:
+                        render(text, {**lacking[0].data, **{k: "" for k in extra}}, s.prompt.max_chars, lacking[0].id)
+                    except DataError as exc:
+                        raise DataError(f"{key}: {exc} ({where} has no column {name!r} in that row)") from None
+        first = samples[0]
+        for i, sc in enumerate(s.scorers):
+            if sc.kind != "llm_judge":
+                continue
+            try:
+                for order in (ORDERS if sc.judge_setting("mode") == "pairwise" else (None,)):
+                    judge_messages(s, sc, first, "", order)
+            except DataError as exc:
+                raise DataError(f"benchmark.scorers.{i}.rubric: {exc}") from None
+        try:
+            self.build(first, 0)
+        except DataError as exc:
+            raise DataError(f"benchmark.prompt: {exc}") from None
 
     def prompt_fingerprint(self) -> str | None:
         p = self.settings.prompt
@@ -235,14 +324,43 @@ class TaskBenchmark(Benchmark):
 
     # ---- built-in models ------------------------------------------------------------------
     def reference_output(self, sample: Sample) -> str:
-        """The reference answer as a model would write it, for the task's extraction rule:
-        ``Answer: <letter>`` (mc_letter), ``{"<field>": <target>}`` (json_field), else the target."""
-        target, rule = sample.data["target"], self.settings.extract
+        """The reference answer as a model would write it: the task's ``prompt.answer_template``
+        rendered with the sample (how its demonstrations answer) when the task sets one, else
+        by its extraction rule: ``Answer: <letter>`` (mc_letter), ``{"<field>": <target>}``
+        (json_field), else the target. A task whose extraction and scorers do not take their
+        own reference answer is mis-specified: its reference run says so
+        (:func:`evalkit.job.reference_shortfall`)."""
+        target, rule, p = sample.data["target"], self.settings.extract, self.settings.prompt
+        if p.answer_template != type(p).model_fields["answer_template"].default:
+            return render(p.answer_template, sample.data, p.max_chars, sample.id)
         if rule.kind == "mc_letter":
             return f"Answer: {target_letter(target, sample.data.get('choices'))}"
         if rule.kind == "json_field":
             return json.dumps({rule.field: target}, ensure_ascii=False)
         return str(target)
+
+
+def _check_patterns(s: TaskSettings) -> None:
+    """The extraction pattern and each regex scorer's compile (a scorer's ``{{ target }}``
+    stands for an escaped literal), and ``extract.group`` is a group of its pattern.
+
+    Raises:
+        ConfigError: naming the key, the pattern and why.
+    """
+
+    checks = []
+    if s.extract.kind == "regex":
+        checks.append(("benchmark.extract.pattern", s.extract.pattern or "", s.extract.group))
+    checks += [(f"benchmark.scorers.{i}.pattern", (sc.pattern or "").replace("{{ target }}", "x"), None)
+               for i, sc in enumerate(s.scorers) if sc.kind == "regex"]  # fmt: skip
+    for key, pattern, group in checks:
+        try:
+            compiled = re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"{key}: {pattern[:100]!r} does not compile ({exc})") from None
+        if group is not None and group > compiled.groups:
+            raise ConfigError(f"benchmark.extract.group: group {group}, but {key} {pattern[:100]!r} has "
+                              f"{compiled.groups} group{'s' if compiled.groups != 1 else ''}")  # fmt: skip
 
 
 def _escaped(target: Any) -> str:

@@ -111,8 +111,20 @@ class JudgedGenerate(Solver):
     def _request(self, sample: Sample, name: str, scorer: Any, order: str | None, answer: str) -> Request:
         fmt = response_format(scorer)
         meta = {"params": {"response_format": fmt} if fmt else {}, "turn": {"judge": name, "scorer": scorer.score_name, "order": order},
-                "reference_verdict": reference_verdict(scorer)}  # fmt: skip
+                "reference_verdict": gold_verdict(scorer, order)}  # fmt: skip
         return Request(sample.id, sample.subset, messages=judge_messages(self.settings, scorer, sample, answer, order), meta=meta)
+
+
+def gold_verdict(scorer: Any, order: str | None) -> str:
+    """The reference judge's verdict (JSON text) on the gold answer of ``model=reference``:
+    :func:`~evalkit.benchmarks.task.judge.reference_verdict`, except that in a pairwise
+    ``order`` the gold answer wins (``A`` when it is shown first, ``B`` second), so that a
+    reference run scores the task's maximum, 1.0, pairwise too (a tie gave 0.5, issue 32)."""
+    if order is None or scorer.judge_setting("mode") != "pairwise":
+        return reference_verdict(scorer)
+    import json
+
+    return json.dumps({"winner": "A" if order == "model_first" else "B", "reason": "the gold answer"})
 
 
 async def _ask(judge: Any, scorer: Any, name: str, order: str | None, request: Request) -> dict[str, Any]:
