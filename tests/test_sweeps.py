@@ -233,7 +233,7 @@ def test_a_failing_job_does_not_stop_the_others(shared_data_dir: Path, tmp_path:
     [
         (["model=reference,nosuch", "shots=0,3"], "evalkit: error: model=nosuch: unknown model; available: "),
         (["model=reference", "run.limit=2,0"], "evalkit: error: run.limit: Input should be greater than or equal to 1 (got 0) (sweep point run.limit=0)"),
-        (["model=reference", "shots=0,7"], "evalkit: error: shots=7: unknown shots; available: 0, 3"),
+        (["model=reference", "shots=0,7"], "evalkit: error: shots: ke supports shots in [0, 3] (got shots=7)"),
         (["model=reference", "run.limit=[1,2"], "evalkit: error: override 'run.limit=[1,2' cannot be parsed"),
         (["model=reference", "run.limit=1,2", "tracking.tracking_uri=bogus://x"], "evalkit: error: tracking: cannot open the MLflow store bogus://x "),
     ],

@@ -33,6 +33,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 from tabulate import tabulate
 
