@@ -227,6 +227,13 @@ class LlamaCppBackend(_BackendBase):
     starting one (no credentials in it). ``fresh_prompt_eval``: start through evalkit's
     launcher that re-evaluates every prompt from scratch (temperature-0 outputs then do not
     depend on request order).
+
+    Time limits follow progress (issue 35 item 11; :class:`evalkit.models.litellm_client.LiteLLMModel`):
+    the answer is streamed and an attempt ends when no chunk came for ``stall_timeout_s``
+    seconds (the first chunk also gets ``prompt_s_per_token`` per prompt token, the
+    prompt's evaluation), or past ``timeout_s`` + ``prompt_s_per_token`` × prompt tokens +
+    ``output_s_per_token`` × ``max_tokens``. Defaults hold at load 30 on 2 cores, where
+    SmolLM2 evaluates tens of prompt tokens and makes a few tokens a second.
     """
 
     kind: Literal["llamacpp"] = "llamacpp"
@@ -240,6 +247,9 @@ class LlamaCppBackend(_BackendBase):
     startup_timeout_s: float = Field(default=120.0, gt=0)
     api_base: str | None = None
     log_file: Path | None = None
+    stall_timeout_s: float = Field(default=120.0, gt=0)
+    prompt_s_per_token: float = Field(default=0.1, ge=0)
+    output_s_per_token: float = Field(default=1.0, ge=0)
 
     _api_base_ok = field_validator("api_base")(_api_base_address)
 
