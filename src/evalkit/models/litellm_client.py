@@ -131,16 +131,7 @@ class LiteLLMModel:
             choice = resp.choices[0]
             text = choice.message.content
             reasoning = getattr(choice.message, "reasoning_content", None)
-        latency = time.perf_counter() - start
-        usage = usage_counts(getattr(resp, "usage", None))
-        finish = getattr(choice, "finish_reason", None)
-        if text is None or not str(text).strip():
-            kind = "truncated_empty" if finish == "length" else "empty"
-            detail = "reasoning only, no final answer" if reasoning else "no content"
-            raise ModelCallError(Failure(kind, f"{detail} (finish_reason={finish})", usage=usage, reasoning=reasoning))
-        return Completion(
-            text=str(text), finish_reason=finish, reasoning=reasoning, usage=usage, latency_s=latency
-        )
+        return _completion(resp, choice, text, reasoning, time.perf_counter() - start)
 
     def attempt_bound_s(self, request: Request) -> float:
         """Seconds one attempt may take in all: ``timeout_s``, plus, with :attr:`stall_s`,
@@ -205,16 +196,8 @@ class LiteLLMModel:
         if resp is None or not resp.choices:
             raise ModelCallError(Failure("empty", "no content (the stream ended without a chunk)"))
         choice = resp.choices[0]
-        text = choice.message.content
         reasoning = getattr(choice.message, "reasoning_content", None)
-        usage = usage_counts(getattr(resp, "usage", None))
-        finish = getattr(choice, "finish_reason", None)
-        if text is None or not str(text).strip():
-            kind = "truncated_empty" if finish == "length" else "empty"
-            detail = "reasoning only, no final answer" if reasoning else "no content"
-            raise ModelCallError(Failure(kind, f"{detail} (finish_reason={finish})", usage=usage, reasoning=reasoning))
-        return Completion(text=str(text), finish_reason=finish, reasoning=reasoning, usage=usage,
-                          latency_s=time.perf_counter() - start)  # fmt: skip
+        return _completion(resp, choice, choice.message.content, reasoning, time.perf_counter() - start)
 
     # ---- with retries -----------------------------------------------------------------
     async def generate(self, request: Request) -> Completion:
@@ -248,6 +231,21 @@ class LiteLLMModel:
             raise ModelCallError(Failure(error_kind(exc), _short(exc), attempts=attempts, throttled=throttled)) from None
         completion.attempts, completion.throttled = attempts, throttled
         return completion
+
+
+def _completion(resp: Any, choice: Any, text: Any, reasoning: Any, latency: float) -> Completion:
+    """The :class:`Completion` of a response; empty content is not an answer.
+
+    Raises:
+        ModelCallError: kind ``truncated_empty`` (stopped at the token limit) or ``empty``.
+    """
+    usage = usage_counts(getattr(resp, "usage", None))
+    finish = getattr(choice, "finish_reason", None)
+    if text is None or not str(text).strip():
+        kind = "truncated_empty" if finish == "length" else "empty"
+        detail = "reasoning only, no final answer" if reasoning else "no content"
+        raise ModelCallError(Failure(kind, f"{detail} (finish_reason={finish})", usage=usage, reasoning=reasoning))
+    return Completion(text=str(text), finish_reason=finish, reasoning=reasoning, usage=usage, latency_s=latency)
 
 
 _PRICED: set[str] = set()
