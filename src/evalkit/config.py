@@ -9,6 +9,8 @@ single line naming the offending key. Nothing starts before validation passes.
 from __future__ import annotations
 
 import os
+import re
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Protocol, Union
 from urllib.parse import urlsplit
@@ -178,6 +180,32 @@ def _no_credentials_in_url(url: str | None) -> str | None:
     return url
 
 
+def _api_base_address(url: str | None) -> str | None:
+    """``backend.api_base`` holds no credentials (:func:`_no_credentials_in_url`) and is an
+    address: ``http`` or ``https``, a host, and a port that is a number from 1 to 65535 when
+    given. The README's placeholder ``http://HOST:PORT/v1`` is refused here, before Ray
+    starts, instead of by every request's connection error.
+
+    Raises:
+        PydanticCustomError ``credentials_in_url`` / ``not_an_address``.
+    """
+    _no_credentials_in_url(url)
+    if url is None:
+        return url
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or port == 0:
+        raise PydanticCustomError(
+            "not_an_address",
+            "not a server address (http[s]://host[:port]/v1, the port a number); "
+            "replace a placeholder such as HOST:PORT with your server's",
+        )
+    return url
+
+
 class ApiBackend(_BackendBase):
     """``backend=api``: a provider or any OpenAI-compatible server reached by litellm.
     ``api_base`` holds no credentials (see :func:`_no_credentials_in_url`)."""
@@ -186,7 +214,7 @@ class ApiBackend(_BackendBase):
     api_base: str | None = None
     api_key: str | None = Field(default=None, description="prefer model.api_key_env; redacted everywhere")
 
-    _api_base_ok = field_validator("api_base")(_no_credentials_in_url)
+    _api_base_ok = field_validator("api_base")(_api_base_address)
 
 
 class LlamaCppBackend(_BackendBase):
@@ -197,6 +225,13 @@ class LlamaCppBackend(_BackendBase):
     starting one (no credentials in it). ``fresh_prompt_eval``: start through evalkit's
     launcher that re-evaluates every prompt from scratch (temperature-0 outputs then do not
     depend on request order).
+
+    Time limits follow progress (issue 35 item 11; :class:`evalkit.models.litellm_client.LiteLLMModel`):
+    the answer is streamed and an attempt ends when no chunk came for ``stall_timeout_s``
+    seconds (the first chunk also gets ``prompt_s_per_token`` per prompt token, the
+    prompt's evaluation), or past ``timeout_s`` + ``prompt_s_per_token`` × prompt tokens +
+    ``output_s_per_token`` × ``max_tokens``. Defaults hold at load 30 on 2 cores, where
+    SmolLM2 evaluates tens of prompt tokens and makes a few tokens a second.
     """
 
     kind: Literal["llamacpp"] = "llamacpp"
@@ -210,8 +245,11 @@ class LlamaCppBackend(_BackendBase):
     startup_timeout_s: float = Field(default=120.0, gt=0)
     api_base: str | None = None
     log_file: Path | None = None
+    stall_timeout_s: float = Field(default=120.0, gt=0)
+    prompt_s_per_token: float = Field(default=0.1, ge=0)
+    output_s_per_token: float = Field(default=1.0, ge=0)
 
-    _api_base_ok = field_validator("api_base")(_no_credentials_in_url)
+    _api_base_ok = field_validator("api_base")(_api_base_address)
 
 
 class OfflineBackend(_BackendBase):
@@ -808,13 +846,22 @@ def _check_keys(cfg: EvalConfig) -> None:
 def _check_writable(path: Path, key: str) -> None:
     """``path`` (made if missing) can be written: the directory itself, or the nearest one
     above it that exists. Otherwise its first user (the MLflow store, the cache, the run
-    directory) would fail and take the blame ("cannot open the MLflow store")."""
+    directory) would fail and take the blame ("cannot open the MLflow store").
+
+    Tried, not just asked (``os.access`` says yes to root on a read-only file system or in
+    ``/proc``): an empty probe folder is made in that directory and removed at once. A path
+    below a file is refused too."""
     probe = Path(path).absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    if probe.is_dir() and not os.access(probe, os.W_OK | os.X_OK):
-        where = "" if probe == Path(path).absolute() else f" (its parent {probe} is not writable)"
-        raise ConfigError(f"{key}: {path} cannot be written{where}; pick a writable folder")
+    where = "" if probe == Path(path).absolute() else f" (its parent {probe} "
+    if not probe.is_dir():
+        raise ConfigError(f"{key}: {path} cannot be written{where or ' ('}is not a folder); pick a writable folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".evalkit-write-probe-", dir=probe))
+    except OSError as exc:
+        why = f"{where}is not writable: {exc.strerror})" if where else f" ({exc.strerror})"
+        raise ConfigError(f"{key}: {path} cannot be written{why}; pick a writable folder") from None
 
 
 def _check_reasoning(model: ModelConfig, generation: GenerationParams, key: str) -> None:

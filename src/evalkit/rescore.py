@@ -62,7 +62,8 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
 
     Returns ``{"metrics": {...}, "recorded": {...}, "changed": [sample ids], "unreadable": [sample ids],
     "rows": {(sample id, epoch): new row}, "bench", "samples": selected samples, "epochs": rows by epoch,
-    "summary": the recorded Summary or None}``:
+    "summary": the recorded Summary or None, "has_summary": bool}`` (``has_summary`` false: an
+    interrupted run, whose ``recorded`` is empty):
     ``unreadable`` are the samples whose side file is missing or does not match its row's
     sha256 (each warned about; they keep their recorded scores and count as differences).
 
@@ -116,7 +117,8 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
     metrics.update(plan_figures(bench, selected, epochs, _NO_INTERVALS)["repeat"])
     recorded = recorded_summary.shown_metrics()[0] if recorded_summary else {}
     return {"metrics": metrics, "recorded": recorded, "changed": changed, "unreadable": unreadable,
-            "rows": new_rows, "bench": bench, "samples": selected, "epochs": epochs, "summary": recorded_summary}  # fmt: skip
+            "rows": new_rows, "bench": bench, "samples": selected, "epochs": epochs, "summary": recorded_summary,
+            "has_summary": recorded_summary is not None}  # fmt: skip
 
 
 def _verdict_fields(row: dict[str, Any], scored: Any) -> None:
@@ -274,11 +276,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
         return 2
     names = sorted(set(result["metrics"]) | set(result["recorded"]))
+    if not result.get("has_summary", True):  # interrupted: no recorded metrics to differ from
+        print(f"evalkit: {printable(str(args.run_dir))} has no summary.json (the run did not finish; run.resume finishes "
+              "it): its metrics are not compared, only each sample's verdict", file=sys.stderr)  # fmt: skip
     rows = []
     for name in names:
         new, old = result["metrics"].get(name), result["recorded"].get(name)
         same = old is not None and new is not None and abs(new - old) < 1e-12
-        rows.append([name, old, new, "" if same else "DIFFERS"])
+        rows.append([name, old, new, "" if same or not result.get("has_summary", True) else "DIFFERS"])
     print(tabulate(rows, headers=["metric", "recorded", "rescored", ""], tablefmt="github", floatfmt=".4f"))
     if result["changed"]:
         print(f"{len(result['changed'])} sample verdicts changed: {printable(', '.join(result['changed'][:20]))}")

@@ -163,3 +163,26 @@ def test_batch_options_need_batch_and_cancel_needs_resume() -> None:
         RunSettings(batch_detach=True)
     with pytest.raises(ValueError, match="run.batch_cancel: needs run.resume"):
         RunSettings(batch=True, batch_cancel=True)
+
+
+def test_a_request_answered_twice_is_a_batch_failure_named_in_one_line(tmp_path: Path, caplog) -> None:
+    """Issue 35 item 9: two lines for one custom_id (the conflicting one first) are not read
+    first-line-wins: that request is a batch_failed failure; a request answered once is kept."""
+    from evalkit.engine.batch import _Driver
+
+    conflicting = _ok("wrong")
+    conflicting["custom_id"] = "h1"
+    second = _ok("step_001")
+    once = _ok("step_002")
+    once["custom_id"] = "h2"
+    (tmp_path / "b_1.output.jsonl").write_text("\n".join(json.dumps(r) for r in (conflicting, once, second)) + "\n")
+    driver = SimpleNamespace(client=SimpleNamespace(endpoint="/v1/chat/completions"),
+                             ledger=SimpleNamespace(dir=tmp_path), answers={})  # fmt: skip
+    entry = {"batch_id": "b_1", "status": "completed", "request_hashes": ["h1", "h2"]}
+    with caplog.at_level("INFO", logger="evalkit.status"):
+        _Driver._load_collected(driver, entry)
+    assert isinstance(driver.answers["h1"], Failure) and driver.answers["h1"].error_kind == BATCH_FAILED
+    assert "2 times" in driver.answers["h1"].message
+    assert driver.answers["h2"].text == "step_002"
+    named = [r.getMessage() for r in caplog.records if "more than once" in r.getMessage()]
+    assert len(named) == 1 and "h1" in named[0] and "\n" not in named[0]

@@ -19,6 +19,7 @@ from evalkit.engine.journal import read_jsonl
 from evalkit.errors import ConfigError, RunDirError
 from evalkit.job import dry_run, run_validated
 from tests.conftest import evalkit_cmd
+from tests.support.host import time_limit
 
 pytestmark = pytest.mark.slow
 
@@ -121,7 +122,7 @@ def test_killed_driver_resumes_the_same_batch_without_a_second_submission(fake_o
     args = _args(ke_dir, fake_openai, tmp_path / "out", "run.batch=true", *FAST_POLL, f"run.dir={run_dir}", "run.cache=false")
     proc = subprocess.Popen(evalkit_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + time_limit(120)
         while time.time() < deadline and not (fake_openai.batch_submissions and _polled(fake_openai)):
             assert proc.poll() is None, proc.stderr.read().decode()
             time.sleep(0.1)
@@ -143,12 +144,12 @@ def test_ctrl_c_leaves_the_batch_running_and_names_the_resume(fake_openai, rules
     args = _args(ke_dir, fake_openai, tmp_path / "out", "run.batch=true", *FAST_POLL, f"run.dir={run_dir}", "run.cache=false")
     proc = subprocess.Popen(evalkit_cmd(*args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + time_limit(120)
         while time.time() < deadline and not (fake_openai.batch_submissions and _polled(fake_openai)):
             assert proc.poll() is None
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=time_limit(60))  # a hang guard, scaled by the host's load (issue 35 item 13)
     finally:
         if proc.poll() is None:
             proc.kill()

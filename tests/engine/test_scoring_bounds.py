@@ -16,6 +16,7 @@ from evalkit.engine.journal import read_jsonl
 from evalkit.benchmarks.bounds import DETAIL_MAX_CHARS
 from evalkit.engine.scoring import Scorer
 from evalkit.types import Trajectory
+from tests.support.host import time_limit
 
 SCHEMA_GEN_ID = "16"  # the SOBHard question whose answer is used as a JSON Schema
 
@@ -38,10 +39,11 @@ def _backtracking_schema(bench: SOBHard, sample) -> str:
 
 def test_a_scorer_past_its_time_is_stopped_and_the_next_sample_is_scored(sob):
     bench, samples = sob
-    with Scorer(bench, timeout_s=1.0) as scorer:
+    limit = time_limit(1.0)  # the hostile answer runs for hours: only the harmless one needs the margin
+    with Scorer(bench, timeout_s=limit) as scorer:
         limited = scorer.score_sync(samples[SCHEMA_GEN_ID], Trajectory(final_output=_backtracking_schema(bench, samples[SCHEMA_GEN_ID])))
         after = scorer.score_sync(samples["1"], Trajectory(final_output=bench.reference_output(samples["1"])))
-    assert limited.status == "scorer_limit" and "score_timeout_s=1" in limited.detail
+    assert limited.status == "scorer_limit" and f"score_timeout_s={limit:g} s" in limited.detail
     assert limited.scores == {k: 0.0 for k in bench.score(samples[SCHEMA_GEN_ID], "").scores}
     assert after.status == "ok" and after.scores["sample_pass"] == 1.0  # the killed worker was replaced
 
@@ -143,13 +145,16 @@ def test_answers_scored_together_keep_one_samples_bound_each(sob):
     async def together(scorer: Scorer) -> list:
         return await asyncio.gather(*(scorer.score(samples[i], Trajectory(final_output=outputs[i])) for i in ids))
 
-    with Scorer(bench, timeout_s=1.0) as scorer:
+    # issue 35 item 13: a fixed 1 s limit failed at load 17-30 (harmless answers past it);
+    # the limit now grows with the host's slowness, the hostile answer runs past any of them
+    limit = time_limit(1.0)
+    with Scorer(bench, timeout_s=limit) as scorer:
         verdicts = dict(zip(ids, asyncio.run(together(scorer))))
         alone = {i: scorer.score_sync(samples[i], Trajectory(final_output=outputs[i])) for i in ids if i != SCHEMA_GEN_ID}
         pool_tasks = scorer.spent_s
-    assert verdicts[SCHEMA_GEN_ID].status == "scorer_limit" and "score_timeout_s=1" in verdicts[SCHEMA_GEN_ID].detail
+    assert verdicts[SCHEMA_GEN_ID].status == "scorer_limit" and f"score_timeout_s={limit:g} s" in verdicts[SCHEMA_GEN_ID].detail
     assert all(verdicts[i] == alone[i] and verdicts[i].status == "ok" for i in alone)
-    assert pool_tasks >= 2.0  # the task that ran past the limit, and the hostile answer again alone
+    assert pool_tasks >= 2 * limit  # the task that ran past the limit, and the hostile answer again alone
 
 
 def test_harmless_answers_asked_for_at_once_go_in_one_task(sob):

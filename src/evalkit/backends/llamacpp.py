@@ -10,7 +10,9 @@ when the context exits — normally, on Ctrl-C, or on error. Nothing is download
 from __future__ import annotations
 
 import atexit
+import hashlib
 import importlib.util
+import json
 import logging
 import os
 import signal
@@ -148,15 +150,67 @@ class LlamaCppServer:
         self.stop()
 
 
+#: per process: resolved GGUF path → ((st_dev, st_ino, st_mtime_ns, st_size), sha256 hex)
+_DIGESTS: dict[str, tuple[tuple[int, int, int, int], str]] = {}
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def gguf_digest(path: Path) -> str:
+    """SHA-256 (hex) of the GGUF file at ``path``, computed once per file version.
+
+    The digest is kept with the file's ``(device, inode, mtime_ns, size)`` in an in-process
+    memo and in a sidecar ``<file>.sha256.json`` beside it; either is used only while the
+    file's stamp is unchanged, so a file replaced or rewritten is hashed again. A sidecar
+    that cannot be written (a read-only directory) or read (malformed) is ignored: the
+    digest is then computed once per process. About 0.3 s per 100 MB.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    key = str(path.resolve())
+    stamp = _stamp(path.stat())
+    memo = _DIGESTS.get(key)
+    if memo and memo[0] == stamp:
+        return memo[1]
+    sidecar = path.with_name(path.name + ".sha256.json")
+    try:
+        kept = json.loads(sidecar.read_text()) if sidecar.stat().st_size < 4096 else None
+        if isinstance(kept, dict) and tuple(kept.get("stamp", ())) == stamp and isinstance(kept.get("sha256"), str):
+            _DIGESTS[key] = (stamp, kept["sha256"])
+            return kept["sha256"]
+    except (OSError, ValueError):
+        pass
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    if _stamp(path.stat()) != stamp:  # changed while read: do not keep a digest of a mixture
+        return gguf_digest(path)
+    digest = h.hexdigest()
+    _DIGESTS[key] = (stamp, digest)
+    try:
+        tmp = sidecar.with_name(f"{sidecar.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"stamp": list(stamp), "sha256": digest}))
+        os.replace(tmp, sidecar)
+    except OSError:
+        pass
+    return digest
+
+
 def served_weights_identity(backend: Any) -> str | None:
-    """For ``backend=llamacpp``: ``llamacpp:<alias>:<gguf file name>:<bytes>[:fresh]`` — what
-    answers, independent of the port the server gets each run. ``None`` for any other
-    backend."""
+    """For ``backend=llamacpp``: ``llamacpp:<alias>:sha256=<GGUF content digest>[:fresh]``
+    — what answers, independent of the port the server gets each run and of the file's name
+    (two files with one name and size but other bytes differ; the same bytes under another
+    name agree; :func:`gguf_digest`). ``llamacpp:<alias>:missing:<name>`` when the file does
+    not exist (the server then fails to start). ``None`` for any other backend."""
     if getattr(backend, "kind", None) != "llamacpp":
         return None
     gguf = Path(backend.gguf) if backend.gguf else smollm2_gguf()
-    size = gguf.stat().st_size if gguf.exists() else 0
-    return f"llamacpp:{backend.model_alias}:{gguf.name}:{size}{':fresh' if backend.fresh_prompt_eval else ''}"
+    weights = f"sha256={gguf_digest(gguf)}" if gguf.is_file() else f"missing:{gguf.name}"
+    return f"llamacpp:{backend.model_alias}:{weights}{':fresh' if backend.fresh_prompt_eval else ''}"
 
 
 def starts_server(backend: Any) -> bool:

@@ -596,20 +596,13 @@ class _Driver:
         line is a failure named by the batch's end (expired, cancelled, failed)."""
         chat = self.client.endpoint.endswith("chat/completions")
         bdir = self.ledger.dir
-        owned, seen = set(entry["request_hashes"]), set()
-        for suffix in ("output", "errors"):
-            path = bdir / f"{_safe(entry['batch_id'])}.{suffix}.jsonl"
-            if path.is_file() and not path.is_symlink():
-                for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                    try:
-                        row = json.loads(text)
-                    except json.JSONDecodeError:
-                        continue
-                    if isinstance(row, dict):
-                        custom_id, answer = parse_result(row, chat)
-                        if custom_id in owned and not isinstance(self.answers.get(custom_id), Completion):
-                            self.answers[custom_id] = answer
-                            seen.add(custom_id)
+        owned = set(entry["request_hashes"])
+        paths = [bdir / f"{_safe(entry['batch_id'])}.{suffix}.jsonl" for suffix in ("output", "errors")]
+        got = read_batch_files(paths, owned, chat, str(entry["batch_id"]))
+        for custom_id, answer in got.items():
+            if not isinstance(self.answers.get(custom_id), Completion):
+                self.answers[custom_id] = answer
+        seen = set(got)
         kind = _KIND_OF_STATUS.get(entry["status"], BATCH_FAILED)
         why = f"batch {entry['batch_id']} ended {entry['status']} without answering it"
         if entry.get("errors"):
@@ -645,6 +638,41 @@ class _Driver:
             return
         if answer.strip().lower() in ("y", "yes"):
             asyncio.run(self._cancel_all())
+
+
+def read_batch_files(paths: list[Path], owned: set[str], chat: bool, batch_id: str) -> dict[str, Completion | Failure]:
+    """The answers one ended batch's kept output and error files give its requests
+    (``owned``: their custom ids, the request hashes): ``{custom_id: Completion | Failure}``.
+
+    Lines that are not JSON objects and ids the batch does not own are skipped; linked or
+    missing files are not read. A custom id answered by more than one line (in either file,
+    equal or not) breaks the batch API's contract of one result per request: which line is
+    true cannot be known, so that request is a ``batch_failed`` failure (never scored; a
+    resume sends it again), and the ids are named in one console line.
+    """
+    answers: dict[str, Completion | Failure] = {}
+    lines: dict[str, int] = {}
+    for path in paths:
+        if not path.is_file() or path.is_symlink():
+            continue
+        for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                custom_id, answer = parse_result(row, chat)
+                if custom_id in owned:
+                    lines[custom_id] = lines.get(custom_id, 0) + 1
+                    answers.setdefault(custom_id, answer)
+    twice = sorted(h for h, n in lines.items() if n > 1)
+    for h in twice:
+        answers[h] = Failure(BATCH_FAILED, f"batch {batch_id} answered this request {lines[h]} times "
+                             "(one result per request expected); none of them is used", attempts=1)  # fmt: skip
+    if twice:
+        status.warning("batch %s answered %d request(s) more than once, recorded as batch_failed failures: %s",
+                       batch_id, len(twice), ", ".join(h[:16] for h in twice[:10]) + (" …" if len(twice) > 10 else ""))  # fmt: skip
+    return answers
 
 
 def _safe(batch_id: str | None) -> str:

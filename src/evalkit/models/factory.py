@@ -86,6 +86,8 @@ class _Endpoint:
             timeout_s=self.timeout_s, max_retries=b.max_retries, retry_initial_wait_s=b.retry_initial_wait_s,
             retry_max_wait_s=b.retry_max_wait_s, retry_budget_s=b.retry_budget_s, identity=self.identity,
             response_format=self.model.response_format,
+            **({"stall_s": b.stall_timeout_s, "prompt_s_per_token": b.prompt_s_per_token,
+                "output_s_per_token": b.output_s_per_token} if getattr(b, "kind", None) == "llamacpp" else {}),
         )  # fmt: skip
 
 

@@ -49,6 +49,12 @@ litellm.suppress_debug_info = True
 litellm.telemetry = False
 
 RETRYABLE_STATUS = {408, 409, 429}
+class StallError(TimeoutError):
+    """A streamed answer that stopped coming (:attr:`LiteLLMModel.stall_s`): a timeout."""
+
+
+#: the answer's length assumed by :meth:`LiteLLMModel.attempt_bound_s` when a request sets no ``max_tokens``
+DEFAULT_OUTPUT_TOKENS = 1024
 
 
 @dataclass
@@ -88,6 +94,13 @@ class LiteLLMModel:
     #: how the model takes a JSON schema (``model.response_format``; the engine puts a
     #: request's ``response_format`` in this form before it is hashed and sent)
     response_format: str | None = None
+    #: progress-following limits (``backend=llamacpp``; ``None``: one wall-clock ``timeout_s``
+    #: per attempt): the answer is streamed and an attempt times out when no chunk came for
+    #: ``stall_s`` seconds (the first chunk may also take ``prompt_s_per_token`` per prompt
+    #: token, the prompt's evaluation), or past :meth:`attempt_bound_s`
+    stall_s: float | None = None
+    prompt_s_per_token: float = 0.0
+    output_s_per_token: float = 0.0
 
     def __post_init__(self) -> None:
         _price_unknown_model(self.provider_model)
@@ -118,24 +131,73 @@ class LiteLLMModel:
             choice = resp.choices[0]
             text = choice.message.content
             reasoning = getattr(choice.message, "reasoning_content", None)
-        latency = time.perf_counter() - start
-        usage = usage_counts(getattr(resp, "usage", None))
-        finish = getattr(choice, "finish_reason", None)
-        if text is None or not str(text).strip():
-            kind = "truncated_empty" if finish == "length" else "empty"
-            detail = "reasoning only, no final answer" if reasoning else "no content"
-            raise ModelCallError(Failure(kind, f"{detail} (finish_reason={finish})", usage=usage, reasoning=reasoning))
-        return Completion(
-            text=str(text), finish_reason=finish, reasoning=reasoning, usage=usage, latency_s=latency
+        return _completion(resp, choice, text, reasoning, time.perf_counter() - start)
+
+    def attempt_bound_s(self, request: Request) -> float:
+        """Seconds one attempt may take in all: ``timeout_s``, plus, with :attr:`stall_s`,
+        ``prompt_s_per_token`` × the prompt's tokens (estimated as characters / 3, an upper
+        bound for English and code) and ``output_s_per_token`` × ``max_tokens`` (the
+        request's, else :data:`DEFAULT_OUTPUT_TOKENS`): a longer prompt or answer gets
+        proportionally longer, never one wall-clock number for all."""
+        if self.stall_s is None:
+            return self.timeout_s
+        return self.timeout_s + self._prompt_tokens(request) * self.prompt_s_per_token + (
+            int(request.params.get("max_tokens") or DEFAULT_OUTPUT_TOKENS) * self.output_s_per_token
         )
+
+    @staticmethod
+    def _prompt_tokens(request: Request) -> int:
+        text = request.prompt if request.prompt is not None else _messages_as_text(request.messages or [])
+        return len(text) // 3 + 1
 
     async def _attempt_within_timeout(self, request: Request) -> Completion:
         """One attempt under a hard deadline: litellm's ``timeout`` bounds each read, so a
-        server sending a byte now and then would otherwise hold the attempt for ever."""
+        server sending a byte now and then would otherwise hold the attempt for ever. With
+        :attr:`stall_s` (chat requests) the answer is streamed and a stall between chunks
+        ends it too."""
+        bound = self.attempt_bound_s(request)
+        streamed = self.stall_s is not None and self.api != "completion" and request.messages is not None
         try:
-            return await asyncio.wait_for(self._attempt(request), self.timeout_s)
+            return await asyncio.wait_for(self._streamed(request) if streamed else self._attempt(request), bound)
+        except StallError:
+            raise
         except asyncio.TimeoutError:
-            raise TimeoutError(f"no complete answer within timeout_s={self.timeout_s:g}") from None
+            raise TimeoutError(f"no complete answer within {bound:.0f} s (timeout_s={self.timeout_s:g} "
+                               "scaled by the prompt's and answer's length)" if streamed else
+                               f"no complete answer within timeout_s={self.timeout_s:g}") from None  # fmt: skip
+
+    async def _streamed(self, request: Request) -> Completion:
+        """:meth:`_attempt` for a chat request, streamed: each chunk must come within
+        ``stall_s`` of the last (the first within ``stall_s`` + the prompt's evaluation
+        bound); the chunks are put together by ``litellm.stream_chunk_builder`` (usage
+        counted by litellm when the server sends none).
+
+        Raises:
+            TimeoutError: a stall (its length named).
+        """
+        kwargs: dict[str, Any] = dict(request.params)
+        kwargs.update(model=self.provider_model, timeout=self.timeout_s, num_retries=0, max_retries=0, stream=True)
+        kwargs.update(endpoint_kwargs(self.api_base, self.api_key))
+        start = time.perf_counter()
+        stream = await litellm.acompletion(messages=request.messages, **kwargs)
+        chunks: list[Any] = []
+        first = float(self.stall_s or 0) + self._prompt_tokens(request) * self.prompt_s_per_token
+        iterator = stream.__aiter__()
+        while True:
+            wait = first if not chunks else float(self.stall_s or 0)
+            try:
+                chunks.append(await asyncio.wait_for(iterator.__anext__(), wait))
+            except StopAsyncIteration:
+                break
+            except asyncio.TimeoutError:
+                raise StallError(f"no progress for {wait:.0f} s (backend.stall_timeout_s={self.stall_s:g}; "
+                                   f"{len(chunks)} chunks had come)") from None  # fmt: skip
+        resp = litellm.stream_chunk_builder(chunks, messages=request.messages) if chunks else None
+        if resp is None or not resp.choices:
+            raise ModelCallError(Failure("empty", "no content (the stream ended without a chunk)"))
+        choice = resp.choices[0]
+        reasoning = getattr(choice.message, "reasoning_content", None)
+        return _completion(resp, choice, choice.message.content, reasoning, time.perf_counter() - start)
 
     # ---- with retries -----------------------------------------------------------------
     async def generate(self, request: Request) -> Completion:
@@ -169,6 +231,21 @@ class LiteLLMModel:
             raise ModelCallError(Failure(error_kind(exc), _short(exc), attempts=attempts, throttled=throttled)) from None
         completion.attempts, completion.throttled = attempts, throttled
         return completion
+
+
+def _completion(resp: Any, choice: Any, text: Any, reasoning: Any, latency: float) -> Completion:
+    """The :class:`Completion` of a response; empty content is not an answer.
+
+    Raises:
+        ModelCallError: kind ``truncated_empty`` (stopped at the token limit) or ``empty``.
+    """
+    usage = usage_counts(getattr(resp, "usage", None))
+    finish = getattr(choice, "finish_reason", None)
+    if text is None or not str(text).strip():
+        kind = "truncated_empty" if finish == "length" else "empty"
+        detail = "reasoning only, no final answer" if reasoning else "no content"
+        raise ModelCallError(Failure(kind, f"{detail} (finish_reason={finish})", usage=usage, reasoning=reasoning))
+    return Completion(text=str(text), finish_reason=finish, reasoning=reasoning, usage=usage, latency_s=latency)
 
 
 _PRICED: set[str] = set()
