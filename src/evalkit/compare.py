@@ -26,7 +26,12 @@ A run is a run directory, or an MLflow run id (found through the run's ``run_dir
   This needs the benchmark's data (as ``rescore`` does; ``--data-dir`` when it moved);
   without it the section says why and the rest is shown.
 - **In MLflow** (``--log``): each comparison becomes an MLflow run (``evalkit.kind=comparison``)
-  in the compared runs' store (:func:`log_comparisons`), linked to both.
+  in the compared runs' store (:func:`log_comparisons`), named by what it compares and what
+  it found (``Δ overall acebench: reference → replay −0.28 (p 0.0003, worse)``), linked to
+  both, and both link back to it (tag ``evalkit.compared_in``, a description line).
+- **Instrument**: two runs measured differently (another judge, rubric or scoring rules:
+  ``summary.json`` → ``instrument``) get a note, and the headline's verdict says the
+  difference is the instrument's, never "no difference detected".
 - **Gate** (``--gate``, two runs BASE NEW): PASS / FAIL / INCONCLUSIVE on the headline's
   paired Δ (:func:`evalkit.stats.gate`), printed last and in ``--json`` as ``gate``; the
   exit code is 0 / 1 / 3.
@@ -261,7 +266,30 @@ def instrument_change(a: Run, b: Run) -> str:
     (:func:`evalkit.report.summary.instrument`) that both record and that differs; ``""``
     when none does (a run written before a key was recorded is not called different)."""
     ia, ib = a.summary.instrument, b.summary.instrument
-    return "; ".join(f"{k}: {ia[k]!r} vs {ib[k]!r}" for k in sorted(set(ia) & set(ib)) if ia[k] != ib[k])
+    out = []
+    for k in sorted(set(ia) & set(ib)):
+        if ia[k] == ib[k]:
+            continue
+        if k == "judge" and isinstance(ia[k], dict) and isinstance(ib[k], dict):
+            out += _judge_change(ia[k], ib[k])
+        else:
+            out.append(f"{k}: {ia[k]!r} vs {ib[k]!r}")
+    return "; ".join(out)
+
+
+def _judge_change(ja: dict[str, Any], jb: dict[str, Any]) -> list[str]:
+    """``["judge: judge_a (openai/gpt-4o) vs judge_b (anthropic/claude-3)", "judge rubric:
+    sha256:… vs sha256:…"]``: how two runs' judges (``instrument["judge"]``,
+    :func:`evalkit.report.summary.judge_identity`) differ."""
+
+    def who(j: dict[str, Any]) -> str:
+        judges = j.get("judges") if isinstance(j.get("judges"), list) else []
+        return ", ".join(f"{x.get('name')} ({x.get('model')})" if isinstance(x, dict) else str(x) for x in judges) or "none"
+
+    out = [f"judge: {printable(who(ja))} vs {printable(who(jb))}"] if ja.get("judges") != jb.get("judges") else []
+    if ja.get("rubric") != jb.get("rubric"):
+        out.append(f"judge rubric: {printable(str(ja.get('rubric')))} vs {printable(str(jb.get('rubric')))}")
+    return out or [f"judge: {ja!r} vs {jb!r}"]
 
 
 def run_plan(run: Run, data_dir: Path | None = None) -> Any:
@@ -568,7 +596,7 @@ def log_comparisons(result: dict[str, Any], tracking_uri: str | None = None) -> 
             why = "live in different MLflow stores" if stores else "were not logged to MLflow"
             raise CompareError(f"--log: the compared runs {why} ({', '.join(sorted(stores)) or 'none'}): pass --tracking-uri")
         uri = tracking_uri or next(iter(stores))
-        ends = tuple({"dir": r["dir"], "name": f"{r['benchmark']} × {r['model']}",
+        ends = tuple({"dir": r["dir"], "name": f"{r['benchmark']} × {r['model']}", "label": r["model"], "benchmark": r["benchmark"],
                       **({k: v for k, v in led.items() if k != "tracking_uri"} if led.get("tracking_uri") == uri else {})}
                      for r, led in ((a, la), (b, lb)))  # fmt: skip
         rid = log_comparison(uri, pair, flip, ends, verdict=result.get("gate") if pair is result["paired"][0] else None)  # type: ignore[arg-type]

@@ -154,6 +154,13 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def _judged_by(recorded: Any) -> dict[str, Any]:
+    """The recorded run's judges (its ``instrument["judge"]``): a rescore asks no judge, it
+    re-reads their verdicts from the journal, so the judges that measured the run stay."""
+    judge = recorded.instrument.get("judge") if isinstance(getattr(recorded, "instrument", None), dict) else None
+    return {"judge": judge} if judge else {}
+
+
 def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, Any]) -> Path:
     """Write ``run_dir/rescored/<value of the override>/`` from :func:`rescore`'s ``result``
     (a run directory that ``compare`` reads; replaced whole when it exists, written aside
@@ -187,7 +194,7 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
         summary.update(
             metrics=metrics if recorded.complete else {},
             metrics_ci=figs["metrics_ci"], metrics_not_estimable=figs["not_estimable"],
-            instrument=instrument(bench), code_version=code_version(), stale_lines=[],
+            instrument={**_judged_by(recorded), **instrument(bench)}, code_version=code_version(), stale_lines=[],
             status_counts=dict(Counter(r.get("status", "ok") for r in rows)),
             scorer_limit_ids=[r["sample_id"] for r in rows if r.get("status") == "scorer_limit"],
             rescored_from=str(run_dir), rescored_with={f"benchmark.{k}": v for k, v in overrides.items()},

@@ -37,7 +37,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict
 
 from evalkit import secrets
-from evalkit.compare import load_run, paired_stats
+from evalkit.compare import flips, load_run, paired_stats
 from evalkit.engine import session
 from evalkit.errors import EvalkitError, first_line, printable
 from evalkit.report.markdown import md_code, md_text
@@ -428,9 +428,21 @@ def paired_headlines(jobs: list[dict[str, Any]], swept: set[str]) -> list[dict[s
                 out.append({"key": key, "base": base["num"], "job": job["num"], "error": result.get("error", "no paired headline")})
                 continue
             out.append({"key": key, "base": base["num"], "job": job["num"], "headline": job["headline"], "level": level,
-                        "notes": result.get("notes") or [],
+                        "notes": result.get("notes") or [], "flips": _flip_ids(run_a, run_b),
+                        **({"instrument_changed": result["instrument_changed"]} if result.get("instrument_changed") else {}),
                         **{k: m.get(k) for k in ("delta", "low", "high", "p", "test", "n", "mde")}})  # fmt: skip
     return out
+
+
+def _flip_ids(run_a: Any, run_b: Any) -> dict[str, Any]:
+    """The flips of a sweep's paired comparison (:func:`evalkit.compare.flips`, BASE = ``a``):
+    ``{"score", "a_better": [{"sample_id", "subset", "a", "b"}], "b_better": [...]}``, logged
+    as the comparison's ``tables/flips.json``; ``{}`` when they cannot be told (no primary score)."""
+    try:
+        found = flips(run_a, run_b)
+    except EvalkitError:
+        return {}
+    return {k: found[k] for k in ("score", "a_better", "b_better")}
 
 
 def _shown(override: str) -> str:

@@ -14,6 +14,9 @@ kind, timings and token usage.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import os
 from collections import Counter
 from pathlib import Path
@@ -29,11 +32,41 @@ from evalkit.summary import SCHEMA_VERSION, Summary
 def instrument(bench: Any, cfg: Any = None) -> dict[str, Any]:
     """The run's ``instrument`` fingerprint entry, built here only: what measured the run
     besides the model under test — the benchmark's scoring rules
-    (:meth:`~evalkit.benchmarks.base.Benchmark.instrument`, e.g. ``{"scoring": "evalscope"}``).
-    ``cfg`` is the run's config, for the parts an instrument may add from it (a judge's
-    identity). ``compare`` names any difference between two runs' instruments as it names a
-    prompt change (:func:`evalkit.compare.comparability`)."""
-    return dict(bench.instrument())
+    (:meth:`~evalkit.benchmarks.base.Benchmark.instrument`, e.g. ``{"scoring": "evalscope"}``)
+    and, for a judged task, the judges' identity under ``judge`` (:func:`judge_identity`,
+    from ``cfg``, the run's validated config). ``compare`` names any difference between two
+    runs' instruments as it names a prompt change (:func:`evalkit.compare.comparability`)."""
+    out = dict(bench.instrument())
+    judge = judge_identity(cfg)
+    if judge:
+        out["judge"] = judge
+    return out
+
+
+def judge_identity(cfg: Any) -> dict[str, Any]:
+    """Who judged a run (issue 32 item 5): ``{"judges": [{"name", "model", "provider"}, …],
+    "rubric": "sha256:<16 hex>"}`` — each judge of ``cfg.judge`` in the order named (a
+    panel: several): its model config's name, the provider model it asks (``provider/model``,
+    litellm's spelling; ``reference`` for the reference judge, which reads the gold
+    verdicts) and the provider (the part before ``/``; the model kind when there is none);
+    ``rubric``: a digest of every ``llm_judge`` scorer's name, rubric, system prompt and
+    verdict settings (``benchmark.scorers``), so that a reworded rubric is a new instrument.
+    ``{}`` for a run without judges (``cfg`` ``None`` too). Never an address or a key."""
+    judges = list(getattr(cfg, "judge", None) or []) if cfg is not None else []
+    if not judges:
+        return {}
+    who = []
+    for judge in judges:
+        model = judge.model
+        asked = model.provider_model or model.kind
+        who.append({"name": model.name, "model": asked,
+                    "provider": asked.split("/", 1)[0] if model.provider_model and "/" in asked else model.kind})  # fmt: skip
+    scorers = [s for s in getattr(getattr(cfg, "benchmark", None), "scorers", None) or [] if getattr(s, "kind", None) == "llm_judge"]
+    rules = [{"name": s.score_name, "rubric": s.rubric, "system": s.system,
+              **{k: s.judge_setting(k) for k in ("mode", "verdict", "scale_min", "scale_max", "against", "panel")}}
+             for s in scorers]  # fmt: skip
+    digest = hashlib.sha256(json.dumps(rules, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8")).hexdigest()
+    return {"judges": who, "rubric": f"sha256:{digest[:16]}"}
 
 
 def build_summary(
@@ -137,7 +170,12 @@ def write_report(run_dir: Path, summary: Summary, bench: Any, generates: bool = 
     requests; offline models — reference, replay, baselines — send nothing)."""
     complete = summary.complete
     lines = [f"# {md_text(summary.benchmark)} × {md_text(summary.model)}", ""]
-    if complete:
+    head_value = summary.metrics.get(summary.headline) if summary.headline else None
+    if complete and not (isinstance(head_value, (int, float)) and math.isfinite(head_value)):
+        lines.append(f"**Status: complete, but the headline could not be computed**: {md_code(str(summary.headline))} has "
+                     "no value (the scored answers give it nothing to compute from, e.g. a derived metric over no "
+                     "valid rows). No headline score is published; the figures below are the run's.")  # fmt: skip
+    elif complete:
         lines.append(f"**Status: complete.** Headline `{headline_text(summary)}`")
     else:
         lines.append(

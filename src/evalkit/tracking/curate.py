@@ -17,6 +17,9 @@ MLflow import, no store access).
 * **breakdown tables** (:func:`breakdown_tables`): every metric that is not an MLflow metric,
   one table per dimension (``sample_pass_rate/family/x`` → table ``family``, row ``x``,
   column ``sample_pass_rate``), with ``n`` and the interval where ``metrics_ci`` has them.
+* **comparisons** (:func:`comparison_name`, :func:`comparison_metrics`): a comparison run is
+  named by what it compares and what it found; its metrics carry the prefix
+  :data:`COMPARISON_PREFIX`, so they sort apart from the runs' own columns.
 * **names** (:func:`mlflow_name`): only what MLflow 3.17 accepts in a metric or param name
   (letters, digits, ``_ - . / :`` and space; no empty, ``.`` or ``..`` path segment).
 """
@@ -38,6 +41,12 @@ MAX_PARAMS = 25
 #: and the scorer's resource bounds (they stay in the ``config.yaml`` artifact)
 #: (paths — ``*_dir``, ``*_path``, ``*_url``, ``*_file`` — are never knobs either)
 NOT_KNOBS = frozenset({"name", "module", "request_timeout_s", "score_timeout_s", "score_memory_mb", "user_overrides"})
+
+#: a benchmark's breakdown metrics (names with ``/``) beyond this many go to tables only
+#: (:func:`is_named`): MLflow's run and GenAI pages open with a column per metric
+MAX_BREAKDOWN_METRICS = 10
+#: the prefix of a comparison run's metrics (``compare/delta``, ``compare/p``, …)
+COMPARISON_PREFIX = "compare/"
 
 _BAD_NAME_CHARS = re.compile(r"[^\w.\- :/]")
 
@@ -99,8 +108,14 @@ def run_params(recorded: dict[str, Any], summary: Summary) -> dict[str, str]:
 def is_named(summary: Summary, name: str) -> bool:
     """Whether metric ``name`` (without ``partial_``) of the run is an MLflow metric rather
     than a row of a breakdown table: every metric, unless the benchmark declared
-    ``tracked_metrics = "top_level"`` (then only names without ``/``)."""
-    return summary.tracked_metrics != "top_level" or "/" not in name
+    ``tracked_metrics = "top_level"`` or the run has more than :data:`MAX_BREAKDOWN_METRICS`
+    breakdown metrics (names with ``/``): then only the names without ``/``."""
+    if "/" not in name:
+        return True
+    if summary.tracked_metrics == "top_level":
+        return False
+    figures = _figures(summary)[0]
+    return sum("/" in k for k in figures) <= MAX_BREAKDOWN_METRICS
 
 
 def is_group(name: str) -> bool:
@@ -277,3 +292,51 @@ def sweep_table(summary: dict[str, Any]) -> dict[str, list[Any]]:
         "run_dir": [Path(j["run_dir"]).name if j.get("run_dir") else None for j in jobs],
         "error": [j.get("error") for j in jobs],
     }
+
+
+def comparison_verdict(m: dict[str, Any], level: float, instrument_changed: str | None = None) -> str:
+    """What a paired headline comparison found (``m``: one metric of
+    :func:`evalkit.compare.paired_stats`, Δ = NEW − BASE, higher is better): ``better`` /
+    ``worse`` when p < 1 − ``level``, ``no difference detected`` otherwise, ``instrument
+    changed`` when the runs were measured differently, ``not estimable`` (no p) or ``no
+    paired samples`` (no Δ)."""
+    if m.get("delta") is None:
+        return "no paired samples"
+    if instrument_changed:
+        return "instrument changed"
+    if not isinstance(m.get("p"), (int, float)):
+        return "not estimable"
+    if m["p"] < 1 - level and m["delta"] != 0:
+        return "better" if m["delta"] > 0 else "worse"
+    return "no difference detected"
+
+
+def _signed(x: float) -> str:
+    text = f"{abs(x):.2g}"
+    return ("−" if x < 0 else "+") + text
+
+
+def comparison_name(head: str, benchmark: str, base: str, new: str, m: dict[str, Any], level: float,
+                    instrument_changed: str | None = None) -> str:  # fmt: skip
+    """The comparison run's name, what it compares and what it found:
+    ``Δ overall acebench: reference → replay −0.28 (p 0.0003, worse)`` — the headline, the
+    benchmark, BASE → NEW (their labels: the model, a sweep job's point), Δ (2 significant
+    digits, a true minus) and the p and :func:`comparison_verdict`; at most 250 characters."""
+    word = comparison_verdict(m, level, instrument_changed)
+    if m.get("delta") is None:
+        found = f"({word})"
+    elif isinstance(m.get("p"), (int, float)):
+        found = f"{_signed(float(m['delta']))} (p {float(m['p']):.2g}, {word})"
+    else:
+        found = f"{_signed(float(m['delta']))} ({word})"
+    return f"Δ {head} {benchmark}: {base} → {new} {found}"[:MAX_NAME]
+
+
+def comparison_metrics(m: dict[str, Any]) -> dict[str, float]:
+    """A comparison run's metrics, each named with :data:`COMPARISON_PREFIX`: the headline's
+    ``delta``, ``delta_ci_low`` / ``_high``, ``p``, ``p_holm``, ``p_bh``, ``mde`` and
+    ``n_paired`` (those that are numbers)."""
+    names = {"delta": "delta", "low": "delta_ci_low", "high": "delta_ci_high", "p": "p", "p_holm": "p_holm", "p_bh": "p_bh",
+             "mde": "mde", "n": "n_paired"}  # fmt: skip
+    return {COMPARISON_PREFIX + names[k]: float(m[k]) for k in names
+            if isinstance(m.get(k), (int, float)) and not isinstance(m.get(k), bool)}  # fmt: skip

@@ -467,6 +467,8 @@ class MlflowObserver(Observer):
         else:
             ledger.experiment_id = self._owned_run(mlflow_client, run_dir, ledger)
             tags[RUN_KEY_TAG] = key_digest(ledger.new_key())
+            kept = compared_lines(mlflow_client.get_run(ledger.run_id).data.tags.get("mlflow.note.content", ""))
+            tags["mlflow.note.content"] = "\n\n".join([tags["mlflow.note.content"], *kept[-MAX_COMPARED_LINES:]])
             log_values(mlflow_client, ledger.run_id, tags=tags)
         digest = _sha256(summary.record())
         if ledger.summary_sha256 != digest:
@@ -631,7 +633,7 @@ class MlflowObserver(Observer):
         """Each paired headline comparison of the sweep (``sweep_summary.json`` → ``paired``,
         with its Holm and BH p over the sweep's family) as a comparison run
         (:func:`log_comparison`), nested under the sweep's parent run and linked to both
-        jobs' runs."""
+        jobs' runs, with its flips table (the pair's ``flips``, :func:`evalkit.sweep.summarize`)."""
         jobs = {j.get("num"): j for j in summary.get("jobs") or []}
         family = summary.get("multiplicity") or {}
         for pair in summary.get("paired") or []:
@@ -642,15 +644,17 @@ class MlflowObserver(Observer):
                 f"Swept key `{pair.get('key')}`; p_holm / p_bh adjusted over {family.get('family', 'the sweep')} "
                 f"(family size {family.get('family_size', '?')})"]  # fmt: skip
             compared = {"primary": pair.get("headline"), "level": pair.get("level", 0.95), "notes": notes,
+                        "instrument_changed": pair.get("instrument_changed"),
                         "metrics": {pair.get("headline"): {k: pair.get(k) for k in
                                                            ("delta", "low", "high", "p", "p_holm", "p_bh", "mde", "test", "n")}}}  # fmt: skip
-            log_comparison(uri, compared, None, ends, experiment=self.experiment, parent_run_id=parent_run_id)
+            log_comparison(uri, compared, pair.get("flips") or None, ends, experiment=self.experiment, parent_run_id=parent_run_id)
 
 
 def _sweep_end(job: dict[str, Any]) -> dict[str, Any]:
     """A sweep job as one end of a comparison: its directory, its point as the name, and the
     MLflow run its ``tracking.json`` names (none when it was not logged)."""
-    end: dict[str, Any] = {"dir": str(job.get("run_dir")), "name": " ".join(job.get("point") or []) or f"job {job.get('num')}"}
+    label = " ".join(job.get("point") or []) or f"job {job.get('num')}"
+    end: dict[str, Any] = {"dir": str(job.get("run_dir")), "name": label, "label": label, "benchmark": job.get("benchmark")}
     try:
         state = read_ledger_file(Path(str(job.get("run_dir"))) / LEDGER_FILE)
     except RunDirError:
@@ -695,18 +699,30 @@ def retry_line(run_dir: Path, exc: BaseException, uri: str) -> str:
     )
 
 
+#: the first words of the line a compared run's description gets for each comparison of it
+COMPARED_LINE = "Compared in "
+#: the most such lines a description keeps (the latest; every id stays in ``evalkit.comparisons``)
+MAX_COMPARED_LINES = 20
+
+
 def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None, runs: tuple[dict[str, Any], dict[str, Any]],
                    experiment: str = "evalkit", verdict: dict[str, Any] | None = None,
                    parent_run_id: str | None = None) -> str:  # fmt: skip
     """Record one paired comparison (``pair``: an entry of :func:`evalkit.compare.compare`'s
     ``paired``) as an MLflow run of its own in the store ``uri``; returns its run id.
 
-    ``runs``: ``({"dir", "mlflow_run_id", "experiment_id", "name"}, ...)`` of BASE and NEW.
-    The run is tagged ``evalkit.kind=comparison``, ``evalkit.base_run_id`` /
-    ``evalkit.new_run_id`` (and their directories); its description links both runs (MLflow
-    has one parent per run and no run-to-run links). Metrics: the headline's ``delta``,
-    ``delta_ci_low``/``_high``, ``p``, ``p_holm``, ``p_bh``, ``mde`` and the paired ``n`` —
-    never ``headline``, so it does not mix into the runs' columns. Tables:
+    ``runs``: ``({"dir", "mlflow_run_id", "experiment_id", "name", "label", "benchmark"}, ...)``
+    of BASE and NEW (``label``: what tells them apart in the name — the model, a sweep job's point).
+    The run is named by what it compares and what it found
+    (:func:`~evalkit.tracking.curate.comparison_name`: ``Δ overall acebench: reference →
+    replay −0.28 (p 0.0003, worse)``), tagged ``evalkit.kind=comparison``,
+    ``evalkit.base_run_id`` / ``evalkit.new_run_id`` (and their directories); its description
+    links both runs (MLflow has one parent per run and no run-to-run links), and each compared
+    run logged in this store gets the tag ``evalkit.compared_in`` (this comparison's id; every
+    one in ``evalkit.comparisons``) and a description line ``Compared in [<name>](link)``.
+    Metrics (:func:`~evalkit.tracking.curate.comparison_metrics`, prefixed ``compare/``): the
+    headline's ``delta``, ``delta_ci_low``/``_high``, ``p``, ``p_holm``, ``p_bh``, ``mde`` and
+    the paired ``n`` — never ``headline``, so it does not mix into the runs' columns. Tables:
     ``tables/paired.json`` (every metric) and ``tables/flips.json`` (the flipped samples).
     ``parent_run_id``: a sweep's parent run, under which the comparison is nested.
     """
@@ -717,17 +733,21 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
     exp_id = base.get("experiment_id") or new.get("experiment_id") or experiment_id(mlflow_client, experiment, "")
     head = pair.get("primary")
     m = (pair.get("metrics") or {}).get(head) or {}
-    said = verdict["verdict"] if verdict else ("no paired samples" if m.get("delta") is None else
-                                               "not estimable" if m.get("p") is None else
-                                               "difference" if m["p"] < 1 - pair.get("level", 0.95) else "no difference detected")  # fmt: skip
+    level = pair.get("level", 0.95)
+    changed = pair.get("instrument_changed")
+    said = verdict["verdict"] if verdict else curate.comparison_verdict(m, level, changed)
 
     def link(r: dict[str, Any]) -> str:
         rid = r.get("mlflow_run_id")
         where = f"[{rid}](#/experiments/{r.get('experiment_id') or exp_id}/runs/{rid})" if rid else "(not in MLflow)"
         return f"{r.get('name') or r['dir']} {where}, directory `{r['dir']}`"
 
-    level = int(round(100 * pair.get("level", 0.95)))
-    text = [f"evalkit comparison: Δ = NEW − BASE over the units scored in both ({level}% intervals).",
+    labels = [str(r.get("label") or r.get("name") or Path(str(r["dir"])).name) for r in (base, new)]
+    if labels[0] == labels[1]:  # the same model twice: the run directories tell them apart
+        labels = [f"{label} ({Path(str(r['dir'])).name})" for label, r in zip(labels, (base, new))]
+    bench = str(base.get("benchmark") or new.get("benchmark") or "")
+    name = curate.comparison_name(str(head), bench, labels[0], labels[1], m, level, changed)
+    text = [f"evalkit comparison: Δ = NEW − BASE over the units scored in both ({int(round(100 * level))}% intervals).",
             f"BASE: {link(base)}", f"NEW: {link(new)}"]  # fmt: skip
     if m.get("delta") is not None and m.get("low") is not None:
         text.append(f"Headline `{head}`: Δ {m['delta']:+.4f} [{m['low']:+.4f}, {m['high']:+.4f}], p = {m['p']:.3g} "
@@ -735,14 +755,12 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
     text += [f"Note: {n}" for n in pair.get("notes") or []]
     tags = {"evalkit.kind": "comparison", "evalkit.verdict": said, "headline_name": str(head),
             "evalkit.base_run_dir": str(base["dir"]), "evalkit.new_run_dir": str(new["dir"]),
-            "mlflow.runName": f"compare {Path(str(base['dir'])).name} → {Path(str(new['dir'])).name}",
-            "mlflow.note.content": "\n\n".join(text), **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})}  # fmt: skip
+            "mlflow.runName": name, "mlflow.note.content": "\n\n".join(text),
+            **({"benchmark": bench} if bench else {}), **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})}  # fmt: skip
     tags.update({f"evalkit.{k}_run_id": str(r["mlflow_run_id"]) for k, r in (("base", base), ("new", new)) if r.get("mlflow_run_id")})
-    run = mlflow_client.create_run(exp_id, tags=tags)
+    run = mlflow_client.create_run(exp_id, tags=mlflow_obj(tags))
     rid = run.info.run_id
-    names = {"delta": "delta", "low": "delta_ci_low", "high": "delta_ci_high", "p": "p", "p_holm": "p_holm", "p_bh": "p_bh",
-             "mde": "mde", "n": "n_paired"}  # fmt: skip
-    log_values(mlflow_client, rid, metrics={names[k]: m[k] for k in names if isinstance(m.get(k), (int, float))})
+    log_values(mlflow_client, rid, metrics=curate.comparison_metrics(m))
     rows = [{"metric": name, **{k: e.get(k) for k in ("a", "b", "delta", "low", "high", "p", "p_holm", "p_bh", "mde", "test", "n")},
              "note": e.get("note", "")} for name, e in (pair.get("metrics") or {}).items()]  # fmt: skip
     if rows:
@@ -751,6 +769,35 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
         flipped = [{"sample_id": e["sample_id"], "subset": e.get("subset"), "base": e["a"], "new": e["b"], "better_in": side}
                    for side, key in (("base", "a_better"), ("new", "b_better")) for e in flips.get(key, [])]  # fmt: skip
         if flipped:
-            mlflow_client.log_table(rid, data=pd.DataFrame(flipped, dtype=object), artifact_file="tables/flips.json")
+            mlflow_client.log_table(rid, data=pd.DataFrame(mlflow_obj(flipped), dtype=object), artifact_file="tables/flips.json")
+    for side, end in (("base", base), ("new", new)):
+        if end.get("mlflow_run_id"):
+            _link_compared(mlflow_client, str(end["mlflow_run_id"]), rid, exp_id, name, side)
     mlflow_client.set_terminated(rid, status="FINISHED")
     return rid
+
+
+def _link_compared(mlflow_client: Any, run_id: str, comparison_id: str, exp_id: str, name: str, side: str) -> None:
+    """Tie a compared run to its comparison: the tags ``evalkit.compared_in`` (the latest) and
+    ``evalkit.comparisons`` (every one, comma-separated) and a description line
+    ``Compared in [<name>](#/experiments/<exp>/runs/<id>) (as BASE|NEW).``. A run that cannot
+    be read or tagged (deleted, no permission) is one warning: the comparison stands."""
+    try:
+        data = mlflow_client.get_run(run_id).data
+        known = [x for x in str(data.tags.get("evalkit.comparisons", "")).split(",") if x]
+        note = str(data.tags.get("mlflow.note.content", ""))
+        line = f"{COMPARED_LINE}[{name}](#/experiments/{exp_id}/runs/{comparison_id}) (as {side.upper()})."
+        kept = compared_lines(note)[-(MAX_COMPARED_LINES - 1) :]
+        own = [part for part in note.split("\n\n") if part and not part.startswith(COMPARED_LINE)]
+        log_values(mlflow_client, run_id, tags={
+            "evalkit.compared_in": comparison_id,
+            "evalkit.comparisons": ",".join([*known, comparison_id])[-5000:],
+            "mlflow.note.content": "\n\n".join([*own, *kept, line]),
+        })  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - the comparison is recorded; the link is a courtesy
+        log.warning("comparison %s: could not link MLflow run %s to it (%s: %s)", comparison_id, run_id, type(exc).__name__, first_line(exc))
+
+
+def compared_lines(note: str) -> list[str]:
+    """The ``Compared in …`` lines of a run's description (kept when the run is logged again)."""
+    return [line for line in str(note).split("\n\n") if line.startswith(COMPARED_LINE)]
