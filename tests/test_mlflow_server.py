@@ -4,7 +4,8 @@ real ``mlflow server`` process over HTTP on 127.0.0.1, backed by a SQLite file, 
 writes the server's ``--default-artifact-root``).
 
 Journeys: a run's end-of-run logging (params, metrics, artifacts, one trace per sample with
-its assessments), ``compare --log``, ``python -m evalkit.track`` of an untracked run, a run
+its assessments), ``compare --log`` (the comparison's name, its ``compare/`` metrics, the
+links back from both runs), ``python -m evalkit.judge`` of a finished run, a suite, ``python -m evalkit.track`` of an untracked run, a run
 of 1,200 samples (1,200 traces, over several pages of the server's 500-trace limit), a sweep
 with its parent run and comparison, three drivers logging at once, a server down at the
 start and one stopped mid-logging (one line, then ``evalkit.track`` logs the run), and the
@@ -156,8 +157,21 @@ def test_run_traces_compare_log_and_track_on_a_server(server, mode, tmp_path):
     (comparison,) = client.search_runs([exp], "tags.`evalkit.kind` = 'comparison'")
     tags = comparison.data.tags
     assert tags["evalkit.base_run_id"] == _run_id(base.run_dir) and tags["evalkit.new_run_id"] == _run_id(new.run_dir)
-    assert comparison.data.metrics["delta"] == pytest.approx(-0.3) and comparison.info.status == "FINISHED"
-    assert "paired.json" in {Path(a.path).name for a in client.list_artifacts(comparison.info.run_id, "tables")}
+    assert comparison.data.metrics["compare/delta"] == pytest.approx(-0.3) and comparison.info.status == "FINISHED"
+    assert not any(not k.startswith("compare/") for k in comparison.data.metrics), "comparison metrics carry the prefix"
+    p = comparison.data.metrics["compare/p"]
+    assert comparison.info.run_name == f"Δ accuracy arith_mini: reference → replay −0.3 (p {p:.2g}, no difference detected)"
+    assert {"paired.json", "flips.json"} <= {Path(a.path).name for a in client.list_artifacts(comparison.info.run_id, "tables")}
+    # both compared runs link back to the comparison: a tag and a line of their description
+    cid = comparison.info.run_id
+    for res, side in ((base, "BASE"), (new, "NEW")):
+        run_tags = client.get_run(_run_id(res.run_dir)).data.tags
+        assert run_tags["evalkit.compared_in"] == cid and run_tags["evalkit.comparisons"] == cid
+        assert f"Compared in [{comparison.info.run_name}](#/experiments/{exp}/runs/{cid}) (as {side})." in run_tags["mlflow.note.content"]
+    # logged again (evalkit.track), the run keeps its description's comparison line
+    assert track(["--tracking-uri", url, "--experiment", f"paths-{mode}", str(base.run_dir)]) == 0
+    note = client.get_run(_run_id(base.run_dir)).data.tags["mlflow.note.content"]
+    assert note.startswith("**arith_mini** × **reference**") and note.count(f"runs/{cid})") == 1
 
     # evalkit.track of an untracked run; a second call adds nothing
     untracked = _run([*ARITH, f"run.output_root={tmp_path / 'later'}", "tracking=none"])
@@ -192,6 +206,8 @@ def test_1200_samples_log_and_read_back_1200_traces(server, tmp_path):
 
 @pytest.mark.slow
 def test_a_sweep_logs_its_parent_jobs_and_comparison_to_a_server(server, shared_data_dir, tmp_path):
+    import mlflow
+
     srv, _ = server("serve-artifacts")
     ke = shared_data_dir / "ke"
     done = _evalkit("-m", "benchmark=ke", f"benchmark.pilot_path={ke / 'pilot.jsonl'}", f"benchmark.icl_path={ke / 'icl_examples.jsonl'}",
@@ -211,7 +227,88 @@ def test_a_sweep_logs_its_parent_jobs_and_comparison_to_a_server(server, shared_
     assert all(r.info.status == "FINISHED" for r in runs)
     assert {"sweep_summary.json", "sweep_report.md", "tables"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {comparison.data.tags["evalkit.base_run_id"], comparison.data.tags["evalkit.new_run_id"]} == {j.info.run_id for j in jobs}
+    assert comparison.info.run_name.startswith("Δ f1_macro ke: model=reference → model=baseline_file_read −")
+    # the sweep's comparison logs its flips table: every sample the two jobs disagree on
+    summary = json.loads(next((tmp_path / "out").rglob("sweep_summary.json")).read_text())
+    (pair,) = summary["paired"]
+    flipped = {e["sample_id"] for k in ("a_better", "b_better") for e in pair["flips"][k]}
+    assert flipped, "reference and a file-read baseline disagree on some KE item"
+    table = json.loads(Path(mlflow.artifacts.download_artifacts(run_id=comparison.info.run_id, artifact_path="tables/flips.json",
+                                                                dst_path=str(tmp_path / "flips"), tracking_uri=srv.url)).read_text())  # fmt: skip
+    rows = [dict(zip(table["columns"], row)) for row in table["data"]]
+    assert {r["sample_id"] for r in rows} == flipped and {r["better_in"] for r in rows} <= {"base", "new"}
     assert all(len(_traces(srv.url, j.info.run_id)) == 12 for j in jobs)
+
+
+JUDGED_ROWS = [{"id": f"q{i}", "question": f"Question {i}?", "reference": f"Reference {i}."} for i in range(1, 5)]
+
+
+@pytest.mark.slow
+def test_evalkit_judge_logs_the_judged_run_and_its_comparison_to_a_server(server, fake_openai, ray_address, tmp_path, monkeypatch):
+    """``python -m evalkit.judge RUN judge=judge_a`` (a judge of the team's config directory,
+    on the fake provider) tracked to the server: the judged run with one trace per sample,
+    each verdict an assessment named with its judge; ``compare --log`` of RUN (the reference
+    judge's gold verdicts) and the judged run is named by the instrument change."""
+    from evalkit.compare import main as compare
+    from evalkit.compose import compose, resolve
+    from evalkit.job import run_validated
+    from evalkit.judge import main as judge
+    from tests.support.judge_conf import judge_config_dir
+
+    srv, _ = server("serve-artifacts")
+    conf, data = judge_config_dir(tmp_path, JUDGED_ROWS)
+    monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(conf))
+    spec = {"name": "judged", "kind": "task", "prompt": {"template": "ASK {{ id }}: {{ input }}"},
+            "dataset": {"path": str(data), "fields": {"id": "id", "input": "question", "target": "reference"}},
+            "scorers": [{"kind": "llm_judge", "name": "quality", "rubric": "JUDGE {{ id }} A={{ output }}"}]}  # fmt: skip
+    (conf / "benchmark" / "judged.yaml").write_text(json.dumps(spec), encoding="utf-8")
+    track = [f"tracking.tracking_uri={srv.url}", "tracking.experiment=judged", "run.progress=false"]
+    first = run_validated(resolve(compose(["benchmark=judged", "model=reference", f"run.output_root={tmp_path / 'out'}", *track]))[1])
+    assert first.exit_code == 0 and first.summary["metrics"]["quality"] == 1.0
+
+    fake_openai.set_plan({"default": {"content": '{"score": 2}'}})
+    assert judge([str(first.run_dir), "judge=judge_a", f"judge_overrides=['backend.api_base={fake_openai.api_base}']",
+                  f"run.output_root={tmp_path / 'judged'}", *track]) == 0  # fmt: skip
+    judged = first.run_dir.parent / f"{first.run_dir.name}.judged-judge_a"
+    summary = json.loads((judged / "summary.json").read_text())
+    assert summary["metrics"]["quality"] == pytest.approx(0.25)
+    assert summary["instrument"]["judge"]["judges"] == [{"name": "judge_a", "model": "openai/judge_a", "provider": "openai"}]
+    client = _client(srv.url)
+    rid = _run_id(judged)
+    assert client.get_run(rid).info.status == "FINISHED" and client.get_run(rid).data.metrics["headline"] == pytest.approx(0.25)
+    traces = _traces(srv.url, rid)
+    assert sorted(t.info.tags["sample_id"] for t in traces) == ["q1", "q2", "q3", "q4"]
+    for trace in traces:
+        (verdict,) = [a for a in trace.info.assessments if a.name.startswith("judge:")]
+        assert verdict.name == "judge:judge_a/quality" and verdict.value == pytest.approx(0.25)
+
+    assert compare([str(first.run_dir), str(judged), "--log"]) == 0
+    exp = client.get_experiment_by_name("judged").experiment_id
+    (comparison,) = client.search_runs([exp], "tags.`evalkit.kind` = 'comparison'")
+    assert comparison.info.run_name.startswith("Δ quality judged: reference → replay −0.75 (p ")
+    assert comparison.info.run_name.endswith(", instrument changed)")
+    assert "instrument differs (judge: reference (reference) vs judge_a (openai/judge_a))" in comparison.data.tags["mlflow.note.content"]
+
+
+@pytest.mark.slow
+def test_a_suite_logs_each_entry_to_a_server_tagged_with_the_suite(server, tmp_path):
+    """``bash bash/run_suite.sh <suite file> --model reference tracking.tracking_uri=URL``: one
+    MLflow run per entry on the server, each tagged ``suite``."""
+    srv, _ = server("no-serve-artifacts")
+    suite = tmp_path / "team_smoke.yaml"
+    suite.write_text("- {name: first, benchmark: arith_mini, subsets: null, overrides: [run.limit=4]}\n"
+                     "- {name: second, benchmark: arith_mini, subsets: null, overrides: [run.limit=6]}\n", encoding="utf-8")  # fmt: skip
+    env = {**os.environ, "VENV": str(Path(sys.executable).parent.parent)}
+    done = subprocess.run(["bash", "bash/run_suite.sh", str(suite), "--model", "reference", f"run.output_root={tmp_path / 'out'}",
+                           "run.progress=false", f"tracking.tracking_uri={srv.url}", "tracking.experiment=suite"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not _failed_lines(done.stderr)
+    client = _client(srv.url)
+    runs = client.search_runs([client.get_experiment_by_name("suite").experiment_id])
+    assert sorted(r.data.tags["suite"] for r in runs) == ["team_smoke", "team_smoke"]
+    assert sorted(len(_traces(srv.url, r.info.run_id)) for r in runs) == [4, 6]
+    assert all(r.info.status == "FINISHED" and r.data.metrics["headline"] == 1.0 for r in runs)
 
 
 @pytest.mark.slow
