@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -138,3 +139,25 @@ def test_report_of_a_complete_run_without_a_headline_value_says_it_could_not_be_
     assert "**Status: complete.**" not in text and "= None" not in text
     ok = Summary(**{**summary.model_dump(), "metrics": {"macro_accuracy": 0.5}})
     assert "**Status: complete.** Headline `macro_accuracy = 0.5000" in write_report(tmp_path, ok, _Bench()).read_text()
+
+
+def test_the_render_check_covers_every_row_of_the_data_whatever_the_selection(tmp_path, monkeypatch):
+    """The task check renders each row's templates once (a superset of what a run with
+    ``run.limit`` renders), in one bounded child whose time limit grows with the renders."""
+    import evalkit.benchmarks.task.benchmark as task_module
+    from evalkit.benchmarks.task.benchmark import TaskBenchmark
+    from evalkit.benchmarks.task.settings import TaskSettings
+    from evalkit.benchmarks.task.template import CHECK_BASE_S, CHECK_PER_RENDER_S
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"id": f"r{i}", "q": f"{i}+1?", "ans": str(i + 1)}) + "\n" for i in range(50)), encoding="utf-8")
+    settings = TaskSettings.model_validate({"name": "t", "kind": "task", "prompt": {"system": "Answer.", "template": "{{ input }}"},
+                                            "dataset": {"path": str(data), "fields": {"id": "id", "input": "q", "target": "ans"}},
+                                            "scorers": [{"kind": "exact_match", "name": "acc"}]})  # fmt: skip
+    seen = []
+    monkeypatch.setattr(task_module, "check_renders", lambda jobs, where: seen.append(jobs))
+    TaskBenchmark(settings).load()
+    (jobs,) = seen
+    per_row = Counter(j[3] for j in jobs)
+    assert set(per_row) == {f"r{i}" for i in range(50)} and len(set(per_row.values())) == 1  # each row alike
+    assert CHECK_BASE_S + CHECK_PER_RENDER_S * len(jobs) < CHECK_BASE_S + 2  # the child's wall-clock bound for these renders
