@@ -40,13 +40,16 @@ def test_the_instrument_names_each_judge_its_provider_and_the_rubric(tmp_path, m
     conf, data = judge_config_dir(tmp_path, ROWS)
     monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(conf))
     network = ["model=openai_compatible", "model.provider_model=openai/x", "backend.api_base=http://127.0.0.1:9"]
-    one = judge_identity(_judged(conf, data, *network, "judge=judge_a"))
-    assert one["judges"] == [{"name": "judge_a", "model": "openai/judge_a", "provider": "openai"}]
-    panel = judge_identity(_judged(conf, data, *network, "judge=[judge_b,judge_a]"))
-    assert [j["name"] for j in panel["judges"]] == ["judge_b", "judge_a"] and panel["rubric"] == one["rubric"]
-    reworded = judge_identity(_judged(conf, data, *network, "judge=judge_a", rubric=RUBRIC + " Be strict."))
-    assert reworded["judges"] == one["judges"] and reworded["rubric"] != one["rubric"]
+    cfg = _judged(conf, data, *network, "judge=[judge_b,judge_a]")
+    panel = judge_identity(cfg)
+    assert panel["judges"] == [{"name": "judge_b", "model": "openai/judge_b", "provider": "openai"},
+                               {"name": "judge_a", "model": "openai/judge_a", "provider": "openai"}]  # fmt: skip
+    one = judge_identity(cfg.model_copy(update={"judge": cfg.judge[1:]}))
+    assert one["judges"] == panel["judges"][1:] and one["rubric"] == panel["rubric"]
     assert one["rubric"].startswith("sha256:") and len(one["rubric"]) == len("sha256:") + 16
+    scorer = cfg.benchmark.scorers[0].model_copy(update={"rubric": RUBRIC + " Be strict."})
+    reworded = judge_identity(cfg.model_copy(update={"benchmark": cfg.benchmark.model_copy(update={"scorers": [scorer]})}))
+    assert reworded["judges"] == panel["judges"] and reworded["rubric"] != panel["rubric"]
     gold = judge_identity(_judged(conf, data, "model=reference"))
     assert gold["judges"] == [{"name": "reference", "model": "reference", "provider": "reference"}]
     assert judge_identity(SimpleNamespace(judge=[])) == {} and judge_identity(None) == {}
@@ -161,3 +164,13 @@ def test_the_render_check_covers_every_row_of_the_data_whatever_the_selection(tm
     per_row = Counter(j[3] for j in jobs)
     assert set(per_row) == {f"r{i}" for i in range(50)} and len(set(per_row.values())) == 1  # each row alike
     assert CHECK_BASE_S + CHECK_PER_RENDER_S * len(jobs) < CHECK_BASE_S + 2  # the child's wall-clock bound for these renders
+
+
+def test_a_rescore_keeps_the_judges_that_measured_the_run():
+    """``rescore`` asks no judge (it re-reads the verdicts): the recorded judges stay in the
+    rescored run's instrument."""
+    from evalkit.rescore import _judged_by
+
+    judge = {"judges": [{"name": "judge_a", "model": "openai/judge_a", "provider": "openai"}], "rubric": "sha256:0123456789abcdef"}
+    recorded = _summary(0, instrument={"judge": judge, "scoring": "official"})
+    assert _judged_by(recorded) == {"judge": judge} and _judged_by(_summary(0)) == {}
