@@ -11,7 +11,8 @@ MLflow import, no store access).
 * **metrics** (:func:`run_metrics`): ``headline`` (+ ``headline_ci_low`` / ``headline_ci_high``
   when ``summary.metrics_ci`` has the headline's interval) in a complete run only; each
   benchmark's named metrics (a benchmark with many breakdowns declares
-  ``tracked_metrics = "top_level"``, recorded in ``summary.json``: only the names without ``/``), ``<name>_ci_low`` / ``<name>_ci_high`` for the group-level ones
+  ``tracked_metrics = "top_level"``, recorded in ``summary.json``, and a run with more than
+  :data:`MAX_BREAKDOWN_METRICS` names with ``/`` is taken so: only the names without ``/``), ``<name>_ci_low`` / ``<name>_ci_high`` for the group-level ones
   (:func:`is_group`); the counts; the run's token totals (``tokens/<key>``) and ``cost_usd``
   when the summary has them. An incomplete run has its ``partial_*`` figures and no headline.
 * **breakdown tables** (:func:`breakdown_tables`): every metric that is not an MLflow metric,
