@@ -786,7 +786,8 @@ def _link_compared(mlflow_client: Any, run_id: str, comparison_id: str, exp_id: 
         data = mlflow_client.get_run(run_id).data
         known = [x for x in str(data.tags.get("evalkit.comparisons", "")).split(",") if x]
         note = str(data.tags.get("mlflow.note.content", ""))
-        line = f"{COMPARED_LINE}[{name}](#/experiments/{exp_id}/runs/{comparison_id}) (as {side.upper()})."
+        text = name.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")  # a point such as judge=[a,b] stays link text
+        line = f"{COMPARED_LINE}[{text}](#/experiments/{exp_id}/runs/{comparison_id}) (as {side.upper()})."
         kept = compared_lines(note)[-(MAX_COMPARED_LINES - 1) :]
         own = [part for part in note.split("\n\n") if part and not part.startswith(COMPARED_LINE)]
         log_values(mlflow_client, run_id, tags={
