@@ -115,7 +115,7 @@ def is_named(summary: Summary, name: str) -> bool:
         return True
     if summary.tracked_metrics == "top_level":
         return False
-    figures = _figures(summary)[0]
+    figures = {**(getattr(summary, "metrics", None) or {}), **(getattr(summary, "partial_metrics", None) or {})}
     return sum("/" in k for k in figures) <= MAX_BREAKDOWN_METRICS
 
 

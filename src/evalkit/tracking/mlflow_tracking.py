@@ -726,8 +726,6 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
     ``tables/paired.json`` (every metric) and ``tables/flips.json`` (the flipped samples).
     ``parent_run_id``: a sweep's parent run, under which the comparison is nested.
     """
-    import pandas as pd  # deferred: MLflow's own dependency
-
     mlflow_client = client(uri)
     base, new = runs
     exp_id = base.get("experiment_id") or new.get("experiment_id") or experiment_id(mlflow_client, experiment, "")
@@ -761,20 +759,27 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
     run = mlflow_client.create_run(exp_id, tags=mlflow_obj(tags))
     rid = run.info.run_id
     log_values(mlflow_client, rid, metrics=curate.comparison_metrics(m))
-    rows = [{"metric": name, **{k: e.get(k) for k in ("a", "b", "delta", "low", "high", "p", "p_holm", "p_bh", "mde", "test", "n")},
-             "note": e.get("note", "")} for name, e in (pair.get("metrics") or {}).items()]  # fmt: skip
-    if rows:
-        mlflow_client.log_table(rid, data=pd.DataFrame(rows, dtype=object), artifact_file="tables/paired.json")
-    if flips:
-        flipped = [{"sample_id": e["sample_id"], "subset": e.get("subset"), "base": e["a"], "new": e["b"], "better_in": side}
-                   for side, key in (("base", "a_better"), ("new", "b_better")) for e in flips.get(key, [])]  # fmt: skip
-        if flipped:
-            mlflow_client.log_table(rid, data=pd.DataFrame(mlflow_obj(flipped), dtype=object), artifact_file="tables/flips.json")
+    _comparison_tables(mlflow_client, rid, pair, flips)
     for side, end in (("base", base), ("new", new)):
         if end.get("mlflow_run_id"):
             _link_compared(mlflow_client, str(end["mlflow_run_id"]), rid, exp_id, name, side)
     mlflow_client.set_terminated(rid, status="FINISHED")
     return rid
+
+
+def _comparison_tables(mlflow_client: Any, rid: str, pair: dict[str, Any], flips: dict[str, Any] | None) -> None:
+    """A comparison run's ``tables/paired.json`` (every metric of ``pair``) and
+    ``tables/flips.json`` (each flipped sample of ``flips``, the side it is better in)."""
+    import pandas as pd  # deferred: MLflow's own dependency
+
+    rows = [{"metric": name, **{k: e.get(k) for k in ("a", "b", "delta", "low", "high", "p", "p_holm", "p_bh", "mde", "test", "n")},
+             "note": e.get("note", "")} for name, e in (pair.get("metrics") or {}).items()]  # fmt: skip
+    if rows:
+        mlflow_client.log_table(rid, data=pd.DataFrame(rows, dtype=object), artifact_file="tables/paired.json")
+    flipped = [{"sample_id": e["sample_id"], "subset": e.get("subset"), "base": e["a"], "new": e["b"], "better_in": side}
+               for side, key in (("base", "a_better"), ("new", "b_better")) for e in (flips or {}).get(key, [])]  # fmt: skip
+    if flipped:
+        mlflow_client.log_table(rid, data=pd.DataFrame(mlflow_obj(flipped), dtype=object), artifact_file="tables/flips.json")
 
 
 def _link_compared(mlflow_client: Any, run_id: str, comparison_id: str, exp_id: str, name: str, side: str) -> None:
