@@ -152,8 +152,8 @@ def _upper(strata: list[StratumCS], weights: np.ndarray, threshold: float, sign:
 
 @dataclass
 class Look:
-    """The interval at one look: ``n`` units used, Δ's point estimate (the weighted
-    stratified mean of the draws, strata not drawn counted 0), ``[low, high]``."""
+    """The interval at one look: ``n`` units used, Δ's point estimate
+    (:meth:`ConfidenceSequence.estimate`), ``[low, high]``."""
 
     n: int
     delta: float
@@ -193,7 +193,13 @@ class ConfidenceSequence:
         self.strata[stratum].add(d)
 
     def estimate(self) -> float:
-        return float(sum(w * (2.0 * s.total / s.n - 1.0) for w, s in zip(self.w, self.strata) if s.n))
+        """Δ's point estimate: the weighted mean of the drawn strata's means, renormalised
+        over the strata drawn so far (0 before any draw)."""
+        drawn = [(w, s) for w, s in zip(self.w, self.strata) if s.n]
+        total = sum(w for w, _ in drawn)
+        if not drawn or total <= 0:
+            return 0.0
+        return float(sum(w * (2.0 * s.total / s.n - 1.0) for w, s in drawn) / total * float(self.w.sum()))
 
     def interval(self) -> Look:
         """The interval of Δ now (clipped to [−Σ|w|, Σ|w|])."""

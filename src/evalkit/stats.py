@@ -361,6 +361,8 @@ def t_interval(mean: float, se: float, df: float, level: float) -> tuple[float, 
 
 def _in_unit_range(plan: StatPlan, names: list[str]) -> bool:
     for n in names:
+        if n not in plan.columns:  # a base metric one run of a pair lacks (other cells selected)
+            continue
         v = plan.columns[n].values[plan.columns[n].mask]
         if v.size and (np.nanmin(v) < 0 or np.nanmax(v) > 1):
             return False

@@ -510,6 +510,7 @@ class MlflowObserver(Observer):
         # value and cannot delete it): their latest value becomes NaN, "not applicable"
         metrics.update({k: float("nan") for k in data.metrics if k.startswith("partial_") and k not in metrics})
         log_values(mlflow_client, run_id, params=params, metrics=metrics, timestamp_ms=_ms(summary.finished_at))
+        _log_gate_steps(mlflow_client, run_id, summary)
         log_dataset(mlflow_client, run_id, dataset_input(summary, recorded))
         self._log_tables(mlflow_client, run_id, summary, outs)
         for path, folder in run_files(run_dir):
@@ -754,3 +755,18 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
             mlflow_client.log_table(rid, data=pd.DataFrame(flipped, dtype=object), artifact_file="tables/flips.json")
     mlflow_client.set_terminated(rid, status="FINISHED")
     return rid
+
+
+def _log_gate_steps(mlflow_client: Any, run_id: str, summary: Summary) -> None:
+    """A ``run.stop_when`` run's running interval (:mod:`evalkit.engine.sequential`) as MLflow
+    metrics with steps — ``gate_delta``, ``gate_low``, ``gate_high`` at step n (paired units
+    used) of each look — so that the UI draws how the interval narrowed. Written whole each
+    time (a metric's history is replaced by logging the same steps again)."""
+    from mlflow.entities import Metric  # deferred: heavy
+
+    looks = (getattr(summary, "sequential", None) or {}).get("looks") or []
+    stamp = _ms(summary.finished_at) or 0
+    entries = [Metric(f"gate_{k}", float(look[k]), stamp, int(look["n"])) for look in looks for k in ("delta", "low", "high")]
+    for i in range(0, len(entries), 900):  # MLflow's log_batch takes at most 1000 metrics
+        mlflow_client.log_batch(run_id, metrics=entries[i : i + 900])
+
