@@ -70,6 +70,20 @@ def test_fixed_n_design_size():
     assert fixed_n(0.05, 0.2) == 841  # (1.96 + 1.2816)² · 0.2 / 0.05²
 
 
+def test_perf_script_smallest_run_holds_its_bounds():
+    """perf/sequential.py at its smallest (a fast test): the table's rows, no PASS at the
+    margin, coverage at every look, never more than the fixed-n design plus one batch."""
+    sys.path.insert(0, str(ROOT / "perf"))
+    import sequential as perf  # perf/sequential.py
+
+    res = perf.measure(sims=2, seed=5, n_pop=300, margin=0.15, discordance=0.2, batch=10, min_samples=20)
+    assert set(res["rows"]) == {"-3x", "-2x", "-1x", "+0x", "+1x", "+2x"} and res["fixed_n"] == 94
+    assert res["false_pass_at_margin"] == 0.0 and all(v == 1.0 for v in res["coverage"].values())
+    assert all(r["max_fraction"] <= 1.0 + 10 / res["fixed_n"] for r in res["rows"].values())
+    assert "| true Δ |" in perf.render(res)
+
+
+@pytest.mark.slow
 def test_perf_script_reduced_meets_its_targets():
     """perf/sequential.py reduced: no false PASS at the margin beyond the nominal, coverage
     ≥ level at every look, and the savings at +2×margin and −3×margin (≤ 50 % of fixed n)."""
