@@ -62,6 +62,7 @@ from tabulate import tabulate
 
 from evalkit import stats
 from evalkit.benchmarks import get_benchmark_class
+from evalkit.engine.sequential import interval_entry
 from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.journal import Journal, damaged_journal, read_run_journal
 from evalkit.rescore import load_benchmark
@@ -321,8 +322,6 @@ def _sequential_headline(a: Run, b: Run, head: str | None, metrics: dict[str, An
     anytime-valid interval at its decision, labelled (a fixed-n interval on the units a
     sequential run happened to stop at would not hold its level); the fixed-n entry is kept
     under ``fixed_n``. A note says so."""
-    from evalkit.engine.sequential import interval_entry
-
     record = getattr(b.summary, "sequential", None)
     if head is None or not isinstance(record, dict) or not record.get("interval"):
         return

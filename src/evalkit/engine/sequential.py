@@ -39,9 +39,11 @@ from typing import Any
 import numpy as np
 
 from evalkit import stats
+from evalkit.engine.work import WorkList
 from evalkit.errors import ConfigError
 from evalkit.journal import read_failures, read_journal
 from evalkit.sequential import ConfidenceSequence, Look, decide, stratified_order
+from evalkit.summary import read_summary
 from evalkit.types import Failure, Trajectory
 
 log = logging.getLogger("evalkit")
@@ -105,8 +107,6 @@ class GateSetup:
     def order(self, samples: list[Any]) -> list[Any]:
         """The selection in the gate's order, units the baseline did not score left out;
         ``run.limit`` (applied by the caller afterwards) then caps it."""
-        from evalkit.summary import read_summary
-
         bench = self.bench
         summary = read_summary(self.baseline / "summary.json", ConfigError)
         if summary.benchmark != bench.name:
@@ -398,8 +398,6 @@ def narrow(plan: Any, run_dir: Path) -> None:
     keep_units = set(setup.order_units[: max(last + 1, monitor.decision["position"])])
     keep = [s for s in plan.samples if setup.unit_of[s.id] in keep_units]
     ids = {s.id for s in keep}
-    from evalkit.engine.work import WorkList
-
     plan.samples = keep
     plan.units = WorkList(keep, plan.units.build, plan.units.is_rollout, plan.cfg.run.repeats)
     plan.hashes = {k: h for k, h in plan.hashes.items() if k[0] in ids}
