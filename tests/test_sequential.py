@@ -135,6 +135,14 @@ def test_gate_run_against_a_clearly_worse_replay_stops_early_with_fail_and_resum
     assert t["sequential"]["verdict"] == "FAIL" and t["sequential"]["n_used"] == s["sequential"]["n_used"]
     assert (res.run_dir / "plots" / "sequential.png").is_file()
     assert len((res.run_dir / "predictions.jsonl").read_text().splitlines()) == s["n_samples"]  # nothing paid twice
+    # as after a SIGKILL before the decision: the journal's first 6 rows only, no summary
+    lines = (res.run_dir / "predictions.jsonl").read_text().splitlines(keepends=True)
+    (res.run_dir / "predictions.jsonl").write_text("".join(lines[:6]))
+    (res.run_dir / "summary.json").unlink()
+    killed = run_eval([*args, f"run.resume={res.run_dir}"])
+    k = json.loads((killed.run_dir / "summary.json").read_text())
+    assert (k["status"], k["sequential"]["verdict"], k["sequential"]["n_used"]) == ("decided", "FAIL", s["sequential"]["n_used"])
+    assert k["sequential"]["interval"] == s["sequential"]["interval"]  # the same martingale, not a fresh test
 
 
 @pytest.mark.slow
