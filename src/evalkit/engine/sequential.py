@@ -106,7 +106,34 @@ class GateSetup:
 
     def order(self, samples: list[Any]) -> list[Any]:
         """The selection in the gate's order, units the baseline did not score left out;
-        ``run.limit`` (applied by the caller afterwards) then caps it."""
+        ``run.limit`` then caps it (in units; a unit's samples stay together)."""
+        linear, journal = self._baseline(samples)
+        self._map_units(samples, journal)
+        kept = [s for s in samples if s.id in self.unit_of]
+        dropped = len(samples) - len(kept)
+        if dropped:
+            log.warning("run.stop_when: %d selected sample(s) not scored in the baseline %s are left out (they cannot be paired)",
+                        dropped, self.baseline)  # fmt: skip
+        if not kept:
+            raise ConfigError(f"run.baseline: {self.baseline} scored none of the selected samples: nothing to pair")
+        unit_ids = self._strata(kept, linear)
+        keys = sorted(set(self.stratum_of.values()))
+        codes = [keys.index(self.stratum_of[u]) for u in unit_ids]
+        order = stratified_order(codes, {i: self.weights.get(k, 0.0) for i, k in enumerate(keys)}, int(self.cfg.run.seed))
+        self.order_units = [unit_ids[i] for i in order]
+        self.population = len(self.order_units)
+        rank = {u: i for i, u in enumerate(self.order_units)}
+        ordered = sorted(kept, key=lambda s: rank[self.unit_of[s.id]])  # stable: a unit's samples keep their order
+        if self.cfg.run.limit is not None:
+            self.order_units = self.order_units[: self.cfg.run.limit]
+            capped = set(self.order_units)
+            ordered = [s for s in ordered if self.unit_of[s.id] in capped]
+        self.n_cap = len(self.order_units)
+        return ordered
+
+    def _baseline(self, samples: list[Any]) -> tuple[dict[str, float] | None, Any]:
+        """Read the baseline run: its headline, how the headline splits (a column, or the
+        ``{column: weight}`` of a linear one) and each unit's baseline value."""
         bench = self.bench
         summary = read_summary(self.baseline / "summary.json", ConfigError)
         if summary.benchmark != bench.name:
@@ -117,40 +144,39 @@ class GateSetup:
         base_samples = [s for s in samples if s.id in chosen]
         if not base_samples:
             raise ConfigError(f"run.baseline: {self.baseline} scored none of the selected samples: nothing to pair")
-        plan = bench.stat_plan(base_samples, journal.epochs(base_samples, summary.repeats))
+        epochs = journal.epochs(base_samples, summary.repeats)
+        plan = bench.stat_plan(base_samples, epochs)
         if plan is None or not plan.units:
             raise ConfigError(f"run.stop_when: benchmark {bench.name} has no statistics plan to gate on")
+        linear = None
         if self.headline in plan.columns:
-            self.columns, linear = [self.headline], None
+            self.columns = [self.headline]
         else:
             linear = stats.linear_weights(plan, self.headline)
             if not linear:
                 raise ConfigError(f"run.stop_when: the headline {self.headline} of {bench.name} is not a mean or a weighted "
                                   "mean of disjoint means; it cannot be gated sequentially")  # fmt: skip
             self.columns = list(linear)
-        self.base = _unit_values(bench, base_samples, journal.epochs(base_samples, summary.repeats), self.columns)
-        # which unit each sample belongs to: the plan's unit ids are sample ids, or a unit
-        # groups samples (a dialogue): found by building each sample's plan alone
-        ids = {s.id for s in samples}
-        units = set(self.base)
+        self.base = _unit_values(bench, base_samples, epochs, self.columns)
+        return linear, journal
+
+    def _map_units(self, samples: list[Any], journal: Any) -> None:
+        """Which unit each sample belongs to: the plan's unit ids are sample ids, or a unit
+        groups samples (a dialogue), found by building each sample's plan alone."""
+        ids, units = {s.id for s in samples}, set(self.base)
+        self.unit_of = {s.id: s.id for s in samples if s.id in units}
+        if units <= ids:
+            return
+        base_rows = {sid: row for (sid, epoch), row in journal.rows.items() if epoch == 0}
         for s in samples:
-            if s.id in units:
-                self.unit_of[s.id] = s.id
-        if not units <= ids:
-            base_rows = {sid: row for (sid, epoch), row in journal.rows.items() if epoch == 0}
-            for s in samples:
-                if s.id not in self.unit_of and s.id in base_rows:
-                    one = bench.stat_plan([s], [[base_rows[s.id]]])
-                    if one is not None and len(one.units) == 1 and one.units[0] in units:
-                        self.unit_of[s.id] = one.units[0]
-        kept = [s for s in samples if s.id in self.unit_of]
-        dropped = len(samples) - len(kept)
-        if dropped:
-            log.warning("run.stop_when: %d selected sample(s) not scored in the baseline %s are left out (they cannot be paired)",
-                        dropped, self.baseline)  # fmt: skip
-        if not kept:
-            raise ConfigError(f"run.baseline: {self.baseline} scored none of the selected samples: nothing to pair")
-        # strata: the linear headline's base metrics, else the samples' categories
+            if s.id not in self.unit_of and s.id in base_rows:
+                one = self.bench.stat_plan([s], [[base_rows[s.id]]])
+                if one is not None and len(one.units) == 1 and one.units[0] in units:
+                    self.unit_of[s.id] = one.units[0]
+
+    def _strata(self, kept: list[Any], linear: dict[str, float] | None) -> list[str]:
+        """The units (in selection order), each one's stratum and the strata's weights: the
+        linear headline's base metrics and weights, else the categories weighted by size."""
         first: dict[str, Any] = {}
         for s in kept:
             first.setdefault(self.unit_of[s.id], s)
@@ -158,26 +184,13 @@ class GateSetup:
         if linear:
             self.stratum_of = {u: self.base[u][0] for u in unit_ids}
             self.weights = {k: float(v) for k, v in linear.items()}
-        else:
-            self.stratum_of = {u: str(first[u].subset) for u in unit_ids}
-            sizes: dict[str, int] = {}
-            for u in unit_ids:
-                sizes[self.stratum_of[u]] = sizes.get(self.stratum_of[u], 0) + 1
-            self.weights = {k: n / len(unit_ids) for k, n in sizes.items()}
-        keys = sorted(set(self.stratum_of.values()))
-        codes = [keys.index(self.stratum_of[u]) for u in unit_ids]
-        order = stratified_order(codes, {i: self.weights.get(k, 0.0) for i, k in enumerate(keys)}, int(self.cfg.run.seed))
-        self.order_units = [unit_ids[i] for i in order]
-        self.population = len(self.order_units)
-        rank = {u: i for i, u in enumerate(self.order_units)}
-        ordered = sorted(kept, key=lambda s: rank[self.unit_of[s.id]])  # stable: a unit's samples keep their order
-        limit = self.cfg.run.limit
-        if limit is not None:  # run.limit caps the order (in units; a unit's samples stay together)
-            capped = set(self.order_units[:limit])
-            self.order_units = self.order_units[:limit]
-            ordered = [s for s in ordered if self.unit_of[s.id] in capped]
-        self.n_cap = len(self.order_units)
-        return ordered
+            return unit_ids
+        self.stratum_of = {u: str(first[u].subset) for u in unit_ids}
+        sizes: dict[str, int] = {}
+        for u in unit_ids:
+            sizes[self.stratum_of[u]] = sizes.get(self.stratum_of[u], 0) + 1
+        self.weights = {k: n / len(unit_ids) for k, n in sizes.items()}
+        return unit_ids
 
 
 class Monitor:
