@@ -38,7 +38,8 @@ why it was chosen; the thresholds are the constants below; coverage is simulated
   geometric-mean ``balance_score``) the *basic* bootstrap (which removes the percentile
   interval's bias) and *not estimable* when a stratum has fewer than
   :data:`NONLINEAR_MIN_PER_STRATUM` units (simulated coverage 80 % at 5 a cell, 91.5–95.5 %
-  from 8 to 20; with cells near 0 the 0.01 floor biases it to 80–83 % at any size).
+  from 8 to 20), or when a stratum it depends on scores 0 (the 0.01 floor then sets that
+  cell's value: with cells near 0 the interval covered 80–83 % at any size).
 
 The bootstrap resamples units **within each stratum** (n draws with replacement among a
 stratum's n units); strata with fewer than 2 units are pooled (into one, or into the
@@ -643,6 +644,12 @@ def not_estimable(plan: StatPlan) -> dict[str, str]:
         if counts.size and counts.min() < NONLINEAR_MIN_PER_STRATUM:
             out[name] = (f"not estimable: a {plan.stratum_label} has {int(counts.min())} {plan.unit_label} (fewer than "
                          f"{NONLINEAR_MIN_PER_STRATUM}), too few for this non-linear aggregate's bias to be corrected")  # fmt: skip
+            continue
+        point = plan.point()
+        zero = [d for d in plan.dependencies().get(name, []) if d in point and point[d] <= 0.0]
+        if zero:
+            out[name] = (f"not estimable: {len(zero)} {plan.stratum_label}(s) score 0 (e.g. {zero[0]}): the aggregate's floor "
+                         "sets their value, a bias no bootstrap repairs (simulated coverage 80–83 % with cells near 0)")  # fmt: skip
     return out
 
 
