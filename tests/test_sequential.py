@@ -134,6 +134,12 @@ def test_gate_run_against_a_clearly_worse_replay_stops_early_with_fail_and_resum
     t = json.loads((again.run_dir / "summary.json").read_text())
     assert t["sequential"]["verdict"] == "FAIL" and t["sequential"]["n_used"] == s["sequential"]["n_used"]
     assert (res.run_dir / "plots" / "sequential.png").is_file()
+    from evalkit.compare import compare, gate_verdict
+
+    result = compare([str(base), str(res.run_dir)], True, 0.95, 200, 0, shared_data_dir / "sobhard")
+    head = result["paired"][0]["metrics"]["sample_pass_rate"]
+    assert head["test"].startswith("anytime-valid") and head["high"] == s["sequential"]["interval"]["high"]
+    assert gate_verdict(result, "noninferior:0.15")["verdict"] == "FAIL"
     assert len((res.run_dir / "predictions.jsonl").read_text().splitlines()) == s["n_samples"]  # nothing paid twice
     # as after a SIGKILL before the decision: the journal's first 6 rows only, no summary
     lines = (res.run_dir / "predictions.jsonl").read_text().splitlines(keepends=True)
