@@ -206,7 +206,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("servers", ["evalkit.backends"]),
     ("configuration", ["evalkit.config"]),
     ("run records", ["evalkit.journal", "evalkit.summary"]),
-    ("basics", ["evalkit.settings", "evalkit.types", "evalkit.jsonl", "evalkit.stats", "evalkit.providers", "evalkit.secrets"]),
+    ("basics", ["evalkit.settings", "evalkit.types", "evalkit.jsonl", "evalkit.stats", "evalkit.providers", "evalkit.secrets",
+                "evalkit.sequential"]),
     ("root", ["evalkit", "evalkit.errors"]),
 ]
 #: imports the layers would allow that the design still refuses: (importer, imported) prefixes
@@ -306,6 +307,7 @@ LOCAL_IMPORTS = {
     "evalkit.models.factory": {"evalkit.models.litellm_client"},  # litellm, in a worker
     "evalkit.compare": {"evalkit.tracking.mlflow_tracking"},  # MLflow, for a run id only
     "evalkit.engine.executor": {"evalkit.providers"},  # a Ray worker's price call
+    "evalkit.config": {"evalkit.stats"},  # run.stop_when's gate parsed (numpy), only when set
     "evalkit.benchmarks.acebench.metrics": {"evalkit.stats"},  # numpy, in stat_plan
     "evalkit.benchmarks.ke.metrics": {"evalkit.stats"},
     "evalkit.benchmarks.sobhard.metrics": {"evalkit.stats"},

@@ -751,3 +751,23 @@ def test_a_small_heavy_stratum_gets_the_stratified_paired_wald_delta():
     assert m["test"] == "stratified paired Wald" and (m["p"] < 0.05) == (not m["low"] <= 0 <= m["high"])
     # the 3-unit stratum without a discordant pair still adds its variance (½ per cell)
     assert m["se"] ** 0.5 > 0 and m["se"] > 0.15 * np.sqrt(1 / 5) / 5
+
+
+def test_balance_score_with_a_cell_that_scores_zero_is_not_estimable():
+    """issue 37 item 0: a cell at 0 is floored (0.01), a bias no bootstrap repairs (80–83 %
+    coverage simulated with cells near 0): balance_score is then "not estimable", stated."""
+    from evalkit.benchmarks.sobhard.metrics import stat_plan as sobhard_plan
+    from evalkit.stats import not_estimable
+
+    def plan(first_cell_passes: int):
+        records, categories = [], {}
+        for i in range(30):
+            sid = f"q{i:03d}"
+            cell = i % 2
+            passed = (i // 2 < first_cell_passes) if cell == 0 else (i % 4 == 1)
+            records.append({"sample_id": sid, "scores": {"sample_pass": float(passed)}})
+            categories[sid] = {"family": f"f{cell}", "difficulty": "d"}
+        return sobhard_plan([], [records], categories)
+
+    assert "balance_score" in not_estimable(plan(0)) and "score 0" in not_estimable(plan(0))["balance_score"]
+    assert "balance_score" not in not_estimable(plan(3))

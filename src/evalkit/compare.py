@@ -67,6 +67,7 @@ from tabulate import tabulate
 
 from evalkit import stats
 from evalkit.benchmarks import get_benchmark_class
+from evalkit.engine.sequential import interval_entry
 from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.journal import Journal, damaged_journal, read_run_journal
 from evalkit.rescore import load_benchmark
@@ -329,6 +330,7 @@ def paired_stats(a: Run, b: Run, level: float = 0.95, resamples: int = 2000, see
     adjusted = stats.adjust({n: m["p"] for n, m in metrics.items()})
     for name, adj in adjusted.items():
         metrics[name]["p_holm"], metrics[name]["p_bh"] = adj["holm"], adj["bh"]
+    _sequential_headline(a, b, head, metrics, out)
     out["metrics"] = metrics
     out["primary"] = head
     out["family"] = (f"the {len(adjusted)} metrics with a p-value of this pair (Holm: family-wise error; "
@@ -340,6 +342,34 @@ def paired_stats(a: Run, b: Run, level: float = 0.95, resamples: int = 2000, see
     if bounds is not None:
         out["worst_case_delta"] = bounds
     return out
+
+
+def _sequential_headline(a: Run, b: Run, head: str | None, metrics: dict[str, Any], out: dict[str, Any]) -> None:
+    """A run stopped by ``run.stop_when`` against ``a`` (its summary's ``sequential``,
+    :mod:`evalkit.engine.sequential`): the headline's Δ and interval become the run's
+    anytime-valid interval at its decision, labelled (a fixed-n interval on the units a
+    sequential run happened to stop at would not hold its level); the fixed-n entry is kept
+    under ``fixed_n``. A note says so."""
+    record = getattr(b.summary, "sequential", None)
+    if head is None or not isinstance(record, dict) or not record.get("interval"):
+        return
+    try:
+        same = Path(str(record.get("baseline"))).resolve() == a.path.resolve()
+    except OSError:
+        same = False
+    if not same:
+        out["notes"].append(f"{b.path} was gated sequentially against {record.get('baseline')}, not against {a.path}: "
+                            "its fixed-n paired statistics are shown")  # fmt: skip
+        return
+    entry = interval_entry(record)
+    fixed = metrics.get(head)
+    if entry is None:
+        return
+    entry["fixed_n"] = fixed
+    entry["method"] = f"sequential (run.stop_when={record.get('gate')}, {record.get('verdict')} at n={record.get('n_used')}): {entry['method']}"
+    metrics[head] = {**{k: v for k, v in (fixed or {}).items() if k in ("a", "b", "n_paired", "n_excluded")}, **entry}
+    out["notes"].append(f"the headline's Δ interval is {b.path}'s anytime-valid one (run.stop_when={record.get('gate')}, "
+                        f"n={record.get('n_used')}), not a fixed-n interval")  # fmt: skip
 
 
 def _worst_case_delta(a: Run, b: Run, head: str | None) -> list[float] | None:
@@ -459,7 +489,7 @@ def render(result: dict[str, Any]) -> str:
     runs = result["runs"]
     out = ["Runs:"]
     for i, r in enumerate(runs, 1):
-        state = "complete" if r["status"] == "complete" else f"INCOMPLETE, n_failed={r['n_failed']}"
+        state = r["status"] if r["status"] in ("complete", "decided") else f"INCOMPLETE, n_failed={r['n_failed']}"
         out.append(f"  [{i}] {printable(r['dir'])}  ({printable(r['benchmark'])} × {printable(r['model'])}, {state}, {r['n_scored']}/{r['n_samples']} scored)")
     fps = {r["data_fingerprint"] for r in runs}
     if len({r["benchmark"] for r in runs}) == 1 and len(fps) > 1:
@@ -523,7 +553,7 @@ def _render_paired(pair: dict[str, Any], order: list[str], heads: set[str]) -> l
                             if "p_mcnemar_exact" in m else f" (b={m['only_a']}, c={m['only_b']})" if "only_a" in m else "")
         adj = f"{m['p_holm']:.3g} / {m['p_bh']:.3g}" if "p_holm" in m else ""
         rows.append([label, f"{m['a']:.4f}", f"{m['b']:.4f}", f"{m['delta']:+.4f} [{m['low']:+.4f}, {m['high']:+.4f}]",
-                     f"{m['p']:.4g}", adj, test, m["n"]])  # fmt: skip
+                     f"{m['p']:.4g}" if m.get("p") is not None else "(anytime)", adj, test, m["n"]])  # fmt: skip
     first = next(iter(pair["metrics"].values()), {"n_paired": 0, "n_excluded": 0})
     out.append(f"  {first['n_paired']} units paired, {first['n_excluded']} excluded (scored in one run only)")
     table = tabulate(rows, headers=["metric", f"[{ia}]", f"[{ib}]", "Δ [interval]", "p", "p Holm / BH", "test", "n"],

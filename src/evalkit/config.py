@@ -369,6 +369,30 @@ class RunSettings(_Strict):
         return self
     baseline: float | str | None = None
     target_effect: float | None = Field(default=None, gt=0.0, lt=1.0)
+    #: ``run.stop_when=<gate>`` (``noninferior:δ``, ``superior``, ``equivalent:δ``, the language of
+    #: ``compare --gate``) with ``run.baseline=<run dir>``: the run stops once its anytime-valid gate
+    #: on the headline is decided (:mod:`evalkit.engine.sequential`); ``min_samples``: no verdict
+    #: before this many paired units (default 20)
+    stop_when: str | None = None
+    min_samples: int | None = Field(default=None, ge=1, strict=True)
+
+    @model_validator(mode="after")
+    def _stop_when_usable(self) -> "RunSettings":
+        if self.stop_when is None:
+            if self.min_samples is not None:
+                raise ValueError("run.min_samples: needs run.stop_when=<gate>")
+            return self
+        from evalkit.stats import parse_gate
+
+        try:
+            parse_gate(self.stop_when)
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("--gate", "run.stop_when")) from None
+        if self.batch:
+            raise ValueError("run.stop_when: a batch holds every request at once, nothing is left to stop; run without run.batch")
+        if not isinstance(self.baseline, str):
+            raise ValueError("run.stop_when: needs run.baseline=<a finished run directory> to pair with")
+        return self
 
     @field_validator("baseline")
     @classmethod

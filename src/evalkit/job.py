@@ -60,6 +60,10 @@ def outcome_line(result: RunResult) -> str:
     if typed.complete and not _computed(typed.headline_value):
         return (f"evalkit: complete, but NO HEADLINE: {typed.benchmark} × {typed.model}: the headline {typed.headline} could not be "
                 f"computed (the benchmark gave it no value; its other metrics are in summary.json); {cost} → {result.run_dir}")  # fmt: skip
+    if typed.complete and typed.status == "decided":  # run.stop_when: the gate's verdict and the units it used
+        g = getattr(typed, "sequential", None) or {}
+        return (f"evalkit: decided: {typed.benchmark} × {typed.model}: gate {g.get('gate')} {g.get('verdict')} ({g.get('why')}) "
+                f"after {g.get('n_used')} of {g.get('n_cap')} paired units; {headline_text(typed)}; {cost} → {result.run_dir}")  # fmt: skip
     if typed.complete:
         return f"evalkit: complete: {typed.benchmark} × {typed.model}: {headline_text(typed)}; {cost} → {result.run_dir}"
     kinds = ", ".join(f"{k}: {v}" for k, v in typed.failed_by_kind.items()) or "never ran"

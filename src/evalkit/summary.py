@@ -121,7 +121,9 @@ class Summary(BaseModel):
     model_config = ConfigDict(extra="allow", validate_assignment=False)
 
     schema_version: Annotated[int, BeforeValidator(_integer), Field(ge=1)] = SCHEMA_VERSION
-    status: Literal["complete", "incomplete"]
+    #: ``decided``: a ``run.stop_when`` run stopped once its gate was decided, complete over
+    #: the units it dispatched (its ``sequential`` record says why, and how many it used)
+    status: Literal["complete", "incomplete", "decided"]
     benchmark: Annotated[str, Field(strict=True, min_length=1)]
     model: Text
     model_id: Text | None = None
@@ -198,7 +200,7 @@ class Summary(BaseModel):
 
     @property
     def complete(self) -> bool:
-        return self.status == "complete"
+        return self.status in ("complete", "decided")
 
     def shown_metrics(self) -> tuple[dict[str, float], bool]:
         """``({metric name: value}, partial)``: ``metrics`` of a complete run, or the

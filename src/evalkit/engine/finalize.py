@@ -15,6 +15,7 @@ from typing import Any, Callable
 from evalkit import __version__, secrets
 from evalkit.benchmarks.task.agreement import panel_agreement
 from evalkit.engine.budget import BUDGET_EXCEEDED, journal_spend
+from evalkit.engine import sequential
 from evalkit.engine.phases import Phases
 from evalkit.engine.plan import RunPlan, data_fingerprint
 from evalkit.engine.records import reasoning_rule
@@ -84,6 +85,7 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None,
     summary.update(_spend(plan, state, records, failures))
     if engine is not None:
         summary["engine"] = engine
+    summary = sequential.annotate(plan, summary, state.run_dir)  # run.stop_when: the gate's record, status decided
     return secrets.scrub_obj(summary), records
 
 

@@ -14,12 +14,13 @@ import logging
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from evalkit import secrets
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.benchmarks.base import Benchmark
 from evalkit.config import EvalConfig
+from evalkit.engine.sequential import GateSetup
 from evalkit.engine.work import WorkList
 from evalkit.errors import ConfigError, DataError
 from evalkit.models.factory import Endpoints, ModelPlan, plan_models
@@ -51,6 +52,8 @@ class RunPlan:
     prices: dict[str, Price | None] = field(default_factory=dict)
     #: a user simulator takes part (some selected sample is a rollout and one is configured)
     with_user: bool = False
+    #: ``run.stop_when``'s gate (:class:`evalkit.engine.sequential.GateSetup`), else ``None``
+    gate: Any = None
 
     def request_hashes(self) -> dict[tuple[str, int], str]:
         """``{(sample id, epoch): request hash}``: what identifies each result (resume)."""
@@ -90,7 +93,8 @@ def prepare(cfg: EvalConfig, priced: bool = True, endpoints: Endpoints | None = 
     for backend in (cfg.backend, cfg.user.backend if cfg.user is not None else None, *(j.backend for j in cfg.judge)):
         secrets.register_url_password(getattr(backend, "api_base", None))
     bench = get_benchmark_class(cfg.benchmark.name, kind=getattr(cfg.benchmark, "kind", None))(cfg.benchmark)  # a module: imported by validate
-    samples = select_samples(load_unique(bench), cfg)
+    gate = GateSetup(bench, cfg) if cfg.run.stop_when else None  # run.stop_when: the seeded stratified order
+    samples = select_samples(load_unique(bench), cfg, gate.order if gate else None)
     rollouts = [s for s in samples if bench.is_rollout(s)]
     if bench.needs_user_model(samples) and cfg.user is None and cfg.model.kind != "reference":
         needing = sorted({s.subset for s in samples if bench.needs_user_model([s])})
@@ -108,7 +112,7 @@ def prepare(cfg: EvalConfig, priced: bool = True, endpoints: Endpoints | None = 
     models = plan_models(cfg, bench, samples, with_user=with_user, endpoints=endpoints)
     hashes, prompts_sha256 = identify(samples, build, cfg.run.repeats, models.model_id)
     prices = run_prices(cfg, with_user) if priced else {}
-    return RunPlan(cfg, bench, samples, units, models, hashes, prompts_sha256, prices, with_user)
+    return RunPlan(cfg, bench, samples, units, models, hashes, prompts_sha256, prices, with_user, gate)
 
 
 def identify(samples: list[Sample], build: Callable[[Sample], Request], repeats: int,
@@ -182,8 +186,10 @@ def load_unique(bench: Benchmark) -> list[Sample]:
     return loaded
 
 
-def select_samples(samples: list[Sample], cfg: EvalConfig) -> list[Sample]:
+def select_samples(samples: list[Sample], cfg: EvalConfig, order: Callable[[list[Sample]], list[Sample]] | None = None) -> list[Sample]:
     """Apply ``run.sample_ids`` / ``run.sample_ids_file`` then ``run.limit`` (first N).
+    ``order`` (``run.stop_when``'s :meth:`~evalkit.engine.sequential.GateSetup.order`): puts
+    the selection in the gate's order and caps it itself, in units, before ``run.limit``.
 
     Raises:
         ConfigError: a requested id that the benchmark does not have, or nothing selected.
@@ -206,7 +212,9 @@ def select_samples(samples: list[Sample], cfg: EvalConfig) -> list[Sample]:
             raise ConfigError(f"run.sample_ids: unknown sample id {unknown[0]!r} (ids look like {example!r})")
         seen: set[str] = set()
         samples = [by_id[sid] for sid in wanted if not (sid in seen or seen.add(sid))]
-    if cfg.run.limit is not None:
+    if order is not None:
+        samples = order(samples)
+    elif cfg.run.limit is not None:
         samples = samples[: cfg.run.limit]
     if not samples:
         raise ConfigError("run: the selection is empty (check benchmark.subsets, run.sample_ids, run.limit)")

@@ -40,6 +40,7 @@ from evalkit.engine.ray_session import ensure_ray, shutdown_ray
 from evalkit.engine.records import cap_record, failure_record, kept_answers, prediction_record, scored_view, write_transcript
 from evalkit.engine.rundir import FAILED, PREDICTIONS, RunState, choose_run_dir, open_run
 from evalkit.engine.scheduling import run_units
+from evalkit.engine import sequential
 from evalkit.engine.scoring import Scorer
 from evalkit.engine.session import Session
 from evalkit.models.factory import Endpoints, network_endpoints, serverless_agents
@@ -106,6 +107,7 @@ def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Ph
             return RunResult(run_dir, {"status": "batch_submitted", "benchmark": cfg.benchmark.name,
                                        "model": cfg.model.name, "batch_ids": batches})  # fmt: skip
         ray_stack.close()  # the model workers and this run's Ray are stopped before the summary, not held through it
+        sequential.narrow(plan, run_dir)  # run.stop_when: a decided run's selection is what it dispatched
         summary = finalize(plan, state, engine, observer, phases)
     return RunResult(run_dir, summary.record(), summary)
 
@@ -200,6 +202,9 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
     pending = plan.units.without(journal.rows)  # built one by one as they are dispatched
     if state.resumed:  # judge_error samples: their kept answers go to the judges again, the model is not asked
         pending = pending.keeping(kept_answers(state.run_dir, plan.request_hashes()))
+    monitor = sequential.start(plan, state.run_dir)  # run.stop_when: the gate, rebuilt from the journal
+    if monitor is not None and monitor.decided:
+        return None
     log.info("run %s: %d samples, %d already journaled, %d to run", state.run_dir, len(plan.units), len(journal.rows), len(pending))
     if not pending:
         return None
@@ -217,11 +222,14 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
                      ", ".join(map(str, executor.pids)), "; kept warm from an earlier run" if executor.reused else "",
                      executor.ready_s or 0.0)  # fmt: skip
         journaler = stack.enter_context(Journaler(plan, state, observer, scorer, len(pending)))
+        journaler.monitor = monitor
         budget = Budget.of_run(cfg, plan.prices, state.run_dir)
         if isinstance(executor, RayExecutor) and budget.limited:
             executor.set_budget(budget)
         try:
-            engine = asyncio.run(run_units(executor, pending, cfg.backend.concurrency, journaler.on_result,
+            gated = (monitor.executor(executor, cfg.backend.concurrency), monitor.gated(pending), monitor.on_result(journaler.on_result)) \
+                if monitor else (executor, pending, journaler.on_result)  # run.stop_when: nothing sent once decided  # fmt: skip
+            engine = asyncio.run(run_units(gated[0], gated[1], cfg.backend.concurrency, gated[2],
                                            cfg.backend.adaptive_concurrency, budget))  # fmt: skip
         except KeyboardInterrupt:
             if isinstance(executor, RayExecutor):
@@ -313,6 +321,7 @@ class Journaler:
         self.progress = _progress(total, f"{plan.cfg.benchmark.name}/{plan.cfg.model.name}", plan.cfg.run.progress)
         self.stack.callback(self.progress.close)
         self.n_failed = 0
+        self.monitor: sequential.Monitor | None = None  # run.stop_when: told each row and failure
         self.n_scoring = 0
         self.drawn_at = 0.0
         self.budget_said = False
@@ -348,9 +357,13 @@ class Journaler:
                 write_transcript(self.state.run_dir, unit.sample.id, unit.request.epoch, trajectory)
             self.predictions.append(row)
             self.observer.sample_journaled(self.info, row)
+            if self.monitor is not None:
+                self.monitor.row(row)
         else:
             self.n_failed += 1
             self.failed.append(failure_record(unit, model_id, trajectory, prices))
+            if self.monitor is not None:
+                self.monitor.failure(unit.key)
         self._advance()
 
     def _advance(self) -> None:

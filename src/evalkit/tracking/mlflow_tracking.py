@@ -512,6 +512,7 @@ class MlflowObserver(Observer):
         # value and cannot delete it): their latest value becomes NaN, "not applicable"
         metrics.update({k: float("nan") for k in data.metrics if k.startswith("partial_") and k not in metrics})
         log_values(mlflow_client, run_id, params=params, metrics=metrics, timestamp_ms=_ms(summary.finished_at))
+        _log_gate_steps(mlflow_client, run_id, summary)
         log_dataset(mlflow_client, run_id, dataset_input(summary, recorded))
         self._log_tables(mlflow_client, run_id, summary, outs)
         for path, folder in run_files(run_dir):
@@ -807,3 +808,18 @@ def _link_compared(mlflow_client: Any, run_id: str, comparison_id: str, exp_id: 
 def compared_lines(note: str) -> list[str]:
     """The ``Compared in …`` lines of a run's description (kept when the run is logged again)."""
     return [line for line in str(note).split("\n\n") if line.startswith(COMPARED_LINE)]
+
+
+def _log_gate_steps(mlflow_client: Any, run_id: str, summary: Summary) -> None:
+    """A ``run.stop_when`` run's running interval (:mod:`evalkit.engine.sequential`) as MLflow
+    metrics with steps — ``gate_delta``, ``gate_low``, ``gate_high`` at step n (paired units
+    used) of each look — so that the UI draws how the interval narrowed. Written whole each
+    time (a metric's history is replaced by logging the same steps again)."""
+    from mlflow.entities import Metric  # deferred: heavy
+
+    looks = (getattr(summary, "sequential", None) or {}).get("looks") or []
+    stamp = _ms(summary.finished_at) or 0
+    entries = [Metric(f"gate_{k}", float(look[k]), stamp, int(look["n"])) for look in looks for k in ("delta", "low", "high")]
+    for i in range(0, len(entries), 900):  # MLflow's log_batch takes at most 1000 metrics
+        mlflow_client.log_batch(run_id, metrics=entries[i : i + 900])
+
