@@ -415,12 +415,41 @@ def check_benchmark(cfg: EvalConfig, path: Path | None = None) -> None:
         ConfigError / DataError: one line naming the key (and the file).
     """
     bench_cls = get_benchmark_class(cfg.benchmark.name, kind=getattr(cfg.benchmark, "kind", None))
-    if bench_cls.check is Benchmark.check:
+    if bench_cls.check is Benchmark.check and bench_cls.sends_images is Benchmark.sends_images:
         return
+    bench = bench_cls(cfg.benchmark)
     try:
-        bench_cls(cfg.benchmark).check()
+        bench.check()
     except (ConfigError, DataError) as exc:
         raise type(exc)(f"{exc} (file {path})" if path is not None else str(exc)) from None
+    if bench.sends_images():
+        check_images_taken(cfg)
+
+
+def check_images_taken(cfg: EvalConfig) -> None:
+    """A benchmark that sends images needs a model that takes them, asked through the chat API
+    (offline models — reference, replay, baselines — send nothing and pass): ``model.vision``
+    when set, else litellm's ``supports_vision`` only when it says True
+    (:func:`evalkit.providers.takes_images`). evalkit's embedded llama.cpp server is
+    text-only.
+
+    Raises:
+        ConfigError: one line saying which key to set.
+    """
+    model = cfg.model
+    if model.kind != "litellm":
+        return
+    what = f"benchmark {cfg.benchmark.name} sends images (dataset.fields.images)"
+    if model.api != "chat":
+        raise ConfigError(f"model.api: {what}; images go through the chat API, not model.api={model.api}")
+    if getattr(cfg.backend, "kind", None) == "llamacpp":
+        raise ConfigError(f"backend: {what}; evalkit's embedded llama.cpp server is text-only (use backend=api with a vision model)")
+    from evalkit.providers import takes_images
+
+    takes, why = takes_images(str(model.provider_model), model.vision)
+    if not takes:
+        raise ConfigError(f"model.vision: {what} but model {model.name} ({model.provider_model}) is not known to take them "
+                          f"({why}); set model.vision=true if it does")  # fmt: skip
 
 
 def compose_judges(names: Any, overrides: Any) -> list[dict[str, Any]]:

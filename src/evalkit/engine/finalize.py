@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evalkit import __version__, secrets
+from evalkit.benchmarks.images import store_images
 from evalkit.benchmarks.task.agreement import panel_agreement
 from evalkit.engine.budget import BUDGET_EXCEEDED, journal_spend
 from evalkit.engine.phases import Phases
@@ -115,6 +116,7 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
                 len(plan.samples), run.repeats, run.bootstrap_resamples)  # fmt: skip
     built, records = summarize(plan, state, engine)
     run_dir = state.run_dir
+    store_images(run_dir, plan.images)  # once per run, by digest: traces, rescore and compare read them there
     summary = _write_summary(run_dir, built, phases, time.perf_counter() - started)
     try:
         plan.bench.write_plots(run_dir / "plots", summary.shown_metrics()[0], records)

@@ -101,7 +101,9 @@ class BatchClient:
         if self.api == "completion" or request.messages is None:
             prompt = {"prompt": request.prompt if request.prompt is not None else _as_text(request.messages or [])}
         else:
-            prompt = {"messages": request.messages}
+            from evalkit.benchmarks.images import sendable
+
+            prompt = {"messages": sendable(request.messages, request.images)}  # images inline: the provider's file holds them
         return {"model": self.model, **prompt, **mapped, **extra}
 
     def line(self, custom_id: str, request: Request) -> bytes:

@@ -41,6 +41,7 @@ from tenacity import (  # noqa: E402
     wait_exponential_jitter,
 )
 
+from evalkit.benchmarks.images import sendable  # noqa: E402
 from evalkit.models.base import ModelCallError, endpoint_kwargs, endpoint_model_id  # noqa: E402
 from evalkit.providers import UNPRICED_MARK, usage_counts  # noqa: E402
 from evalkit.types import Completion, Failure, Request  # noqa: E402
@@ -127,7 +128,7 @@ class LiteLLMModel:
             choice = resp.choices[0]
             text, reasoning = choice.text, None
         else:
-            resp = await litellm.acompletion(messages=request.messages, **kwargs)
+            resp = await litellm.acompletion(messages=sendable(request.messages, request.images), **kwargs)
             choice = resp.choices[0]
             text = choice.message.content
             reasoning = getattr(choice.message, "reasoning_content", None)
@@ -179,7 +180,7 @@ class LiteLLMModel:
         kwargs.update(model=self.provider_model, timeout=self.timeout_s, num_retries=0, max_retries=0, stream=True)
         kwargs.update(endpoint_kwargs(self.api_base, self.api_key))
         start = time.perf_counter()
-        stream = await litellm.acompletion(messages=request.messages, **kwargs)
+        stream = await litellm.acompletion(messages=sendable(request.messages, request.images), **kwargs)
         chunks: list[Any] = []
         first = float(self.stall_s or 0) + self._prompt_tokens(request) * self.prompt_s_per_token
         iterator = stream.__aiter__()
