@@ -287,7 +287,8 @@ def quote_numeric_groups(args: Sequence[str]) -> list[str]:
     return out
 
 
-_BENCHMARK_KEY = re.compile(r"^benchmark\.[A-Za-z_]")
+#: ``model.vision`` too: a model config rarely holds it, and the refusal of a text-only model says to set it
+_BENCHMARK_KEY = re.compile(r"^(benchmark\.[A-Za-z_]|model\.vision=)")
 
 
 def benchmark_keys_addable(args: Sequence[str]) -> list[str]:

@@ -67,7 +67,7 @@ from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, key_digest, owner_probl
 from evalkit.tracking.ledger import read_file as read_ledger_file
 from evalkit.tracking.samples import Outcome, outcomes, primary_score
 from evalkit.tracking.store import open_client, register_credentials
-from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of, traced_sample
+from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of, traced_sample, upload_attachments
 
 log = logging.getLogger(__name__)
 say = logging.getLogger("evalkit.status")  # what is being logged now, on the console (__main__)
@@ -563,12 +563,14 @@ class MlflowObserver(Observer):
         """Write ``todo``'s traces batch by batch (:data:`TRACE_BATCH`), saving the ledger after each."""
         for i in range(0, len(todo), TRACE_BATCH):
             batch = todo[i : i + TRACE_BATCH]
-            built = [build_trace(o, run_dir, run_id, exp_id, summary, start_s) for o, _ in batch]
+            files: list[dict[str, tuple[str, bytes]]] = [{} for _ in batch]  # each trace's image attachments
+            built = [build_trace(o, run_dir, run_id, exp_id, summary, start_s, f) for (o, _), f in zip(batch, files)]
             if pool is None:
-                for info, _ in built:
-                    tracer.start_trace(info)
+                started = [tracer.start_trace(info) for info, _ in built]
             else:  # list(): the first failure is raised here
-                list(pool.map(tracer.start_trace, [info for info, _ in built]))
+                started = list(pool.map(tracer.start_trace, [info for info, _ in built]))
+            for info, f in zip(started, files):  # the bytes of the images the spans reference (evalkit.tracking.traces)
+                upload_attachments(tracer, info, f)
             tracer.log_spans(exp_id, [span for _, spans in built for span in spans])
             ledger.traces.update({mlflow_text(o.key): tid for o, tid in batch})
             ledger.save()
