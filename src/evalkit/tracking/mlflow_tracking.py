@@ -67,6 +67,7 @@ from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, key_digest, owner_probl
 from evalkit.tracking.ledger import read_file as read_ledger_file
 from evalkit.tracking.samples import Outcome, outcomes, primary_score
 from evalkit.tracking.store import open_client, register_credentials
+from evalkit.benchmarks.images import image_facts
 from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of, traced_sample, upload_attachments
 
 log = logging.getLogger(__name__)
@@ -266,12 +267,16 @@ def log_dataset(mlflow_client: Any, run_id: str, dataset: Any) -> None:
 def samples_table(outs: list[Outcome], headline: str) -> dict[str, list[Any]]:
     """The per-sample table: sample_id, subset, status (``failed: <kind>`` for a failure),
     the primary score (column named after it) and the output cut to
-    :data:`TABLE_OUTPUT_CHARS` characters; ``epoch`` when the run repeats samples."""
+    :data:`TABLE_OUTPUT_CHARS` characters; ``epoch`` when the run repeats samples; ``images``
+    (each image's SHA-256, space-separated, in order) when the requests carry images."""
     names = list(dict.fromkeys(k for o in outs if o.row for k in (o.row.get("scores") or {})))
     primary = primary_score(names, headline) or "score"
     table: dict[str, list[Any]] = {"sample_id": [], "subset": [], "status": [], primary: [], "output": []}
     if any(o.epoch for o in outs):
         table["epoch"] = [o.epoch for o in outs]
+    images = [image_facts(o.messages) for o in outs]
+    if any(images):  # each sample's images by digest (the run's images/<sha256>.<ext>)
+        table["images"] = [" ".join(f"{f.get('sha256')}" for f in facts) for facts in images]
     for o in outs:
         row = o.row or {}
         table["sample_id"].append(o.sample_id)
