@@ -353,9 +353,13 @@ def _cleaned(img: Any, data: bytes, fmt: str, max_side: int | None) -> Image:
         ratio = max_side / max(width, height)  # type: ignore[operator]
         size = (max(1, round(width * ratio)), max(1, round(height * ratio)))
         frame = img.resize(size, PILImage.Resampling.LANCZOS)
+    frame = frame.copy()
+    frame.info = {k: v for k, v in frame.info.items() if k == "transparency"}  # Pillow writes a comment, ICC or EXIF kept in info
     out = io.BytesIO()
     if fmt == "JPEG":
-        frame.convert("RGB").save(out, format="JPEG", quality=95)
+        rgb = frame.convert("RGB")
+        rgb.info = {}
+        rgb.save(out, format="JPEG", quality=95)
         media = "image/jpeg"
     else:
         if frame.mode not in ("1", "L", "LA", "RGB", "RGBA", "P", "I", "I;16"):
