@@ -124,6 +124,7 @@ def test_a_plugin_builds_the_same_parts_through_the_content_type():
 
 
 # ---- item 6: what the server receives; litellm's translations --------------------------------
+@pytest.mark.slow  # litellm's or MLflow's first import, a server thread
 def test_the_server_sees_openai_content_parts_with_byte_identical_base64_in_order(tmp_path: Path, fake_openai):
     from evalkit.models.litellm_client import LiteLLMModel
 
@@ -409,6 +410,7 @@ def test_litellm_supports_vision_counts_only_when_it_says_true():
 
 
 # ---- item 5: traces --------------------------------------------------------------------------
+@pytest.mark.slow  # litellm's or MLflow's first import, a server thread
 def test_a_trace_references_its_images_as_attachments_and_carries_their_bytes(tmp_path: Path):
     from mlflow.tracing.attachments import Attachment
 
