@@ -299,6 +299,12 @@ def test_metadata_never_reaches_the_prompt():
     assert b"secret-exif-description" not in jpeg.data and b"secret-comment" not in jpeg.data and jpeg.media_type == "image/jpeg"
     clean = png_bytes(fmt="JPEG")
     assert load_image(clean, Limits(), "t").data == clean  # a clean JPEG is sent as read
+    out = io.BytesIO()
+    PILImage.new("RGB", (16, 16), (9, 9, 9)).save(out, format="WEBP", exif=exif.tobytes())
+    webp = load_image(out.getvalue(), Limits(), "t")
+    assert b"secret-exif-description" in out.getvalue() and b"secret-exif-description" not in webp.data
+    clean = png_bytes(fmt="WEBP")
+    assert load_image(clean, Limits(), "t").data == clean
 
 
 def test_gif_first_frame_only_and_max_side_resize():
