@@ -206,7 +206,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("servers", ["evalkit.backends"]),
     ("configuration", ["evalkit.config"]),
     ("run records", ["evalkit.journal", "evalkit.summary"]),
-    ("basics", ["evalkit.settings", "evalkit.types", "evalkit.jsonl", "evalkit.stats", "evalkit.providers", "evalkit.secrets"]),
+    ("basics", ["evalkit.settings", "evalkit.types", "evalkit.jsonl", "evalkit.stats", "evalkit.providers", "evalkit.secrets",
+                "evalkit.images"]),
     ("root", ["evalkit", "evalkit.errors"]),
 ]
 #: imports the layers would allow that the design still refuses: (importer, imported) prefixes

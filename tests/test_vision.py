@@ -20,7 +20,8 @@ import pytest
 import yaml
 from PIL import Image as PILImage
 
-from evalkit.benchmarks.images import FACTS_KEY, Limits, Text, chat_request, load_image, message, sendable
+from evalkit.benchmarks.content import chat_request
+from evalkit.images import FACTS_KEY, Limits, Text, load_image, message, sendable
 from evalkit.benchmarks.task.benchmark import TaskBenchmark
 from evalkit.benchmarks.task.settings import TaskSettings
 from evalkit.errors import ConfigError, DataError
@@ -420,7 +421,7 @@ def test_litellm_supports_vision_counts_only_when_it_says_true():
 def test_a_trace_references_its_images_as_attachments_and_carries_their_bytes(tmp_path: Path):
     from mlflow.tracing.attachments import Attachment
 
-    from evalkit.benchmarks.images import store_images
+    from evalkit.engine.finalize import store_images
     from evalkit.tracking.samples import Outcome
     from evalkit.tracking.traces import TRACE_IMAGE_SIDE, build_trace
 

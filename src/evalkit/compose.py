@@ -24,6 +24,7 @@ from evalkit.benchmarks.base import Benchmark
 from evalkit.config import EvalConfig, resolve_layers, validate
 from evalkit.errors import ConfigError, DataError
 from evalkit.jsonl import MAX_YAML_BYTES, check_yaml_file, load_yaml, read_no_link
+from evalkit.providers import takes_images
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 #: environment variable naming the user's config directories (``os.pathsep``-separated),
@@ -445,8 +446,6 @@ def check_images_taken(cfg: EvalConfig) -> None:
         raise ConfigError(f"model.api: {what}; images go through the chat API, not model.api={model.api}")
     if getattr(cfg.backend, "kind", None) == "llamacpp":
         raise ConfigError(f"backend: {what}; evalkit's embedded llama.cpp server is text-only (use backend=api with a vision model)")
-    from evalkit.providers import takes_images
-
     takes, why = takes_images(str(model.provider_model), model.vision)
     if not takes:
         raise ConfigError(f"model.vision: {what} but model {model.name} ({model.provider_model}) is not known to take them "

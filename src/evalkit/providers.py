@@ -101,7 +101,7 @@ def total_tokens(usage: dict[str, int] | None) -> int | None:
 def estimate_prompt_tokens(provider_model: str, messages: list[dict[str, Any]] | None, prompt: str | None) -> int:
     """Tokens of a request's prompt by litellm's ``token_counter`` (the model's tokenizer
     where litellm knows it, else tiktoken's cl100k): an estimate, not the provider's count.
-    Image parts (``evalkit_image`` facts, :mod:`evalkit.benchmarks.images`) are not given to
+    Image parts (``evalkit_image`` facts, :mod:`evalkit.images`) are not given to
     ``token_counter`` (it applies OpenAI's tiles to every model and would fetch a URL): each
     counts :func:`image_tokens` for the provider."""
     litellm = litellm_module()

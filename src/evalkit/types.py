@@ -118,7 +118,7 @@ class Request:
     the model config has one, ``extra_body`` (provider fields, e.g. reasoning settings); the
     engine fills them from the resolved config. ``epoch`` is the repeat index of the sample
     (0 for the first). ``images``: the bytes of each image part of ``messages`` by SHA-256
-    (:mod:`evalkit.benchmarks.images`); not hashed — the parts carry the digests, which the
+    (:mod:`evalkit.images`); not hashed — the parts carry the digests, which the
     hashes cover —, resolved into ``data:`` URLs only when the request is sent.
     """
 

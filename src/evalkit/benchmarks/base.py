@@ -109,7 +109,7 @@ class Benchmark(ABC):
 
     def sends_images(self) -> bool:
         """True when the benchmark's requests carry image parts
-        (:mod:`evalkit.benchmarks.images`): the run then needs a model that takes images
+        (:mod:`evalkit.images`): the run then needs a model that takes images
         (:func:`evalkit.compose.check_images_taken`). Default: False."""
         return False
 

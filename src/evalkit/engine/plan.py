@@ -52,7 +52,7 @@ class RunPlan:
     #: a user simulator takes part (some selected sample is a rollout and one is configured)
     with_user: bool = False
     #: ``{sha256: bytes}`` of every image the selected samples' requests carry (stored once
-    #: per run in ``images/`` by :func:`evalkit.benchmarks.images.store_images`)
+    #: per run in ``images/`` by :func:`evalkit.engine.finalize.store_images`)
     images: dict[str, bytes] = field(default_factory=dict)
 
     def request_hashes(self) -> dict[tuple[str, int], str]:

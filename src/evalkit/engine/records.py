@@ -51,8 +51,8 @@ from typing import Any
 
 from evalkit import secrets
 from evalkit.benchmarks.base import Benchmark, strip_reasoning_prefix
-from evalkit.benchmarks.images import image_facts
 from evalkit.engine.work import WorkItem
+from evalkit.images import image_facts
 from evalkit.journal import read_jsonl
 from evalkit.jsonl import SIDE_FILE_FIELDS, dumps_line, unit_file_name, with_side_file, write_unit_file
 from evalkit.providers import Price, add_usage, total_tokens

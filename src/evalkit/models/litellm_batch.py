@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalkit.images import sendable
 from evalkit.models.base import endpoint_kwargs
 from evalkit.providers import litellm_module, usage_counts
 from evalkit.types import Completion, Failure, Request
@@ -101,8 +102,6 @@ class BatchClient:
         if self.api == "completion" or request.messages is None:
             prompt = {"prompt": request.prompt if request.prompt is not None else _as_text(request.messages or [])}
         else:
-            from evalkit.benchmarks.images import sendable
-
             prompt = {"messages": sendable(request.messages, request.images)}  # images inline: the provider's file holds them
         return {"model": self.model, **prompt, **mapped, **extra}
 

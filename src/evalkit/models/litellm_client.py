@@ -41,7 +41,7 @@ from tenacity import (  # noqa: E402
     wait_exponential_jitter,
 )
 
-from evalkit.benchmarks.images import sendable  # noqa: E402
+from evalkit.images import sendable  # noqa: E402
 from evalkit.models.base import ModelCallError, endpoint_kwargs, endpoint_model_id  # noqa: E402
 from evalkit.providers import UNPRICED_MARK, usage_counts  # noqa: E402
 from evalkit.types import Completion, Failure, Request  # noqa: E402

@@ -58,6 +58,7 @@ from typing import Any
 
 from evalkit import secrets
 from evalkit.errors import RunDirError, TrackingError, first_line, printable
+from evalkit.images import image_facts
 from evalkit.jsonl import read_run_text, read_run_yaml
 from evalkit.summary import Summary
 import evalkit.tracking.curate as curate
@@ -67,7 +68,6 @@ from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, key_digest, owner_probl
 from evalkit.tracking.ledger import read_file as read_ledger_file
 from evalkit.tracking.samples import Outcome, outcomes, primary_score
 from evalkit.tracking.store import open_client, register_credentials
-from evalkit.benchmarks.images import image_facts
 from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of, traced_sample, upload_attachments
 
 log = logging.getLogger(__name__)

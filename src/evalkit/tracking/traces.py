@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit import secrets
-from evalkit.benchmarks.images import FACTS_KEY, REF_PREFIX, image_facts, image_parts, stored_image, text_of, thumbnail
+from evalkit.images import FACTS_KEY, REF_PREFIX, image_facts, image_parts, stored_image, text_of, thumbnail
 from evalkit.jsonl import SideFileError, with_side_file
 from evalkit.summary import Summary
 from evalkit.tracking.samples import Outcome, primary_score
@@ -148,7 +148,7 @@ def trace_id_of(run_id: str, outcome: Outcome) -> str:
 
 def request_of(outcome: Outcome, shown: dict[str, str] | None = None) -> dict[str, Any]:
     """The request a trace shows (see the module docstring). A message with content parts
-    keeps them: each text part cut, each image part (:mod:`evalkit.benchmarks.images`) an
+    keeps them: each text part cut, each image part (:mod:`evalkit.images`) an
     ``image_url`` part whose URL is ``shown[sha256]`` (its ``mlflow-attachment://``
     reference, :func:`image_attachments`), else ``evalkit-image:sha256:<digest>``; the
     request's ``images`` lists their facts (digest, size, shape) in order."""
@@ -191,7 +191,7 @@ _ATTACHMENT_NS = uuid.UUID("6f1d2c3e-33a0-4b5e-9a77-0e7a1c0d3303")
 def image_attachments(outcome: Outcome, run_dir: Path, trace_id: str) -> tuple[dict[str, str], dict[str, tuple[str, bytes]]]:
     """The attachments of an outcome's images: ``({sha256: mlflow-attachment reference},
     {attachment id: (content type, bytes)})``. Each image is read from the run's
-    ``images/`` folder (:func:`evalkit.benchmarks.images.stored_image`; one missing there is
+    ``images/`` folder (:func:`evalkit.images.stored_image`; one missing there is
     shown by digest only) and scaled to at most :data:`TRACE_IMAGE_SIDE` px; its id is a
     UUID derived from its digest (MLflow's attachment ids are UUIDs), its reference MLflow
     3's ``mlflow-attachment://<id>?content_type=…&trace_id=…&size=…`` (the format

@@ -17,13 +17,13 @@ from typing import Any
 
 from evalkit.benchmarks.base import Benchmark, Generate, Solver, score_means_plan
 from evalkit.benchmarks.bounds import safe_score
-from evalkit.benchmarks.images import Image, Limits, Text, image_facts, load_image, message, read_source, text_of
 from evalkit.benchmarks.task.judge import ORDERS, judge_variables, panel_score
 from evalkit.benchmarks.task.scorers import LETTERS, score_one, target_letter
 from evalkit.benchmarks.task.settings import Dataset, TaskSettings
 from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_messages
 from evalkit.benchmarks.task.template import RenderJob, check_renders, render
 from evalkit.errors import ConfigError, DataError
+from evalkit.images import Image, Limits, Text, load_image, message, read_source, text_of
 from evalkit.jsonl import read_objects
 from evalkit.stats import BINARY, Column
 from evalkit.types import Request, Sample, SampleScore, Trajectory
@@ -561,7 +561,7 @@ def _choices(value: Any, at: str) -> list[str] | None:
 
 def _jsonable(value: Any) -> Any:
     """A cell JSON cannot hold: bytes (a Parquet binary or ``Image`` column) as a base64
-    ``data:`` URI (what :func:`evalkit.benchmarks.images.read_source` reads), others as text."""
+    ``data:`` URI (what :func:`evalkit.images.read_source` reads), others as text."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         import base64
 

@@ -25,7 +25,7 @@ class Fields(_Strict):
     ``images``: a column holding one image or a list of them (a path relative to the data
     file's folder, a ``data:`` URI, or the bytes a Parquet or Hugging Face ``Image`` column
     holds); they go into the sample's user turn as image parts after the rendered text, in
-    order (:mod:`evalkit.benchmarks.images`)."""
+    order (:mod:`evalkit.images`)."""
 
     id: str | None = None
     images: str | None = None
@@ -37,7 +37,7 @@ class Fields(_Strict):
 
 
 class ImageLimits(_Strict):
-    """Bounds on a task's images (:class:`evalkit.benchmarks.images.Limits`, whose defaults
+    """Bounds on a task's images (:class:`evalkit.images.Limits`, whose defaults
     these are): ``max_bytes`` per image, ``max_pixels`` (width × height, read from the header
     before decoding; at most Pillow's own 89,478,485-pixel guard), ``max_per_sample`` images
     per row, ``max_request_bytes`` of all the images of one request."""

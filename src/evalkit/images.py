@@ -2,7 +2,8 @@
 
 One content-part type for every benchmark (YAML tasks and Python plugins alike):
 :class:`Text` and :class:`Image` parts, put into a chat turn by :func:`message` and into a
-request by :func:`chat_request`. No benchmark writes image dicts by hand.
+request by :func:`evalkit.benchmarks.content.chat_request`. No benchmark writes image dicts
+by hand.
 
 Shapes
 ------
@@ -22,7 +23,8 @@ Shapes
   the order given. The model clients call it just before a request leaves.
 * Journals, ``config.yaml`` and traces never hold the bytes or their base64: rows carry
   :func:`image_facts` (digest, size, media type, width, height); the bytes are stored once per
-  run by digest in ``<run dir>/images/<sha256>.<ext>`` (:func:`store_images`).
+  run by digest in ``<run dir>/images/<sha256>.<ext>``
+  (:func:`evalkit.engine.finalize.store_images`).
 
 Bounds (:class:`Limits`; a YAML task's ``dataset.image_limits``)
 ------------------------------------------------------------------
@@ -139,16 +141,6 @@ def message(role: str, parts: str | Sequence[ContentPart]) -> dict[str, Any]:
         else:
             raise TypeError(f"a content part is Text or Image, not {type(p).__name__}")
     return {"role": role, "content": content}
-
-
-def chat_request(sample_id: str, subset: str, turns: Sequence[tuple[str, str | Sequence[ContentPart]]], **kwargs: Any) -> Any:
-    """The :class:`~evalkit.types.Request` of chat ``turns`` (``(role, text or parts)``, in
-    order) with each image's bytes in ``request.images``: how a Python plugin sends images
-    (``kwargs`` go to ``Request``: ``meta``, ``params``)."""
-    from evalkit.types import Request
-
-    images = {p.sha256: p.data for _, parts in turns if not isinstance(parts, str) for p in parts if isinstance(p, Image)}
-    return Request(sample_id, subset, messages=[message(role, parts) for role, parts in turns], images=images, **kwargs)
 
 
 def image_parts(messages: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -399,25 +391,9 @@ def _jpeg_clean(img: Any) -> bool:
     return all(marker in ("APP0", "APP14") for marker, _ in getattr(img, "applist", []))
 
 
-# ---- run directory -------------------------------------------------------------------------
-def store_images(run_dir: Path, images: dict[str, bytes]) -> int:
-    """Write each image once into ``<run_dir>/images/<sha256>.<ext>`` (an existing file of that
-    name is kept; a link planted there is refused by :func:`evalkit.jsonl.write_unit_file`).
-    Returns the number written."""
-    from evalkit.jsonl import write_unit_file
-
-    written = 0
-    for digest, data in images.items():
-        name = f"{digest}.{EXTENSIONS.get(_media_of(data), 'bin')}"
-        if (Path(run_dir) / "images" / name).is_file():
-            continue
-        write_unit_file(Path(run_dir), "images", name, data)
-        written += 1
-    return written
-
-
+# ---- a run's stored images -----------------------------------------------------------------
 def stored_image(run_dir: Path, digest: str, max_bytes: int = Limits.max_bytes) -> bytes | None:
-    """The bytes of image ``digest`` stored in ``run_dir`` (:func:`store_images`), ``None``
+    """The bytes of image ``digest`` stored in ``run_dir`` (``images/<sha256>.<ext>``), ``None``
     when absent, a link, over ``max_bytes`` or not those bytes."""
     if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
         return None
@@ -436,14 +412,14 @@ def thumbnail(data: bytes, max_side: int = 512) -> tuple[str, bytes]:
 
     with PILImage.open(io.BytesIO(data), formats=list(MEDIA_TYPES)) as img:
         if max(img.size) <= max_side:
-            return _media_of(data), data
+            return media_type_of(data), data
         img.thumbnail((max_side, max_side))
         out = io.BytesIO()
         (img if img.mode in ("RGB", "RGBA", "L", "LA", "P") else img.convert("RGBA")).save(out, format="PNG")
         return "image/png", out.getvalue()
 
 
-def _media_of(data: bytes) -> str:
+def media_type_of(data: bytes) -> str:
     if data.startswith(_PNG_SIGNATURE):
         return "image/png"
     if data.startswith(b"\xff\xd8\xff"):
