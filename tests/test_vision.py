@@ -485,3 +485,37 @@ def test_a_hostile_image_is_one_line_and_exit_2_before_anything_starts(tmp_path:
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "row 1" in errors[0] and "img" in errors[0]
     assert not (tmp_path / "out" / "runs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("serve_artifacts", [True, False])
+def test_a_servers_traces_serve_the_images_the_ui_asks_for(tmp_path: Path, serve_artifacts: bool):
+    """Against a real ``mlflow server``, with and without ``--serve-artifacts``: each trace's
+    span inputs reference attachments the server hands out by the UI's own endpoint."""
+    import urllib.request
+
+    from mlflow.tracing.attachments import Attachment
+
+    from tests.support.mlflow_server import mlflow_server
+
+    with mlflow_server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", tmp_path, serve_artifacts=serve_artifacts) as srv:
+        srv.wait_ready()
+        proc = subprocess.run([sys.executable, "-m", "evalkit", "benchmark=shapes_count", "model=reference", "run.limit=2",
+                               f"run.output_root={tmp_path / 'out'}", f"tracking.tracking_uri={srv.url}"],
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        import mlflow
+        from mlflow.tracing.client import TracingClient
+
+        mlflow.set_tracking_uri(srv.url)
+        exp = mlflow.get_experiment_by_name("evalkit")
+        traces = TracingClient(srv.url).search_traces(locations=[exp.experiment_id], max_results=10)
+        assert len(traces) == 2
+        for trace in traces:
+            parts = trace.data.spans[0].inputs["messages"][-1]["content"]
+            for part in parts[1:]:
+                ref = Attachment.parse_ref(part["image_url"]["url"])
+                url = f"{srv.url}/ajax-api/3.0/mlflow/get-trace-artifact?request_id={ref['trace_id']}&path={ref['attachment_id']}"
+                with urllib.request.urlopen(url, timeout=60) as answer:
+                    data = answer.read()
+                assert data.startswith(b"\x89PNG") and len(data) == ref["size"]

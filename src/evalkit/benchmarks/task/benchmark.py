@@ -23,7 +23,7 @@ from evalkit.benchmarks.task.settings import Dataset, TaskSettings
 from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_messages
 from evalkit.benchmarks.task.template import RenderJob, check_renders, render
 from evalkit.errors import ConfigError, DataError
-from evalkit.images import Image, Limits, Text, load_image, message, read_source, text_of
+from evalkit.images import Image, Text, load_image, message, read_source, text_of
 from evalkit.jsonl import read_objects
 from evalkit.stats import BINARY, Column
 from evalkit.types import Request, Sample, SampleScore, Trajectory
@@ -68,10 +68,6 @@ class TaskBenchmark(Benchmark):
         """True when the task's requests carry images (``dataset.fields.images``)."""
         return self.settings.dataset.fields.images is not None
 
-    def _limits(self) -> Limits:
-        lim = self.settings.dataset.image_limits
-        return Limits(lim.max_bytes, lim.max_pixels, lim.max_per_sample, lim.max_request_bytes)
-
     def _check_images(self, samples: list[Sample], where: str) -> dict[str, list[Image]]:
         """Every image of ``samples`` read, checked and cleaned (:func:`load_image`), each
         sample's image column then replaced by its images' SHA-256 digests (so the data
@@ -84,7 +80,7 @@ class TaskBenchmark(Benchmark):
         col = self.settings.dataset.fields.images
         if col is None:
             return {}
-        limits, base, max_side = self._limits(), self._bases.get(where), self.settings.prompt.image_max_side
+        limits, base, max_side = self.settings.dataset.image_limits.limits(), self._bases.get(where), self.settings.prompt.image_max_side
         out: dict[str, list[Image]] = {}
         digest = hashlib.sha256()
         seen: dict[bytes, Image] = {}

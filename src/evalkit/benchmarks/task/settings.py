@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalkit.benchmarks.base import BenchmarkSettings
+from evalkit.images import Limits
 
 
 class _Strict(BaseModel):
@@ -42,10 +43,14 @@ class ImageLimits(_Strict):
     before decoding; at most Pillow's own 89,478,485-pixel guard), ``max_per_sample`` images
     per row, ``max_request_bytes`` of all the images of one request."""
 
-    max_bytes: int = Field(default=5 * 1024 * 1024, ge=1)
-    max_pixels: int = Field(default=25_000_000, ge=1, le=89_478_485)
-    max_per_sample: int = Field(default=20, ge=1)
-    max_request_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
+    max_bytes: int = Field(default=Limits.max_bytes, ge=1)
+    max_pixels: int = Field(default=Limits.max_pixels, ge=1, le=89_478_485)
+    max_per_sample: int = Field(default=Limits.max_per_sample, ge=1)
+    max_request_bytes: int = Field(default=Limits.max_request_bytes, ge=1)
+
+    def limits(self) -> Limits:
+        """These bounds as :class:`evalkit.images.Limits`."""
+        return Limits(self.max_bytes, self.max_pixels, self.max_per_sample, self.max_request_bytes)
 
 
 class Dataset(_Strict):
