@@ -180,7 +180,8 @@ class LiteLLMModel:
         kwargs.update(model=self.provider_model, timeout=self.timeout_s, num_retries=0, max_retries=0, stream=True)
         kwargs.update(endpoint_kwargs(self.api_base, self.api_key))
         start = time.perf_counter()
-        stream = await litellm.acompletion(messages=sendable(request.messages, request.images), **kwargs)
+        messages = sendable(request.messages, request.images)  # image parts as base64 data: URLs
+        stream = await litellm.acompletion(messages=messages, **kwargs)
         chunks: list[Any] = []
         first = float(self.stall_s or 0) + self._prompt_tokens(request) * self.prompt_s_per_token
         iterator = stream.__aiter__()
@@ -193,7 +194,7 @@ class LiteLLMModel:
             except asyncio.TimeoutError:
                 raise StallError(f"no progress for {wait:.0f} s (backend.stall_timeout_s={self.stall_s:g}; "
                                    f"{len(chunks)} chunks had come)") from None  # fmt: skip
-        resp = litellm.stream_chunk_builder(chunks, messages=request.messages) if chunks else None
+        resp = litellm.stream_chunk_builder(chunks, messages=messages) if chunks else None
         if resp is None or not resp.choices:
             raise ModelCallError(Failure("empty", "no content (the stream ended without a chunk)"))
         choice = resp.choices[0]
