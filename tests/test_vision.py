@@ -464,6 +464,15 @@ def test_the_example_task_and_the_vision_suite_run_offline_to_one(tmp_path: Path
     assert len([p for p in attachments if p.is_file()]) == 16  # one per image of each traced sample
     suite = yaml.safe_load((REPO_ROOT / "suites" / "vision.yaml").read_text())
     assert [e["benchmark"] for e in suite] == ["shapes_count"]
+    rescored = subprocess.run([sys.executable, "-m", "evalkit.rescore", str(run_dir)], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=900)  # fmt: skip
+    assert rescored.returncode == 0, rescored.stderr[-2000:]
+    replayed = subprocess.run([sys.executable, "-m", "evalkit", "benchmark=shapes_count", "model=replay", f"model.path={run_dir}",
+                               "tracking=none", f"run.output_root={out}"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert replayed.returncode == 0, replayed.stderr[-2000:]
+    (replay_dir,) = list((out / "runs" / "shapes_count" / "replay").iterdir())
+    assert json.loads((replay_dir / "summary.json").read_text())["metrics"]["accuracy"] == 1.0
+    assert {p.name for p in (replay_dir / "images").iterdir()} == {p.name for p in (run_dir / "images").iterdir()}
 
 
 @pytest.mark.slow
