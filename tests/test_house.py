@@ -207,7 +207,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("configuration", ["evalkit.config"]),
     ("run records", ["evalkit.journal", "evalkit.summary"]),
     ("basics", ["evalkit.settings", "evalkit.types", "evalkit.jsonl", "evalkit.stats", "evalkit.providers", "evalkit.secrets",
-                "evalkit.sequential"]),
+                "evalkit.sequential", "evalkit.images"]),
     ("root", ["evalkit", "evalkit.errors"]),
 ]
 #: imports the layers would allow that the design still refuses: (importer, imported) prefixes

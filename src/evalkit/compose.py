@@ -24,6 +24,7 @@ from evalkit.benchmarks.base import Benchmark
 from evalkit.config import EvalConfig, resolve_layers, validate
 from evalkit.errors import ConfigError, DataError
 from evalkit.jsonl import MAX_YAML_BYTES, check_yaml_file, load_yaml, read_no_link
+from evalkit.providers import takes_images
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 #: environment variable naming the user's config directories (``os.pathsep``-separated),
@@ -287,7 +288,8 @@ def quote_numeric_groups(args: Sequence[str]) -> list[str]:
     return out
 
 
-_BENCHMARK_KEY = re.compile(r"^benchmark\.[A-Za-z_]")
+#: ``model.vision`` too: a model config rarely holds it, and the refusal of a text-only model says to set it
+_BENCHMARK_KEY = re.compile(r"^(benchmark\.[A-Za-z_]|model\.vision=)")
 
 
 def benchmark_keys_addable(args: Sequence[str]) -> list[str]:
@@ -415,12 +417,39 @@ def check_benchmark(cfg: EvalConfig, path: Path | None = None) -> None:
         ConfigError / DataError: one line naming the key (and the file).
     """
     bench_cls = get_benchmark_class(cfg.benchmark.name, kind=getattr(cfg.benchmark, "kind", None))
-    if bench_cls.check is Benchmark.check:
+    if bench_cls.check is Benchmark.check and bench_cls.sends_images is Benchmark.sends_images:
         return
+    bench = bench_cls(cfg.benchmark)
     try:
-        bench_cls(cfg.benchmark).check()
+        bench.check()
     except (ConfigError, DataError) as exc:
         raise type(exc)(f"{exc} (file {path})" if path is not None else str(exc)) from None
+    if bench.sends_images():
+        check_images_taken(cfg)
+
+
+def check_images_taken(cfg: EvalConfig) -> None:
+    """A benchmark that sends images needs a model that takes them, asked through the chat API
+    (offline models — reference, replay, baselines — send nothing and pass): ``model.vision``
+    when set, else litellm's ``supports_vision`` only when it says True
+    (:func:`evalkit.providers.takes_images`). evalkit's embedded llama.cpp server is
+    text-only.
+
+    Raises:
+        ConfigError: one line saying which key to set.
+    """
+    model = cfg.model
+    if model.kind != "litellm":
+        return
+    what = f"benchmark {cfg.benchmark.name} sends images (dataset.fields.images)"
+    if model.api != "chat":
+        raise ConfigError(f"model.api: {what}; images go through the chat API, not model.api={model.api}")
+    if getattr(cfg.backend, "kind", None) == "llamacpp":
+        raise ConfigError(f"backend: {what}; evalkit's embedded llama.cpp server is text-only (use backend=api with a vision model)")
+    takes, why = takes_images(str(model.provider_model), model.vision)
+    if not takes:
+        raise ConfigError(f"model.vision: {what} but model {model.name} ({model.provider_model}) is not known to take them "
+                          f"({why}); set model.vision=true if it does")  # fmt: skip
 
 
 def compose_judges(names: Any, overrides: Any) -> list[dict[str, Any]]:

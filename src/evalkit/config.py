@@ -34,7 +34,7 @@ class _Strict(BaseModel):
 #: the keys each model kind uses besides ``name`` and ``kind`` (any other one set is refused);
 #: ``generation`` and ``dataset_args`` are layers (:func:`resolve_layers`)
 MODEL_KEYS: dict[str, set[str]] = {
-    "litellm": {"provider_model", "api", "api_key_env", "extra_body", "pricing", "response_format"},
+    "litellm": {"provider_model", "api", "api_key_env", "extra_body", "pricing", "response_format", "vision"},
     "replay": {"path", "api"},
     "reference": set(),
     "baseline": {"baseline"},
@@ -102,6 +102,10 @@ class ModelConfig(_Strict):
     #: (llama.cpp's servers: ``{"type": "json_object", "schema": ...}``;
     #: :func:`evalkit.providers.structured_output`)
     response_format: Literal["json_schema", "json_object"] | None = None
+    #: whether the model takes images (a task's ``dataset.fields.images``): ``True`` / ``False``
+    #: say so; unset (``None``), litellm's ``supports_vision`` counts only when it says True
+    #: (:func:`evalkit.providers.takes_images`); never sent
+    vision: bool | None = None
 
     @field_validator("name")
     @classmethod

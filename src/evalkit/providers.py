@@ -100,12 +100,135 @@ def total_tokens(usage: dict[str, int] | None) -> int | None:
 
 def estimate_prompt_tokens(provider_model: str, messages: list[dict[str, Any]] | None, prompt: str | None) -> int:
     """Tokens of a request's prompt by litellm's ``token_counter`` (the model's tokenizer
-    where litellm knows it, else tiktoken's cl100k): an estimate, not the provider's count."""
+    where litellm knows it, else tiktoken's cl100k): an estimate, not the provider's count.
+    Image parts (``evalkit_image`` facts, :mod:`evalkit.images`) are not given to
+    ``token_counter`` (it applies OpenAI's tiles to every model and would fetch a URL): each
+    counts :func:`image_tokens` for the provider."""
     litellm = litellm_module()
     with _quiet_litellm():
         if messages is not None:
-            return int(litellm.token_counter(model=provider_model, messages=messages))
+            text_only, images = _split_images(messages)
+            counted = int(litellm.token_counter(model=provider_model, messages=text_only))
+            return counted + sum(image_tokens(provider_model, int(f.get("width") or 0), int(f.get("height") or 0)) for f in images)
         return int(litellm.token_counter(model=provider_model, text=prompt or ""))
+
+
+def _split_images(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(messages without their image parts, the image parts' facts in order)``."""
+    if not any(isinstance(m.get("content"), list) for m in messages):
+        return messages, []
+    out, images = [], []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            kept = []
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("evalkit_image"), dict):
+                    images.append(part["evalkit_image"])
+                else:
+                    kept.append(part)
+            m = {**m, "content": kept}
+        out.append(m)
+    return out, images
+
+
+def takes_images(provider_model: str, declared: bool | None) -> tuple[bool, str]:
+    """Whether a model is sent images, and why: ``declared`` (the config's ``model.vision``)
+    when set; else litellm's ``supports_vision``, believed only when it says True (it says
+    False for unknown models and for some real vision models — litellm 1.110.2:
+    ``claude-3-5-sonnet-20241022``, ``gemini/gemini-1.5-pro``, any ``openai/<custom>`` or
+    ``hosted_vllm/*`` —, so False means "not known", not "text-only")."""
+    if declared is not None:
+        return declared, f"model.vision={str(declared).lower()}"
+    litellm = litellm_module()
+    try:
+        with _quiet_litellm():
+            known = bool(litellm.supports_vision(model=provider_model))
+    except Exception:  # noqa: BLE001 - an unknown model: not known to take images
+        known = False
+    return known, "litellm's supports_vision" if known else "model.vision is unset and litellm does not say it takes images"
+
+
+# ------------------------------------------------------------------------------------------
+# image tokens (evalkit's own formulas, one per provider family; each rule's source named)
+# ------------------------------------------------------------------------------------------
+def image_family(provider_model: str) -> str:
+    """``anthropic`` (a Claude model, any route), ``gemini`` (a Gemini model, any route) or
+    ``openai`` (everything else: OpenAI's tile rule is the estimate of last resort)."""
+    name = provider_model.lower()
+    if "claude" in name or name.startswith("anthropic/"):
+        return "anthropic"
+    if "gemini" in name:
+        return "gemini"
+    return "openai"
+
+
+def image_tokens(provider_model: str, width: int, height: int, detail: str = "high") -> int:
+    """Prompt tokens one ``width``×``height`` image costs on ``provider_model``:
+    :func:`openai_image_tokens`, :func:`anthropic_image_tokens` or :func:`gemini_image_tokens`
+    by :func:`image_family`. ``detail``: OpenAI's ``low`` or ``high`` (``auto`` is estimated
+    as ``high``, the upper bound)."""
+    family = image_family(provider_model)
+    if family == "anthropic":
+        return anthropic_image_tokens(width, height)
+    if family == "gemini":
+        return gemini_image_tokens(width, height)
+    return openai_image_tokens(width, height, detail, mini="gpt-4o-mini" in provider_model.lower())
+
+
+def openai_image_tokens(width: int, height: int, detail: str = "high", mini: bool = False) -> int:
+    """OpenAI's rule for GPT-4o-class models (platform.openai.com, "Images and vision",
+    calculating costs): ``low`` detail costs the base alone; ``high`` scales the image to fit
+    2048×2048, then its shorter side to 768 (never up), and costs base + per-tile × the
+    512-px tiles it covers. Base 85 and 170 per tile; gpt-4o-mini 2833 and 5667. Documented
+    examples: 1024×1024 high 765, 2048×4096 high 1105, 4096×8192 low 85."""
+    base, tile = (2833, 5667) if mini else (85, 170)
+    if detail == "low" or width <= 0 or height <= 0:
+        return base
+    import math
+
+    w, h = float(width), float(height)
+    if max(w, h) > 2048:
+        f = 2048 / max(w, h)
+        w, h = w * f, h * f
+    if min(w, h) > 768:
+        f = 768 / min(w, h)
+        w, h = w * f, h * f
+    return base + tile * math.ceil(w / 512) * math.ceil(h / 512)
+
+
+#: Anthropic's bounds before an image is scaled (docs.anthropic.com, "Vision", evaluate image
+#: size): a long edge of at most 1568 px and at most about 1600 tokens (1.2 megapixels)
+ANTHROPIC_MAX_EDGE, ANTHROPIC_MAX_TOKENS = 1568, 1600
+
+
+def anthropic_image_tokens(width: int, height: int) -> int:
+    """Anthropic's rule (docs.anthropic.com, "Vision"): tokens = width × height / 750, after
+    the image is scaled down, aspect kept, until its long edge is at most 1568 px and it is
+    at most about 1600 tokens. Documented examples: 200×200 ≈ 54, 1000×1000 ≈ 1334,
+    1092×1092 ≈ 1590 (rounded up here)."""
+    import math
+
+    if width <= 0 or height <= 0:
+        return 0
+    w, h = float(width), float(height)
+    f = min(1.0, ANTHROPIC_MAX_EDGE / max(w, h), math.sqrt(ANTHROPIC_MAX_TOKENS * 750 / (w * h)))
+    w, h = math.floor(w * f), math.floor(h * f)
+    return math.ceil(w * h / 750)
+
+
+def gemini_image_tokens(width: int, height: int) -> int:
+    """Gemini's rule (ai.google.dev, "Understand and count tokens", Gemini 2.0 and later): an
+    image with both sides at most 384 px is 258 tokens; a larger one is cut into tiles of a
+    crop unit of floor(min(width, height) / 1.5) px, each 258 tokens: ceil(width / unit) ×
+    ceil(height / unit) tiles. Documented example: 960×540 → unit 360 → 3 × 2 = 6 tiles
+    (1548 tokens)."""
+    import math
+
+    if width <= 384 and height <= 384:
+        return 258
+    unit = max(1, math.floor(min(width, height) / 1.5))
+    return 258 * math.ceil(width / unit) * math.ceil(height / unit)
 
 
 # ------------------------------------------------------------------------------------------

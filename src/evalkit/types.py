@@ -117,7 +117,9 @@ class Request:
     resolved generation parameters (temperature, max_tokens, top_p, stop, seed) and, when
     the model config has one, ``extra_body`` (provider fields, e.g. reasoning settings); the
     engine fills them from the resolved config. ``epoch`` is the repeat index of the sample
-    (0 for the first).
+    (0 for the first). ``images``: the bytes of each image part of ``messages`` by SHA-256
+    (:mod:`evalkit.images`); not hashed — the parts carry the digests, which the
+    hashes cover —, resolved into ``data:`` URLs only when the request is sent.
     """
 
     sample_id: str
@@ -128,6 +130,7 @@ class Request:
     #: benchmark hints for the engine, not sent (e.g. ``answer_prefix`` of completion mode)
     meta: dict[str, Any] = field(default_factory=dict)
     epoch: int = 0
+    images: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     def prompt_hash(self) -> str:
         """SHA-256 of the exact prompt (messages or text), independent of the model."""

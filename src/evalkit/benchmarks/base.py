@@ -107,6 +107,12 @@ class Benchmark(ABC):
             ConfigError / DataError: one line naming the key (and the data file).
         """
 
+    def sends_images(self) -> bool:
+        """True when the benchmark's requests carry image parts
+        (:mod:`evalkit.images`): the run then needs a model that takes images
+        (:func:`evalkit.compose.check_images_taken`). Default: False."""
+        return False
+
     def data_fingerprints(self) -> dict[str, str]:
         """Extra fingerprints of the data files (e.g. the spec's per-language digest)."""
         return {}

@@ -20,7 +20,9 @@ from evalkit.engine.phases import Phases
 from evalkit.engine.plan import RunPlan, data_fingerprint
 from evalkit.engine.records import reasoning_rule
 from evalkit.engine.rundir import FAILED, PREDICTIONS, SUMMARY, RunState
+from evalkit.images import EXTENSIONS, media_type_of
 from evalkit.journal import read_failures, read_journal, summary_view
+from evalkit.jsonl import write_unit_file
 from evalkit.report.figures import aggregation, category_counts, epoch_mean, plan_figures, worst_case_bounds
 from evalkit.report.summary import build_summary, spend_fields, write_report
 from evalkit.summary import EngineFigures, Summary, write_summary
@@ -29,6 +31,21 @@ from evalkit.types import sha256_hex
 
 log = logging.getLogger("evalkit")
 status = logging.getLogger("evalkit.status")  # what the run is doing now, on the console (__main__)
+
+
+def store_images(run_dir: Path, images: dict[str, bytes]) -> int:
+    """Write each image of the run once into ``<run_dir>/images/<sha256>.<ext>`` (an existing
+    file of that name is kept; a link planted there is refused by
+    :func:`evalkit.jsonl.write_unit_file`); traces, ``report.md`` and readers of the run find
+    them there by digest. Returns the number written."""
+    written = 0
+    for digest, data in images.items():
+        name = f"{digest}.{EXTENSIONS.get(media_type_of(data), 'bin')}"
+        if (Path(run_dir) / "images" / name).is_file():
+            continue
+        write_unit_file(Path(run_dir), "images", name, data)
+        written += 1
+    return written
 
 
 def code_version() -> str:
@@ -117,6 +134,7 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
                 len(plan.samples), run.repeats, run.bootstrap_resamples)  # fmt: skip
     built, records = summarize(plan, state, engine)
     run_dir = state.run_dir
+    store_images(run_dir, plan.images)  # once per run, by digest: traces, rescore and compare read them there
     summary = _write_summary(run_dir, built, phases, time.perf_counter() - started)
     try:
         plan.bench.write_plots(run_dir / "plots", summary.shown_metrics()[0], records)

@@ -54,6 +54,9 @@ class RunPlan:
     with_user: bool = False
     #: ``run.stop_when``'s gate (:class:`evalkit.engine.sequential.GateSetup`), else ``None``
     gate: Any = None
+    #: ``{sha256: bytes}`` of every image the selected samples' requests carry (stored once
+    #: per run in ``images/`` by :func:`evalkit.engine.finalize.store_images`)
+    images: dict[str, bytes] = field(default_factory=dict)
 
     def request_hashes(self) -> dict[tuple[str, int], str]:
         """``{(sample id, epoch): request hash}``: what identifies each result (resume)."""
@@ -110,20 +113,24 @@ def prepare(cfg: EvalConfig, priced: bool = True, endpoints: Endpoints | None = 
         log.warning("run.repeats=%d at temperature 0: the repeats measure only the provider's nondeterminism", cfg.run.repeats)
     with_user = cfg.user is not None and bool(rollouts)
     models = plan_models(cfg, bench, samples, with_user=with_user, endpoints=endpoints)
-    hashes, prompts_sha256 = identify(samples, build, cfg.run.repeats, models.model_id)
+    images: dict[str, bytes] = {}
+    hashes, prompts_sha256 = identify(samples, build, cfg.run.repeats, models.model_id, images)
     prices = run_prices(cfg, with_user) if priced else {}
-    return RunPlan(cfg, bench, samples, units, models, hashes, prompts_sha256, prices, with_user, gate)
+    return RunPlan(cfg, bench, samples, units, models, hashes, prompts_sha256, prices, with_user, gate, images)
 
 
 def identify(samples: list[Sample], build: Callable[[Sample], Request], repeats: int,
-             model_id: str) -> tuple[dict[tuple[str, int], str], str]:  # fmt: skip
+             model_id: str, images: dict[str, bytes] | None = None) -> tuple[dict[tuple[str, int], str], str]:  # fmt: skip
     """Each sample's request built once (a sample the benchmark cannot build fails here,
     before anything is written) and dropped: ``({(sample id, epoch): request hash}`` epoch by
-    epoch in selection order, ``SHA-256 over each sample's id and prompt hash)``."""
+    epoch in selection order, ``SHA-256 over each sample's id and prompt hash)``; the
+    requests' images are added to ``images`` (``{sha256: bytes}``) when given."""
     per_sample: list[list[str]] = []
     prompts = hashlib.sha256()
     for sample in samples:
         request = build(sample)
+        if images is not None:
+            images.update(request.images)
         prompts.update(f"{sample.id}\0{request.prompt_hash()}\n".encode("utf-8", errors="surrogatepass"))
         per_sample.append([])
         for epoch in range(repeats):

@@ -6,7 +6,9 @@ Record contract (ARCHITECTURE.md; extend, don't rename): ``sample_id``, ``subset
 ``request_hash``, ``prompt_hash``, then ``raw_output`` (completion mode), ``usage``,
 ``latency_s``, ``attempts``, ``throttled``, ``cached``, ``finish_reason``, ``reasoning``
 (never scored), ``started_at`` / ``ended_at`` (Unix seconds of the model calls), ``n_turns``,
-``epoch`` (the repeat, 0 for the first) and, for a rollout, the whole ``trajectory`` (so that
+``epoch`` (the repeat, 0 for the first), ``images`` when the request carries images (each
+one's ``{"sha256", "media_type", "bytes", "width", "height"}`` in order of first appearance,
+never its bytes: those are stored once per run in ``images/<sha256>.<ext>``) and, for a rollout, the whole ``trajectory`` (so that
 ``rescore`` needs nothing else; a readable copy goes to ``trajectories/<unit file name>``).
 
 Tokens and money (:mod:`evalkit.providers`): ``usage`` sums the provider's counts over the
@@ -50,6 +52,7 @@ from typing import Any
 from evalkit import secrets
 from evalkit.benchmarks.base import Benchmark, strip_reasoning_prefix
 from evalkit.engine.work import WorkItem
+from evalkit.images import image_facts
 from evalkit.journal import read_jsonl
 from evalkit.jsonl import SIDE_FILE_FIELDS, dumps_line, unit_file_name, with_side_file, write_unit_file
 from evalkit.providers import Price, add_usage, total_tokens
@@ -248,6 +251,8 @@ def prediction_record(unit: WorkItem, model_id: str, trajectory: Trajectory, sco
         row["judgements"] = judgement_calls(trajectory)
     row.update(spend(trajectory, prices))
     row["n_turns"] = len(trajectory.turns)
+    if unit.request.images:  # each image's digest, size and shape; its bytes are in the run's images/ folder
+        row["images"] = image_facts(unit.request.messages)
     if unit.rollout:
         row["trajectory"] = trajectory.to_dict()
     return row
@@ -311,6 +316,7 @@ def failure_record(unit: WorkItem, model_id: str, trajectory: Trajectory, prices
         "epoch": unit.request.epoch,
         "usage": add_usage(usage_of(trajectory.turns), failure.usage),
         "reasoning": "\n\n".join(reasoning) if reasoning else None,
+        **({"images": image_facts(unit.request.messages)} if unit.request.images else {}),
         **judged,
         **spend(trajectory, prices),
     }

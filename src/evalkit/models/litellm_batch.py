@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalkit.images import sendable
 from evalkit.models.base import endpoint_kwargs
 from evalkit.providers import litellm_module, usage_counts
 from evalkit.types import Completion, Failure, Request
@@ -101,7 +102,7 @@ class BatchClient:
         if self.api == "completion" or request.messages is None:
             prompt = {"prompt": request.prompt if request.prompt is not None else _as_text(request.messages or [])}
         else:
-            prompt = {"messages": request.messages}
+            prompt = {"messages": sendable(request.messages, request.images)}  # images inline: the provider's file holds them
         return {"model": self.model, **prompt, **mapped, **extra}
 
     def line(self, custom_id: str, request: Request) -> bytes:

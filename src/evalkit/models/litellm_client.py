@@ -41,6 +41,7 @@ from tenacity import (  # noqa: E402
     wait_exponential_jitter,
 )
 
+from evalkit.images import sendable  # noqa: E402
 from evalkit.models.base import ModelCallError, endpoint_kwargs, endpoint_model_id  # noqa: E402
 from evalkit.providers import UNPRICED_MARK, usage_counts  # noqa: E402
 from evalkit.types import Completion, Failure, Request  # noqa: E402
@@ -127,7 +128,7 @@ class LiteLLMModel:
             choice = resp.choices[0]
             text, reasoning = choice.text, None
         else:
-            resp = await litellm.acompletion(messages=request.messages, **kwargs)
+            resp = await litellm.acompletion(messages=sendable(request.messages, request.images), **kwargs)
             choice = resp.choices[0]
             text = choice.message.content
             reasoning = getattr(choice.message, "reasoning_content", None)
@@ -179,7 +180,8 @@ class LiteLLMModel:
         kwargs.update(model=self.provider_model, timeout=self.timeout_s, num_retries=0, max_retries=0, stream=True)
         kwargs.update(endpoint_kwargs(self.api_base, self.api_key))
         start = time.perf_counter()
-        stream = await litellm.acompletion(messages=request.messages, **kwargs)
+        messages = sendable(request.messages, request.images)  # image parts as base64 data: URLs
+        stream = await litellm.acompletion(messages=messages, **kwargs)
         chunks: list[Any] = []
         first = float(self.stall_s or 0) + self._prompt_tokens(request) * self.prompt_s_per_token
         iterator = stream.__aiter__()
@@ -192,7 +194,7 @@ class LiteLLMModel:
             except asyncio.TimeoutError:
                 raise StallError(f"no progress for {wait:.0f} s (backend.stall_timeout_s={self.stall_s:g}; "
                                    f"{len(chunks)} chunks had come)") from None  # fmt: skip
-        resp = litellm.stream_chunk_builder(chunks, messages=request.messages) if chunks else None
+        resp = litellm.stream_chunk_builder(chunks, messages=messages) if chunks else None
         if resp is None or not resp.choices:
             raise ModelCallError(Failure("empty", "no content (the stream ended without a chunk)"))
         choice = resp.choices[0]

@@ -194,12 +194,37 @@ def write_report(run_dir: Path, summary: Summary, bench: Any, generates: bool = 
     lines += agreement_lines(summary)
     lines += _repeats_and_rules(summary, metrics, ci)
     lines += _limited(summary.scorer_limit_ids)
+    lines += image_lines(run_dir)
     plots = sorted((Path(run_dir) / "plots").glob("*.png")) if (Path(run_dir) / "plots").is_dir() else []
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
     path = Path(run_dir) / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
+
+
+#: images report.md names one by one (the rest are counted; all are in the run's images/ folder)
+REPORT_IMAGES = 50
+
+
+def image_lines(run_dir: Path) -> list[str]:
+    """report.md's section on the run's images (a task's ``dataset.fields.images``): each
+    stored image of ``images/`` named by its SHA-256 digest, with its file and size (at most
+    :data:`REPORT_IMAGES`; the journal's rows say which sample sent which, ``images``)."""
+    folder = Path(run_dir) / "images"
+    if not folder.is_dir() or folder.is_symlink():
+        return []
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink())
+    if not files:
+        return []
+    total = sum(p.stat().st_size for p in files)
+    rows = [[f"`{p.stem}`", f"[{p.name[:16]}…](images/{p.name})", p.stat().st_size] for p in files[:REPORT_IMAGES]]
+    lines = ["## Images", "", f"{len(files)} images sent ({total} bytes), stored once by SHA-256 digest in `images/`; "
+             "each row of predictions.jsonl names its sample's (`images`).", ""]  # fmt: skip
+    lines += [tabulate(rows, headers=["sha256", "file", "bytes"], tablefmt="github"), ""]
+    if len(files) > REPORT_IMAGES:
+        lines += [f"… and {len(files) - REPORT_IMAGES} more in `images/`.", ""]
+    return lines
 
 
 def agreement_lines(summary: Summary) -> list[str]:

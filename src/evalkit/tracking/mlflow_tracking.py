@@ -58,6 +58,7 @@ from typing import Any
 
 from evalkit import secrets
 from evalkit.errors import RunDirError, TrackingError, first_line, printable
+from evalkit.images import image_facts
 from evalkit.jsonl import read_run_text, read_run_yaml
 from evalkit.summary import Summary
 import evalkit.tracking.curate as curate
@@ -67,7 +68,7 @@ from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, key_digest, owner_probl
 from evalkit.tracking.ledger import read_file as read_ledger_file
 from evalkit.tracking.samples import Outcome, outcomes, primary_score
 from evalkit.tracking.store import open_client, register_credentials
-from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of, traced_sample
+from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of, traced_sample, upload_attachments
 
 log = logging.getLogger(__name__)
 say = logging.getLogger("evalkit.status")  # what is being logged now, on the console (__main__)
@@ -266,12 +267,16 @@ def log_dataset(mlflow_client: Any, run_id: str, dataset: Any) -> None:
 def samples_table(outs: list[Outcome], headline: str) -> dict[str, list[Any]]:
     """The per-sample table: sample_id, subset, status (``failed: <kind>`` for a failure),
     the primary score (column named after it) and the output cut to
-    :data:`TABLE_OUTPUT_CHARS` characters; ``epoch`` when the run repeats samples."""
+    :data:`TABLE_OUTPUT_CHARS` characters; ``epoch`` when the run repeats samples; ``images``
+    (each image's SHA-256, space-separated, in order) when the requests carry images."""
     names = list(dict.fromkeys(k for o in outs if o.row for k in (o.row.get("scores") or {})))
     primary = primary_score(names, headline) or "score"
     table: dict[str, list[Any]] = {"sample_id": [], "subset": [], "status": [], primary: [], "output": []}
     if any(o.epoch for o in outs):
         table["epoch"] = [o.epoch for o in outs]
+    images = [image_facts(o.messages) for o in outs]
+    if any(images):  # each sample's images by digest (the run's images/<sha256>.<ext>)
+        table["images"] = [" ".join(f"{f.get('sha256')}" for f in facts) for facts in images]
     for o in outs:
         row = o.row or {}
         table["sample_id"].append(o.sample_id)
@@ -566,12 +571,14 @@ class MlflowObserver(Observer):
         """Write ``todo``'s traces batch by batch (:data:`TRACE_BATCH`), saving the ledger after each."""
         for i in range(0, len(todo), TRACE_BATCH):
             batch = todo[i : i + TRACE_BATCH]
-            built = [build_trace(o, run_dir, run_id, exp_id, summary, start_s) for o, _ in batch]
+            files: list[dict[str, tuple[str, bytes]]] = [{} for _ in batch]  # each trace's image attachments
+            built = [build_trace(o, run_dir, run_id, exp_id, summary, start_s, f) for (o, _), f in zip(batch, files)]
             if pool is None:
-                for info, _ in built:
-                    tracer.start_trace(info)
+                started = [tracer.start_trace(info) for info, _ in built]
             else:  # list(): the first failure is raised here
-                list(pool.map(tracer.start_trace, [info for info, _ in built]))
+                started = list(pool.map(tracer.start_trace, [info for info, _ in built]))
+            for info, f in zip(started, files):  # the bytes of the images the spans reference (evalkit.tracking.traces)
+                upload_attachments(tracer, info, f)
             tracer.log_spans(exp_id, [span for _, spans in built for span in spans])
             ledger.traces.update({mlflow_text(o.key): tid for o, tid in batch})
             ledger.save()

@@ -59,10 +59,12 @@ import hashlib
 import json
 import logging
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
 from evalkit import secrets
+from evalkit.images import FACTS_KEY, REF_PREFIX, image_facts, image_parts, stored_image, text_of, thumbnail
 from evalkit.jsonl import SideFileError, with_side_file
 from evalkit.summary import Summary
 from evalkit.tracking.samples import Outcome, primary_score
@@ -144,23 +146,100 @@ def trace_id_of(run_id: str, outcome: Outcome) -> str:
     return "tr-" + sha256_hex(f"{run_id}\0{outcome.key}\0{outcome.digest()}")[:32]
 
 
-def request_of(outcome: Outcome) -> dict[str, Any]:
-    """The request a trace shows (see the module docstring)."""
+def request_of(outcome: Outcome, shown: dict[str, str] | None = None) -> dict[str, Any]:
+    """The request a trace shows (see the module docstring). A message with content parts
+    keeps them: each text part cut, each image part (:mod:`evalkit.images`) an
+    ``image_url`` part whose URL is ``shown[sha256]`` (its ``mlflow-attachment://``
+    reference, :func:`image_attachments`), else ``evalkit-image:sha256:<digest>``; the
+    request's ``images`` lists their facts (digest, size, shape) in order."""
     request: dict[str, Any] = {"sample_id": outcome.sample_id, "subset": outcome.subset}
     if outcome.epoch:
         request["epoch"] = outcome.epoch
     if outcome.messages is not None:
-        request["messages"] = [{**m, "content": cut(m.get("content") or "", PROMPT_CHARS)} for m in outcome.messages]
+        request["messages"] = [{**m, "content": _shown_content(m.get("content"), shown or {})} for m in outcome.messages]
+        images = image_facts(outcome.messages)
+        if images:
+            request["images"] = images  # each image's digest, size and shape (the parts show them)
     elif outcome.prompt is not None:
         request["prompt"] = cut(outcome.prompt, PROMPT_CHARS)
     return secrets.scrub_obj(request)
+
+
+def _shown_content(content: Any, shown: dict[str, str]) -> Any:
+    if not isinstance(content, list):
+        return cut(content or "", PROMPT_CHARS)
+    parts = []
+    for part in content:
+        facts = part.get(FACTS_KEY) if isinstance(part, dict) else None
+        if isinstance(facts, dict):
+            digest = str(facts.get("sha256"))
+            parts.append({"type": "image_url", "image_url": {"url": shown.get(digest, REF_PREFIX + digest)}})
+        elif isinstance(part, dict) and part.get("type") == "text":
+            parts.append({**part, "text": cut(part.get("text") or "", PROMPT_CHARS)})
+        else:
+            parts.append(cut(part, PROMPT_CHARS))
+    return parts
+
+
+#: the longer side, in pixels, of an image as a trace shows it (a larger one is scaled down)
+TRACE_IMAGE_SIDE = 512
+#: the namespace of attachment ids: an image's id is uuid5(namespace, its sha256), so the
+#: same image is one attachment per trace, whatever the sample
+_ATTACHMENT_NS = uuid.UUID("6f1d2c3e-33a0-4b5e-9a77-0e7a1c0d3303")
+
+
+def image_attachments(outcome: Outcome, run_dir: Path, trace_id: str) -> tuple[dict[str, str], dict[str, tuple[str, bytes]]]:
+    """The attachments of an outcome's images: ``({sha256: mlflow-attachment reference},
+    {attachment id: (content type, bytes)})``. Each image is read from the run's
+    ``images/`` folder (:func:`evalkit.images.stored_image`; one missing there is
+    shown by digest only) and scaled to at most :data:`TRACE_IMAGE_SIDE` px; its id is a
+    UUID derived from its digest (MLflow's attachment ids are UUIDs), its reference MLflow
+    3's ``mlflow-attachment://<id>?content_type=…&trace_id=…&size=…`` (the format
+    ``mlflow.tracing.attachments.Attachment.ref`` writes and the UI renders)."""
+    from urllib.parse import urlencode
+
+    refs: dict[str, str] = {}
+    files: dict[str, tuple[str, bytes]] = {}
+    for facts in image_parts(outcome.messages):
+        digest = str(facts.get("sha256"))
+        if digest in refs:
+            continue
+        data = stored_image(run_dir, digest)
+        if data is None:
+            continue
+        try:
+            content_type, shown = thumbnail(data, TRACE_IMAGE_SIDE)
+        except Exception:  # noqa: BLE001 - an image that cannot be shown is named by digest only
+            continue
+        attachment_id = str(uuid.uuid5(_ATTACHMENT_NS, digest))
+        files[attachment_id] = (content_type, shown)
+        query = urlencode({"content_type": content_type, "trace_id": trace_id, "size": str(len(shown))})
+        refs[digest] = f"mlflow-attachment://{attachment_id}?{query}"
+    return refs, files
+
+
+def upload_attachments(tracer: Any, info: Any, files: dict[str, tuple[str, bytes]]) -> None:
+    """Upload ``files`` (:func:`image_attachments`) to the artifact location of the trace
+    ``info`` (as the store returned it from ``start_trace``: its ``mlflow.artifactLocation``
+    tag), as ``attachments/<id>`` — what MLflow's live-span exporter does, which evalkit's
+    offline ``start_trace`` + ``log_spans`` path never runs. Works against a local store and
+    a server, with and without ``--serve-artifacts`` (MLflow's artifact repository of the
+    location does the writing)."""
+    if not files:
+        return
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+    from mlflow.tracing.utils.artifact_utils import get_artifact_uri_for_trace
+
+    repo = get_artifact_repository(get_artifact_uri_for_trace(info))
+    for attachment_id, (_, data) in files.items():
+        repo.upload_attachment(attachment_id, data)
 
 
 def _preview(outcome: Outcome) -> str:
     last = ""
     for message in reversed(outcome.messages or []):
         if message.get("role") == "user":
-            last = str(message.get("content") or "")
+            last = text_of(message.get("content"))
             break
     text = f"{outcome.key} [{outcome.subset}] {last or outcome.prompt or ''}".strip()
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
@@ -436,13 +515,19 @@ def _with_side_file(row: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         return {**row, "output": f"[side file unreadable: the first characters only] {row.get('output') or ''}"}
 
 
-def build_trace(outcome: Outcome, run_dir: Path, run_id: str, experiment_id: str, summary: Summary, start_s: float) -> tuple[Any, list[Any]]:
+def build_trace(outcome: Outcome, run_dir: Path, run_id: str, experiment_id: str, summary: Summary, start_s: float,
+                attachments: dict[str, tuple[str, bytes]] | None = None) -> tuple[Any, list[Any]]:  # fmt: skip
     """``(TraceInfo with its assessments, [Span, …])`` of one outcome of the run in
     ``run_dir`` (MLflow run ``run_id`` in experiment ``experiment_id``); ``start_s``: Unix
-    seconds to lay untimed calls out from (the run's start)."""
+    seconds to lay untimed calls out from (the run's start). The request's images are
+    referenced as attachments (:func:`image_attachments`), whose bytes are added to
+    ``attachments`` for :func:`upload_attachments`."""
     from mlflow.entities import Span, TraceInfo, TraceLocation, TraceState  # deferred: heavy import
 
     trace_id = trace_id_of(run_id, outcome)
+    shown, files = image_attachments(outcome, run_dir, trace_id) if outcome.messages else ({}, {})
+    if attachments is not None:
+        attachments.update(files)
     spans = _Spans(trace_id)
     tags = {"mlflow.traceName": outcome.key, "evalkit.key": outcome.key, "sample_id": outcome.sample_id, "subset": outcome.subset}
     metadata = {"mlflow.sourceRun": run_id}
@@ -451,12 +536,12 @@ def build_trace(outcome: Outcome, run_dir: Path, run_id: str, experiment_id: str
     if outcome.row is not None:
         row = _with_side_file(outcome.row, run_dir)
         tags["status"] = str(row.get("status"))
-        implied, judged = _scored_spans(spans, outcome.key, row, request_of(outcome), start_s)
+        implied, judged = _scored_spans(spans, outcome.key, row, request_of(outcome, shown), start_s)
         metadata.update(implied)
         state, response = TraceState.OK, secrets.scrub(str(row.get("output") or ""))[:PREVIEW_CHARS]
     else:
         failure = outcome.failure or {}
-        implied, root = _failed_span(spans, outcome.key, failure, request_of(outcome), start_s)
+        implied, root = _failed_span(spans, outcome.key, failure, request_of(outcome, shown), start_s)
         tags.update(implied)
         judged = _judge_spans(spans, root, failure, start_s)
         spans.close_root()

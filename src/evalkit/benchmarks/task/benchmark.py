@@ -23,6 +23,7 @@ from evalkit.benchmarks.task.settings import Dataset, TaskSettings
 from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_messages
 from evalkit.benchmarks.task.template import RenderJob, check_renders, render
 from evalkit.errors import ConfigError, DataError
+from evalkit.images import Image, Text, load_image, message, read_source, text_of
 from evalkit.jsonl import read_objects
 from evalkit.stats import BINARY, Column
 from evalkit.types import Request, Sample, SampleScore, Trajectory
@@ -55,9 +56,54 @@ class TaskBenchmark(Benchmark):
         self.headline_metric = settings.metrics.headline or (f"{first}/weighted" if settings.metrics.weights else first)  # type: ignore[misc]
         self._digests: dict[str, str] = {}
         self._pools: dict[str, list[dict[str, Any]]] = {}
+        self._bases: dict[str, Path | None] = {}  # where -> the folder image paths are relative to
+        self._images: dict[str, list[Image]] = {}  # sample id -> its images, checked (dataset.fields.images)
+        self._demo_images: dict[str, list[Image]] = {}  # demonstration id -> its images
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pools": {}}  # demonstrations are not needed to score
+        # demonstrations and images are not needed to score (a worker never builds a request)
+        return {**self.__dict__, "_pools": {}, "_images": {}, "_demo_images": {}}
+
+    def sends_images(self) -> bool:
+        """True when the task's requests carry images (``dataset.fields.images``)."""
+        return self.settings.dataset.fields.images is not None
+
+    def _check_images(self, samples: list[Sample], where: str) -> dict[str, list[Image]]:
+        """Every image of ``samples`` read, checked and cleaned (:func:`load_image`), each
+        sample's image column then replaced by its images' SHA-256 digests (so the data
+        fingerprint covers their bytes, not their names); a fingerprint over them all is kept
+        as ``<where>#images``. ``{}`` without ``dataset.fields.images``.
+
+        Raises:
+            DataError: one line naming the row (sample id), the image and why.
+        """
+        col = self.settings.dataset.fields.images
+        if col is None:
+            return {}
+        limits, base, max_side = self.settings.dataset.image_limits.limits(), self._bases.get(where), self.settings.prompt.image_max_side
+        out: dict[str, list[Image]] = {}
+        digest = hashlib.sha256()
+        seen: dict[bytes, Image] = {}
+        for n, sample in enumerate(samples):
+            value = sample.data.get(col)
+            values = [] if value is None else value if isinstance(value, list) else [value]
+            at = f"{where}: row {n + 1} (sample {sample.id[:80]!r}), column {col!r}"
+            if len(values) > limits.max_per_sample:
+                raise DataError(f"{at}: {len(values)} images, over the limit of {limits.max_per_sample} (image_limits.max_per_sample)")
+            images = []
+            for i, v in enumerate(values):
+                here = at if len(values) == 1 else f"{at}[{i}]"
+                data = read_source(v, base, limits, here)
+                key = hashlib.sha256(data).digest()
+                if key not in seen:
+                    seen[key] = load_image(data, limits, here, max_side)
+                images.append(seen[key])
+                digest.update(key)
+            digest.update(b"\n")
+            out[sample.id] = images
+            sample.data[col] = [im.sha256 for im in images]
+        self._digests[f"{where}#images"] = digest.hexdigest()
+        return out
 
     # ---- data -----------------------------------------------------------------------------
     def _read(self, ds: Dataset, path: Path | None, split: str) -> list[dict[str, Any]]:
@@ -65,8 +111,9 @@ class TaskBenchmark(Benchmark):
         where = str(path) if path is not None else f"{ds.hub}@{ds.revision}:{split}"
         if path is not None:
             rows, digest = _read_file(Path(path).expanduser(), ds.max_rows)
+            self._bases[where] = Path(path).expanduser().parent
         else:
-            rows, digest = _read_hub(ds.hub or "", split, ds.revision or "", ds.max_rows)
+            rows, digest = _read_hub(ds.hub or "", split, ds.revision or "", ds.max_rows, ds.fields.images)
         self._digests[where] = digest
         return [r for r in rows if all(r.get(k) == v for k, v in ds.filter.items())]
 
@@ -80,7 +127,9 @@ class TaskBenchmark(Benchmark):
         """
         ds = self.settings.dataset
         rows = self._read(ds, ds.path, ds.split)
+        where = str(ds.path) if ds.path is not None else f"{ds.hub}@{ds.revision}:{ds.split}"
         samples = _samples(rows, ds, ds.split, str(ds.path or ds.hub))
+        self._images = self._check_images(samples, where)
         self.check_templates(samples)
         return samples
 
@@ -152,6 +201,10 @@ class TaskBenchmark(Benchmark):
             samples = _samples(rows, ds, ds.split, where)
         except DataError as exc:
             raise DataError(f"benchmark.dataset: {exc}") from None
+        try:  # every image read and checked under the limits now, before anything starts
+            self._images = self._check_images(samples, str(ds.path) if ds.path is not None else where)
+        except DataError as exc:
+            raise DataError(f"benchmark.dataset.fields.images: {exc}") from None
         if s.metrics.weights:
             if not ds.fields.category:
                 raise ConfigError("benchmark.metrics.weights: weights are per category, but benchmark.dataset.fields.category "
@@ -231,7 +284,11 @@ class TaskBenchmark(Benchmark):
             else:
                 rows = self._read(ds, ds.path, ds.split)
             where = str(shots.path or ds.path or ds.hub)
-            self._pools["pool"] = [s.data for s in _samples(rows, ds, "shot", where)]
+            demos = _samples(rows, ds, "shot", where)
+            key = str(shots.path) if shots.path is not None else (str(ds.path) if ds.path is not None
+                                                                  else f"{ds.hub}@{ds.revision}:{shots.split or ds.split}")  # fmt: skip
+            self._demo_images = self._check_images(demos, key)
+            self._pools["pool"] = [s.data for s in demos]
         return self._pools["pool"]
 
     def build(self, sample: Sample, shots: int) -> Request:
@@ -239,17 +296,22 @@ class TaskBenchmark(Benchmark):
         messages: list[dict[str, Any]] = []
         if p.system:
             messages.append({"role": "system", "content": render(p.system, sample.data, p.max_chars, sample.id)})
+        images: dict[str, bytes] = {}
         if shots:
             pool = [d for d in self._pool() if d["id"] != sample.id and d["input"] != sample.data["input"]]
             if len(pool) < shots:
                 raise DataError(f"task {self.name}: shots={shots} but only {len(pool)} demonstrations to draw from")
             seed = self.settings.seed if self.settings.seed is not None else 0
             for demo in random.Random(f"{seed}/{sample.id}").sample(pool, shots):
-                messages.append({"role": "user", "content": render(p.template, demo, p.max_chars, sample.id)})
+                messages.append(self._user_turn(render(p.template, demo, p.max_chars, sample.id), self._demo_images.get(demo["id"]), images))
                 messages.append({"role": "assistant", "content": render(p.answer_template, demo, p.max_chars, sample.id)})
-        messages.append({"role": "user", "content": render(p.template, sample.data, p.max_chars, sample.id)})
-        if sum(len(m["content"]) for m in messages) > p.max_chars:
+        messages.append(self._user_turn(render(p.template, sample.data, p.max_chars, sample.id), self._sample_images(sample), images))
+        if sum(len(text_of(m["content"])) for m in messages) > p.max_chars:
             raise DataError(f"task {self.name}: sample {sample.id!r}: the prompt is over prompt.max_chars={p.max_chars} characters")
+        limit = self.settings.dataset.image_limits.max_request_bytes
+        if sum(len(b) for b in images.values()) > limit:
+            raise DataError(f"task {self.name}: sample {sample.id!r}: the request's images have {sum(len(b) for b in images.values())} "
+                            f"bytes, over the limit of {limit} (dataset.image_limits.max_request_bytes)")  # fmt: skip
         for scorer in self.settings.scorers:  # a judge's template that cannot render: one line now, not a failure per sample
             if scorer.kind != "llm_judge" or scorer.judge_setting("mode") != "pairwise":
                 continue
@@ -258,7 +320,27 @@ class TaskBenchmark(Benchmark):
                 raise DataError(f"task {self.name}: sample {sample.id!r}: no field {scorer.judge_setting('against')!r} "
                                 f"to judge the answer against, or it is empty (scorer {scorer.score_name}: against)")  # fmt: skip
         self.judge_prompts(sample)
-        return Request(sample.id, sample.subset, messages=messages)
+        return Request(sample.id, sample.subset, messages=messages, images=images)
+
+    def _sample_images(self, sample: Sample) -> list[Image] | None:
+        """The checked images of ``sample`` (``None`` for a task without images).
+
+        Raises:
+            DataError: a task with images whose sample was not loaded by this instance."""
+        if not self.sends_images():
+            return None
+        if sample.id not in self._images:
+            raise DataError(f"task {self.name}: sample {sample.id!r}: its images were not loaded (load() or check() first)")
+        return self._images[sample.id]
+
+    @staticmethod
+    def _user_turn(text: str, pictures: list[Image] | None, images: dict[str, bytes]) -> dict[str, Any]:
+        """A user turn: the rendered ``text`` alone (a task without images), else the text
+        part then each image part in order; the images' bytes are added to ``images``."""
+        if pictures is None:
+            return {"role": "user", "content": text}
+        images.update({im.sha256: im.data for im in pictures})
+        return message("user", [Text(text), *pictures])
 
     # ---- solving --------------------------------------------------------------------------
     def solver(self) -> Solver:
@@ -479,9 +561,20 @@ def _choices(value: Any, at: str) -> list[str] | None:
     return [str(c) for c in value]
 
 
+def _jsonable(value: Any) -> Any:
+    """A cell JSON cannot hold: bytes (a Parquet binary or ``Image`` column) as a base64
+    ``data:`` URI (what :func:`evalkit.images.read_source` reads), others as text."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        import base64
+
+        return "data:application/octet-stream;base64," + base64.b64encode(bytes(value)).decode("ascii")
+    return str(value)
+
+
 def _plain(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
-    """Rows as plain JSON values, and a SHA-256 over them (the data fingerprint)."""
-    text = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False, default=str) + "\n" for r in rows)
+    """Rows as plain JSON values (bytes as ``data:`` URIs), and a SHA-256 over them (the data
+    fingerprint)."""
+    text = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False, default=_jsonable) + "\n" for r in rows)
     return [json.loads(line) for line in text.splitlines()], hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -512,8 +605,9 @@ def _read_file(path: Path, max_rows: int) -> tuple[list[dict[str, Any]], str]:
     return _plain(rows)
 
 
-def _read_hub(hub: str, split: str, revision: str, max_rows: int) -> tuple[list[dict[str, Any]], str]:
-    """Rows of a pinned split of a Hugging Face dataset (``datasets`` honours its offline cache).
+def _read_hub(hub: str, split: str, revision: str, max_rows: int, images: str | None = None) -> tuple[list[dict[str, Any]], str]:
+    """Rows of a pinned split of a Hugging Face dataset (``datasets`` honours its offline cache);
+    an ``Image`` column named by ``images`` is read undecoded (its bytes, checked by evalkit).
 
     Raises:
         DataError: unreachable, unknown, or more rows than ``max_rows``.
@@ -522,6 +616,8 @@ def _read_hub(hub: str, split: str, revision: str, max_rows: int) -> tuple[list[
         import datasets  # deferred: only hub tasks need it
 
         ds = datasets.load_dataset(hub, split=split, revision=revision)
+        if images is not None and isinstance(ds.features.get(images), datasets.Image):
+            ds = ds.cast_column(images, datasets.Image(decode=False))
     except Exception as exc:  # noqa: BLE001 - offline, unknown id, bad split: one line
         raise DataError(f"benchmark.dataset.hub: cannot load split {split!r} of {hub!r}@{revision} ({type(exc).__name__})") from None
     if len(ds) > max_rows:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalkit.benchmarks.base import BenchmarkSettings
+from evalkit.images import Limits
 
 
 class _Strict(BaseModel):
@@ -21,14 +22,35 @@ class Fields(_Strict):
     ``id`` (default: the row's index, ``"<split>-<n>"``), ``choices`` (a list, or a JSON array
     in a CSV cell, for multiple choice), ``category`` (the subset a sample is counted in) and
     ``label`` (a person's verdict on the answer being scored, 0/1, ``true``/``false`` or
-    ``yes``/``no``: the scorers' agreement with it is reported as Cohen's κ) are optional."""
+    ``yes``/``no``: the scorers' agreement with it is reported as Cohen's κ) are optional.
+    ``images``: a column holding one image or a list of them (a path relative to the data
+    file's folder, a ``data:`` URI, or the bytes a Parquet or Hugging Face ``Image`` column
+    holds); they go into the sample's user turn as image parts after the rendered text, in
+    order (:mod:`evalkit.images`)."""
 
     id: str | None = None
+    images: str | None = None
     label: str | None = None
     input: str = "input"
     target: str = "target"
     choices: str | None = None
     category: str | None = None
+
+
+class ImageLimits(_Strict):
+    """Bounds on a task's images (:class:`evalkit.images.Limits`, whose defaults
+    these are): ``max_bytes`` per image, ``max_pixels`` (width × height, read from the header
+    before decoding; at most Pillow's own 89,478,485-pixel guard), ``max_per_sample`` images
+    per row, ``max_request_bytes`` of all the images of one request."""
+
+    max_bytes: int = Field(default=Limits.max_bytes, ge=1)
+    max_pixels: int = Field(default=Limits.max_pixels, ge=1, le=89_478_485)
+    max_per_sample: int = Field(default=Limits.max_per_sample, ge=1)
+    max_request_bytes: int = Field(default=Limits.max_request_bytes, ge=1)
+
+    def limits(self) -> Limits:
+        """These bounds as :class:`evalkit.images.Limits`."""
+        return Limits(self.max_bytes, self.max_pixels, self.max_per_sample, self.max_request_bytes)
 
 
 class Dataset(_Strict):
@@ -45,6 +67,7 @@ class Dataset(_Strict):
     fields: Fields = Field(default_factory=Fields)
     filter: dict[str, str | int | float | bool] = Field(default_factory=dict)
     max_rows: int = Field(default=100_000, ge=1)
+    image_limits: ImageLimits = Field(default_factory=ImageLimits)
 
     @model_validator(mode="after")
     def _one_source(self) -> "Dataset":
@@ -83,6 +106,9 @@ class Prompt(_Strict):
     system: str | None = None
     answer_template: str = "{{ target }}"
     max_chars: int = Field(default=50_000, ge=1)
+    #: an image whose longer side is over this many pixels is scaled down to it before it is
+    #: sent (``None``: sent at its own size)
+    image_max_side: int | None = Field(default=None, ge=16)
 
 
 class Extract(_Strict):

@@ -1,0 +1,431 @@
+"""Images in prompts: read, checked under limits, cleaned, hashed, and put into chat messages.
+
+One content-part type for every benchmark (YAML tasks and Python plugins alike):
+:class:`Text` and :class:`Image` parts, put into a chat turn by :func:`message` and into a
+request by :func:`evalkit.benchmarks.content.chat_request`. No benchmark writes image dicts
+by hand.
+
+Shapes
+------
+* In ``Request.messages`` an image is an OpenAI-style content part whose URL is a reference
+  to its bytes by digest, with the facts about it beside::
+
+      {"type": "image_url", "image_url": {"url": "evalkit-image:sha256:<64 hex>"},
+       "evalkit_image": {"sha256": "<64 hex>", "media_type": "image/png", "bytes": 1234,
+                         "width": 64, "height": 64}}
+
+  The bytes ride in ``Request.images`` (``{sha256: bytes}``), which no hash reads: the prompt
+  hash and the response-cache key cover each image's SHA-256 (and size), never a path, so
+  the same bytes under another name hit the cache and a changed image misses it.
+* :func:`sendable` turns such messages into what OpenAI specifies (and litellm translates for
+  Anthropic, Gemini, Bedrock …): ``{"type": "image_url", "image_url": {"url":
+  "data:<media type>;base64,<the bytes>"}}``, text parts ``{"type": "text", "text": …}``, in
+  the order given. The model clients call it just before a request leaves.
+* Journals, ``config.yaml`` and traces never hold the bytes or their base64: rows carry
+  :func:`image_facts` (digest, size, media type, width, height); the bytes are stored once per
+  run by digest in ``<run dir>/images/<sha256>.<ext>``
+  (:func:`evalkit.engine.finalize.store_images`).
+
+Bounds (:class:`Limits`; a YAML task's ``dataset.image_limits``)
+------------------------------------------------------------------
+An image is refused (:class:`~evalkit.errors.DataError`, one line naming where it came from)
+when its bytes are over ``max_bytes`` (a file's size is read from ``stat`` before it is read;
+a ``data:`` URI's from its length before it is decoded); when it is not PNG, JPEG, WebP or
+GIF (the format is Pillow's reading of the header, restricted to these four plugins: SVG and
+everything else is refused); when its header's width × height is over ``max_pixels`` (read by
+``Image.open`` and checked before ``.load()``: nothing is decoded past the bound; Pillow's
+own decompression-bomb guard, ``Image.MAX_IMAGE_PIXELS``, stays on beneath it); when it does
+not decode (truncated or corrupt: ``.load()`` fails; truncated images are never accepted).
+
+Metadata
+--------
+An image's EXIF, XMP, comments and text chunks never reach the prompt: a PNG's ancillary
+chunks other than colour and transparency ones (``tRNS gAMA cHRM sRGB sBIT bKGD pHYs iCCP``)
+are dropped, the pixel data left byte for byte; a JPEG with application segments other than
+JFIF (APP0) and Adobe (APP14), or with a comment, is re-encoded (quality 95, no metadata); a
+WebP with EXIF or XMP, an animated WebP and every GIF are re-encoded as PNG of their first
+frame. A clean PNG, JPEG or WebP is sent byte for byte as read. ``max_side`` (a task's
+``prompt.image_max_side``) scales an image whose longer side is over it down to it (Lanczos,
+aspect kept) before it is sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence, Union
+
+from evalkit.errors import DataError
+
+#: the URL prefix of an image part in ``Request.messages`` (resolved by :func:`sendable`)
+REF_PREFIX = "evalkit-image:sha256:"
+#: the key of an image part holding its facts (:func:`image_facts`); never sent
+FACTS_KEY = "evalkit_image"
+#: Pillow's format name → the media type sent
+MEDIA_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
+EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif"}
+#: PNG chunks kept besides the critical ones (colour and transparency, no text, time or EXIF)
+_PNG_KEPT = frozenset({b"tRNS", b"gAMA", b"cHRM", b"sRGB", b"sBIT", b"bKGD", b"pHYs", b"iCCP"})
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one image and one request may cost. ``max_bytes``: bytes of one image (as read,
+    and as sent); ``max_pixels``: width × height of one image (its header's, before any
+    decoding); ``max_per_sample``: images of one row; ``max_request_bytes``: bytes of all the
+    images of one request (its demonstrations' too). Defaults: 5 MiB (Anthropic's API limit
+    per image), 25 megapixels (under Pillow's own 89 MP guard), 20 images, 20 MiB (Gemini's
+    limit on an inline request; OpenAI's and Anthropic's are larger)."""
+
+    max_bytes: int = 5 * 1024 * 1024
+    max_pixels: int = 25_000_000
+    max_per_sample: int = 20
+    max_request_bytes: int = 20 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Text:
+    """A text part of a chat turn."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Image:
+    """A checked image as it is sent: ``data`` (the bytes), ``media_type`` (``image/png``,
+    ``image/jpeg``, ``image/webp``), ``width`` and ``height`` in pixels. Build one with
+    :func:`load_image` (from a path, a ``data:`` URI or bytes, under :class:`Limits`)."""
+
+    data: bytes = field(repr=False)
+    media_type: str
+    width: int
+    height: int
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    def facts(self) -> dict[str, Any]:
+        """``{"sha256", "media_type", "bytes", "width", "height"}``: what is recorded of it."""
+        return {"sha256": self.sha256, "media_type": self.media_type, "bytes": len(self.data), "width": self.width, "height": self.height}
+
+    def part(self) -> dict[str, Any]:
+        """Its content part in ``Request.messages`` (see the module docstring)."""
+        facts = self.facts()
+        return {"type": "image_url", "image_url": {"url": REF_PREFIX + facts["sha256"]}, FACTS_KEY: facts}
+
+
+#: one part of a chat turn: text or an image
+ContentPart = Union[Text, Image]
+
+
+def message(role: str, parts: str | Sequence[ContentPart]) -> dict[str, Any]:
+    """A chat message of ``parts`` in order: a plain string stays a string content (as text
+    messages always were); parts become a list of ``{"type": "text", "text"}`` and image parts
+    (:meth:`Image.part`)."""
+    if isinstance(parts, str):
+        return {"role": role, "content": parts}
+    content = []
+    for p in parts:
+        if isinstance(p, Text):
+            content.append({"type": "text", "text": p.text})
+        elif isinstance(p, Image):
+            content.append(p.part())
+        else:
+            raise TypeError(f"a content part is Text or Image, not {type(p).__name__}")
+    return {"role": role, "content": content}
+
+
+def image_parts(messages: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The facts (:meth:`Image.facts`) of every image part of ``messages``, in order."""
+    out = []
+    for m in messages or []:
+        content = m.get("content") if isinstance(m, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and isinstance(part.get(FACTS_KEY), dict):
+                out.append(part[FACTS_KEY])
+    return out
+
+
+def image_facts(messages: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The distinct images of ``messages`` (facts, first appearance first): what a journal
+    row records of its request's images."""
+    seen, out = set(), []
+    for facts in image_parts(messages):
+        if facts.get("sha256") not in seen:
+            seen.add(facts.get("sha256"))
+            out.append(dict(facts))
+    return out
+
+
+def sendable(messages: list[dict[str, Any]], images: dict[str, bytes]) -> list[dict[str, Any]]:
+    """``messages`` as sent: each image part as OpenAI's ``image_url`` part with a base64
+    ``data:`` URL of its bytes (from ``images``), text parts unchanged; messages without image
+    parts are returned as they are.
+
+    Raises:
+        ValueError: an image part whose bytes are not in ``images`` (or do not match its digest).
+    """
+    if not any(isinstance(m.get("content"), list) for m in messages):
+        return messages
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if not isinstance(content, list):
+            out.append(m)
+            continue
+        parts = []
+        for part in content:
+            facts = part.get(FACTS_KEY) if isinstance(part, dict) else None
+            if facts is None:
+                parts.append(part)
+                continue
+            digest = str(facts.get("sha256"))
+            data = images.get(digest)
+            if data is None or hashlib.sha256(data).hexdigest() != digest:
+                raise ValueError(f"image {digest[:12]} of the request has no bytes (or other bytes) in request.images")
+            url = f"data:{facts.get('media_type')};base64,{base64.b64encode(data).decode('ascii')}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        out.append({**m, "content": parts})
+    return out
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's content: a string, or its text parts joined by a newline (an
+    image part is ``[image <digest prefix>]``)."""
+    if not isinstance(content, list):
+        return "" if content is None else str(content)
+    out = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "text":
+            out.append(str(part.get("text", "")))
+        elif isinstance(part, dict) and isinstance(part.get(FACTS_KEY), dict):
+            out.append(f"[image {str(part[FACTS_KEY].get('sha256'))[:12]}]")
+    return "\n".join(out)
+
+
+# ---- reading -------------------------------------------------------------------------------
+def read_source(value: Any, base_dir: Path | None, limits: Limits, where: str) -> bytes:
+    """The bytes of one image value of a dataset row: a ``data:`` URI (base64), bytes (a
+    Parquet binary cell), ``{"bytes": …, "path": …}`` (a Hugging Face ``Image`` column read
+    undecoded: its bytes, else its path), or a path relative to ``base_dir`` (the data file's
+    folder). A path must stay inside ``base_dir`` (no absolute path, no ``..`` out of it), and
+    neither it nor a folder on the way may be a symbolic link.
+
+    Raises:
+        DataError: ``where: <why>`` — a refused path, a missing file, over ``max_bytes``, a
+            malformed ``data:`` URI.
+    """
+    if isinstance(value, dict):
+        value = value.get("bytes") if value.get("bytes") is not None else value.get("path")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+        if len(data) > limits.max_bytes:
+            raise DataError(f"{where}: the image has {len(data)} bytes, over the limit of {limits.max_bytes} (image_limits.max_bytes)")
+        return data
+    if not isinstance(value, str) or not value:
+        raise DataError(f"{where}: an image is a path, a data: URI or bytes, not {type(value).__name__} {str(value)[:40]!r}")
+    if value.startswith("data:"):
+        return _data_uri(value, limits, where)
+    if "://" in value:
+        raise DataError(f"{where}: {value[:80]!r}: images are read from files beside the data, never fetched from a URL")
+    return _read_path(value, base_dir, limits, where)
+
+
+def _data_uri(value: str, limits: Limits, where: str) -> bytes:
+    head, sep, payload = value.partition(",")
+    if not sep or not head.endswith(";base64"):
+        raise DataError(f"{where}: a data: URI of an image must be base64 (data:<type>;base64,<data>)")
+    if len(payload) * 3 // 4 > limits.max_bytes + 3:
+        raise DataError(f"{where}: the data: URI holds about {len(payload) * 3 // 4} bytes, over the limit of {limits.max_bytes} "
+                        "(image_limits.max_bytes)")  # fmt: skip
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise DataError(f"{where}: the data: URI is not valid base64") from None
+    if len(data) > limits.max_bytes:
+        raise DataError(f"{where}: the image has {len(data)} bytes, over the limit of {limits.max_bytes} (image_limits.max_bytes)")
+    return data
+
+
+def _read_path(value: str, base_dir: Path | None, limits: Limits, where: str) -> bytes:
+    if base_dir is None:
+        raise DataError(f"{where}: {value[:80]!r}: a path to an image needs a local data file to be relative to")
+    rel = Path(value)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise DataError(f"{where}: {value[:80]!r} is outside the data file's folder (an image path is relative to it, without ..)")
+    base = Path(os.path.abspath(base_dir))
+    current = base
+    for name in rel.parts:
+        current = current / name
+        if current.is_symlink():
+            raise DataError(f"{where}: {value[:80]!r}: {current.name!r} is a symbolic link; images are read only from plain "
+                            "files inside the data file's folder")  # fmt: skip
+    try:
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(current, flags)
+    except OSError as exc:
+        raise DataError(f"{where}: image {value[:80]!r} cannot be read ({exc.strerror or type(exc).__name__})") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        import stat as stat_mod
+
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise DataError(f"{where}: image {value[:80]!r} is not a regular file")
+        if st.st_size > limits.max_bytes:
+            raise DataError(f"{where}: image {value[:80]!r} has {st.st_size} bytes, over the limit of {limits.max_bytes} "
+                            "(image_limits.max_bytes)")  # fmt: skip
+        data = fh.read(limits.max_bytes + 1)
+    if len(data) > limits.max_bytes:
+        raise DataError(f"{where}: image {value[:80]!r} grew past {limits.max_bytes} bytes while read")
+    return data
+
+
+# ---- checking and cleaning -----------------------------------------------------------------
+def load_image(data: bytes, limits: Limits, where: str, max_side: int | None = None) -> Image:
+    """The :class:`Image` sent for ``data``: checked under ``limits``, cleaned of metadata and
+    scaled to ``max_side`` (see the module docstring).
+
+    Raises:
+        DataError: ``where: <why>`` — over a limit, not PNG/JPEG/WebP/GIF, undecodable.
+    """
+    from PIL import Image as PILImage
+    from PIL import UnidentifiedImageError
+
+    if len(data) > limits.max_bytes:
+        raise DataError(f"{where}: the image has {len(data)} bytes, over the limit of {limits.max_bytes} (image_limits.max_bytes)")
+    if data.lstrip()[:5].lower() in (b"<?xml", b"<svg ", b"<svg>") or b"<svg" in data[:512].lower():
+        raise DataError(f"{where}: an SVG image is refused (images are PNG, JPEG, WebP or GIF)")
+    try:
+        img = PILImage.open(io.BytesIO(data), formats=list(MEDIA_TYPES))
+    except UnidentifiedImageError:
+        raise DataError(f"{where}: not a PNG, JPEG, WebP or GIF image (other formats, SVG included, are refused)") from None
+    except PILImage.DecompressionBombError as exc:
+        raise DataError(f"{where}: the image is over Pillow's decompression-bomb limit ({exc})"[:300]) from None
+    except Exception as exc:  # noqa: BLE001 - any header Pillow cannot read is one line
+        raise DataError(f"{where}: the image's header cannot be read ({type(exc).__name__}: {str(exc)[:120]})") from None
+    with img:
+        width, height = img.size
+        if width * height > limits.max_pixels:
+            raise DataError(f"{where}: the image is {width}×{height} = {width * height} pixels, over the limit of "
+                            f"{limits.max_pixels} (image_limits.max_pixels); nothing was decoded")  # fmt: skip
+        if width < 1 or height < 1:
+            raise DataError(f"{where}: the image has no pixels ({width}×{height})")
+        fmt = img.format or ""
+        try:
+            img.load()  # the first frame only (GIF, animated WebP, APNG)
+        except Exception as exc:  # noqa: BLE001 - truncated, corrupt, bomb: one line
+            raise DataError(f"{where}: the {fmt} image does not decode ({type(exc).__name__}: {str(exc)[:120]})") from None
+        return _cleaned(img, data, fmt, max_side)
+
+
+def _cleaned(img: Any, data: bytes, fmt: str, max_side: int | None) -> Image:
+    """The bytes to send: ``data`` itself when it is clean and needs no scaling, else the
+    image re-encoded (PNG chunks dropped without re-encoding)."""
+    from PIL import Image as PILImage
+
+    width, height = img.size
+    scale = max_side is not None and max(width, height) > max_side
+    if not scale:
+        if fmt == "PNG":
+            return Image(_png_without_metadata(data), "image/png", width, height)
+        if fmt == "JPEG" and _jpeg_clean(img):
+            return Image(data, "image/jpeg", width, height)
+        if fmt == "WEBP" and not getattr(img, "is_animated", False) and not ({"exif", "xmp"} & set(img.info)):
+            return Image(data, "image/webp", width, height)
+    frame = img
+    if scale:
+        ratio = max_side / max(width, height)  # type: ignore[operator]
+        size = (max(1, round(width * ratio)), max(1, round(height * ratio)))
+        frame = img.resize(size, PILImage.Resampling.LANCZOS)
+    frame = frame.copy()
+    frame.info = {k: v for k, v in frame.info.items() if k == "transparency"}  # Pillow writes a comment, ICC or EXIF kept in info
+    out = io.BytesIO()
+    if fmt == "JPEG":
+        rgb = frame.convert("RGB")
+        rgb.info = {}
+        rgb.save(out, format="JPEG", quality=95)
+        media = "image/jpeg"
+    else:
+        if frame.mode not in ("1", "L", "LA", "RGB", "RGBA", "P", "I", "I;16"):
+            frame = frame.convert("RGBA")
+        frame.save(out, format="PNG")  # Pillow writes no text, EXIF or time chunk unless asked
+        media = "image/png"
+    return Image(out.getvalue(), media, frame.size[0], frame.size[1])
+
+
+def _png_without_metadata(data: bytes) -> bytes:
+    """A PNG's bytes with every ancillary chunk not in :data:`_PNG_KEPT` dropped (text, EXIF,
+    time, APNG frames…); the critical chunks (IHDR, PLTE, IDAT, IEND) kept byte for byte."""
+    if not data.startswith(_PNG_SIGNATURE):
+        return data
+    out, at, dropped = [_PNG_SIGNATURE], len(_PNG_SIGNATURE), False
+    while at + 8 <= len(data):
+        (length,) = struct.unpack(">I", data[at : at + 4])
+        kind = data[at + 4 : at + 8]
+        end = at + 12 + length
+        critical = kind[:1].isupper()
+        if critical or kind in _PNG_KEPT:
+            out.append(data[at:end])
+        else:
+            dropped = True
+        at = end
+        if kind == b"IEND":
+            break
+    dropped = dropped or at < len(data)  # bytes after IEND are not sent either
+    return b"".join(out) if dropped else data
+
+
+def _jpeg_clean(img: Any) -> bool:
+    """True when a JPEG carries no application segment but JFIF (APP0) and Adobe (APP14), and
+    no comment."""
+    if img.info.get("comment") or img.info.get("exif") or img.info.get("xmp"):
+        return False
+    return all(marker in ("APP0", "APP14") for marker, _ in getattr(img, "applist", []))
+
+
+# ---- a run's stored images -----------------------------------------------------------------
+def stored_image(run_dir: Path, digest: str, max_bytes: int = Limits.max_bytes) -> bytes | None:
+    """The bytes of image ``digest`` stored in ``run_dir`` (``images/<sha256>.<ext>``), ``None``
+    when absent, a link, over ``max_bytes`` or not those bytes."""
+    if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        return None
+    for ext in EXTENSIONS.values():
+        path = Path(run_dir) / "images" / f"{digest}.{ext}"
+        if path.is_file() and not path.is_symlink() and path.stat().st_size <= max_bytes:
+            data = path.read_bytes()
+            return data if hashlib.sha256(data).hexdigest() == digest else None
+    return None
+
+
+def thumbnail(data: bytes, max_side: int = 512) -> tuple[str, bytes]:
+    """``(media type, bytes)`` of an image scaled so its longer side is at most ``max_side``
+    (PNG; the image itself when it is small enough already)."""
+    from PIL import Image as PILImage
+
+    with PILImage.open(io.BytesIO(data), formats=list(MEDIA_TYPES)) as img:
+        if max(img.size) <= max_side:
+            return media_type_of(data), data
+        img.thumbnail((max_side, max_side))
+        out = io.BytesIO()
+        (img if img.mode in ("RGB", "RGBA", "L", "LA", "P") else img.convert("RGBA")).save(out, format="PNG")
+        return "image/png", out.getvalue()
+
+
+def media_type_of(data: bytes) -> str:
+    if data.startswith(_PNG_SIGNATURE):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    return "application/octet-stream"
