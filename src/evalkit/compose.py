@@ -265,7 +265,7 @@ def similar_key(key: str) -> str | None:
     return f"{group}.{near[0]}" if near else None
 
 
-_NUMERIC_GROUP = re.compile(r"^(shots)=(\d+(?:,\d+)*)$")
+_NUMERIC_GROUP = re.compile(r"^(shots)=(-?\d+(?:,-?\d+)*)$")
 
 
 def quote_numeric_groups(args: Sequence[str]) -> list[str]:

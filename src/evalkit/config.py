@@ -636,7 +636,7 @@ def _generation_layer(value: Any, key: str) -> dict[str, Any]:
     try:
         return GenerationParams(**value).as_params()
     except ValidationError as exc:
-        raise ConfigError(_first_error_line(exc, f"{key}.")) from None
+        raise ConfigError(_first_error_line(exc, f"{key}.", GenerationParams)) from None
 
 
 #: benchmark settings naming the user simulator: set on the benchmark, they win over a model's dataset_args

@@ -110,13 +110,28 @@ def default_store() -> tuple[str, str]:
     return tracking_uri(cfg), artifact_root(cfg)
 
 
+def beside_store(uri: str, default: str) -> str:
+    """The artifact root of a new experiment in the file store ``uri`` names: ``mlartifacts``
+    beside a ``sqlite:///<path>`` database (so logging to a store elsewhere writes nothing
+    under the current directory); ``default`` for any other URI."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme == "sqlite" and parts.path not in ("", "/", "/:memory:"):
+        db = Path(parts.path[1:])  # sqlite:///rel.db → rel.db; sqlite:////abs/x.db → /abs/x.db
+        return (db.expanduser().resolve().parent / "mlartifacts").as_uri()
+    return default
+
+
 def observer_for(run_dir: Path, recorded: dict[str, Any], args: argparse.Namespace) -> MlflowObserver:
     """The observer of the store ``--tracking-uri`` names, or of the project default
     (:func:`default_store`) — never of an address read from the run directory (a note line
     names the one its ``config.yaml`` holds, when it differs)."""
     tracking = recorded.get("tracking") if isinstance(recorded.get("tracking"), dict) else {}
     uri, root = default_store()
-    uri, root = args.tracking_uri or uri, args.artifact_root or ("" if is_server(args.tracking_uri or "") else root)
+    if args.tracking_uri:
+        uri, root = args.tracking_uri, ("" if is_server(args.tracking_uri) else beside_store(args.tracking_uri, root))
+    root = args.artifact_root or root
     named = tracking.get("tracking_uri")
     if named and str(named) != uri:
         print(f"evalkit: note: {run_dir}: its config.yaml names the tracking store {printable(secrets.scrub(str(named)), 300)}, "
@@ -181,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="store (default: the project default sqlite:///outputs/mlflow.db here; never the run directory's)")
     parser.add_argument("--experiment", default=None, help="experiment (default: the run's tracking.experiment)")
     parser.add_argument("--artifact-root", dest="artifact_root", default=None,
-                        help="artifact location of a new experiment (default: outputs/mlartifacts here; "
+                        help="artifact location of a new experiment (default: outputs/mlartifacts here, or mlartifacts beside "
+                             "a --tracking-uri sqlite database; "
                              "a tracking server's own, for an http(s) --tracking-uri)")  # fmt: skip
     parser.add_argument("--no-traces", action="store_true", help="no per-sample traces (as tracking.traces=false)")
     args = parser.parse_args(argv)

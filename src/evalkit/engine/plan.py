@@ -23,6 +23,7 @@ from evalkit.config import EvalConfig
 from evalkit.engine.sequential import GateSetup
 from evalkit.engine.work import WorkList
 from evalkit.errors import ConfigError, DataError
+from evalkit.journal import MAX_SAMPLE_ID_CHARS
 from evalkit.models.factory import Endpoints, ModelPlan, plan_models
 from evalkit.providers import Price, model_price
 from evalkit.types import Request, Sample, canonical_json
@@ -178,17 +179,25 @@ def build_request(bench: Benchmark, cfg: EvalConfig, sample: Sample) -> Request:
     return request
 
 
+#: the largest ``run.sample_ids_file`` read (bytes): every id of the largest benchmark, many times over
+MAX_SAMPLE_IDS_FILE_BYTES = 64 * 2**20
+
+
 def load_unique(bench: Benchmark) -> list[Sample]:
     """All samples of the benchmark's selected subsets.
 
     Raises:
-        DataError: a sample id that occurs twice.
+        DataError: a sample id that occurs twice, or one longer than the journal keeps
+            (:data:`evalkit.journal.MAX_SAMPLE_ID_CHARS`: a run of it could never be read back).
     """
     loaded = bench.load()
     seen: set[str] = set()
     for sample in loaded:
+        if len(sample.id) > MAX_SAMPLE_ID_CHARS:
+            raise DataError(f"{bench.name}: sample id {short_id(sample.id)} is longer than the journal's "
+                            f"{MAX_SAMPLE_ID_CHARS} characters; shorten the data's ids")  # fmt: skip
         if sample.id in seen:
-            raise DataError(f"{bench.name}: sample id {sample.id!r} occurs twice in the data; ids must be unique")
+            raise DataError(f"{bench.name}: sample id {short_id(sample.id)} occurs twice in the data; ids must be unique")
         seen.add(sample.id)
     return loaded
 
@@ -205,8 +214,12 @@ def select_samples(samples: list[Sample], cfg: EvalConfig, order: Callable[[list
     if cfg.run.sample_ids is not None:
         wanted = list(cfg.run.sample_ids)
     if cfg.run.sample_ids_file is not None:
+        path = Path(cfg.run.sample_ids_file)
+        if path.is_file() and path.stat().st_size > MAX_SAMPLE_IDS_FILE_BYTES:
+            raise ConfigError(f"run.sample_ids_file: {path} is over {MAX_SAMPLE_IDS_FILE_BYTES // 2**20} MiB "
+                              "(one id per line, each at most 4096 characters)")  # fmt: skip
         try:
-            lines = Path(cfg.run.sample_ids_file).read_text(encoding="utf-8").splitlines()
+            lines = path.read_text(encoding="utf-8").splitlines()
         except UnicodeDecodeError:
             raise ConfigError(f"run.sample_ids_file: {cfg.run.sample_ids_file} is not UTF-8 text (one id per line)") from None
         stripped = (ln.strip() for ln in lines)
@@ -216,7 +229,7 @@ def select_samples(samples: list[Sample], cfg: EvalConfig, order: Callable[[list
         unknown = [sid for sid in wanted if sid not in by_id]
         if unknown:
             example = samples[0].id if samples else "none"
-            raise ConfigError(f"run.sample_ids: unknown sample id {unknown[0]!r} (ids look like {example!r})")
+            raise ConfigError(f"run.sample_ids: unknown sample id {short_id(unknown[0])} (ids look like {short_id(example)})")
         seen: set[str] = set()
         samples = [by_id[sid] for sid in wanted if not (sid in seen or seen.add(sid))]
     if order is not None:
@@ -226,6 +239,12 @@ def select_samples(samples: list[Sample], cfg: EvalConfig, order: Callable[[list
     if not samples:
         raise ConfigError("run: the selection is empty (check benchmark.subsets, run.sample_ids, run.limit)")
     return samples
+
+
+def short_id(sid: str, keep: int = 80) -> str:
+    """``sid`` for a one-line message: its repr cut to ``keep`` characters, with its length
+    when cut (a data file's id may be megabytes long)."""
+    return repr(sid) if len(sid) <= keep else f"{sid[:keep]!r}… ({len(sid)} characters)"
 
 
 def data_fingerprint(samples: list[Sample]) -> str:

@@ -21,7 +21,7 @@ from evalkit.benchmarks.task.judge import ORDERS, judge_variables, panel_score
 from evalkit.benchmarks.task.scorers import LETTERS, score_one, target_letter
 from evalkit.benchmarks.task.settings import Dataset, TaskSettings
 from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_messages
-from evalkit.benchmarks.task.template import RenderJob, check_renders, render
+from evalkit.benchmarks.task.template import RenderJob, check_renders, render, template_variables
 from evalkit.errors import ConfigError, DataError
 from evalkit.images import Image, Text, load_image, message, read_source, text_of
 from evalkit.jsonl import read_objects
@@ -223,10 +223,6 @@ class TaskBenchmark(Benchmark):
     def _check_templates(self, samples: list[Sample], where: str) -> None:
         """Every template's variables against the rows, then the first sample rendered
         (:meth:`check`)."""
-        from jinja2 import meta
-        from jinja2.exceptions import TemplateError
-        from jinja2.sandbox import SandboxedEnvironment
-
         s = self.settings
         templates = [("benchmark.prompt.template", s.prompt.template, set()), ("benchmark.prompt.system", s.prompt.system, set())]
         templates.append(("benchmark.prompt.answer_template", s.prompt.answer_template, set()))
@@ -234,14 +230,10 @@ class TaskBenchmark(Benchmark):
             if sc.kind == "llm_judge":
                 extra = {"output", "answer_a", "answer_b"}
                 templates += [(f"benchmark.scorers.{i}.rubric", sc.rubric, extra), (f"benchmark.scorers.{i}.system", sc.system, extra)]
-        env = SandboxedEnvironment()
         for key, text, extra in templates:
             if not text:
                 continue
-            try:
-                names = meta.find_undeclared_variables(env.parse(text)) - extra
-            except TemplateError as exc:
-                raise DataError(f"{key}: not a valid template ({exc})") from None
+            names = template_variables(text, s.prompt.max_chars, key) - extra
             for name in sorted(names):
                 lacking = [x for x in samples if name not in x.data]
                 if len(lacking) == len(samples):
@@ -263,8 +255,8 @@ class TaskBenchmark(Benchmark):
                 raise DataError(f"benchmark.scorers.{i}.rubric: {exc}") from None
         try:
             self.build(first, 0)
-        except DataError as exc:
-            raise DataError(f"benchmark.prompt: {exc}") from None
+        except DataError as exc:  # its class kept: a TemplateRefused stays one
+            raise type(exc)(f"benchmark.prompt: {exc}") from None
 
     def prompt_fingerprint(self) -> str | None:
         p = self.settings.prompt
@@ -571,11 +563,31 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _plain(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+def _plain(rows: list[dict[str, Any]], where: str) -> tuple[list[dict[str, Any]], str]:
     """Rows as plain JSON values (bytes as ``data:`` URIs), and a SHA-256 over them (the data
-    fingerprint)."""
-    text = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False, default=_jsonable) + "\n" for r in rows)
-    return [json.loads(line) for line in text.splitlines()], hashlib.sha256(text.encode("utf-8")).hexdigest()
+    fingerprint).
+
+    Raises:
+        DataError: a row holds a lone surrogate (a JSON ``\\ud800`` escape with no pair): it is
+            not text that UTF-8 can store, hash or send — one line naming ``where`` and the row.
+    """
+    lines = [json.dumps(r, sort_keys=True, ensure_ascii=False, default=_jsonable) + "\n" for r in rows]
+    text = "".join(lines)
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:
+        bad = next(i for i, line in enumerate(lines) if not line.isascii() and _unencodable(line))
+        raise DataError(f"{where}: row {bad + 1} holds a lone surrogate (an unpaired \\ud800-\\udfff escape), "
+                        "which is not text; fix the row's encoding") from None  # fmt: skip
+    return [json.loads(line) for line in text.splitlines()], hashlib.sha256(raw).hexdigest()
+
+
+def _unencodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _read_file(path: Path, max_rows: int) -> tuple[list[dict[str, Any]], str]:
@@ -585,7 +597,8 @@ def _read_file(path: Path, max_rows: int) -> tuple[list[dict[str, Any]], str]:
         DataError: the file is missing or unreadable, or holds more rows than ``max_rows``.
     """
     if not path.is_file():
-        raise DataError(f"benchmark.dataset.path: {path} does not exist")
+        what = "does not exist" if not path.exists() else "is not a regular file (a folder, a FIFO or a device)"
+        raise DataError(f"benchmark.dataset.path: {path} {what}")
     try:
         if path.suffix == ".jsonl":
             rows = [obj for _, obj in read_objects(path)]
@@ -602,7 +615,7 @@ def _read_file(path: Path, max_rows: int) -> tuple[list[dict[str, Any]], str]:
         raise DataError(f"benchmark.dataset.path: {path} cannot be read ({type(exc).__name__}: {str(exc)[:200]})") from None
     if len(rows) > max_rows:
         raise DataError(f"benchmark.dataset.path: {path} has {len(rows)} rows, more than dataset.max_rows={max_rows}")
-    return _plain(rows)
+    return _plain(rows, f"benchmark.dataset.path: {path}")
 
 
 def _read_hub(hub: str, split: str, revision: str, max_rows: int, images: str | None = None) -> tuple[list[dict[str, Any]], str]:
@@ -622,4 +635,4 @@ def _read_hub(hub: str, split: str, revision: str, max_rows: int, images: str | 
         raise DataError(f"benchmark.dataset.hub: cannot load split {split!r} of {hub!r}@{revision} ({type(exc).__name__})") from None
     if len(ds) > max_rows:
         raise DataError(f"benchmark.dataset.hub: {hub} {split} has {len(ds)} rows, more than dataset.max_rows={max_rows}")
-    return _plain([dict(r) for r in ds])
+    return _plain([dict(r) for r in ds], f"benchmark.dataset.hub: {hub}")

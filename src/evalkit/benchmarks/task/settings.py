@@ -4,6 +4,7 @@ line naming the field (exit 2), like every config error."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -89,6 +90,10 @@ class FewShot(_Strict):
     split: str | None = None
 
 
+#: the largest ``prompt.max_chars`` a task may set (characters)
+MAX_PROMPT_CHARS = 4_000_000
+
+
 class Prompt(_Strict):
     """A Jinja2 ``template`` (rendered in a sandbox; the row's columns are its variables, plus
     ``input``, ``target``, ``choices`` and ``letters``), an optional ``system`` prompt (a
@@ -100,12 +105,14 @@ class Prompt(_Strict):
     renders under :mod:`evalkit.benchmarks.task.template`'s bounds: no value it builds may
     pass ``max_chars``, one render takes at most ``MAX_STEPS`` loop iterations and calls,
     and every prompt of every sample is rendered once when the task loads in a child
-    process with a time and memory limit (a template over any bound is one line, exit 2)."""
+    process with a time and memory limit (a template over any bound is one line, exit 2).
+    ``max_chars`` is at most :data:`MAX_PROMPT_CHARS` (4,000,000: a million-token context's
+    worth; beyond it the bound would no longer bound the renderer's memory)."""
 
     template: str = Field(min_length=1)
     system: str | None = None
     answer_template: str = "{{ target }}"
-    max_chars: int = Field(default=50_000, ge=1)
+    max_chars: int = Field(default=50_000, ge=1, le=MAX_PROMPT_CHARS)
     #: an image whose longer side is over this many pixels is scaled down to it before it is
     #: sent (``None``: sent at its own size)
     image_max_side: int | None = Field(default=None, ge=16)
@@ -240,10 +247,24 @@ class Scorer(_Strict):
 class Metrics(_Strict):
     """Each scorer's mean over the samples, overall and per category (the ``category`` field);
     with ``weights`` (``{category: weight}``), also ``<score>/weighted``: the weighted mean of
-    the category means over the categories scored (weights renormalised over them)."""
+    the category means over the categories scored (weights renormalised over them).
+
+    Raises:
+        ValueError: a weight that is negative, not finite, or weights that sum to 0 (the
+            weighted mean would be undefined: refused before the run, not a lost headline).
+    """
 
     weights: dict[str, float] | None = None
     headline: str | None = None
+
+    @model_validator(mode="after")
+    def _weights(self) -> "Metrics":
+        for cat, w in (self.weights or {}).items():
+            if not math.isfinite(w) or w < 0:
+                raise ValueError(f"benchmark.metrics.weights.{cat}: {w} is not a weight (a finite number >= 0)")
+        if self.weights and sum(self.weights.values()) <= 0:
+            raise ValueError("benchmark.metrics.weights: the weights sum to 0; give some category a positive weight")
+        return self
 
 
 class TaskSettings(BenchmarkSettings):

@@ -25,6 +25,7 @@ from typing import Any
 
 from evalkit.errors import DataError
 
+
 class TemplateRefused(DataError):
     """A template the bounded renderer refuses: over a bound (size, steps, recursion, the
     child's time or memory) or a construct the sandbox forbids — as opposed to a template
@@ -307,6 +308,30 @@ def render(template: str, data: dict[str, Any], max_chars: int, sample_id: str) 
     finally:
         _STEPS.reset(token)
     return "".join(parts)
+
+
+def template_variables(template: str, max_chars: int, where: str) -> set[str]:
+    """The variables ``template`` reads from its context (``jinja2.meta``), found in the bounded
+    environment of ``max_chars``: its compiler folds no intercepted operator, so a constant
+    such as ``2 ** 100000`` or ``7 ** 30000000`` is never computed while the template is only
+    being read (a plain sandbox folds it: a crash, or minutes of CPU).
+
+    Raises:
+        DataError: a syntax error; :class:`TemplateRefused`: a construct the environment
+            refuses, or a template too deep or too large to read — one line starting with ``where``.
+    """
+    from jinja2 import meta
+    from jinja2.exceptions import SecurityError, TemplateError
+
+    try:
+        return set(meta.find_undeclared_variables(_env(max_chars).parse(template)))
+    except SecurityError as exc:
+        raise TemplateRefused(f"{where}: {_one_line(exc)}") from None
+    except TemplateError as exc:
+        raise DataError(f"{where}: not a valid template ({_one_line(exc)})") from None
+    except (OverflowError, RecursionError, MemoryError, ValueError) as exc:  # ValueError: an int over str()'s digit limit
+        raise TemplateRefused(f"{where}: the template cannot be read within the renderer's bounds "
+                              f"({type(exc).__name__}: {_one_line(exc)})") from None  # fmt: skip
 
 
 @functools.lru_cache(maxsize=256)
