@@ -34,7 +34,8 @@ def _bash(script: str, *args: str, env: dict | None = None) -> subprocess.Comple
     full_env = {**os.environ, "VENV": str(Path(sys.executable).parents[1]), "EVALKIT_SHARED_DIR": str(SHARED_DIR), **(env or {})}
     return subprocess.run(
         ["bash", str(REPO_ROOT / "bash" / script), *map(str, args)],
-        capture_output=True, text=True, cwd=REPO_ROOT, env=full_env, timeout=120,
+        capture_output=True, text=True, cwd=REPO_ROOT, env=full_env,
+        timeout=time_limit(120),  # a hang guard, scaled by the host's load: a fixed 120 s failed at load 17-20
     )  # fmt: skip
 
 
