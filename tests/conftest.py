@@ -77,15 +77,21 @@ def run_eval(tmp_path: Path, acebench_dir: Path):
     """Run evalkit in this process: ``run_eval(["model=reference", ...])`` → RunResult.
     Compose → validate → run, exactly as ``python -m evalkit`` does (``shared``: an engine
     session, as a sweep's job gets)."""
+
+    def _run(overrides: list[str], output_root: Path | None = None, shared=None):
+        return run_in_process(overrides, output_root or tmp_path / "outputs", acebench_dir, shared)
+
+    return _run
+
+
+def run_in_process(overrides: list[str], output_root: Path, acebench: Path, shared=None):
+    """What ``run_eval`` runs, for fixtures of a wider scope than a test's (a module's runs
+    that its tests only read): ``base_overrides`` + ``overrides`` → RunResult."""
     from evalkit.compose import compose, resolve
     from evalkit.job import run_validated
 
-    def _run(overrides: list[str], output_root: Path | None = None, shared=None):
-        root = output_root or tmp_path / "outputs"
-        _, cfg = resolve(compose(base_overrides(root, acebench_dir) + list(overrides)))
-        return run_validated(cfg, shared=shared)
-
-    return _run
+    _, cfg = resolve(compose(base_overrides(output_root, acebench) + list(overrides)))
+    return run_validated(cfg, shared=shared)
 
 
 def evalkit_cmd(*args: str) -> list[str]:

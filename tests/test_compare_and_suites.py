@@ -15,7 +15,8 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT, SHARED_DIR
+from tests.conftest import REPO_ROOT, SHARED_DIR, run_in_process
+from tests.support.host import time_limit
 
 SCHEMA_PATH = REPO_ROOT / "src" / "evalkit" / "report" / "summary.schema.json"
 SUBSETS = "benchmark.subsets=[normal_atom_bool,special_irrelevant]"
@@ -24,7 +25,8 @@ ALTERED = ("en/normal_atom_bool_1", "en/normal_atom_bool_4")
 
 def _compare(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "evalkit.compare", *map(str, args)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60
+        [sys.executable, "-m", "evalkit.compare", *map(str, args)], capture_output=True, text=True, cwd=REPO_ROOT,
+        timeout=time_limit(60),  # a hang guard, scaled by the host's load (issue 35 item 13)
     )
 
 
@@ -32,7 +34,8 @@ def _bash(script: str, *args: str, env: dict | None = None) -> subprocess.Comple
     full_env = {**os.environ, "VENV": str(Path(sys.executable).parents[1]), "EVALKIT_SHARED_DIR": str(SHARED_DIR), **(env or {})}
     return subprocess.run(
         ["bash", str(REPO_ROOT / "bash" / script), *map(str, args)],
-        capture_output=True, text=True, cwd=REPO_ROOT, env=full_env, timeout=120,
+        capture_output=True, text=True, cwd=REPO_ROOT, env=full_env,
+        timeout=time_limit(120),  # a hang guard, scaled by the host's load: a fixed 120 s failed at load 17-20
     )  # fmt: skip
 
 
@@ -42,9 +45,16 @@ def _validator() -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
 
 
-@pytest.fixture
-def two_runs(run_eval, tmp_path: Path):
-    """A reference run and a replay of it with ALTERED outputs made wrong (same 6 samples)."""
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory, acebench_dir: Path):
+    """A reference run and a replay of it with ALTERED outputs made wrong (same 6 samples).
+    Made once for the module: its tests only read these runs (one that damages a run
+    damages a copy)."""
+    tmp_path = tmp_path_factory.mktemp("two_runs")
+
+    def run_eval(overrides: list[str]):
+        return run_in_process(overrides, tmp_path / "outputs", acebench_dir)
+
     ref = run_eval(["model=reference", SUBSETS, "run.limit=6"])
     replay = tmp_path / "replay.jsonl"
     with replay.open("w", encoding="utf-8") as fh:

@@ -6,7 +6,7 @@ writes the server's ``--default-artifact-root``).
 Journeys: a run's end-of-run logging (params, metrics, artifacts, one trace per sample with
 its assessments), ``compare --log`` (the comparison's name, its ``compare/`` metrics, the
 links back from both runs), ``python -m evalkit.judge`` of a finished run, a suite, ``python -m evalkit.track`` of an untracked run, a run
-of 1,200 samples (1,200 traces, over several pages of the server's 500-trace limit), a sweep
+of 1,001 samples (1,001 traces, over three pages of the server's 500-trace limit), a sweep
 with its parent run and comparison, three drivers logging at once, a server down at the
 start and one stopped mid-logging (one line, then ``evalkit.track`` logs the run), and the
 credentials of MLflow's basic-auth app (never written anywhere).
@@ -183,25 +183,33 @@ def test_run_traces_compare_log_and_track_on_a_server(server, mode, tmp_path):
     assert client.get_run(first).info.status == "FINISHED"
 
 
+#: samples of the paging test: the fewest that fill three of the server's 500-trace pages
+#: (500, 500, 1), so that a page token is both received and followed past a middle page
+#: (TRACE_PAGE in evalkit/tracking/mlflow_tracking.py; it was 1,200 before, the same three pages)
+PAGED = 2 * 500 + 1
+
+
 @pytest.mark.slow
-def test_1200_samples_log_and_read_back_1200_traces(server, tmp_path):
-    """More traces than one page of the server's (500): every one is logged and read back,
+def test_three_pages_of_samples_log_and_read_back_every_trace(server, tmp_path):
+    """More traces than two pages of the server's (500): every one is logged and read back,
     with ``tracking.max_traces`` unset; ``evalkit.track`` then finds all of them there."""
     from evalkit.track import main as track
+    from evalkit.tracking.mlflow_tracking import TRACE_PAGE
 
+    assert 2 * TRACE_PAGE < PAGED <= 3 * TRACE_PAGE
     srv, _ = server("serve-artifacts")
-    data = _arith_data(tmp_path / "many.jsonl", 1200)
+    data = _arith_data(tmp_path / "many.jsonl", PAGED)
     res = _run([*ARITH, f"benchmark.dataset.path={data}", f"run.output_root={tmp_path / 'out'}", f"tracking.tracking_uri={srv.url}",
                 "tracking.experiment=many", "run.bootstrap_resamples=0"])  # fmt: skip
-    assert res.summary["n_samples"] == 1200 and res.summary["status"] == "complete"
+    assert res.summary["n_samples"] == PAGED and res.summary["status"] == "complete"
     rid = _run_id(res.run_dir)
     traces = _traces(srv.url, rid)
-    assert len(traces) == 1200 and len({t.info.tags["sample_id"] for t in traces}) == 1200
-    assert _client(srv.url).get_run(rid).data.tags["evalkit.traces"] == "all 1200 samples"
-    assert len(json.loads((res.run_dir / "tracking.json").read_text())["traces"]) == 1200
+    assert len(traces) == PAGED and len({t.info.tags["sample_id"] for t in traces}) == PAGED
+    assert _client(srv.url).get_run(rid).data.tags["evalkit.traces"] == f"all {PAGED} samples"
+    assert len(json.loads((res.run_dir / "tracking.json").read_text())["traces"]) == PAGED
     # logging again reads the store's traces page by page: nothing missing, nothing added
     assert track(["--tracking-uri", srv.url, str(res.run_dir)]) == 0
-    assert _run_id(res.run_dir) == rid and len(_traces(srv.url, rid)) == 1200
+    assert _run_id(res.run_dir) == rid and len(_traces(srv.url, rid)) == PAGED
 
 
 @pytest.mark.slow

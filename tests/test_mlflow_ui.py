@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import chromium
+from tests.support.host import time_limit
 from tests.support.mlflow_server import mlflow_server
 
 SCREENSHOT = "mlflow_evaluation.png"  # in the test's tmp_path
@@ -54,7 +55,7 @@ def _read_evaluation_page(url: str, tmp_path: Path) -> str:
     dom = ""
     for attempt, budget in enumerate((15000, 30000)):
         dom = chromium.render(url, profile_dir=tmp_path / f"chromium-profile-{attempt}", screenshot=tmp_path / SCREENSHOT,
-                              window=(1600, 1400), budget_ms=budget, timeout=90)  # fmt: skip
+                              window=(1600, 1400), budget_ms=budget, timeout=time_limit(90))  # fmt: skip
         (tmp_path / DOM_DUMP).write_text(dom, encoding="utf-8")
         if assessment_summary(dom, "accuracy"):
             break
