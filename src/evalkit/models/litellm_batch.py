@@ -115,6 +115,18 @@ class BatchClient:
         made = await litellm.acreate_file(file=(name, data, "application/jsonl"), purpose="batch", **self._auth())
         return str(made.id)
 
+    async def find_file(self, name: str, size: int) -> str | None:
+        """The id of an input file named ``name`` of ``size`` bytes already at the provider
+        (the newest), or ``None``: what a driver killed during an upload looks for before
+        it uploads again (the name carries the input's digest, so the same name and size
+        is the same input)."""
+        litellm = litellm_module()
+        listed = await litellm.afile_list(purpose="batch", **self._auth())
+        data = listed.get("data") if isinstance(listed, dict) else getattr(listed, "data", listed)
+        found = [f for f in map(_as_dict, data or []) if f.get("filename") == name and f.get("bytes") == size]
+        found.sort(key=lambda f: f.get("created_at") or 0)
+        return str(found[-1]["id"]) if found else None
+
     async def create(self, file_id: str, metadata: dict[str, str]) -> dict[str, Any]:
         """Create a batch of an uploaded file; returns the batch object (a dict)."""
         litellm = litellm_module()
