@@ -105,7 +105,7 @@ def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Ph
         plan, early = start(cfg, ray_stack, phases, shared)
         observer.run_started(RunInfo(cfg, run_dir, resumed))
         refused: list[bool] = []
-        stack.callback(_remove_refused, run_dir, refused)  # after open_run has closed its log
+        stack.callback(_remove_refused, run_dir, _existing(run_dir), refused)  # after open_run has closed its log
         state = stack.enter_context(open_run(cfg, run_dir, resumed))
         try:
             engine = execute(plan, state, observer, phases, early, shared)
@@ -121,11 +121,28 @@ def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Ph
     return RunResult(run_dir, summary.record(), summary)
 
 
-def _remove_refused(run_dir: Path, refused: list[bool]) -> None:
+def _existing(path: Path) -> Path:
+    """The nearest of ``path`` and its parents that exists."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _remove_refused(run_dir: Path, existed: Path, refused: list[bool]) -> None:
     """A new run refused in its execute stage (:class:`~evalkit.errors.ConfigError`: nothing
-    was sent) leaves no directory behind, when it journaled nothing."""
-    if refused and refused[0] and not any(_has_rows(run_dir / name) for name in (PREDICTIONS, FAILED)):
-        shutil.rmtree(run_dir, ignore_errors=True)
+    was sent) leaves no directory behind when it journaled nothing: ``run_dir`` is removed,
+    and the parents made for it (below ``existed``, the nearest that existed before) once
+    empty."""
+    if not (refused and refused[0]) or any(_has_rows(run_dir / name) for name in (PREDICTIONS, FAILED)):
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in run_dir.parents:
+        if parent == existed or existed not in parent.parents:
+            break
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
 
 
 def _has_rows(path: Path) -> bool:
