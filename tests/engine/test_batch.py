@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from evalkit.config import ModelConfig
-from evalkit.engine.batch import BatchRecord, reserve, split_lines
+from evalkit.engine.batch import BatchRecord, reserve
+from evalkit.models.litellm_batch import split_lines
 from evalkit.engine.work import WorkItem
 from evalkit.errors import ConfigError, RunDirError
 from evalkit.models.litellm_batch import BATCH_EXPIRED, BATCH_FAILED, batch_refusal, parse_result

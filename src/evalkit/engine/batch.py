@@ -20,13 +20,15 @@ run. What it does:
    line, nothing sent (:class:`~evalkit.errors.ConfigError`, exit 2).
 3. **Record before sending.** ``batch/batches.json`` in the run directory records each
    batch's input digest (SHA-256 of the input file) and request hashes before the upload,
-   then the provider's file id, then its batch id (each written atomically). A driver
-   killed at any point resumes from there: a recorded file is not uploaded again, a file
-   with no recorded batch is first looked up among the provider's batches
+   and the upload's intent, then the provider's file id, then its batch id (each written
+   atomically). A driver killed at any point resumes from there: a file whose upload began
+   is first looked up at the provider by its digest-bearing name, a recorded file is not
+   uploaded again, a file with no recorded batch is first looked up among the provider's batches
    (:meth:`~evalkit.models.litellm_batch.BatchClient.find`) and created only if none was
    made of it, a recorded batch is polled.
-4. **The wait.** A light poll loop in the driver (no Ray, no model server): every
-   recorded batch not yet collected is retrieved after ``run.batch_poll_s`` seconds, the
+4. **The wait.** Each call of the batch API is bounded by ``backend.timeout_s``
+   (:class:`BatchError` past it). A light poll loop in the driver (no Ray, no model
+   server): every recorded batch not yet collected is retrieved after ``run.batch_poll_s`` seconds, the
    interval growing ×1.5 up to ``run.batch_poll_max_s``; each change of a batch's status
    or counts is one console line. ``run.batch_detach=true`` returns after submitting (exit
    code 3). Ctrl-C leaves the batches running (asked whether to cancel them when the
@@ -49,7 +51,6 @@ Costs are at batch prices (:func:`evalkit.providers.batch_price`); ``summary.jso
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as dt
 import json
 import logging
@@ -66,8 +67,8 @@ from evalkit.engine.protocol import Drained, ExecutorBase
 from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
 from evalkit.errors import ConfigError, EvalkitError, RunDirError, first_line
-from evalkit.models.base import ModelCallError
-from evalkit.models.litellm_batch import BATCH_CANCELLED, BATCH_EXPIRED, BATCH_FAILED, BatchClient, batch_refusal, parse_result
+from evalkit.models.litellm_batch import (BATCH_CANCELLED, BATCH_EXPIRED, BATCH_FAILED, BatchAnswers, BatchClient, as_plain,
+                                          batch_refusal, read_batch_files, split_lines)
 from evalkit.providers import Price, batch_price, estimate_prompt_tokens
 from evalkit.types import Completion, Failure, Trajectory, sha256_hex
 
@@ -243,29 +244,6 @@ def _now() -> str:
 
 
 # ------------------------------------------------------------------------------------------
-# input files: split by the provider's limits
-# ------------------------------------------------------------------------------------------
-def split_lines(lines: list[tuple[str, bytes]], max_requests: int, max_bytes: int) -> list[list[tuple[str, bytes]]]:
-    """``(request hash, line)`` pairs cut into input files of at most ``max_requests`` lines
-    and ``max_bytes`` bytes each, in order.
-
-    Raises:
-        ConfigError: one line alone is over ``max_bytes``.
-    """
-    chunks: list[list[tuple[str, bytes]]] = []
-    size = 0
-    for h, line in lines:
-        if len(line) > max_bytes:
-            raise ConfigError(f"run.batch_max_bytes: request {h[:12]} alone is {len(line)} bytes, over run.batch_max_bytes={max_bytes}")
-        if not chunks or len(chunks[-1]) >= max_requests or size + len(line) > max_bytes:
-            chunks.append([])
-            size = 0
-        chunks[-1].append((h, line))
-        size += len(line)
-    return chunks
-
-
-# ------------------------------------------------------------------------------------------
 # budget: the whole batch reserved before it is sent
 # ------------------------------------------------------------------------------------------
 def reserve(cfg: EvalConfig, units: list[WorkItem], price: Price | None, spent: tuple[float | None, int | None],
@@ -311,57 +289,16 @@ def reserve(cfg: EvalConfig, units: list[WorkItem], price: Price | None, spent: 
 
 
 # ------------------------------------------------------------------------------------------
-# answers: the model a unit's solver asks once its batch is collected
-# ------------------------------------------------------------------------------------------
-class _Answers:
-    """A model answering from collected batch files (``answers``: request hash →
-    completion or failure). A request it holds no answer for is a failure of kind
-    ``batch_failed`` (the engine only asks for collected requests). The first answer to
-    a request hash is the one paid for; a second unit asking the same request (two
-    samples with one prompt) gets it as a cache hit, as the live path would."""
-
-    def __init__(self, model_id: str, answers: dict[str, Completion | Failure]):
-        self.model_id = model_id
-        self.answers = answers
-        self.served: set[str] = set()
-
-    async def generate(self, request: Any) -> Completion:
-        key = request.request_hash(self.model_id)
-        answer = self.answers.get(key)
-        if answer is None:
-            raise ModelCallError(Failure(BATCH_FAILED, "no answer in the batch's output or error file"))
-        if isinstance(answer, Failure):
-            raise ModelCallError(dataclasses.replace(answer))
-        completion = dataclasses.replace(answer, attempts=1, cached=key in self.served)
-        self.served.add(key)
-        return completion
-
-    def pair(self, sample: Any) -> tuple["_Answers", None]:
-        return self, None
-
-
-# ------------------------------------------------------------------------------------------
 # the executor
 # ------------------------------------------------------------------------------------------
 class BatchExecutor(ExecutorBase):
-    """:class:`~evalkit.engine.protocol.Executor` of a ``run.batch`` run: the run's pending
-    units (``pending``, all of them, known when it is made) go through the provider's
-    batch API; the execute stage drives it as any executor (see the module docstring for
-    what each step does):
-
-    * :meth:`wait_ready` reads the record, sorts the units (cache hit, answered by a
-      collected batch, owed by a batch still running, new) and records the new batches'
-      inputs, reserved against the budget (:meth:`set_budget`) — nothing sent yet;
-    * the first :meth:`submit` starts the one task that sends, waits and collects;
-      :meth:`submit` returns a unit's trajectory once its batch is collected (at once for
-      a cache hit), solved by the benchmark's solver through the response cache as a live
-      answer is, or raises :class:`~evalkit.engine.protocol.Drained` for a unit left
-      with the provider (``run.batch_detach``, :meth:`drain`);
-    * :meth:`cancel` (Ctrl-C) leaves the batches running and names the resume.
-
-    ``keeps_window``: every unit is taken at once (``ahead`` = their number); the
-    provider's limits are in the input files' sizes, not in a window.
-    """
+    """:class:`~evalkit.engine.protocol.Executor` of a ``run.batch`` run over its pending
+    units (all known when it is made; steps 1-5 of the module docstring).
+    :meth:`wait_ready` sorts them and records the new batches, reserved against the budget;
+    the first :meth:`submit` starts the one task that sends, waits and collects; a unit's
+    :meth:`submit` returns once its batch is collected (at once for a cache hit), or raises
+    :class:`~evalkit.engine.protocol.Drained` for a unit left with the provider
+    (``run.batch_detach``, :meth:`drain`). ``ahead``: every unit is taken at once."""
 
     keeps_window = True
 
@@ -373,7 +310,7 @@ class BatchExecutor(ExecutorBase):
         self.record = BatchRecord(run_dir)
         self.cache = open_cache(cache_dir)
         self.answers: dict[str, Completion | Failure] = {}
-        self.model = _Answers(self.model_id, self.answers)
+        self.model = BatchAnswers(self.model_id, self.answers)
         self.solver = plan.bench.solver()
         self.by_hash: dict[str, WorkItem] = {}  # request hash → its first unit (the scheduler's are copies)
         for unit in pending:
@@ -597,7 +534,7 @@ class BatchExecutor(ExecutorBase):
     def _record(self, entry: dict[str, Any], batch: dict[str, Any]) -> bool:
         """Copy the provider's view of a batch into its entry; True when it changed."""
         counts = batch.get("request_counts")
-        counts = dict(counts) if isinstance(counts, dict) else _as_plain(counts)
+        counts = dict(counts) if isinstance(counts, dict) else as_plain(counts)
         before = (entry.get("status"), entry.get("counts"))
         entry["batch_id"] = str(batch.get("id"))
         entry["status"] = str(batch.get("status"))
@@ -608,7 +545,7 @@ class BatchExecutor(ExecutorBase):
         entry["provider_times"] = {k: batch[k] for k in ("created_at", "in_progress_at", "finalizing_at", "completed_at",
                                                          "expired_at", "failed_at", "cancelled_at") if batch.get(k)}  # fmt: skip
         if batch.get("errors"):
-            entry["errors"] = json.loads(json.dumps(_as_plain(batch["errors"]), default=str))
+            entry["errors"] = json.loads(json.dumps(as_plain(batch["errors"]), default=str))
         return before != (entry["status"], entry["counts"])
 
     # ---- wait and collect -----------------------------------------------------------
@@ -703,48 +640,6 @@ class BatchExecutor(ExecutorBase):
         self.record.save()
 
 
-def read_batch_files(paths: list[Path], owned: set[str], chat: bool, batch_id: str) -> dict[str, Completion | Failure]:
-    """The answers one ended batch's kept output and error files give its requests
-    (``owned``: their custom ids, the request hashes): ``{custom_id: Completion | Failure}``.
-
-    Lines that are not JSON objects and ids the batch does not own are skipped; linked or
-    missing files are not read. A custom id answered by more than one line (in either file,
-    equal or not) breaks the batch API's contract of one result per request: which line is
-    true cannot be known, so that request is a ``batch_failed`` failure (never scored; a
-    resume sends it again), and the ids are named in one console line.
-    """
-    answers: dict[str, Completion | Failure] = {}
-    lines: dict[str, int] = {}
-    for path in paths:
-        if not path.is_file() or path.is_symlink():
-            continue
-        for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict):
-                custom_id, answer = parse_result(row, chat)
-                if custom_id in owned:
-                    lines[custom_id] = lines.get(custom_id, 0) + 1
-                    answers.setdefault(custom_id, answer)
-    twice = sorted(h for h, n in lines.items() if n > 1)
-    for h in twice:
-        answers[h] = Failure(BATCH_FAILED, f"batch {batch_id} answered this request {lines[h]} times "
-                             "(one result per request expected); none of them is used", attempts=1)  # fmt: skip
-    if twice:
-        status.warning("batch %s answered %d request(s) more than once, recorded as batch_failed failures: %s",
-                       batch_id, len(twice), ", ".join(h[:16] for h in twice[:10]) + (" …" if len(twice) > 10 else ""))  # fmt: skip
-    return answers
-
-
 def _safe(batch_id: str | None) -> str:
     """A provider's batch id as a file name (anything but ``[A-Za-z0-9_-]`` replaced)."""
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in str(batch_id or ""))[:200] or "batch"
-
-
-def _as_plain(obj: Any) -> Any:
-    dump = getattr(obj, "model_dump", None)
-    if callable(dump):
-        return dump()
-    return obj if isinstance(obj, (dict, list, str, int, float, type(None))) else str(obj)
