@@ -376,8 +376,9 @@ class BatchExecutor(ExecutorBase):
             if self.task is None:
                 self.task = asyncio.ensure_future(self._drive())
                 self.task.add_done_callback(lambda t: t.cancelled() or t.exception())  # its error reaches every submit
-            entry = next(e for e in self.record.entries if not e["collected"] and h in e["request_hashes"])
-            await asyncio.shield(self._ended(entry))
+            entry = next((e for e in self.record.entries if not e["collected"] and h in e["request_hashes"]), None)
+            if entry is not None:  # None: collected meanwhile (cancelled before it was created)
+                await asyncio.shield(self._ended(entry))
         return await solve_unit(self.solver, unit, self.model, self.cache, self.cfg.sent_params(), {})
 
     def figures(self) -> dict[str, Any]:
@@ -403,6 +404,7 @@ class BatchExecutor(ExecutorBase):
             except (EOFError, KeyboardInterrupt):
                 return None
             if answer.strip().lower() in ("y", "yes"):
+                self.ended = {}  # the run's loop is gone: no unit waits any more
                 asyncio.run(self._cancel_all())
         return None
 
@@ -417,7 +419,23 @@ class BatchExecutor(ExecutorBase):
 
     # ---- the one task: send, wait, collect --------------------------------------------
     def _ended(self, entry: dict[str, Any]) -> asyncio.Future[None]:
-        return self.ended.setdefault(entry["input_sha256"], asyncio.get_running_loop().create_future())
+        """Set once ``entry``'s batch is collected (its units' :meth:`submit` go on), or
+        failed with why they will not be answered in this attempt."""
+        if entry["input_sha256"] not in self.ended:
+            future = self.ended[entry["input_sha256"]] = asyncio.get_running_loop().create_future()
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())  # read, even if no unit waits
+        return self.ended[entry["input_sha256"]]
+
+    def _end(self, entry: dict[str, Any], exc: BaseException | None = None) -> None:
+        future = self._ended(entry)
+        if future.done():
+            return
+        if exc is None:
+            future.set_result(None)
+        elif isinstance(exc, Exception):
+            future.set_exception(exc)
+        else:
+            future.cancel()
 
     async def _drive(self) -> None:
         try:
@@ -428,16 +446,14 @@ class BatchExecutor(ExecutorBase):
                     await self._send(entry)
             left = [e for e in self.record.entries if not e["collected"] and e["batch_id"] is None]
             self.detached = self.cfg.run.batch_detach and any(not e["collected"] for e in self.record.entries)
-            if self.detached or left:
-                for entry in self.record.entries if self.detached else left:  # left with the provider, or never sent
-                    if not entry["collected"] and not self._ended(entry).done():
-                        self._ended(entry).set_exception(Drained(f"batch {entry['batch_id'] or 'not sent'} left running"))
+            for entry in self.record.entries if self.detached else left:  # left with the provider, or never sent
+                if not entry["collected"]:
+                    self._end(entry, Drained(f"batch {entry['batch_id'] or 'not sent'} left running"))
             if not self.detached:
                 await self._wait()
         except BaseException as exc:  # every unit waiting learns why: the stage stops with it
             for entry in self.record.entries:
-                if not self._ended(entry).done():
-                    self._ended(entry).set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+                self._end(entry, exc)
             raise
 
     # ---- submit ---------------------------------------------------------------------
@@ -605,8 +621,7 @@ class BatchExecutor(ExecutorBase):
         self._load_collected(entry)
         self.record.save()
         self._show(entry)
-        if not self._ended(entry).done():
-            self._ended(entry).set_result(None)  # its units' submit() returns
+        self._end(entry)  # its units' submit() returns
 
     def _load_collected(self, entry: dict[str, Any]) -> None:
         """The answers a collected batch's kept files hold; a request of it without any
@@ -637,6 +652,7 @@ class BatchExecutor(ExecutorBase):
             elif not entry["collected"] and not entry["batch_id"]:
                 entry.update(collected=True, status="cancelled", ended_at=_now())  # never created: nothing to cancel
                 self._load_collected(entry)
+                self._end(entry)
         self.record.save()
 
 
