@@ -104,8 +104,8 @@ def run_config(cfg: DictConfig) -> int:
     0 complete, 1 incomplete (failures recorded in failed.jsonl), 2 configuration or data
     error (nothing was run), 130 interrupted (the journal is kept; resume it).
     """
-    outcome = run_composed(cfg)
-    finished_quietly(outcome.exit_code, getattr(outcome, "run_dir", None))
+    outcome = run_composed(cfg, finished=lambda result: finished_quietly(result.exit_code, result.run_dir))
+    finished_quietly(outcome.exit_code, getattr(outcome, "run_dir", None))  # a dry run's too
     return outcome.exit_code
 
 
