@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from evalkit.benchmarks.task import judge as J
-from evalkit.benchmarks.task.settings import Scorer
+from evalkit.benchmarks.task.settings import ScorerSpec
 from evalkit.errors import ConfigError
 
 RUBRIC = "Rate the answer.\nQuestion: {{ input }}\nReference: {{ target }}\nAnswer: {{ output }}"
 
 
-def _scorer(**kw) -> Scorer:
-    return Scorer(**{"kind": "llm_judge", "name": "judge", "rubric": RUBRIC, **kw})
+def _scorer(**kw) -> ScorerSpec:
+    return ScorerSpec(**{"kind": "llm_judge", "name": "judge", "rubric": RUBRIC, **kw})
 
 
 # ------------------------------------------------------------------------------------------
@@ -134,7 +134,7 @@ def test_judge_scorer_settings_are_checked(spec, expected):
     with pytest.raises(ValueError, match=expected):
         _scorer(**spec)
     with pytest.raises(ValueError, match="panel belongs to an llm_judge scorer"):
-        Scorer(kind="exact_match", panel="mean")
+        ScorerSpec(kind="exact_match", panel="mean")
 
 
 # ------------------------------------------------------------------------------------------

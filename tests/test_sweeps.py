@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.sweep import expand_sweep, point_label, points_to_check, redact_overrides, swept_keys
+from evalkit.sweep import expand_sweep, swept_label, points_to_check, redact_overrides, swept_keys
 from tests.conftest import REPO_ROOT, evalkit_cmd
 
 
@@ -295,7 +295,7 @@ def test_expand_sweep_follows_hydras_job_order():
         ["benchmark=ke", "model=b", "shots='0'"], ["benchmark=ke", "model=b", "shots='3'"],
     ]  # fmt: skip
     assert swept_keys(points) == {"model", "shots"}
-    assert point_label(points[3], swept_keys(points)) == "model=b shots=3"  # quotes only for Hydra's grammar
+    assert swept_label(points[3], swept_keys(points)) == "model=b shots=3"  # quotes only for Hydra's grammar
 
 
 def test_a_large_sweep_checks_the_first_point_and_each_value():

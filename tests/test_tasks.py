@@ -15,7 +15,7 @@ from evalkit.benchmarks import get_benchmark_class
 from evalkit.benchmarks.task import TaskBenchmark, TaskSettings
 from evalkit.benchmarks.task.benchmark import render
 from evalkit.benchmarks.task.scorers import extract, normalise, score_one, token_f1
-from evalkit.benchmarks.task.settings import Extract, Scorer
+from evalkit.benchmarks.task.settings import Extract, ScorerSpec
 from evalkit.errors import ConfigError, DataError
 from evalkit.types import Sample
 from tests.conftest import REPO_ROOT, evalkit_cmd
@@ -56,7 +56,7 @@ def test_extraction_rules(rule, output, expected):
 
 def test_scorers_state_their_rules():
     def s(kind, answer, target, choices=None, pattern=None, **kw):
-        return score_one(Scorer(kind=kind, **({"pattern": pattern} if pattern else {}), **kw), answer, target, choices, pattern)
+        return score_one(ScorerSpec(kind=kind, **({"pattern": pattern} if pattern else {}), **kw), answer, target, choices, pattern)
 
     assert s("exact_match", "Paris", "paris") == 0.0  # only outer space is stripped by default
     assert s("exact_match", " The Paris! ", "paris", normalise=["lower", "strip_punctuation", "remove_articles", "collapse_whitespace"]) == 1.0

@@ -186,7 +186,7 @@ def test_a_reference_answers_through_the_answer_template_and_wins_a_pairwise_jud
     bare target and scored 0.0; a pairwise judgement of the gold answer was a tie (0.5)."""
     from evalkit.benchmarks.task import TaskBenchmark
     from evalkit.benchmarks.task.judge import ORDERS, verdict_value
-    from evalkit.benchmarks.task.settings import Scorer
+    from evalkit.benchmarks.task.settings import ScorerSpec
     from evalkit.benchmarks.task.solver import gold_verdict
     from evalkit.compose import compose, resolve
 
@@ -198,7 +198,7 @@ def test_a_reference_answers_through_the_answer_template_and_wins_a_pairwise_jud
     samples = bench.load()
     assert bench.reference_output(samples[1]) == "Let me think. Answer: Paris"
     assert [bench.score(s, bench.reference_output(s)).scores["acc"] for s in samples] == [1.0, 1.0, 1.0]
-    pairwise = Scorer(kind="llm_judge", rubric="{{ answer_a }} {{ answer_b }}", mode="pairwise")
+    pairwise = ScorerSpec(kind="llm_judge", rubric="{{ answer_a }} {{ answer_b }}", mode="pairwise")
     assert [verdict_value(pairwise, json.loads(gold_verdict(pairwise, o)), o) for o in ORDERS] == [1.0, 1.0]
 
 

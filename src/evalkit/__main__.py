@@ -37,6 +37,26 @@ def _precheck(argv: list[str]) -> None:
         compose(overrides)
 
 
+def _exit_now(code: int) -> None:
+    """End an interrupted run's process at once, once it has closed what it opened and said
+    how to resume it: the handlers registered with :mod:`atexit` run (servers stopped, Ray
+    disconnected), the streams and logs are flushed, and the interpreter's own finalization
+    is skipped. That finalization (garbage collections over the heap litellm and pydantic
+    leave, then module teardown) took 1.7-2.6 s on a quiet host and 8-11 s on a loaded one,
+    after the lines were printed (measured by dumping the exiting process's stack)."""
+    import atexit
+    import logging
+    import os
+
+    try:
+        atexit._run_exitfuncs()
+        logging.shutdown()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 def main() -> None:
     import hydra
     from omegaconf import DictConfig
@@ -72,7 +92,7 @@ def main() -> None:
             code = report_error(exc)
         except KeyboardInterrupt as exc:
             print(interrupted_line(exc), file=sys.stderr)
-            code = 130
+            _exit_now(130)
         except Exception as exc:  # noqa: BLE001 - a bug: one line naming the log that holds the traceback
             code = report_crash(exc)
         if code:

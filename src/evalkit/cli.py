@@ -24,7 +24,7 @@ from evalkit import secrets
 from evalkit.compose import bad_override, compose, hydra_error_line, quote_numeric_groups, resolve
 from evalkit.errors import ConfigError, EvalkitError, first_line, printable
 from evalkit.job import run_composed
-from evalkit.sweep import expand_sweep, point_label, points_to_check, swept_keys
+from evalkit.sweep import expand_sweep, swept_label, points_to_check, swept_keys
 from evalkit.tracking import MlflowObserver
 from evalkit.tracking.mlflow_tracking import StoreUnreachable
 
@@ -104,8 +104,8 @@ def run_config(cfg: DictConfig) -> int:
     0 complete, 1 incomplete (failures recorded in failed.jsonl), 2 configuration or data
     error (nothing was run), 130 interrupted (the journal is kept; resume it).
     """
-    outcome = run_composed(cfg)
-    finished_quietly(outcome.exit_code, getattr(outcome, "run_dir", None))
+    outcome = run_composed(cfg, finished=lambda result: finished_quietly(result.exit_code, result.run_dir))
+    finished_quietly(outcome.exit_code, getattr(outcome, "run_dir", None))  # a dry run's too
     return outcome.exit_code
 
 
@@ -151,7 +151,7 @@ def precheck_sweep(overrides: Sequence[str]) -> int:
     swept = swept_keys(points)
 
     def at_point(exc: EvalkitError, point: list[str]) -> EvalkitError:
-        label = point_label(point, swept)
+        label = swept_label(point, swept)
         return type(exc)(f"{exc}{f' (sweep point {label})' if label else ''}")
 
     valid: list[tuple[list[str], Any]] = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from omegaconf import DictConfig
 
@@ -105,9 +105,12 @@ def time_part(summary: Summary) -> str:
     return f"; {', '.join(shown)}" if shown else ""
 
 
-def run_composed(cfg: DictConfig, sweep: dict[str, Any] | None = None, shared: Session | None = None) -> RunResult | DryRun:
+def run_composed(cfg: DictConfig, sweep: dict[str, Any] | None = None, shared: Session | None = None,
+                 finished: Callable[[RunResult], None] | None = None) -> RunResult | DryRun:  # fmt: skip
     """Validate and run one composed config (or dry-run it, ``run.dry_run=true``); prints
-    the one-line outcome. ``shared``: the sweep's engine session (:func:`run_validated`).
+    the one-line outcome. ``shared``: the sweep's engine session (:func:`run_validated`);
+    ``finished``: called with the result before the outcome line is printed (the command
+    line's quiet Ctrl-C handler, so that no Ctrl-C after the line finds the run unfinished).
 
     Raises:
         EvalkitError: a configuration, data, run directory or tracking error.
@@ -120,6 +123,8 @@ def run_composed(cfg: DictConfig, sweep: dict[str, Any] | None = None, shared: S
         print(dry.line)
         return dry
     result = run_validated(validated, sweep, phases, shared)
+    if finished is not None:
+        finished(result)
     print(outcome_line(result))
     shortfall = reference_shortfall(validated, result)
     if shortfall:

@@ -112,8 +112,9 @@ def swept_keys(points: Sequence[Sequence[str]]) -> set[str]:
     return {k for k, v in values.items() if len(v) > 1}
 
 
-def point_label(point: Sequence[str], swept: set[str]) -> str:
-    """``model=a shots=3``: a point's values of the swept keys (secrets redacted)."""
+def swept_label(point: Sequence[str], swept: set[str]) -> str:
+    """``model=a shots=3``: a point's values of the swept keys only (secrets redacted; the whole
+    point as a label is :func:`evalkit.tracking.curate.point_label`)."""
     return " ".join(_shown(ov) for ov in redact_overrides(point) if ov.partition("=")[0] in swept)
 
 
@@ -351,7 +352,7 @@ def summarize(sweep_dir: Path, info: dict[str, Any], interrupted: bool = False) 
     ordered = [jobs[k] for k in sorted(jobs)]
     swept = swept_keys([j.get("overrides") or [] for j in ordered])
     for j in ordered:  # what sets this job apart: its values of the swept keys
-        j["point"] = point_label(j.get("overrides") or [], swept).split()
+        j["point"] = swept_label(j.get("overrides") or [], swept).split()
     n_complete = sum(j["status"] == "complete" for j in ordered)
     paired = paired_headlines(ordered, swept)
     multiplicity = adjust_sweep(paired)

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from evalkit.config import ModelConfig
-from evalkit.engine.batch import Ledger, reserve, split_lines
+from evalkit.engine.batch import BatchRecord, reserve
+from evalkit.models.litellm_batch import split_lines
 from evalkit.engine.work import WorkItem
 from evalkit.errors import ConfigError, RunDirError
 from evalkit.models.litellm_batch import BATCH_EXPIRED, BATCH_FAILED, batch_refusal, parse_result
@@ -44,13 +45,13 @@ def _entry(**kw) -> dict:
             "batch_id": None, "status": "prepared", "collected": False, **kw}  # fmt: skip
 
 
-def test_ledger_round_trip_owed_and_reserved(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path)
-    ledger.entries = [_entry(reserved_usd=0.5, reserved_tokens=100),
+def test_batch_record_round_trip_owed_and_reserved(tmp_path: Path) -> None:
+    record = BatchRecord(tmp_path)
+    record.entries = [_entry(reserved_usd=0.5, reserved_tokens=100),
                       _entry(request_hashes=["c" * 64], collected=True, reserved_usd=9.0, reserved_tokens=9)]  # fmt: skip
-    ledger.save()
-    again = Ledger(tmp_path)
-    assert again.entries == ledger.entries
+    record.save()
+    again = BatchRecord(tmp_path)
+    assert again.entries == record.entries
     assert again.owed() == {"b" * 64}
     assert again.reserved() == (0.5, 100)
 
@@ -58,21 +59,21 @@ def test_ledger_round_trip_owed_and_reserved(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text", ["{", "[]", json.dumps({"batches": [{"input_sha256": 1}]}),
                                   json.dumps({"batches": [_entry(request_hashes=["../x"])]}),
                                   json.dumps({"batches": [_entry(n_requests=True)]})])  # fmt: skip
-def test_a_bad_ledger_is_one_line(tmp_path: Path, text: str) -> None:
+def test_a_bad_batch_record_is_one_line(tmp_path: Path, text: str) -> None:
     (tmp_path / "batch").mkdir()
     (tmp_path / "batch" / "batches.json").write_text(text, encoding="utf-8")
     with pytest.raises(RunDirError, match="batches.json"):
-        Ledger(tmp_path)
+        BatchRecord(tmp_path)
 
 
-def test_a_linked_ledger_is_not_followed(tmp_path: Path) -> None:
+def test_a_linked_batch_record_is_not_followed(tmp_path: Path) -> None:
     outside = tmp_path / "outside.json"
     outside.write_text(json.dumps({"batches": []}), encoding="utf-8")
     run = tmp_path / "run"
     (run / "batch").mkdir(parents=True)
     (run / "batch" / "batches.json").symlink_to(outside)
     with pytest.raises(RunDirError, match="symbolic link"):
-        Ledger(run)
+        BatchRecord(run)
 
 
 def _ok(content, **kw) -> dict:
@@ -145,15 +146,15 @@ def _units(n: int) -> list[WorkItem]:
 @pytest.mark.slow  # litellm's token_counter loads its tokenizer (seconds)
 def test_reservation_refuses_a_batch_over_budget_in_one_line(tmp_path: Path) -> None:
     price = batch_price(_model(), "api")
-    assert reserve(_cfg(), _units(3), price, tmp_path, (0.0, 0)) == (None, None)  # no budget: nothing reserved
-    cost, tokens = reserve(_cfg(max_cost_usd=1.0), _units(3), price, tmp_path, (0.0, 0))
+    assert reserve(_cfg(), _units(3), price, (0.0, 0), (0.0, 0)) == (None, None)  # no budget: nothing reserved
+    cost, tokens = reserve(_cfg(max_cost_usd=1.0), _units(3), price, (0.0, 0), (0.0, 0))
     assert tokens > 300 and cost == pytest.approx((tokens - 300) * 1.25e-6 + 300 * 5e-6)
     with pytest.raises(ConfigError, match=r"^run.max_cost_usd: a batch of 3 requests may cost up to .* nothing was sent$"):
-        reserve(_cfg(max_cost_usd=cost * 0.99), _units(3), price, tmp_path, (0.0, 0))
+        reserve(_cfg(max_cost_usd=cost * 0.99), _units(3), price, (0.0, 0), (0.0, 0))
     with pytest.raises(ConfigError, match="run.max_cost_usd"):  # what running batches hold counts
-        reserve(_cfg(max_cost_usd=cost * 1.5), _units(3), price, tmp_path, (cost, 0))
+        reserve(_cfg(max_cost_usd=cost * 1.5), _units(3), price, (0.0, 0), (cost, 0))
     with pytest.raises(ConfigError, match="run.max_total_tokens"):
-        reserve(_cfg(max_total_tokens=tokens - 1), _units(3), price, tmp_path, (0.0, 0))
+        reserve(_cfg(max_total_tokens=tokens - 1), _units(3), price, (0.0, 0), (0.0, 0))
 
 
 def test_batch_options_need_batch_and_cancel_needs_resume() -> None:
@@ -168,7 +169,7 @@ def test_batch_options_need_batch_and_cancel_needs_resume() -> None:
 def test_a_request_answered_twice_is_a_batch_failure_named_in_one_line(tmp_path: Path, caplog) -> None:
     """Issue 35 item 9: two lines for one custom_id (the conflicting one first) are not read
     first-line-wins: that request is a batch_failed failure; a request answered once is kept."""
-    from evalkit.engine.batch import _Driver
+    from evalkit.engine.batch import BatchExecutor
 
     conflicting = _ok("wrong")
     conflicting["custom_id"] = "h1"
@@ -177,10 +178,10 @@ def test_a_request_answered_twice_is_a_batch_failure_named_in_one_line(tmp_path:
     once["custom_id"] = "h2"
     (tmp_path / "b_1.output.jsonl").write_text("\n".join(json.dumps(r) for r in (conflicting, once, second)) + "\n")
     driver = SimpleNamespace(client=SimpleNamespace(endpoint="/v1/chat/completions"),
-                             ledger=SimpleNamespace(dir=tmp_path), answers={})  # fmt: skip
+                             record=SimpleNamespace(dir=tmp_path), answers={})  # fmt: skip
     entry = {"batch_id": "b_1", "status": "completed", "request_hashes": ["h1", "h2"]}
     with caplog.at_level("INFO", logger="evalkit.status"):
-        _Driver._load_collected(driver, entry)
+        BatchExecutor._load_collected(driver, entry)
     assert isinstance(driver.answers["h1"], Failure) and driver.answers["h1"].error_kind == BATCH_FAILED
     assert "2 times" in driver.answers["h1"].message
     assert driver.answers["h2"].text == "step_002"

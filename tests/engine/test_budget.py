@@ -189,12 +189,9 @@ def test_at_ctrl_c_what_was_answered_or_in_flight_but_not_journaled_counts(tmp_p
 
     (tmp_path / "predictions.jsonl").write_text(json.dumps({"sample_id": "a", "cost_usd": 0.01, "spent_tokens": 1000}) + "\n")
 
-    class Interrupted:
-        @staticmethod
-        def budget_state() -> tuple:
-            return 0.03, 3000, {"cost_usd": 0.02, "spent_tokens": 2000}
+    keeper_state = (0.03, 3000, {"cost_usd": 0.02, "spent_tokens": 2000})  # what RayExecutor.cancel() returns
 
     assert journal_spend(tmp_path) == (0.01, 1000)
-    _note_unjournaled(Interrupted(), tmp_path)  # type: ignore[arg-type]
+    _note_unjournaled(keeper_state, tmp_path)
     cost, tokens = journal_spend(tmp_path)
     assert tokens == 5000 and cost == pytest.approx(0.05)

@@ -81,7 +81,8 @@ message // 4 (at least 1) and ``completion_tokens`` = characters of the content 
 
 **Files and Batches** (OpenAI's batch API, as litellm's ``acreate_file``, ``acreate_batch``,
 ``aretrieve_batch``, ``afile_content``, ``acancel_batch`` and ``alist_batches`` reach it):
-``POST /v1/files`` (multipart upload, ``purpose=batch``), ``GET /v1/files/{id}``,
+``POST /v1/files`` (multipart upload, ``purpose=batch``), ``GET /v1/files`` (newest
+first), ``GET /v1/files/{id}``,
 ``GET /v1/files/{id}/content``, ``POST /v1/batches``, ``GET /v1/batches/{id}``,
 ``POST /v1/batches/{id}/cancel``, ``GET /v1/batches``. Each request line of a batch is
 answered by the same rules as a live request (its body's last message picks the rule; a
@@ -96,7 +97,10 @@ A batch moves one status per ``polls_per_status`` retrieves: ``validating`` →
                                                  #   lines answered; the rest are batch_expired
               "fail_validation": false,          # the batch fails validating (no output)
               "max_requests": 50000,             # a larger input file is refused (HTTP 400)
-              "max_bytes": 209715200}
+              "max_bytes": 209715200,
+              "upload_hold_s": 0}                # an upload is kept, then answered only after
+                                                 #   this long, a space sent every 0.5 s meanwhile
+                                                 #   (no read of the client's ever times out)
 
 :attr:`FakeOpenAI.batch_submissions` counts ``POST /v1/batches`` (what a provider bills),
 :attr:`FakeOpenAI.batch_log` holds each submission's ``{"batch_id", "input_file_id",
@@ -379,7 +383,16 @@ class FakeOpenAI:
                 self.files[file_id] = {"id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
                                        "filename": filename or "upload.jsonl", "purpose": purpose, "status": "processed",
                                        "_data": data}  # fmt: skip
+            hold = float(self._batch_plan().get("upload_hold_s", 0))
+            if hold:  # the connection kept alive (a space every 0.5 s: no read ever times out), the answer withheld
+                return StreamingResponse(self._held(request, hold, json.dumps(_public(self.files[file_id])).encode()),
+                                         media_type="application/json")  # fmt: skip
             return JSONResponse(_public(self.files[file_id]))
+
+        @app.get("/v1/files")
+        async def list_files(purpose: str | None = None) -> dict[str, Any]:
+            found = [_public(f) for f in list(self.files.values())[::-1] if purpose in (None, f["purpose"])]
+            return {"object": "list", "data": found, "has_more": False}
 
         @app.get("/v1/files/{file_id}")
         async def file_info(file_id: str) -> Response:
@@ -418,6 +431,14 @@ class FakeOpenAI:
             data = [_public(self.batches[i]) for i in ids[:limit]]
             return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                     "last_id": data[-1]["id"] if data else None, "has_more": len(ids) > limit}  # fmt: skip
+
+    @staticmethod
+    async def _held(request: Request, hold_s: float, body: bytes) -> Any:
+        deadline = time.monotonic() + hold_s
+        while time.monotonic() < deadline and not await _disconnected(request):
+            yield b" "
+            await asyncio.sleep(0.5)
+        yield body
 
     def _batch_plan(self) -> dict[str, Any]:
         return {"polls_per_status": 1, **(self.plan.get("batch") or {})}

@@ -1,7 +1,9 @@
 """``run.batch=true``: the run's requests sent through the provider's batch API (about half
 the price, answered within 24 hours), never paid twice, recorded as live answers are.
 
-The execute stage of a batch run (:func:`run_batch`), instead of the Ray workers:
+:class:`BatchExecutor` is the run's executor (:mod:`evalkit.engine.protocol`) instead of
+the Ray workers; the run's own stages prepare, journal, score and finalize as for a live
+run. What it does:
 
 1. **What is pending.** The journal's pending units (single-turn only: a run whose
    selection holds agent rollouts is refused in one line, :func:`check_batchable`) are
@@ -18,13 +20,15 @@ The execute stage of a batch run (:func:`run_batch`), instead of the Ray workers
    line, nothing sent (:class:`~evalkit.errors.ConfigError`, exit 2).
 3. **Record before sending.** ``batch/batches.json`` in the run directory records each
    batch's input digest (SHA-256 of the input file) and request hashes before the upload,
-   then the provider's file id, then its batch id (each written atomically). A driver
-   killed at any point resumes from there: a recorded file is not uploaded again, a file
-   with no recorded batch is first looked up among the provider's batches
+   and the upload's intent, then the provider's file id, then its batch id (each written
+   atomically). A driver killed at any point resumes from there: a file whose upload began
+   is first looked up at the provider by its digest-bearing name, a recorded file is not
+   uploaded again, a file with no recorded batch is first looked up among the provider's batches
    (:meth:`~evalkit.models.litellm_batch.BatchClient.find`) and created only if none was
    made of it, a recorded batch is polled.
-4. **The wait.** A light poll loop in the driver (no Ray, no model server): every
-   recorded batch not yet collected is retrieved after ``run.batch_poll_s`` seconds, the
+4. **The wait.** Each call of the batch API is bounded by ``backend.timeout_s``
+   (:class:`BatchError` past it). A light poll loop in the driver (no Ray, no model
+   server): every recorded batch not yet collected is retrieved after ``run.batch_poll_s`` seconds, the
    interval growing ×1.5 up to ``run.batch_poll_max_s``; each change of a batch's status
    or counts is one console line. ``run.batch_detach=true`` returns after submitting (exit
    code 3). Ctrl-C leaves the batches running (asked whether to cancel them when the
@@ -47,7 +51,6 @@ Costs are at batch prices (:func:`evalkit.providers.batch_price`); ``summary.jso
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as dt
 import json
 import logging
@@ -55,33 +58,32 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable
 
 from evalkit import secrets
 from evalkit.config import EvalConfig
-from evalkit.engine.budget import journal_spend
 from evalkit.engine.cache import cache_get, open_cache
+from evalkit.engine.protocol import Drained, ExecutorBase
 from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
-from evalkit.engine.phases import Phases
-from evalkit.engine.plan import RunPlan
-from evalkit.engine.rundir import RunState
 from evalkit.errors import ConfigError, EvalkitError, RunDirError, first_line
-from evalkit.models.base import ModelCallError
-from evalkit.models.litellm_batch import BATCH_CANCELLED, BATCH_EXPIRED, BATCH_FAILED, BatchClient, batch_refusal, parse_result
+from evalkit.models.litellm_batch import (BATCH_CANCELLED, BATCH_EXPIRED, BATCH_FAILED, BatchAnswers, BatchClient, as_plain,
+                                          batch_refusal, read_batch_files, split_lines)
 from evalkit.providers import Price, batch_price, estimate_prompt_tokens
 from evalkit.types import Completion, Failure, Trajectory, sha256_hex
+
+if TYPE_CHECKING:
+    from evalkit.engine.budget import Budget
+    from evalkit.engine.plan import RunPlan
 
 log = logging.getLogger("evalkit")
 status = logging.getLogger("evalkit.status")
 
 #: the run directory's batch records
 BATCH_DIR = "batch"
-LEDGER = "batches.json"
+RECORD = "batches.json"
 #: a batch's statuses after which the provider does no more work on it
 TERMINAL = ("completed", "expired", "failed", "cancelled")
-#: the exit code of a run that submitted its batches and returned (``run.batch_detach``)
-DETACHED_EXIT_CODE = 3
 #: consecutive failed polls of one batch before the run stops (it stays at the provider)
 MAX_POLL_ERRORS = 8
 _KIND_OF_STATUS = {"expired": BATCH_EXPIRED, "cancelled": BATCH_CANCELLED, "failed": BATCH_FAILED}
@@ -161,7 +163,7 @@ def refuse_live_resume(run_dir: Path) -> None:
     Raises:
         RunDirError: ``run_dir`` records batches not yet collected.
     """
-    running = [e["batch_id"] or e["input_sha256"][:12] for e in Ledger(run_dir).entries if not e.get("collected")]
+    running = [e["batch_id"] or e["input_sha256"][:12] for e in BatchRecord(run_dir).entries if not e.get("collected")]
     if running:
         raise RunDirError(f"run.resume: {run_dir} has batches not yet collected ({', '.join(map(str, running))}); "
                           "resume with run.batch=true to collect them (or run.batch=true run.batch_cancel=true to cancel "
@@ -177,11 +179,12 @@ _ENTRY_FIELDS = {
 }  # fmt: skip
 
 
-class Ledger:
+class BatchRecord:
     """``batch/batches.json``: ``{"batches": [entry, ...]}``, one entry per input file:
     ``input_sha256``, ``request_hashes`` (the input's lines, in order), ``n_requests``,
     ``bytes``, ``reserved_usd`` / ``reserved_tokens`` (the budget it holds), ``file_id`` and
     ``batch_id`` (``None`` until the provider gave them), ``status`` (``prepared``,
+    ``uploading`` (the upload begun: a resume looks for the file by its name first),
     ``uploaded``, then the provider's), ``counts`` (the provider's request counts),
     ``prepared_at`` / ``submitted_at`` / ``ended_at`` (ISO 8601 UTC), ``provider_times``
     (the provider's Unix timestamps), ``errors`` (a failed batch's reason) and ``collected``
@@ -193,7 +196,7 @@ class Ledger:
 
     def __init__(self, run_dir: Path):
         self.dir = Path(run_dir) / BATCH_DIR
-        self.path = self.dir / LEDGER
+        self.path = self.dir / RECORD
         self.entries: list[dict[str, Any]] = []
         if self.path.is_symlink():
             raise RunDirError(f"run.resume: {self.path} is a symbolic link; evalkit reads only the run's own files")
@@ -241,35 +244,15 @@ def _now() -> str:
 
 
 # ------------------------------------------------------------------------------------------
-# input files: split by the provider's limits
-# ------------------------------------------------------------------------------------------
-def split_lines(lines: list[tuple[str, bytes]], max_requests: int, max_bytes: int) -> list[list[tuple[str, bytes]]]:
-    """``(request hash, line)`` pairs cut into input files of at most ``max_requests`` lines
-    and ``max_bytes`` bytes each, in order.
-
-    Raises:
-        ConfigError: one line alone is over ``max_bytes``.
-    """
-    chunks: list[list[tuple[str, bytes]]] = []
-    size = 0
-    for h, line in lines:
-        if len(line) > max_bytes:
-            raise ConfigError(f"run.batch_max_bytes: request {h[:12]} alone is {len(line)} bytes, over run.batch_max_bytes={max_bytes}")
-        if not chunks or len(chunks[-1]) >= max_requests or size + len(line) > max_bytes:
-            chunks.append([])
-            size = 0
-        chunks[-1].append((h, line))
-        size += len(line)
-    return chunks
-
-
-# ------------------------------------------------------------------------------------------
 # budget: the whole batch reserved before it is sent
 # ------------------------------------------------------------------------------------------
-def reserve(cfg: EvalConfig, units: list[WorkItem], price: Price | None, run_dir: Path, held: tuple[float, int]) -> tuple[float | None, int | None]:
+def reserve(cfg: EvalConfig, units: list[WorkItem], price: Price | None, spent: tuple[float | None, int | None],
+            held: tuple[float, int]) -> tuple[float | None, int | None]:  # fmt: skip
     """``(USD, tokens)`` the new batch of ``units`` reserves: estimated prompt tokens plus
     ``generation.max_tokens`` per request, at the batch ``price``; ``(None, None)`` without a
-    budget. ``held``: what batches still running hold already.
+    budget. ``spent``: the run's ``(USD, tokens)`` so far (``None``: unknown;
+    :attr:`~evalkit.engine.budget.Budget.cost_usd` / ``tokens``); ``held``: what batches
+    still running hold already.
 
     Raises:
         ConfigError: the reservation, what the journal spent and ``held`` together pass
@@ -286,7 +269,7 @@ def reserve(cfg: EvalConfig, units: list[WorkItem], price: Price | None, run_dir
     prompt = sum(estimate_prompt_tokens(str(cfg.model.provider_model), u.request.messages, u.request.prompt) for u in units)
     tokens = prompt + max_tokens * len(units)
     cost = price.cost({"prompt_tokens": prompt, "completion_tokens": max_tokens * len(units)}) if price is not None else None
-    spent_usd, spent_tokens = journal_spend(run_dir)
+    spent_usd, spent_tokens = spent
     fix = "raise it or select fewer samples (run.limit); nothing was sent"
     if run.max_cost_usd is not None:
         if cost is None or spent_usd is None:
@@ -306,137 +289,172 @@ def reserve(cfg: EvalConfig, units: list[WorkItem], price: Price | None, run_dir
 
 
 # ------------------------------------------------------------------------------------------
-# answers: the model a unit's solver asks once its batch is collected
+# the executor
 # ------------------------------------------------------------------------------------------
-class _Answers:
-    """A model answering from collected batch files (``answers``: request hash →
-    completion or failure). A request it holds no answer for is a failure of kind
-    ``batch_failed`` (the engine only asks for collected requests). The first answer to
-    a request hash is the one paid for; a second unit asking the same request (two
-    samples with one prompt) gets it as a cache hit, as the live path would."""
+class BatchExecutor(ExecutorBase):
+    """:class:`~evalkit.engine.protocol.Executor` of a ``run.batch`` run over its pending
+    units (all known when it is made; steps 1-5 of the module docstring).
+    :meth:`wait_ready` sorts them and records the new batches, reserved against the budget;
+    the first :meth:`submit` starts the one task that sends, waits and collects; a unit's
+    :meth:`submit` returns once its batch is collected (at once for a cache hit), or raises
+    :class:`~evalkit.engine.protocol.Drained` for a unit left with the provider
+    (``run.batch_detach``, :meth:`drain`). ``ahead``: every unit is taken at once."""
 
-    def __init__(self, model_id: str, answers: dict[str, Completion | Failure]):
-        self.model_id = model_id
-        self.answers = answers
-        self.served: set[str] = set()
+    keeps_window = True
 
-    async def generate(self, request: Any) -> Completion:
-        key = request.request_hash(self.model_id)
-        answer = self.answers.get(key)
-        if answer is None:
-            raise ModelCallError(Failure(BATCH_FAILED, "no answer in the batch's output or error file"))
-        if isinstance(answer, Failure):
-            raise ModelCallError(dataclasses.replace(answer))
-        completion = dataclasses.replace(answer, attempts=1, cached=key in self.served)
-        self.served.add(key)
-        return completion
-
-    def pair(self, sample: Any) -> tuple["_Answers", None]:
-        return self, None
-
-
-# ------------------------------------------------------------------------------------------
-# the driver
-# ------------------------------------------------------------------------------------------
-OnResult = Callable[[WorkItem, Trajectory], Awaitable[None]]
-
-
-def run_batch(plan: RunPlan, state: RunState, pending: list[WorkItem], on_result: OnResult, phases: Phases,
-              cache_dir: Path | None) -> dict[str, Any]:  # fmt: skip
-    """Solve ``pending`` through the provider's batch API (see the module docstring);
-    ``on_result`` journals each unit. Returns the engine figures: ``batch`` (``batched``,
-    ``detached``, ``cache_hits``, ``requests_batched`` this attempt, ``wait_s`` and every
-    recorded ``batches`` entry without its request hashes), ``units`` and
-    ``requests_wall_s``.
-
-    Raises:
-        ConfigError: a batch over the budget (nothing sent).
-        BatchError: the provider's batch API keeps failing.
-        KeyboardInterrupt: Ctrl-C; the batches stay at the provider (their ids recorded).
-    """
-    driver = _Driver(plan, state, pending, on_result, cache_dir)
-    started = time.perf_counter()
-    try:
-        asyncio.run(driver.run())
-    except KeyboardInterrupt:
-        driver.interrupted()
-        raise
-    finally:
-        driver.close()
-    phases.add("batch_wait_s", driver.wait_s)
-    if driver.first_send is not None:
-        phases.since_start("to_first_request_s", driver.first_send)
-    public = [{k: v for k, v in e.items() if k != "request_hashes"} for e in driver.ledger.entries]
-    figures = {"batched": True, "detached": driver.detached, "cache_hits": driver.cache_hits,
-               "requests_batched": driver.sent, "wait_s": round(driver.wait_s, 3), "batches": public}  # fmt: skip
-    return {"batch": figures, "units": len(pending), "requests_wall_s": round(time.perf_counter() - started, 3)}
-
-
-class _Driver:
-    def __init__(self, plan: RunPlan, state: RunState, pending: list[WorkItem], on_result: OnResult, cache_dir: Path | None):
-        self.plan, self.state, self.pending, self.on_result = plan, state, pending, on_result
-        self.cfg = plan.cfg
+    def __init__(self, plan: "RunPlan", run_dir: Path, pending: list[WorkItem], cache_dir: Path | None):
+        self.plan, self.run_dir, self.pending, self.cfg = plan, Path(run_dir), pending, plan.cfg
+        self.ahead = len(pending)
         self.client = client_of(self.cfg)
         self.model_id = plan.models.model_id
-        self.ledger = Ledger(state.run_dir)
+        self.record = BatchRecord(run_dir)
         self.cache = open_cache(cache_dir)
         self.answers: dict[str, Completion | Failure] = {}
-        self.model = _Answers(self.model_id, self.answers)
+        self.model = BatchAnswers(self.model_id, self.answers)
         self.solver = plan.bench.solver()
-        self.hash_of = {id(u): u.request.request_hash(self.model_id) for u in pending}
-        self.wait_s = 0.0
-        self.first_send: float | None = None
-        self.detached = False
+        self.by_hash: dict[str, WorkItem] = {}  # request hash → its first unit (the scheduler's are copies)
+        for unit in pending:
+            self.by_hash.setdefault(self._hash(unit), unit)
+        self.spent: tuple[float | None, int | None] = (0.0, 0)
+        self.wait_s, self.first_send, self.detached = 0.0, None, False
         self.cache_hits = self.sent = 0
-        self.journaled: set[int] = set()
+        self.at_once: set[str] = set()  # request hashes answered without waiting (cache hits, collected)
+        self.cancelled: set[str] = set()  # new with run.batch_cancel: never sent
+        self.ended: dict[str, asyncio.Future[None]] = {}  # input digest → set when its batch is collected
+        self.task: asyncio.Future[None] | None = None
+        self.ready = False
+
+    # ---- Executor -------------------------------------------------------------------
+    @staticmethod
+    def check(plan: "RunPlan") -> None:
+        """Before anything is written: refuse what cannot be batched (:func:`check_batchable`)
+        and price the plan at batch rates (:func:`batch_prices`)."""
+        check_batchable(plan)
+        plan.prices = batch_prices(plan.cfg)
+
+    refuse_live_resume = staticmethod(refuse_live_resume)
+
+    def set_budget(self, budget: Budget) -> None:
+        """The run's spend so far (its journal and what interrupted attempts left
+        unjournaled): new batches are reserved on top of it in :meth:`wait_ready`."""
+        self.spent = (budget.cost_usd, budget.tokens)
+
+    def wait_ready(self) -> None:
+        """Sort the pending units and record the new batches (each one's input digest,
+        request hashes and reservation, before anything is sent).
+
+        Raises:
+            ConfigError: the new batches do not fit the budget (nothing sent).
+            RunDirError: the record cannot be read.
+        """
+        if self.ready:
+            return
+        self.ready = True
+        for entry in self.record.entries:
+            if entry["collected"]:
+                self._load_collected(entry)
+        owed, new = self.record.owed(), []
+        for unit in self.pending:
+            h = self._hash(unit)
+            if self.cache is not None and cache_get(self.cache, h) is not None:
+                self.cache_hits += 1
+                self.at_once.add(h)
+            elif isinstance(self.answers.get(h), Completion):
+                self.at_once.add(h)  # collected before the driver stopped, not yet journaled
+            elif h not in owed:
+                new.append(unit)
+        if new and self.cfg.run.batch_cancel:
+            self.cancelled.update(self._hash(u) for u in new)  # a cancelled run sends nothing new
+        elif new:
+            self._prepare(new)
+
+    async def submit(self, unit: WorkItem) -> Trajectory:
+        h = self._hash(unit)
+        if h in self.cancelled:
+            return Trajectory(failure=Failure(BATCH_CANCELLED, "not sent: run.batch_cancel=true", attempts=0))
+        if h not in self.at_once:
+            if self.task is None:
+                self.task = asyncio.ensure_future(self._drive())
+                self.task.add_done_callback(lambda t: t.cancelled() or t.exception())  # its error reaches every submit
+            entry = next((e for e in self.record.entries if not e["collected"] and h in e["request_hashes"]), None)
+            if entry is not None:  # None: collected meanwhile (cancelled before it was created)
+                await asyncio.shield(self._ended(entry))
+        return await solve_unit(self.solver, unit, self.model, self.cache, self.cfg.sent_params(), {})
+
+    def figures(self) -> dict[str, Any]:
+        """``batch`` (``batched``, ``detached``, ``cache_hits``, ``requests_batched`` this
+        attempt, ``wait_s`` and every recorded batch without its request hashes), the
+        ``batch_wait_s`` phase, and the first upload's time as the first request's."""
+        public = [{k: v for k, v in e.items() if k != "request_hashes"} for e in self.record.entries]
+        figures = {"batched": True, "detached": self.detached, "cache_hits": self.cache_hits,
+                   "requests_batched": self.sent, "wait_s": round(self.wait_s, 3), "batches": public}  # fmt: skip
+        return {"batch": figures, "phases": {"batch_wait_s": self.wait_s}, "first_dispatch_perf": self.first_send}
+
+    def cancel(self) -> None:
+        """Ctrl-C: the batches stay at the provider; on a terminal, the user may cancel them."""
+        running = [e["batch_id"] for e in self.record.entries if not e["collected"] and e["batch_id"]]
+        if not running:
+            return None
+        resume = f"run.resume={self.run_dir}"
+        status.info("batches left running at the provider: %s; collect them with %s run.batch=true "
+                    "(cancel: %s run.batch=true run.batch_cancel=true)", ", ".join(running), resume, resume)  # fmt: skip
+        if sys.stdin.isatty() and sys.stderr.isatty():
+            try:
+                answer = input("evalkit: cancel these batches at the provider? [y/N] ")
+            except (EOFError, KeyboardInterrupt):
+                return None
+            if answer.strip().lower() in ("y", "yes"):
+                self.ended = {}  # the run's loop is gone: no unit waits any more
+                asyncio.run(self._cancel_all())
+        return None
 
     def close(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
         if self.cache is not None:
             self.cache.close()
 
-    # ---- the run --------------------------------------------------------------------
-    async def run(self) -> None:
-        for entry in self.ledger.entries:
-            if entry["collected"]:
-                self._load_collected(entry)
-        if self.cfg.run.batch_cancel:
-            await self._cancel_all()
-        owed = self.ledger.owed()
-        new: list[WorkItem] = []
-        for unit in self.pending:
-            h = self.hash_of[id(unit)]
-            if self.cache is not None and cache_get(self.cache, h) is not None:
-                self.cache_hits += 1
-                await self._journal(unit)
-            elif h in self.answers and isinstance(self.answers[h], Completion):
-                await self._journal(unit)  # collected before the driver stopped, not yet journaled
-            elif h not in owed:
-                new.append(unit)
-        if new and not self.cfg.run.batch_cancel:
-            self._prepare(new)
-        elif new:
-            for unit in new:  # a cancelled run sends nothing new
-                await self._journal_failure(unit, Failure(BATCH_CANCELLED, "not sent: run.batch_cancel=true", attempts=0))
-        for entry in self.ledger.entries:  # this attempt's, and any an earlier one recorded but did not create
-            if not entry["collected"] and entry["batch_id"] is None:
-                await self._send(entry)
-        if self.cfg.run.batch_detach:
-            self.detached = any(not e["collected"] for e in self.ledger.entries)
-            if self.detached:
-                return
-        await self._wait()
+    def _hash(self, unit: WorkItem) -> str:
+        return unit.request.request_hash(self.model_id)
 
-    async def _journal(self, unit: WorkItem) -> None:
-        if id(unit) in self.journaled:
+    # ---- the one task: send, wait, collect --------------------------------------------
+    def _ended(self, entry: dict[str, Any]) -> asyncio.Future[None]:
+        """Set once ``entry``'s batch is collected (its units' :meth:`submit` go on), or
+        failed with why they will not be answered in this attempt."""
+        if entry["input_sha256"] not in self.ended:
+            future = self.ended[entry["input_sha256"]] = asyncio.get_running_loop().create_future()
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())  # read, even if no unit waits
+        return self.ended[entry["input_sha256"]]
+
+    def _end(self, entry: dict[str, Any], exc: BaseException | None = None) -> None:
+        future = self._ended(entry)
+        if future.done():
             return
-        self.journaled.add(id(unit))
-        params = self.cfg.sent_params()
-        trajectory = await solve_unit(self.solver, unit, self.model, self.cache, params, {})
-        await self.on_result(unit, trajectory)
+        if exc is None:
+            future.set_result(None)
+        elif isinstance(exc, Exception):
+            future.set_exception(exc)
+        else:
+            future.cancel()
 
-    async def _journal_failure(self, unit: WorkItem, failure: Failure) -> None:
-        self.journaled.add(id(unit))
-        await self.on_result(unit, Trajectory(failure=failure))
+    async def _drive(self) -> None:
+        try:
+            if self.cfg.run.batch_cancel:
+                await self._cancel_all()
+            for entry in self.record.entries:  # this attempt's, and any an earlier one recorded but did not create
+                if not entry["collected"] and entry["batch_id"] is None and not self.draining:
+                    await self._send(entry)
+            left = [e for e in self.record.entries if not e["collected"] and e["batch_id"] is None]
+            self.detached = self.cfg.run.batch_detach and any(not e["collected"] for e in self.record.entries)
+            for entry in self.record.entries if self.detached else left:  # left with the provider, or never sent
+                if not entry["collected"]:
+                    self._end(entry, Drained(f"batch {entry['batch_id'] or 'not sent'} left running"))
+            if not self.detached:
+                await self._wait()
+        except BaseException as exc:  # every unit waiting learns why: the stage stops with it
+            for entry in self.record.entries:
+                self._end(entry, exc)
+            raise
 
     # ---- submit ---------------------------------------------------------------------
     def _prepare(self, units: list[WorkItem]) -> None:
@@ -444,27 +462,26 @@ class _Driver:
         budget is checked for all of them before any is sent."""
         distinct: dict[str, WorkItem] = {}
         for unit in units:
-            distinct.setdefault(self.hash_of[id(unit)], unit)
+            distinct.setdefault(self._hash(unit), unit)
         lines = [(h, self.client.line(h, u.request)) for h, u in distinct.items()]
         run = self.cfg.run
         chunks = split_lines(lines, run.batch_max_requests, run.batch_max_bytes)
         price = self.plan.prices.get("agent")
-        by_hash = distinct
         reservations = []
-        held = self.ledger.reserved()
+        held = self.record.reserved()
         for chunk in chunks:
-            cost, tokens = reserve(self.cfg, [by_hash[h] for h, _ in chunk], price, self.state.run_dir, held)
+            cost, tokens = reserve(self.cfg, [distinct[h] for h, _ in chunk], price, self.spent, held)
             held = (held[0] + (cost or 0.0), held[1] + (tokens or 0))
             reservations.append((cost, tokens))
         for chunk, (cost, tokens) in zip(chunks, reservations):
             data = b"".join(line for _, line in chunk)
-            self.ledger.entries.append({
+            self.record.entries.append({
                 "input_sha256": sha256_hex(data), "request_hashes": [h for h, _ in chunk], "n_requests": len(chunk),
                 "bytes": len(data), "reserved_usd": cost, "reserved_tokens": tokens, "file_id": None, "batch_id": None,
                 "status": "prepared", "counts": None, "prepared_at": _now(), "submitted_at": None, "ended_at": None,
                 "provider_times": {}, "errors": None, "collected": False,
             })  # fmt: skip
-        self.ledger.save()  # every digest recorded before anything is sent
+        self.record.save()  # every digest recorded before anything is sent
 
     async def _send(self, entry: dict[str, Any]) -> None:
         """Upload (unless recorded) and create (unless the provider made one of the file)."""
@@ -474,28 +491,36 @@ class _Driver:
             data = self._input_of(entry)
             if sha256_hex(data) != entry["input_sha256"]:
                 raise RunDirError(f"run.resume: the batch input {entry['input_sha256'][:12]} recorded in "
-                                  f"{self.ledger.path} is not what this run builds; start a new run")  # fmt: skip
-            entry["file_id"] = await self._call("upload", self.client.upload(data, f"evalkit-{entry['input_sha256'][:16]}.jsonl"))
+                                  f"{self.record.path} is not what this run builds; start a new run")  # fmt: skip
+            name = f"evalkit-{entry['input_sha256'][:16]}.jsonl"  # the digest in the name: found again by it
+            if entry["status"] == "uploading":  # an earlier driver died during this upload: the file may be there
+                entry["file_id"] = await self._call("list files", self.client.find_file(name, len(data)))
+                if entry["file_id"] is not None:
+                    log.info("batch input %s found at the provider as %s: not uploaded again", name, entry["file_id"])
+            if entry["file_id"] is None:
+                entry["status"] = "uploading"
+                self.record.save()  # the intent first: a driver killed during the upload looks for the file
+                entry["file_id"] = await self._call("upload", self.client.upload(data, name))
             entry["status"] = "uploaded"
-            self.ledger.save()
+            self.record.save()
         else:
             found = await self._call("list", self.client.find(entry["file_id"]))
             if found is not None:
                 self._record(entry, found)
-                self.ledger.save()
+                self.record.save()
                 log.info("batch %s of file %s found at the provider: not created again", found.get("id"), entry["file_id"])
                 return
-        meta = {"evalkit_input_sha256": entry["input_sha256"][:64], "evalkit_run": self.state.run_dir.name[:500]}
+        meta = {"evalkit_input_sha256": entry["input_sha256"][:64], "evalkit_run": self.run_dir.name[:500]}
         made = await self._call("create", self.client.create(entry["file_id"], meta))
         entry["submitted_at"] = _now()
         self.sent += entry["n_requests"]
         self._record(entry, made)
-        self.ledger.save()
+        self.record.save()
         status.info("batch %s submitted: %d requests (input sha256 %s, file %s)", made.get("id"), entry["n_requests"],
                     entry["input_sha256"][:12], entry["file_id"])  # fmt: skip
 
     def _input_of(self, entry: dict[str, Any]) -> bytes:
-        by_hash = {self.hash_of[id(u)]: u for u in self.pending}
+        by_hash = self.by_hash
         missing = [h for h in entry["request_hashes"] if h not in by_hash]
         if missing:
             raise RunDirError(f"run.resume: batch input {entry['input_sha256'][:12]} holds requests this run does not "
@@ -503,19 +528,29 @@ class _Driver:
         return b"".join(self.client.line(h, by_hash[h].request) for h in entry["request_hashes"])
 
     async def _call(self, what: str, call: Awaitable[Any]) -> Any:
+        """One call of the provider's batch API, bounded by ``backend.timeout_s`` in all
+        (litellm's own retries included).
+
+        Raises:
+            BatchError: it failed or did not answer in time (one line naming the resume).
+        """
         try:
-            return await call
+            return await asyncio.wait_for(call, self.client.timeout_s)
         except asyncio.CancelledError:
             raise
+        except asyncio.TimeoutError:
+            raise BatchError(f"run.batch: the provider's batch API did not answer ({what}) within {self.client.timeout_s:g} s "
+                             f"(backend.timeout_s); what was submitted is recorded in {self.record.path}; resume with "
+                             f"run.resume={self.run_dir}") from None  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - one line; the record says what was sent
             raise BatchError(f"run.batch: the provider's batch API failed ({what}: {type(exc).__name__}: "
-                             f"{secrets.scrub(first_line(exc, 200))}); what was submitted is recorded in {self.ledger.path}; "
-                             f"resume with run.resume={self.state.run_dir}") from None  # fmt: skip
+                             f"{secrets.scrub(first_line(exc, 200))}); what was submitted is recorded in {self.record.path}; "
+                             f"resume with run.resume={self.run_dir}") from None  # fmt: skip
 
     def _record(self, entry: dict[str, Any], batch: dict[str, Any]) -> bool:
         """Copy the provider's view of a batch into its entry; True when it changed."""
         counts = batch.get("request_counts")
-        counts = dict(counts) if isinstance(counts, dict) else _as_plain(counts)
+        counts = dict(counts) if isinstance(counts, dict) else as_plain(counts)
         before = (entry.get("status"), entry.get("counts"))
         entry["batch_id"] = str(batch.get("id"))
         entry["status"] = str(batch.get("status"))
@@ -526,7 +561,7 @@ class _Driver:
         entry["provider_times"] = {k: batch[k] for k in ("created_at", "in_progress_at", "finalizing_at", "completed_at",
                                                          "expired_at", "failed_at", "cancelled_at") if batch.get(k)}  # fmt: skip
         if batch.get("errors"):
-            entry["errors"] = json.loads(json.dumps(_as_plain(batch["errors"]), default=str))
+            entry["errors"] = json.loads(json.dumps(as_plain(batch["errors"]), default=str))
         return before != (entry["status"], entry["counts"])
 
     # ---- wait and collect -----------------------------------------------------------
@@ -537,7 +572,7 @@ class _Driver:
         started = time.perf_counter()
         try:
             while True:
-                open_entries = [e for e in self.ledger.entries if not e["collected"]]
+                open_entries = [e for e in self.record.entries if not e["collected"] and e["batch_id"]]  # sent
                 if not open_entries:
                     return
                 for entry in open_entries:
@@ -545,13 +580,13 @@ class _Driver:
                         collecting = time.perf_counter()
                         await self._collect(entry)
                         started += time.perf_counter() - collecting  # downloading and journaling is not waiting
-                if all(e["collected"] for e in self.ledger.entries):
+                if all(e["collected"] or not e["batch_id"] for e in self.record.entries):
                     return
                 await asyncio.sleep(delay)
                 delay = min(delay * 1.5, run.batch_poll_max_s)
-                for entry in [e for e in self.ledger.entries if not e["collected"]]:
+                for entry in [e for e in self.record.entries if not e["collected"] and e["batch_id"]]:
                     try:
-                        got = await self.client.retrieve(entry["batch_id"])
+                        got = await asyncio.wait_for(self.client.retrieve(entry["batch_id"]), self.client.timeout_s)
                     except asyncio.CancelledError:
                         raise
                     except Exception as exc:  # noqa: BLE001 - a poll that failed is tried again, up to a bound
@@ -563,7 +598,7 @@ class _Driver:
                         continue
                     errors.pop(entry["batch_id"], None)
                     if self._record(entry, got):
-                        self.ledger.save()
+                        self.record.save()
                         self._show(entry)
         finally:
             self.wait_s += time.perf_counter() - started
@@ -575,7 +610,7 @@ class _Driver:
 
     async def _collect(self, entry: dict[str, Any]) -> None:
         """Keep an ended batch's files, then journal its units."""
-        bdir = self.ledger.dir
+        bdir = self.record.dir
         for key, suffix in (("output_file_id", "output"), ("error_file_id", "errors")):
             file_id = entry.get(key)
             if file_id:
@@ -584,18 +619,15 @@ class _Driver:
         entry["collected"] = True
         entry["ended_at"] = _now()
         self._load_collected(entry)
-        self.ledger.save()
+        self.record.save()
         self._show(entry)
-        owned = set(entry["request_hashes"])
-        for unit in self.pending:
-            if self.hash_of[id(unit)] in owned:
-                await self._journal(unit)
+        self._end(entry)  # its units' submit() returns
 
     def _load_collected(self, entry: dict[str, Any]) -> None:
         """The answers a collected batch's kept files hold; a request of it without any
         line is a failure named by the batch's end (expired, cancelled, failed)."""
         chat = self.client.endpoint.endswith("chat/completions")
-        bdir = self.ledger.dir
+        bdir = self.record.dir
         owned = set(entry["request_hashes"])
         paths = [bdir / f"{_safe(entry['batch_id'])}.{suffix}.jsonl" for suffix in ("output", "errors")]
         got = read_batch_files(paths, owned, chat, str(entry["batch_id"]))
@@ -613,75 +645,17 @@ class _Driver:
 
     # ---- cancel and Ctrl-C ----------------------------------------------------------
     async def _cancel_all(self) -> None:
-        for entry in self.ledger.entries:
+        for entry in self.record.entries:
             if not entry["collected"] and entry["batch_id"] and entry["status"] not in TERMINAL:
                 self._record(entry, await self._call("cancel", self.client.cancel(entry["batch_id"])))
                 status.info("batch %s: cancel requested (%s)", entry["batch_id"], entry["status"])
             elif not entry["collected"] and not entry["batch_id"]:
                 entry.update(collected=True, status="cancelled", ended_at=_now())  # never created: nothing to cancel
                 self._load_collected(entry)
-        self.ledger.save()
-
-    def interrupted(self) -> None:
-        """Ctrl-C: the batches stay at the provider; on a terminal, the user may cancel them."""
-        running = [e["batch_id"] for e in self.ledger.entries if not e["collected"] and e["batch_id"]]
-        if not running:
-            return
-        resume = f"run.resume={self.state.run_dir}"
-        status.info("batches left running at the provider: %s; collect them with %s run.batch=true "
-                    "(cancel: %s run.batch=true run.batch_cancel=true)", ", ".join(running), resume, resume)  # fmt: skip
-        if not (sys.stdin.isatty() and sys.stderr.isatty()):
-            return
-        try:
-            answer = input("evalkit: cancel these batches at the provider? [y/N] ")
-        except (EOFError, KeyboardInterrupt):
-            return
-        if answer.strip().lower() in ("y", "yes"):
-            asyncio.run(self._cancel_all())
-
-
-def read_batch_files(paths: list[Path], owned: set[str], chat: bool, batch_id: str) -> dict[str, Completion | Failure]:
-    """The answers one ended batch's kept output and error files give its requests
-    (``owned``: their custom ids, the request hashes): ``{custom_id: Completion | Failure}``.
-
-    Lines that are not JSON objects and ids the batch does not own are skipped; linked or
-    missing files are not read. A custom id answered by more than one line (in either file,
-    equal or not) breaks the batch API's contract of one result per request: which line is
-    true cannot be known, so that request is a ``batch_failed`` failure (never scored; a
-    resume sends it again), and the ids are named in one console line.
-    """
-    answers: dict[str, Completion | Failure] = {}
-    lines: dict[str, int] = {}
-    for path in paths:
-        if not path.is_file() or path.is_symlink():
-            continue
-        for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict):
-                custom_id, answer = parse_result(row, chat)
-                if custom_id in owned:
-                    lines[custom_id] = lines.get(custom_id, 0) + 1
-                    answers.setdefault(custom_id, answer)
-    twice = sorted(h for h, n in lines.items() if n > 1)
-    for h in twice:
-        answers[h] = Failure(BATCH_FAILED, f"batch {batch_id} answered this request {lines[h]} times "
-                             "(one result per request expected); none of them is used", attempts=1)  # fmt: skip
-    if twice:
-        status.warning("batch %s answered %d request(s) more than once, recorded as batch_failed failures: %s",
-                       batch_id, len(twice), ", ".join(h[:16] for h in twice[:10]) + (" …" if len(twice) > 10 else ""))  # fmt: skip
-    return answers
+                self._end(entry)
+        self.record.save()
 
 
 def _safe(batch_id: str | None) -> str:
     """A provider's batch id as a file name (anything but ``[A-Za-z0-9_-]`` replaced)."""
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in str(batch_id or ""))[:200] or "batch"
-
-
-def _as_plain(obj: Any) -> Any:
-    dump = getattr(obj, "model_dump", None)
-    if callable(dump):
-        return dump()
-    return obj if isinstance(obj, (dict, list, str, int, float, type(None))) else str(obj)

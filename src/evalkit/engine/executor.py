@@ -27,13 +27,14 @@ import pickle
 import time
 import uuid
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterable, Protocol
+from typing import Any, AsyncIterator, Callable, Iterable
 
 from evalkit.engine.budget import Budget, RemoteBudget, keeper
 from evalkit.engine.cache import WriteBehind, open_cache
 from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
 from evalkit.engine.delivery import Delivery
+from evalkit.engine.protocol import Executor, ExecutorBase  # noqa: F401 - Executor: the protocol these implement
 from evalkit.engine.ratelimit import AdaptiveWindow, EndpointGate, endpoint_key, shared_limits, throttled_count
 from evalkit.types import Trajectory, sha256_hex
 
@@ -41,26 +42,8 @@ log = logging.getLogger("evalkit")
 status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main__ shows them)
 
 
-class Executor(Protocol):
-    """Solves units; ``submit`` never raises for a unit's own failure (it is in the
-    trajectory's ``failure``)."""
-
-    #: whether its workers keep the concurrency window themselves, and how many units beyond
-    #: ``backend.concurrency`` it may be handed (they wait in its workers)
-    keeps_window: bool
-    ahead: int
-
-    async def submit(self, unit: WorkItem) -> Trajectory:  # pragma: no cover - protocol
-        ...
-
-    def close(self) -> None:  # pragma: no cover - protocol
-        ...
-
-
-class LocalExecutor:
+class LocalExecutor(ExecutorBase):
     """Solves units in the driver's event loop (offline models), under the driver's window."""
-
-    keeps_window, ahead = False, 0
 
     def __init__(
         self,
@@ -77,6 +60,7 @@ class LocalExecutor:
         self.user_params = user_params
 
     async def submit(self, unit: WorkItem) -> Trajectory:
+        self.check_draining()
         return await solve_unit(self.solver, unit, self.agents, self.cache, self.agent_params, self.user_params)
 
     def close(self) -> None:
@@ -363,7 +347,7 @@ def _pool_key(agents_factory: Callable[[], Any], cache: str | None, n: int, per_
     return sha256_hex(pickle.dumps((agents_factory, cache, n, per_actor)))
 
 
-class RayExecutor:
+class RayExecutor(ExecutorBase):
     """Spreads units over ``num_workers`` async Ray actors (:class:`ModelWorker`) through a
     :class:`~evalkit.engine.delivery.Delivery`: each actor solves its share of
     ``backend.concurrency`` at once (``shares``), and one with a share of 8 or more holds up
@@ -453,9 +437,12 @@ class RayExecutor:
             self.delivery.where = list(where)
             self.pids = [pid for pid, _ in where]
             self.ready_s = round(time.perf_counter() - self.started, 4)
+            log.info("%d model workers ready (process ids %s%s) %.2f s after they were started", len(self.pids),
+                     ", ".join(map(str, self.pids)), "; kept warm from an earlier run" if self.reused else "", self.ready_s)
 
     def figures(self) -> dict[str, Any]:
-        """The cluster's part of ``summary.json`` → ``engine``: ``nodes`` (per Ray node the
+        """The cluster's part of ``summary.json`` → ``engine``: ``worker_pids``, ``reused_workers``
+        (kept warm from an earlier run of a sweep), the ``workers_ready_s`` phase, ``nodes`` (per Ray node the
         model workers ran on: ``node_id``, ``units`` its workers delivered, their
         ``worker_pids``), ``driver_node``, ``delivery`` (units ``resent`` after a worker was
         lost, ``duplicates`` dropped, ``workers_lost`` for good), and with shared limits ``rate_limits`` (per
@@ -470,6 +457,7 @@ class RayExecutor:
                 entry["worker_pids"].append(pid)
         out: dict[str, Any] = {"nodes": list(nodes.values()), "driver_node": self._ray.get_runtime_context().get_node_id(),
                                "delivery": dict(self.delivery.stats), **self._window_stats()}  # fmt: skip
+        out.update(worker_pids=self.pids, reused_workers=self.reused, phases={"workers_ready_s": self.ready_s or 0.0})
         if self.limits:
             out["rate_limits"] = self._limit_stats()
         return out
@@ -525,6 +513,7 @@ class RayExecutor:
             return None
 
     async def submit(self, unit: WorkItem) -> Trajectory:
+        self.check_draining()
         return await self.delivery.submit(unit)
 
     def close(self) -> None:
@@ -546,3 +535,8 @@ class RayExecutor:
             except Exception:  # noqa: BLE001 - a dead worker is already gone
                 pass
 
+    # ---- the rest of the Executor protocol (evalkit.engine.protocol) ------------------------
+    def cancel(self) -> Any:
+        """Ctrl-C: the budget keeper's count (:meth:`budget_state`); the units in flight are
+        abandoned when :meth:`close` stops the workers or forgets the run."""
+        return self.budget_state()

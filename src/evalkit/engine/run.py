@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
 import sys
 from contextlib import ExitStack
@@ -28,14 +29,16 @@ from typing import Any, Callable
 
 from evalkit import secrets
 from evalkit.config import EvalConfig
-from evalkit.engine.batch import DETACHED_EXIT_CODE, batch_prices, check_batchable, refuse_live_resume, run_batch
+from evalkit.errors import ConfigError
+from evalkit.engine.batch import BatchExecutor
 from evalkit.engine.budget import UNJOURNALED, Budget, journal_spend
 from evalkit.engine.cache import all_cached, trim_cache
 from evalkit.engine.work import WorkItem, WorkList
-from evalkit.engine.executor import Executor, LocalExecutor, RayExecutor
+from evalkit.engine.executor import LocalExecutor, RayExecutor
 from evalkit.engine.finalize import finalize
 from evalkit.engine.plan import RunPlan, prepare, run_prices
 from evalkit.engine.phases import Phases
+from evalkit.engine.protocol import Executor
 from evalkit.engine.ray_session import ensure_ray, shutdown_ray
 from evalkit.engine.records import cap_record, failure_record, kept_answers, prediction_record, scored_view, write_transcript
 from evalkit.engine.rundir import FAILED, PREDICTIONS, RunState, choose_run_dir, open_run
@@ -52,6 +55,8 @@ from evalkit.types import Failure, Trajectory
 
 #: the ``error_kind`` of an answer not scored because the run's scoring budget was spent
 SCORE_BUDGET_EXCEEDED = "score_budget_exceeded"
+#: the exit code of a run that submitted its batches and returned (``run.batch_detach``)
+DETACHED_EXIT_CODE = 3
 
 log = logging.getLogger("evalkit")
 status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main__ shows them)
@@ -94,14 +99,20 @@ def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Ph
     observer = observer or NullObserver()
     phases = phases or Phases()
     with ExitStack() as stack:
+        run_dir, resumed = choose_run_dir(cfg)
+        if resumed and not cfg.run.batch:  # before Ray starts
+            BatchExecutor.refuse_live_resume(run_dir)  # a batch still running would answer what a live run buys again
         ray_stack = stack.enter_context(ExitStack())  # Ray started for this run and its early workers
         plan, early = start(cfg, ray_stack, phases, shared)
-        run_dir, resumed = choose_run_dir(cfg)
-        if resumed and not cfg.run.batch:
-            refuse_live_resume(run_dir)  # a batch still running would answer what a live run buys again
         observer.run_started(RunInfo(cfg, run_dir, resumed))
+        refused: list[bool] = []
+        stack.callback(_remove_refused, run_dir, _existing(run_dir), refused)  # after open_run has closed its log
         state = stack.enter_context(open_run(cfg, run_dir, resumed))
-        engine = execute(plan, state, observer, phases, early, shared)
+        try:
+            engine = execute(plan, state, observer, phases, early, shared)
+        except ConfigError:  # refused before anything was sent (a batch over the budget)
+            refused.append(not resumed)
+            raise
         if engine is not None and engine.get("batch", {}).get("detached"):  # no summary: the run goes on at the provider
             batches = [e["batch_id"] for e in engine["batch"]["batches"] if not e["collected"]]
             return RunResult(run_dir, {"status": "batch_submitted", "benchmark": cfg.benchmark.name,
@@ -110,6 +121,34 @@ def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Ph
         sequential.narrow(plan, run_dir)  # run.stop_when: a decided run's selection is what it dispatched
         summary = finalize(plan, state, engine, observer, phases)
     return RunResult(run_dir, summary.record(), summary)
+
+
+def _existing(path: Path) -> Path:
+    """The nearest of ``path`` and its parents that exists."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _remove_refused(run_dir: Path, existed: Path, refused: list[bool]) -> None:
+    """A new run refused in its execute stage (:class:`~evalkit.errors.ConfigError`: nothing
+    was sent) leaves no directory behind when it journaled nothing: ``run_dir`` is removed,
+    and the parents made for it (below ``existed``, the nearest that existed before) once
+    empty."""
+    if not (refused and refused[0]) or any(_has_rows(run_dir / name) for name in (PREDICTIONS, FAILED)):
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in run_dir.parents:
+        if parent == existed or existed not in parent.parents:
+            break
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
+
+
+def _has_rows(path: Path) -> bool:
+    return path.exists() and path.stat().st_size > 0
 
 
 def _cache_dir(cfg: EvalConfig) -> Path | None:
@@ -145,8 +184,7 @@ def start(cfg: EvalConfig, stack: ExitStack, phases: Phases, shared: Session | N
     with phases.timed("data_load_s"):
         plan = prepare(cfg, priced=early is None, endpoints=endpoints)
     if cfg.run.batch:
-        check_batchable(plan)
-        plan.prices = batch_prices(cfg)
+        BatchExecutor.check(plan)
     if early is not None:
         early.register(plan.bench.solver(), cfg.sent_params(), cfg.user_sent_params())
         # litellm's prices asked of a worker, which imports litellm anyway: the driver need not
@@ -210,57 +248,40 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
         return None
     plan.warn_unpriced()
     cfg = plan.cfg
-    if cfg.run.batch:
-        return _execute_batch(plan, state, observer, phases, list(pending))  # a batch holds them all
     with ExitStack() as stack:
         scorer = stack.enter_context(Scorer(plan.bench, budget_s=plan.bench.settings.score_budget_s))
         executor = early or _open_executor(plan, state, stack, pending, shared)
-        if isinstance(executor, RayExecutor):
-            executor.wait_ready()
-            phases.add("workers_ready_s", executor.ready_s or 0.0)
-            log.info("%d model workers ready (process ids %s%s) %.2f s after they were started", len(executor.pids),
-                     ", ".join(map(str, executor.pids)), "; kept warm from an earlier run" if executor.reused else "",
-                     executor.ready_s or 0.0)  # fmt: skip
+        budget = Budget.of_run(cfg, plan.prices, state.run_dir)
+        if budget.limited:
+            executor.set_budget(budget)
+        executor.wait_ready()
         journaler = stack.enter_context(Journaler(plan, state, observer, scorer, len(pending)))
         journaler.monitor = monitor
-        budget = Budget.of_run(cfg, plan.prices, state.run_dir)
-        if isinstance(executor, RayExecutor) and budget.limited:
-            executor.set_budget(budget)
         try:
             gated = (monitor.executor(executor, cfg.backend.concurrency), monitor.gated(pending), monitor.on_result(journaler.on_result)) \
                 if monitor else (executor, pending, journaler.on_result)  # run.stop_when: nothing sent once decided  # fmt: skip
             engine = asyncio.run(run_units(gated[0], gated[1], cfg.backend.concurrency, gated[2],
                                            cfg.backend.adaptive_concurrency, budget))  # fmt: skip
         except KeyboardInterrupt:
-            if isinstance(executor, RayExecutor):
-                _note_unjournaled(executor, state.run_dir)
+            _note_unjournaled(executor.cancel(), state.run_dir)
             raise
         phases.add("scoring_s", journaler.scoring_s)
-        if isinstance(executor, RayExecutor):  # read while its workers are up (the stack stops them)
-            engine.update(worker_pids=executor.pids, reused_workers=executor.reused, **executor.figures())
-    phases.since_start("to_first_request_s", engine.pop("first_dispatch_perf"))
+        engine.update(executor.figures())  # read while its workers are up (the stack stops them)
+    for name, seconds in engine.pop("phases", {}).items():
+        phases.add(name, seconds)
+    first = engine.pop("first_dispatch_perf")
+    if first is not None:
+        phases.since_start("to_first_request_s", first)
     phases.add("requests_s", engine["requests_wall_s"])
     engine["units"] = len(pending)
     return engine
 
 
-def _execute_batch(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, pending: list[WorkItem]) -> dict[str, Any]:
-    """``run.batch``: the pending units through the provider's batch API
-    (:func:`~evalkit.engine.batch.run_batch`), journaled by the same :class:`Journaler`."""
-    with ExitStack() as stack:
-        scorer = stack.enter_context(Scorer(plan.bench))
-        journaler = stack.enter_context(Journaler(plan, state, observer, scorer, len(pending)))
-        engine = run_batch(plan, state, pending, journaler.on_result, phases, _cache_dir(plan.cfg))
-        phases.add("scoring_s", journaler.scoring_s)
-    phases.add("requests_s", engine["requests_wall_s"])
-    return engine
-
-
-def _note_unjournaled(executor: RayExecutor, run_dir: Path) -> None:
+def _note_unjournaled(state: Any, run_dir: Path) -> None:
     """At Ctrl-C, append to ``unjournaled.jsonl`` what the budget's keeper counted spent or
     still reserved beyond the journal (answers paid for but not journaled, calls in flight at
-    their upper bound), so that a resume's budget counts them."""
-    state = executor.budget_state()
+    their upper bound), so that a resume's budget counts them. ``state``: what the
+    executor's :meth:`~evalkit.engine.protocol.Executor.cancel` returned."""
     journal_cost, journal_tokens = journal_spend(run_dir)
     if state is None or journal_cost is None and journal_tokens is None:
         return
@@ -277,7 +298,13 @@ def _note_unjournaled(executor: RayExecutor, run_dir: Path) -> None:
 
 def _open_executor(plan: RunPlan, state: RunState, stack: ExitStack, pending: WorkList, shared: Session | None) -> Executor:
     """The models opened (evalkit's own servers started, unless every request is in the
-    response cache; in a sweep's session, from its server pool) and their executor."""
+    response cache; in a sweep's session, from its server pool) and their executor; for
+    ``run.batch``, the :class:`~evalkit.engine.batch.BatchExecutor` (no model opened: the
+    provider answers)."""
+    if plan.cfg.run.batch:
+        executor: Executor = BatchExecutor(plan, state.run_dir, list(pending), _cache_dir(plan.cfg))
+        stack.callback(executor.close)
+        return executor
     serve = not (plan.models.starts_servers and all_cached(_cache_dir(plan.cfg), pending, plan.models.model_id))
     if not serve:  # the workers never call the model on a hit
         status.info("every request is in the response cache (%d): llama.cpp's server is not started for the model%s",

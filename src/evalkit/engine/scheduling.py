@@ -9,7 +9,9 @@
 * units are dispatched in selection order, and each result is handed to the driver's
   ``on_result`` (which journals it) the moment it arrives;
 * no unit is dispatched once the run's budget is spent or refused a call
-  (:mod:`evalkit.engine.budget`: each model call reserves its upper bound first).
+  (:mod:`evalkit.engine.budget`: each model call reserves its upper bound first), or once
+  the executor is draining (:meth:`~evalkit.engine.protocol.Executor.drain`); a unit it
+  will not solve (:class:`~evalkit.engine.protocol.Drained`) is left out, not journaled.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Awaitable, Callable
 from evalkit.engine.budget import Budget
 from evalkit.engine.solve import BUDGET_EXCEEDED
 from evalkit.engine.work import WorkItem
-from evalkit.engine.executor import Executor
+from evalkit.engine.protocol import Drained, Executor
 from evalkit.engine.ratelimit import AdaptiveWindow, throttled_count
 from evalkit.types import Failure, Trajectory
 
@@ -36,9 +38,11 @@ class _Solving:
         self.throttled = 0
 
     async def one(self, seq: int, unit: WorkItem) -> None:
-        result = Trajectory(failure=Failure("internal", "not run"))
+        result, drained = Trajectory(failure=Failure("internal", "not run")), False
         try:
             result = await self.executor.submit(unit)
+        except Drained:  # not solved in this attempt: neither answered nor failed, not journaled
+            drained = True
         finally:
             n = throttled_count(result)
             self.throttled += n
@@ -47,7 +51,8 @@ class _Solving:
                 if result.failure is not None and result.failure.error_kind == BUDGET_EXCEEDED and not result.turns:
                     result = self.budget.not_sent()  # refused at its first call: the run's whole reason
             await self.window.release(seq, n)
-        await self.on_result(unit, result)
+        if not drained:
+            await self.on_result(unit, result)
 
 
 async def run_units(
@@ -84,7 +89,7 @@ async def run_units(
 
     try:
         for i, unit in enumerate(units):  # units are dispatched in order, one waiter at a time
-            if crashed:  # journaling failed (a full disk): stop dispatching
+            if crashed or getattr(executor, "draining", False):  # journaling failed (a full disk), or an early stop: stop dispatching
                 break
             seq = await window.acquire()
             if budget is not None and budget.exhausted():

@@ -377,7 +377,10 @@ class GatedExecutor:
                 await event.wait()
         finally:
             m._events.discard(event)
-        if m.decided:
+        if m.decided:  # the executor's early stop (issue 34's protocol): nothing more is dispatched
+            drain = getattr(self._executor, "drain", None)
+            if drain is not None and not getattr(self._executor, "draining", False):
+                drain()
             return _NOT_SENT
         return await self._executor.submit(unit)
 

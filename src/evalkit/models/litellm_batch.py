@@ -22,16 +22,22 @@ turns it into the same :class:`~evalkit.types.Completion` (or
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from evalkit.errors import ConfigError
 from evalkit.images import sendable
-from evalkit.models.base import endpoint_kwargs
+from evalkit.models.base import ModelCallError, endpoint_kwargs
 from evalkit.providers import litellm_module, usage_counts
 from evalkit.types import Completion, Failure, Request
 
 #: providers whose batches evalkit sends through litellm
+status = logging.getLogger("evalkit.status")
+
 BATCH_PROVIDERS = ("openai", "azure", "hosted_vllm", "litellm_proxy", "xai")
 #: why litellm 1.110 cannot batch a provider (those not named: no batch API litellm drives)
 _WHY_NOT = {
@@ -116,6 +122,18 @@ class BatchClient:
         made = await litellm.acreate_file(file=(name, data, "application/jsonl"), purpose="batch", **self._auth())
         return str(made.id)
 
+    async def find_file(self, name: str, size: int) -> str | None:
+        """The id of an input file named ``name`` of ``size`` bytes already at the provider
+        (the newest), or ``None``: what a driver killed during an upload looks for before
+        it uploads again (the name carries the input's digest, so the same name and size
+        is the same input)."""
+        litellm = litellm_module()
+        listed = await litellm.afile_list(purpose="batch", **self._auth())
+        data = listed.get("data") if isinstance(listed, dict) else getattr(listed, "data", listed)
+        found = [f for f in map(_as_dict, data or []) if f.get("filename") == name and f.get("bytes") == size]
+        found.sort(key=lambda f: f.get("created_at") or 0)
+        return str(found[-1]["id"]) if found else None
+
     async def create(self, file_id: str, metadata: dict[str, str]) -> dict[str, Any]:
         """Create a batch of an uploaded file; returns the batch object (a dict)."""
         litellm = litellm_module()
@@ -199,3 +217,92 @@ def parse_result(row: dict[str, Any], chat: bool) -> tuple[str, Completion | Fai
         detail = "reasoning only, no final answer" if reasoning else "no content"
         return custom_id, Failure(kind, f"{detail} (finish_reason={finish})", usage=usage, reasoning=reasoning)
     return custom_id, Completion(text=str(text), finish_reason=finish, reasoning=reasoning, usage=usage, latency_s=0.0)
+
+
+class BatchAnswers:
+    """A model answering from collected batch files (``answers``: request hash →
+    completion or failure). A request it holds no answer for is a failure of kind
+    ``batch_failed`` (the engine only asks for collected requests). The first answer to
+    a request hash is the one paid for; a second unit asking the same request (two
+    samples with one prompt) gets it as a cache hit, as the live path would."""
+
+    def __init__(self, model_id: str, answers: dict[str, Completion | Failure]):
+        self.model_id = model_id
+        self.answers = answers
+        self.served: set[str] = set()
+
+    async def generate(self, request: Any) -> Completion:
+        key = request.request_hash(self.model_id)
+        answer = self.answers.get(key)
+        if answer is None:
+            raise ModelCallError(Failure(BATCH_FAILED, "no answer in the batch's output or error file"))
+        if isinstance(answer, Failure):
+            raise ModelCallError(dataclasses.replace(answer))
+        completion = dataclasses.replace(answer, attempts=1, cached=key in self.served)
+        self.served.add(key)
+        return completion
+
+    def pair(self, sample: Any) -> tuple["BatchAnswers", None]:
+        return self, None
+
+
+def read_batch_files(paths: list[Path], owned: set[str], chat: bool, batch_id: str) -> dict[str, Completion | Failure]:
+    """The answers one ended batch's kept output and error files give its requests
+    (``owned``: their custom ids, the request hashes): ``{custom_id: Completion | Failure}``.
+
+    Lines that are not JSON objects and ids the batch does not own are skipped; linked or
+    missing files are not read. A custom id answered by more than one line (in either file,
+    equal or not) breaks the batch API's contract of one result per request: which line is
+    true cannot be known, so that request is a ``batch_failed`` failure (never scored; a
+    resume sends it again), and the ids are named in one console line.
+    """
+    answers: dict[str, Completion | Failure] = {}
+    lines: dict[str, int] = {}
+    for path in paths:
+        if not path.is_file() or path.is_symlink():
+            continue
+        for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                custom_id, answer = parse_result(row, chat)
+                if custom_id in owned:
+                    lines[custom_id] = lines.get(custom_id, 0) + 1
+                    answers.setdefault(custom_id, answer)
+    twice = sorted(h for h, n in lines.items() if n > 1)
+    for h in twice:
+        answers[h] = Failure(BATCH_FAILED, f"batch {batch_id} answered this request {lines[h]} times "
+                             "(one result per request expected); none of them is used", attempts=1)  # fmt: skip
+    if twice:
+        status.warning("batch %s answered %d request(s) more than once, recorded as batch_failed failures: %s",
+                       batch_id, len(twice), ", ".join(h[:16] for h in twice[:10]) + (" …" if len(twice) > 10 else ""))  # fmt: skip
+    return answers
+
+
+def as_plain(obj: Any) -> Any:
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump()
+    return obj if isinstance(obj, (dict, list, str, int, float, type(None))) else str(obj)
+
+
+def split_lines(lines: list[tuple[str, bytes]], max_requests: int, max_bytes: int) -> list[list[tuple[str, bytes]]]:
+    """``(request hash, line)`` pairs cut into input files of at most ``max_requests`` lines
+    and ``max_bytes`` bytes each, in order.
+
+    Raises:
+        ConfigError: one line alone is over ``max_bytes``.
+    """
+    chunks: list[list[tuple[str, bytes]]] = []
+    size = 0
+    for h, line in lines:
+        if len(line) > max_bytes:
+            raise ConfigError(f"run.batch_max_bytes: request {h[:12]} alone is {len(line)} bytes, over run.batch_max_bytes={max_bytes}")
+        if not chunks or len(chunks[-1]) >= max_requests or size + len(line) > max_bytes:
+            chunks.append([])
+            size = 0
+        chunks[-1].append((h, line))
+        size += len(line)
+    return chunks

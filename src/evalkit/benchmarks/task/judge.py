@@ -89,7 +89,7 @@ ORDERS = ("model_first", "model_second")
 
 def verdict_schema(scorer: Any) -> dict[str, Any]:
     """The JSON schema a verdict of ``scorer`` (an ``llm_judge``
-    :class:`~evalkit.benchmarks.task.settings.Scorer`) must match."""
+    :class:`~evalkit.benchmarks.task.settings.ScorerSpec`) must match."""
     if scorer.judge_setting("mode") == "pairwise":
         field = {"winner": {"type": "string", "enum": ["A", "B", "tie"]}}
     elif scorer.judge_setting("verdict") == "pass_fail":

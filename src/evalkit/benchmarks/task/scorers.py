@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from evalkit.benchmarks.sobhard.patterns import linear_time_validator
-from evalkit.benchmarks.task.settings import Extract, Scorer
+from evalkit.benchmarks.task.settings import Extract, ScorerSpec
 
 LETTERS = string.ascii_uppercase
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -130,7 +130,7 @@ def target_letter(target: Any, choices: list[str] | None) -> str | None:
     return None
 
 
-def score_one(scorer: Scorer, answer: str, target: Any, choices: list[str] | None, pattern: str | None) -> float:
+def score_one(scorer: ScorerSpec, answer: str, target: Any, choices: list[str] | None, pattern: str | None) -> float:
     """The score of one scorer (0 or 1, or graded for token_f1). ``pattern``: the regex
     scorer's pattern rendered for this sample."""
     kind = scorer.kind

@@ -150,7 +150,7 @@ JUDGE_DEFAULTS: dict[str, Any] = {"mode": "pointwise", "verdict": "score", "scal
 Normalise = Literal["lower", "strip_punctuation", "remove_articles", "collapse_whitespace"]
 
 
-class Scorer(_Strict):
+class ScorerSpec(_Strict):
     """One scorer; its per-sample score is named ``name`` (default: its ``kind``).
 
     * ``exact_match``: the extracted answer equals the target after stripping outer white
@@ -205,7 +205,7 @@ class Scorer(_Strict):
         return self.name or self.kind
 
     @model_validator(mode="after")
-    def _needs(self) -> "Scorer":
+    def _needs(self) -> "ScorerSpec":
         if self.kind == "regex" and not self.pattern:
             raise ValueError("benchmark.scorers: a regex scorer needs a pattern")
         if self.kind == "json_schema" and self.schema_ is None:
@@ -276,7 +276,7 @@ class TaskSettings(BenchmarkSettings):
     prompt: Prompt
     fewshot: FewShot = Field(default_factory=FewShot)
     extract: Extract = Field(default_factory=Extract)
-    scorers: list[Scorer] = Field(min_length=1)
+    scorers: list[ScorerSpec] = Field(min_length=1)
     metrics: Metrics = Field(default_factory=Metrics)
     seed: int | None = None
 
