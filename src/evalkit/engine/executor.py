@@ -9,11 +9,8 @@ Scheduling rules of this module (the window and retries are in
 * every unit goes through :func:`evalkit.engine.solve.solve_unit`: the benchmark's solver
   with cached, retried model calls, failures returned as data;
 * a unit (a sample's single request or a whole agent rollout) is one call of a worker's
-  :meth:`ModelWorker.solve`, awaited by the driver;
-* a Ray actor that dies (its process killed, out of memory, its node lost) is restarted by
-  Ray (``max_restarts``) and its calls in flight run again there (``max_task_retries``);
-  an actor dead for good is left out of the run; nothing answered is lost, because results
-  are journaled by the driver as they arrive.
+  :meth:`ModelWorker.solve`, awaited by the driver; a lost worker is Ray's to restart and
+  the call Ray's to run again (:mod:`evalkit.engine.delivery` says how far).
 """
 
 from __future__ import annotations
@@ -54,19 +51,10 @@ class Executor(Protocol):
 class LocalExecutor:
     """Solves units in the driver's event loop (offline models), under the driver's window."""
 
-    def __init__(
-        self,
-        agents_factory: Callable[[], Any],
-        solver: Any,
-        cache_dir: str | Path | None,
-        agent_params: dict[str, Any],
-        user_params: dict[str, Any],
-    ):
-        self.agents = agents_factory()
-        self.solver = solver
-        self.cache = open_cache(cache_dir)
-        self.agent_params = agent_params
-        self.user_params = user_params
+    def __init__(self, agents_factory: Callable[[], Any], solver: Any, cache_dir: str | Path | None, agent_params: dict[str, Any],
+                 user_params: dict[str, Any]):  # fmt: skip
+        self.agents, self.solver, self.cache = agents_factory(), solver, open_cache(cache_dir)
+        self.agent_params, self.user_params = agent_params, user_params
 
     async def submit(self, unit: WorkItem) -> Trajectory:
         return await solve_unit(self.solver, unit, self.agents, self.cache, self.agent_params, self.user_params)
@@ -78,14 +66,11 @@ class LocalExecutor:
 
 class ModelWorker:
     """A model worker (made a Ray actor by :func:`_worker_class`): it owns the model clients
-    (built once, from ``agents_factory``) and a handle on the response cache. A unit is one
-    call of :meth:`solve`; the run's solver and parameters come with each call as an
-    object-store reference, read once per process and run (``runs``, keyed by
-    ``RayExecutor.registration``: a random hex string per run, not the tracking ledger's run
-    key), so that a sweep's runs reuse one worker, litellm is imported once per worker
-    process, and a process Ray restarted reads the run again by itself. Answers go to the
-    response cache behind the results (:class:`~evalkit.engine.cache.WriteBehind`).
-    """
+    (built once, from ``agents_factory``) and the response cache, written behind the results
+    (:class:`~evalkit.engine.cache.WriteBehind`). A unit is one call of :meth:`solve`; the
+    run's solver and parameters come with each call as an object-store reference, read once
+    per process and run (``runs``, keyed by ``RayExecutor.registration``, a random hex string
+    per run): a sweep's runs share a worker, and a process Ray restarted reads the run again."""
 
     def __init__(self, agents_factory: Callable[[], Any], cache_dir: str | None):
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -243,21 +228,11 @@ class RayExecutor:
     runs instead of being stopped.
     """
 
-    def __init__(
-        self,
-        agents_factory: Callable[[], Any],
-        cache_dir: str | Path | None,
-        num_workers: int,
-        concurrency: int,
-        warm: dict[str, list[Any]] | None = None,
-        limits: dict[str, tuple[int, bool]] | None = None,
-        adaptive: bool = True,
-    ):
+    def __init__(self, agents_factory: Callable[[], Any], cache_dir: str | Path | None, num_workers: int, concurrency: int,
+                 warm: dict[str, list[Any]] | None = None, limits: dict[str, tuple[int, bool]] | None = None):  # fmt: skip
         import ray  # deferred: offline runs never import Ray
 
-        self._ray = ray
-        self.started = time.perf_counter()
-        self.ready_s: float | None = None
+        self._ray, self.started, self.ready_s = ray, time.perf_counter(), None
         n = max(1, min(num_workers, concurrency))
         cache = str(cache_dir) if cache_dir else None
         key = _pool_key(agents_factory, cache, n, -(-concurrency // n))
@@ -269,14 +244,11 @@ class RayExecutor:
             self.workers = self._start(agents_factory, cache, n, concurrency)
             if warm is not None:
                 warm[key] = self.workers
-        self.registration = uuid.uuid4().hex
-        self._holder: list[Any] = []
-        self._ready: list[Any] = [w.ping.remote() for w in self.workers]
-        self.pids: list[int] = []
+        self.registration, self._holder, self.pids = uuid.uuid4().hex, [], []
+        self._ready = [w.ping.remote() for w in self.workers]
         self.delivery = Delivery(self.workers, (self.registration, self._holder, None), lost=(ray.exceptions.RayActorError,),
                                  cancel=ray.cancel)  # fmt: skip
-        self.budget_keeper: Any = None
-        self.limits = limits
+        self.budget_keeper, self.limits = None, limits
         if limits:
             self.limits_actor = shared_limits()  # made here first: on the driver's node
 
@@ -288,16 +260,11 @@ class RayExecutor:
         placed = ray.cluster_resources().get(WORKER_RESOURCE, 0) > 0
         status.info("starting %s%s…", "1 model worker (a Ray actor)" if n == 1 else f"{n} model workers (Ray actors)",
                     f" on the nodes offering {WORKER_RESOURCE}" if placed else "")  # fmt: skip
-        return [
-            worker_cls.options(
-                max_concurrency=concurrency + 16,  # a call per unit (all of them, the other workers lost), pings, set-up
-                max_restarts=ACTOR_MAX_RESTARTS,
-                max_task_retries=-1,  # calls other than solve made while Ray restarts the actor wait for it
-                scheduling_strategy="SPREAD",  # one actor per node first on a cluster
-                resources={WORKER_RESOURCE: 1} if placed else None,
-            ).remote(agents_factory, cache)
-            for _ in range(n)
-        ]
+        # max_concurrency: a call per unit (all of them, the other workers lost), pings; max_task_retries: calls other than
+        # solve made while Ray restarts the actor wait for it; SPREAD: one actor per node first on a cluster
+        options = {"max_concurrency": concurrency + 16, "max_restarts": ACTOR_MAX_RESTARTS, "max_task_retries": -1,
+                   "scheduling_strategy": "SPREAD", "resources": {WORKER_RESOURCE: 1} if placed else None}  # fmt: skip
+        return [worker_cls.options(**options).remote(agents_factory, cache) for _ in range(n)]
 
     def register(self, solver: Any, agent_params: dict[str, Any], user_params: dict[str, Any]) -> None:
         """Give the workers this run's solver, parameters and shared endpoint limits (through
@@ -314,11 +281,9 @@ class RayExecutor:
 
     def figures(self) -> dict[str, Any]:
         """The cluster's part of ``summary.json`` → ``engine``: ``nodes`` (per Ray node the
-        model workers ran on: ``node_id``, ``units`` its workers delivered, their
-        ``worker_pids``), ``driver_node``, ``delivery`` (:attr:`Delivery.stats
-        <evalkit.engine.delivery.Delivery.stats>`), and with shared limits ``rate_limits`` (per
-        endpoint: the shared window's figures over every caller since it was made,
-        :meth:`~evalkit.engine.ratelimit.EndpointLimits.stats`)."""
+        model workers ran on: ``node_id``, ``units`` delivered, ``worker_pids``),
+        ``driver_node``, ``delivery`` (``Delivery.stats``), and with shared limits
+        ``rate_limits`` (:meth:`~evalkit.engine.ratelimit.EndpointLimits.stats` per endpoint)."""
         nodes: dict[str, dict[str, Any]] = {}
         for (pid, node), units in sorted(self.delivery.served.items(), key=str):
             entry = nodes.setdefault(node or "unknown", {"node_id": node or "unknown", "units": 0, "worker_pids": []})
@@ -333,17 +298,14 @@ class RayExecutor:
 
     def _limit_stats(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """``{endpoint key: shared window figures}`` (empty when no worker or limits actor answers)."""
-        for worker, up in zip(self.workers, self.delivery.live):
-            if not up:
-                continue
-            try:
-                keys = self._ray.get(worker.endpoint_keys.remote(), timeout=timeout_s)
-                stats = self._ray.get([self.limits_actor.stats.remote(k) for k in keys], timeout=timeout_s)
-            except Exception:  # noqa: BLE001 - a worker or the actor gone: no figures
-                log.warning("the shared rate limits' figures could not be read", exc_info=True)
-                return {}
-            return {k: v for k, v in zip(keys, stats) if v is not None}
-        return {}
+        try:
+            worker = next(w for w, up in zip(self.workers, self.delivery.live) if up)
+            keys = self._ray.get(worker.endpoint_keys.remote(), timeout=timeout_s)
+            stats = self._ray.get([self.limits_actor.stats.remote(k) for k in keys], timeout=timeout_s)
+        except Exception:  # noqa: BLE001 - no worker left, or a worker or the actor gone: no figures
+            log.warning("the shared rate limits' figures could not be read", exc_info=True)
+            return {}
+        return {k: v for k, v in zip(keys, stats) if v is not None}
 
     def litellm_price(self, provider_model: str) -> Any:
         """litellm's price of ``provider_model``, asked of a worker (waits for its start)."""
