@@ -330,19 +330,19 @@ class RayExecutor:
         return await self.delivery.submit(unit)
 
     def close(self) -> None:
-        """Stop the workers, or (kept warm for later runs) drop this run's state there; a
-        warm pool with a worker dead for good is stopped and dropped, so that a later run
-        starts new workers."""
+        """Drop this run's state in the workers (their answers stored in the response cache
+        first) and stop them, unless they are kept warm for later runs; a warm pool with a
+        worker dead for good is stopped and dropped, so that a later run starts new workers."""
         if self.budget_keeper is not None:
             self._ray.kill(self.budget_keeper)
         if self.warm is not None and not all(self.delivery.live):
             self.warm.pop(self._key, None)
             self.warm = None
-        for worker in self.workers:
-            try:
-                if self.warm is None:
+        forgot = [w.forget.remote(self.registration) for w, up in zip(self.workers, self.delivery.live) if up]
+        try:
+            if self.warm is None:
+                self._ray.wait(forgot, num_returns=len(forgot), timeout=10.0)
+                for worker in self.workers:
                     self._ray.kill(worker)
-                else:
-                    worker.forget.remote(self.registration)
-            except Exception:  # noqa: BLE001 - a dead worker is already gone
-                pass
+        except Exception:  # noqa: BLE001 - a dead worker is already gone
+            pass
