@@ -2,9 +2,8 @@
 every process that calls the endpoint.
 
 * :class:`AdaptiveWindow` — additive increase, multiplicative decrease (TCP's congestion
-  rule, RFC 5681) on the provider's HTTP 429 answers, over units: each model worker keeps
-  one over its share of ``backend.concurrency`` (:class:`evalkit.engine.executor.ModelWorker`),
-  and the driver one over an offline run's units (:func:`evalkit.engine.scheduling.run_units`).
+  rule, RFC 5681) on the provider's HTTP 429 answers, over units: the driver keeps one over
+  a run's units (:func:`evalkit.engine.scheduling.run_units`).
 * :class:`EndpointLimits` — a named, detached Ray actor (``evalkit-endpoint-limits`` in the
   Ray namespace ``evalkit``, got or made with ``get_if_exists``) holding one window per
   endpoint, keyed by :func:`endpoint_key` (``api_base`` + provider model: the agent and the

@@ -169,8 +169,7 @@ def _ray_executor(cfg: EvalConfig, agents_factory: Callable[[], Any], shared: Se
     ``runner.num_workers`` workers sharing the response cache; in a sweep's session, the
     warm workers of an earlier run with the same endpoints and cache are reused."""
     return RayExecutor(agents_factory, _cache_dir(cfg), cfg.runner.num_workers, cfg.backend.concurrency,
-                       warm=shared.workers if shared else None, limits=_endpoint_limits(cfg),
-                       adaptive=cfg.backend.adaptive_concurrency)  # fmt: skip
+                       warm=shared.workers if shared else None, limits=_endpoint_limits(cfg))  # fmt: skip
 
 
 def _endpoint_limits(cfg: EvalConfig) -> dict[str, tuple[int, bool]] | None:
