@@ -99,7 +99,8 @@ class ModelWorker:
         """Give each network model a slot on its endpoint's shared window
         (:mod:`evalkit.engine.ratelimit`; ``limits``: ``{"agent" | "user": (concurrency,
         adaptive)}``), or none (``limits`` ``None``: the run is its endpoints' only caller).
-        A process that replaces a lost one first gives back the leases its predecessor held."""
+        A process that replaces a lost one registers first: the leases its predecessor held
+        are given back (:meth:`~evalkit.engine.ratelimit.EndpointLimits.register`)."""
         models = {"agent": self.agents.agent, "user": self.agents.user}
         if not limits:
             for model in models.values():
@@ -108,15 +109,16 @@ class ModelWorker:
             return
         import ray
 
-        handle, holder = shared_limits(), ray.get_runtime_context().get_actor_id()
+        context = ray.get_runtime_context()
+        handle, holder = shared_limits(), (context.get_job_id(), context.get_actor_id(), context.get_worker_id())
         if not self.leases_claimed:
-            await handle.forget.remote(holder)
+            await handle.register.remote(*holder[1:])
             self.leases_claimed = True
         for role, model in models.items():
             if role in limits and hasattr(model, "gate"):
                 limit, adaptive = limits[role]
                 key = endpoint_key(model.provider_model, model.api_base)
-                model.gate = EndpointGate(handle, key, limit, adaptive, holder, model.timeout_s)
+                model.gate = EndpointGate(handle, key, limit, adaptive, holder)
 
     def forget(self, registration: str) -> None:
         """Drop a run (a sweep's worker kept warm for the next one)."""

@@ -220,8 +220,8 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
         if isinstance(executor, RayExecutor) and budget.limited:
             executor.set_budget(budget)
         try:
-            engine = asyncio.run(run_units(executor, pending, cfg.backend.concurrency, journaler.on_result,
-                                           cfg.backend.adaptive_concurrency, budget))  # fmt: skip
+            adaptive = cfg.backend.adaptive_concurrency and not _endpoint_limits(cfg)  # else the cluster's window adapts
+            engine = asyncio.run(run_units(executor, pending, cfg.backend.concurrency, journaler.on_result, adaptive, budget))
         except KeyboardInterrupt:
             if isinstance(executor, RayExecutor):
                 _note_unjournaled(executor, state.run_dir)

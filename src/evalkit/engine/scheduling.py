@@ -3,7 +3,11 @@
 * at most ``backend.concurrency`` units are in flight, and fewer while the provider
   throttles: an AIMD window (:class:`~evalkit.engine.ratelimit.AdaptiveWindow`) halves on a unit that met HTTP 429
   and grows back by one per window of unthrottled results; the executor's workers keep
-  no window of their own (a unit is one call, :mod:`evalkit.engine.delivery`);
+  no window of their own (a unit is one call, :mod:`evalkit.engine.delivery`). With
+  ``runner=cluster`` the endpoint's one adaptive window is the cluster's
+  (:class:`~evalkit.engine.ratelimit.EndpointLimits`, shared by every driver, a lease per
+  HTTP attempt), and the driver's stays fixed at ``backend.concurrency``, a bound on its
+  units in flight: one AIMD window per endpoint either way;
 * units are dispatched in selection order, and each result is handed to the driver's
   ``on_result`` (which journals it) the moment it arrives;
 * no unit is dispatched once the run's budget is spent or refused a call
