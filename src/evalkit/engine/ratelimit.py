@@ -208,7 +208,7 @@ class EndpointLimits:
         jobs = {held[2] for held in self.leases.values()}
         if not jobs:
             return 0
-        dead = jobs & set(await asyncio.get_running_loop().run_in_executor(None, self.dead_jobs))
+        dead = jobs & set(self.dead_jobs())  # one GCS read (milliseconds), while leases are out
         lost = [lease for lease, held in self.leases.items() if held[2] in dead]
         for lease in lost:
             await self.release(lease, False)
