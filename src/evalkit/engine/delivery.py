@@ -11,7 +11,11 @@ Rules (each tested in-process against a fake actor handle, tests/engine/test_del
   retries): a unit is idempotent through its request hash and the response cache. A call
   that still fails with the worker lost (``lost`` errors: Ray's retries spent, or the
   actor dead for good) has its worker pinged: one that answers (restarted) keeps its place,
-  and the unit, lost ``UNIT_MAX_TRIES`` times, is a ``worker_died`` failure; one that does
+  and the unit, lost ``UNIT_MAX_TRIES`` times, is a ``worker_died`` failure, unless the
+  call's last error was that the worker could not be reached (``unreachable``: a node lost,
+  whose raylet stops answering some seconds before the GCS declares the node dead, and Ray's
+  retries are spent on those seconds): then the unit is sent again to the restarted worker,
+  at the run's full concurrency (each such unit on its own); one that does
   not (dead for good, or silent for ``ping_timeout_s``) is left out of the run and the unit
   goes to another worker, at most ``UNIT_MAX_TRIES`` sends in all. With no worker left,
   every unit is a ``worker_died`` failure;
@@ -45,11 +49,14 @@ class Delivery:
     ``solve.remote(*args, unit)`` an awaitable of ``(pickled trajectory or exception,
     where)``, ``where`` the worker's ``(process id, node id)``; ``ping.remote()`` an
     awaitable of ``where``). ``lost``: the exception types that mean the worker was lost
-    with the call (Ray's ``RayActorError``); ``cancel(call)`` cancels a call in flight."""
+    with the call (Ray's ``RayActorError``); ``unreachable``: those of them that mean its
+    node could not be reached (Ray's ``ActorUnavailableError``); ``cancel(call)`` cancels a
+    call in flight."""
 
     def __init__(self, workers: list[Any], args: tuple[Any, ...], lost: tuple[type[BaseException], ...] = (),
-                 cancel: Callable[[Any], None] | None = None, ping_timeout_s: float = PING_TIMEOUT_S):  # fmt: skip
-        self.workers, self.args, self.lost, self.cancel = workers, args, lost, cancel
+                 cancel: Callable[[Any], None] | None = None, ping_timeout_s: float = PING_TIMEOUT_S,
+                 unreachable: tuple[type[BaseException], ...] = ()):  # fmt: skip
+        self.workers, self.args, self.lost, self.cancel, self.unreachable = workers, args, lost, cancel, unreachable
         self.ping_timeout_s = ping_timeout_s
         self.load, self.live = [0] * len(workers), [True] * len(workers)
         self.checking: dict[int, asyncio.Future[bool]] = {}
@@ -79,7 +86,8 @@ class Delivery:
                 raise
             except self.lost as exc:
                 log.warning("model worker %d lost unit %r (%s)", i, unit.key, type(exc).__name__)
-                if await self._check(i) or send == UNIT_MAX_TRIES - 1:  # alive: Ray's retries are spent
+                unreachable = isinstance(exc, self.unreachable)  # its node lost: not this unit's doing
+                if (await self._check(i) and not unreachable) or send == UNIT_MAX_TRIES - 1:  # alive: Ray's retries are spent
                     return self._died(unit, f"{type(exc).__name__}: {exc}")
                 self.stats["resent"] += 1
                 continue
