@@ -60,7 +60,7 @@ class Delivery:
         self.ping_timeout_s = ping_timeout_s
         self.load, self.live = [0] * len(workers), [True] * len(workers)
         self.checking: dict[int, asyncio.Future[bool]] = {}
-        #: ``resent``: units sent to another worker after theirs was left out; ``lost``: units
+        #: ``resent``: units sent again after their worker was left out or not reached; ``lost``: units
         #: that became ``worker_died`` failures; ``workers_lost``: workers left out;
         #: ``workers_restarted``: workers seen answering from a new process
         self.stats = {"resent": 0, "lost": 0, "workers_lost": 0, "workers_restarted": 0, "calls": 0}
