@@ -205,10 +205,10 @@ class EndpointLimits:
     async def reap(self) -> int:
         """Give back the leases of the jobs the GCS reports dead (a SIGKILLed driver's: its
         model workers died with it); returns how many."""
-        jobs = {held[2] for held in self.leases.values()}
-        if not jobs:
+        holders = {held[2] for held in self.leases.values()}
+        if not holders:
             return 0
-        dead = jobs & set(self.dead_jobs())  # one GCS read (milliseconds), while leases are out
+        dead = holders & set(self.dead_jobs())  # one GCS read (milliseconds), while leases are out
         lost = [lease for lease, held in self.leases.items() if held[2] in dead]
         for lease in lost:
             await self.release(lease, False)
@@ -230,12 +230,12 @@ class EndpointLimits:
 
 def _dead_jobs() -> list[str]:
     """The hex ids of the Ray jobs the GCS's job table marks dead. Read from the GCS itself
-    (Ray's ``ray._private.state.jobs``), not ``ray.util.state.list_jobs``: the state API is
+    (Ray's ``GlobalState.job_table``), not ``ray.util.state.list_jobs``: the state API is
     served by the dashboard, which evalkit's Ray instances run without
     (:mod:`evalkit.engine.ray_session`)."""
     from ray._private import state
 
-    return [job["JobID"] for job in state.jobs() if job["IsDead"]]
+    return [entry["JobID"] for entry in state.state.job_table() if entry["IsDead"]]
 
 
 def shared_limits() -> Any:
