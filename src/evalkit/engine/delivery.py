@@ -86,8 +86,8 @@ class Delivery:
                 raise
             except self.lost as exc:
                 log.warning("model worker %d lost unit %r (%s)", i, unit.key, type(exc).__name__)
-                unreachable = isinstance(exc, self.unreachable)  # its node lost: not this unit's doing
-                if (await self._check(i) and not unreachable) or send == UNIT_MAX_TRIES - 1:  # alive: Ray's retries are spent
+                # alive: Ray's retries are spent, on this unit unless the worker was not reached (its node lost)
+                if (await self._check(i) and not isinstance(exc, self.unreachable)) or send == UNIT_MAX_TRIES - 1:
                     return self._died(unit, f"{type(exc).__name__}: {exc}")
                 self.stats["resent"] += 1
                 continue

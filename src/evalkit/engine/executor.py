@@ -187,9 +187,8 @@ def _worker_class() -> Any:
 
 
 def _portable(exc: Exception) -> Exception:
-    """``exc``, or a ``RuntimeError`` naming it (with its traceback) when it would not survive
-    the trip to the driver (an exception whose ``__init__`` needs arguments it does not keep
-    in ``args``, as many of litellm's do)."""
+    """``exc``, or a ``RuntimeError`` naming it (with its traceback) when it would not survive the
+    trip to the driver (its ``__init__`` needs arguments it does not keep in ``args``, as litellm's)."""
     import traceback
 
     try:
@@ -314,8 +313,7 @@ class RayExecutor:
         return self._ray.get(self.workers[0].price.remote(provider_model))
 
     def set_budget(self, budget: Budget) -> None:
-        """Have every model call of this run reserve against ``budget`` (limited), held by a
-        :class:`~evalkit.engine.budget.BudgetKeeper` actor."""
+        """Have every model call of this run reserve against ``budget`` (limited), held by a ``BudgetKeeper`` actor."""
         self.budget_keeper = keeper(budget)
         self.delivery.args = (self.registration, self._holder, self.budget_keeper)
 
