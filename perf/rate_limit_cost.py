@@ -66,8 +66,9 @@ class Caller:
     async def run(self, limits, n: int, concurrency: int) -> tuple[float, float]:
         import ray
 
+        context = ray.get_runtime_context()
         gate = EndpointGate(limits, "http://127.0.0.1:1/v1|openai/fake", concurrency, True,
-                            ray.get_runtime_context().get_actor_id(), 60.0)  # fmt: skip
+                            (context.get_job_id(), context.get_actor_id(), context.get_worker_id()))  # fmt: skip
         await _pairs(gate.acquire, lambda lease: gate.release(lease, False), 10, concurrency)  # warm
         cpu, wall = time.process_time(), time.perf_counter()
         await _pairs(gate.acquire, lambda lease: gate.release(lease, False), n, concurrency)

@@ -91,13 +91,15 @@ def _live_model_workers(exclude_job: str) -> dict[str, int]:
 
 
 def _wait_for_rows(preds: Path, n: int, alive: Any) -> None:
-    deadline = time.time() + 120
+    """Wait for ``n`` journaled rows while the run is ``alive``: a guard against a hung run,
+    no timing assertion (the run's start-up alone took over 120 s at load 27 on 2 cores)."""
+    deadline = time.time() + 600
     while time.time() < deadline:
         if preds.exists() and len(list(read_jsonl(preds))) >= n:
             return
         alive()
         time.sleep(0.05)
-    raise AssertionError(f"fewer than {n} rows journaled in {preds} after 120 s")
+    raise AssertionError(f"fewer than {n} rows journaled in {preds} after 600 s")
 
 
 @pytest.mark.slow

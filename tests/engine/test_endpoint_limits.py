@@ -11,6 +11,11 @@ import pytest
 from evalkit.engine import ratelimit
 from evalkit.engine.ratelimit import EndpointLimits, endpoint_key
 
+def _holder(name: str) -> tuple[str, str, str]:
+    """A model worker's ``(job id, actor id, process id)``: ``name``'s own job, actor and process."""
+    return f"job-{name}", name, f"proc-{name}"
+
+
 AGENT = endpoint_key("openai/fake", "http://127.0.0.1:9/v1")
 USER = endpoint_key("openai/user", "http://127.0.0.1:9/v1")
 
@@ -40,10 +45,10 @@ def test_one_endpoint_spelt_two_ways_is_one_window():
 def test_callers_of_one_endpoint_share_its_limit_and_other_endpoints_have_their_own():
     async def scenario() -> tuple[int, int]:
         limits = EndpointLimits()
-        a = [await limits.acquire(AGENT, 4, True, "worker-a", 60) for _ in range(2)]
-        b = [await limits.acquire(AGENT, 4, True, "worker-b", 60) for _ in range(2)]
-        waiting = await _blocked(limits.acquire(AGENT, 4, True, "worker-a", 60))  # a 5th: over the limit
-        user = [await limits.acquire(USER, 2, True, "worker-b", 60) for _ in range(2)]  # another endpoint
+        a = [await limits.acquire(AGENT, 4, True, _holder("worker-a")) for _ in range(2)]
+        b = [await limits.acquire(AGENT, 4, True, _holder("worker-b")) for _ in range(2)]
+        waiting = await _blocked(limits.acquire(AGENT, 4, True, _holder("worker-a")))  # a 5th: over the limit
+        user = [await limits.acquire(USER, 2, True, _holder("worker-b")) for _ in range(2)]  # another endpoint
         await limits.release(b[0], False)
         await asyncio.wait_for(waiting, 5)
         stats = limits.stats(AGENT)
@@ -57,7 +62,7 @@ def test_callers_of_one_endpoint_share_its_limit_and_other_endpoints_have_their_
 def test_a_wave_of_429_from_every_caller_halves_the_window_once():
     async def scenario() -> dict:
         limits = EndpointLimits()
-        leases = [await limits.acquire(AGENT, 8, True, f"worker-{i % 2}", 60) for i in range(8)]
+        leases = [await limits.acquire(AGENT, 8, True, _holder(f"worker-{i % 2}")) for i in range(8)]
         for lease in leases:  # the whole wave answered 429, half from each process
             await limits.release(lease, True)
         return limits.stats(AGENT)  # type: ignore[return-value]
@@ -69,46 +74,62 @@ def test_a_wave_of_429_from_every_caller_halves_the_window_once():
 def test_the_smallest_limit_asked_for_an_endpoint_holds():
     async def scenario() -> int:
         limits = EndpointLimits()
-        await limits.acquire(AGENT, 8, True, "run-1", 60)
-        await limits.acquire(AGENT, 2, True, "run-2", 60)
-        await _blocked(limits.acquire(AGENT, 8, True, "run-1", 60))
+        await limits.acquire(AGENT, 8, True, _holder("run-1"))
+        await limits.acquire(AGENT, 2, True, _holder("run-2"))
+        await _blocked(limits.acquire(AGENT, 8, True, _holder("run-1")))
         return limits.stats(AGENT)["concurrency"]  # type: ignore[index]
 
     assert asyncio.run(scenario()) == 2
 
 
-def test_a_replaced_workers_leases_are_given_back():
-    async def scenario() -> tuple[int, int]:
+def test_a_restarted_workers_old_leases_are_given_back():
+    """Ray restarted a worker (its node lost): its new process registers with its first unit,
+    and the leases of the old one, and any granted to it after (its call waited here while it
+    died), are given back; the new process's own leases stay."""
+
+    async def scenario() -> tuple[int, int, int]:
         limits = EndpointLimits()
+        await limits.register("actor-1", "proc-old")
         for _ in range(2):
-            await limits.acquire(AGENT, 2, True, "lost-worker", 60)
-        waiting = await _blocked(limits.acquire(AGENT, 2, True, "other", 60))
-        freed = await limits.forget("lost-worker")  # its restarted process registers
-        await asyncio.wait_for(waiting, 5)
+            await limits.acquire(AGENT, 3, True, ("job", "actor-1", "proc-old"))
+        await limits.acquire(AGENT, 3, True, ("job", "actor-2", "proc-b"))
+        late = await _blocked(limits.acquire(AGENT, 3, True, ("job", "actor-1", "proc-old")))  # a 4th: waits
+        freed = await limits.register("actor-1", "proc-new")  # the restarted process, on another node
+        await asyncio.wait_for(late, 5)  # granted to the dead process: given back at once
+        await limits.acquire(AGENT, 3, True, ("job", "actor-1", "proc-new"))
         await limits.release(999, True)  # a lease given back already: ignored
-        return freed, limits.stats(AGENT)["window_decreases"]  # type: ignore[index]
+        stats = limits.stats(AGENT)
+        return freed, limits.reclaimed, stats["in_flight"]  # type: ignore[index]
 
-    assert asyncio.run(scenario()) == (2, 0)
+    assert asyncio.run(scenario()) == (2, 3, 2)
 
 
-def test_a_lease_past_its_deadline_is_reclaimed(monkeypatch):
+def test_a_dead_drivers_leases_are_freed_and_a_fresh_driver_has_the_whole_window(monkeypatch):
+    """A driver SIGKILLed mid-run: its job's leases (its workers' attempts, never given back)
+    are freed as soon as the GCS reports the job dead, not after a lease timeout (605 s before),
+    so its resume has every slot at once."""
     monkeypatch.setattr(ratelimit, "REAP_EVERY_S", 0.02)
+    dead: list[str] = []
 
-    async def scenario() -> int:
-        limits = EndpointLimits()
-        await limits.acquire(AGENT, 1, True, "dead-driver's-worker", 0.1)  # never released
-        await asyncio.wait_for(limits.acquire(AGENT, 1, True, "resumed", 60), 5)
+    async def scenario() -> tuple[int, int]:
+        limits = EndpointLimits(dead_jobs=lambda: list(dead))
+        for i in range(4):
+            await limits.acquire(AGENT, 4, True, ("job-killed", f"actor-{i % 2}", f"proc-{i % 2}"))
+        waiting = await _blocked(limits.acquire(AGENT, 4, True, ("job-resume", "actor-9", "proc-9")), 0.1)  # alive: kept
+        dead.append("job-killed")
+        await asyncio.wait_for(waiting, 5)
+        resumed = [await asyncio.wait_for(limits.acquire(AGENT, 4, True, ("job-resume", "actor-9", "proc-9")), 5) for _ in range(3)]
         limits._reaper.cancel()  # type: ignore[union-attr]
-        return limits.reclaimed
+        return len(resumed) + 1, limits.reclaimed
 
-    assert asyncio.run(scenario()) == 1
+    assert asyncio.run(scenario()) == (4, 4)
 
 
 @pytest.mark.parametrize("adaptive, expected", [(True, 1), (False, 0)])
 def test_a_fixed_window_ignores_429(adaptive, expected):
     async def scenario() -> int:
         limits = EndpointLimits()
-        await limits.release(await limits.acquire(AGENT, 4, adaptive, "w", 60), True)
+        await limits.release(await limits.acquire(AGENT, 4, adaptive, _holder("w")), True)
         return limits.stats(AGENT)["window_decreases"]  # type: ignore[index]
 
     assert asyncio.run(scenario()) == expected

@@ -2,6 +2,13 @@
 with HTTP 429 (the fake server's ``capacity``). The engine's AIMD window
 (``evalkit.engine.executor.AdaptiveWindow``) must back off, every sample must finish, and
 the 429s evalkit counts must be exactly the ones the server sent.
+
+The window is over units (one Ray call each) and learns of a 429 only when its unit ends:
+the first ``CONCURRENCY`` units are all dispatched before any answer, and their retries are
+the model client's backoff, out of any window's reach. Over 40 units the window acted on
+the last 16 alone, a gain (about 10 % fewer 429s in a simulation of this storm) within the
+run-to-run noise: one run of 40 saw 63 rejections adaptive against 51 fixed. Over 80 units
+the halved window holds for most of the run (about 30 % fewer in the same simulation).
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import pytest
 from evalkit.engine.scheduling import AdaptiveWindow
 from evalkit.engine.journal import read_jsonl
 
-N = 40
+N = 80
 CONCURRENCY = 24
 CAPACITY = 3
 

@@ -104,9 +104,10 @@ def test_write_behind_stores_its_entries_within_its_delay_without_a_flush(tmp_pa
         cache.close()
 
 
-def test_a_worker_stores_the_answers_it_sends_back_before_they_leave(tmp_path):
-    """Each item a model worker yields: the answers in it are in the response cache by
-    then, read through another handle (as a re-run's workers would)."""
+def test_a_worker_stores_the_answers_it_sends_back_within_the_write_behind_delay(tmp_path):
+    """Each unit a model worker answers: its answer is in the response cache, read through
+    another handle (as a re-run's workers would), once the write-behind delay after it
+    has passed (the loop's timers run in deadline order: no wall-clock bound)."""
     from evalkit.benchmarks.base import Generate
     from evalkit.engine.executor import ModelWorker
     from evalkit.engine.work import WorkItem
@@ -124,12 +125,13 @@ def test_a_worker_stores_the_answers_it_sends_back_before_they_leave(tmp_path):
     keys = {u.key: u.request.request_hash(Model.model_id) for u in units}
 
     async def scenario():
+        from evalkit.engine.cache import WRITE_BEHIND_S
+
         worker = ModelWorker(lambda: Agents(Model()), str(tmp_path / "c"))
-        await worker.configure("job", [asyncio.sleep(0, result=(Generate(), {}, {}, None))])
-        seen = []
-        async for item in worker.solve("job", [], None, (8, True, 2), units):
-            seen += [(key, (_stored(tmp_path / "c", keys[key]) or {}).get("text")) for key, _ in item]
-        return seen
+        holder = [asyncio.ensure_future(asyncio.sleep(0, result=(Generate(), {}, {}, None)))]
+        await asyncio.gather(*(worker.solve("job", holder, None, u) for u in units))
+        await asyncio.sleep(WRITE_BEHIND_S * 2)
+        return [(u.key, (_stored(tmp_path / "c", keys[u.key]) or {}).get("text")) for u in units]
 
     seen = asyncio.run(scenario())
     assert sorted(seen) == sorted((u.key, f"answer {u.sample.id}") for u in units)

@@ -2,9 +2,8 @@
 every process that calls the endpoint.
 
 * :class:`AdaptiveWindow` — additive increase, multiplicative decrease (TCP's congestion
-  rule, RFC 5681) on the provider's HTTP 429 answers, over units: each model worker keeps
-  one over its share of ``backend.concurrency`` (:class:`evalkit.engine.executor.ModelWorker`),
-  and the driver one over an offline run's units (:func:`evalkit.engine.scheduling.run_units`).
+  rule, RFC 5681) on the provider's HTTP 429 answers, over units: the driver keeps one over
+  a run's units (:func:`evalkit.engine.scheduling.run_units`).
 * :class:`EndpointLimits` — a named, detached Ray actor (``evalkit-endpoint-limits`` in the
   Ray namespace ``evalkit``, got or made with ``get_if_exists``) holding one window per
   endpoint, keyed by :func:`endpoint_key` (``api_base`` + provider model: the agent and the
@@ -19,11 +18,14 @@ Rules of the shared window:
 * its limit is the smallest ``backend.concurrency`` any caller asked for that endpoint
   (``user.backend.concurrency`` for the user simulator); a window with nothing in flight
   and unused for ``IDLE_RESET_S`` is dropped, so a later run starts afresh;
-* a slot is a *lease*: given back after the attempt (its answer, error or cancellation);
-  a lease whose holder (a model worker, by Ray actor id) was restarted is given back when
-  the new process registers (:meth:`EndpointLimits.forget`), and any lease older than its
-  attempt's timeout plus ``LEASE_GRACE_S`` is reclaimed (its process died with the driver,
-  or its node was lost): a lost process holds its slots for at most that long;
+* a slot is a *lease*, held by a model worker for one HTTP attempt and given back after it
+  (its answer, error or cancellation); it is keyed by the Ray job id of the worker's driver,
+  its actor id and its process. Leases whose process died are given back without evalkit's
+  own liveness pings: a driver SIGKILLed takes its job and its workers with it, and the
+  GCS reports the job dead, so its leases are given back within ``REAP_EVERY_S``
+  (:meth:`EndpointLimits.reap`; a resume has the whole window at once); a worker that Ray
+  restarted (its node lost) registers its new process with its first unit of the run, and
+  its old process's leases are given back then (:meth:`EndpointLimits.register`);
 * it is used by ``runner=cluster`` runs, where other runs may call the same endpoint; a
   ``runner=local`` run is its endpoints' only caller and keeps the driver's window alone
   (no actor on the hot path: each lease is two actor calls, about 2.7 ms of CPU against
@@ -43,9 +45,7 @@ from evalkit.types import Trajectory
 #: the shared windows' actor: its name and Ray namespace
 ACTOR_NAME = "evalkit-endpoint-limits"
 NAMESPACE = "evalkit"
-#: a lease older than its attempt's timeout plus this is reclaimed (seconds)
-LEASE_GRACE_S = 5.0
-#: how often expired leases are looked for (seconds)
+#: how often the GCS is asked which jobs are dead, while leases are out (seconds)
 REAP_EVERY_S = 1.0
 #: a window with nothing in flight and no request for this long is dropped: the next caller
 #: starts a fresh one with its own limit (seconds)
@@ -139,21 +139,27 @@ def endpoint_key(provider_model: str, api_base: str | None) -> str:
 
 class EndpointLimits:
     """The shared windows (made a Ray actor by :func:`shared_limits`): ``{endpoint key:
-    AdaptiveWindow}`` and the leases given out, ``{lease id: (key, seq, holder, deadline)}``
-    (deadline in ``time.monotonic`` seconds)."""
+    AdaptiveWindow}`` and the leases given out, ``{lease id: (key, seq, job, actor, process)}``:
+    the Ray job id of the driver whose model worker holds the lease, that worker's actor id,
+    and the id of its process (Ray's worker id). ``dead_jobs``: the ids of the jobs the GCS
+    reports dead (:func:`dead_jobs`; a test passes its own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, dead_jobs: Any = None) -> None:
         self.windows: dict[str, AdaptiveWindow] = {}
-        self.leases: dict[int, tuple[str, int, str, float]] = {}
+        self.leases: dict[int, tuple[str, int, str, str, str]] = {}
+        self.process: dict[str, str] = {}  # actor id: the process that registered last (Ray restarted the others)
         self.requests: dict[str, int] = {}
         self.used: dict[str, float] = {}  # key: time.monotonic() of its last acquire
         self.reclaimed = 0
+        self.dead_jobs = dead_jobs or _dead_jobs
         self._next = 0
         self._reaper: asyncio.Future[None] | None = None
 
-    async def acquire(self, key: str, limit: int, adaptive: bool, holder: str, lease_s: float) -> int:
+    async def acquire(self, key: str, limit: int, adaptive: bool, holder: tuple[str, str, str]) -> int:
         """Wait for a slot of endpoint ``key`` (its window made with ``limit`` and
-        ``adaptive`` when new, lowered to ``limit`` when that is less); returns the lease id."""
+        ``adaptive`` when new, lowered to ``limit`` when that is less) for ``holder`` (``(job
+        id, actor id, process id)``); returns the lease id. A lease granted to a process its
+        actor's restart replaced (its call waited here while it died) is given back at once."""
         if self._reaper is None:
             self._reaper = asyncio.ensure_future(self._reap())
         window = self.windows.get(key)
@@ -163,8 +169,11 @@ class EndpointLimits:
         self.used[key] = time.monotonic()
         seq = await window.acquire()
         self._next += 1
-        self.leases[self._next] = (key, seq, holder, time.monotonic() + lease_s)
+        self.leases[self._next] = (key, seq, *holder)
         self.requests[key] = self.requests.get(key, 0) + 1
+        if self.process.get(holder[1], holder[2]) != holder[2]:
+            self.reclaimed += 1
+            await self.release(self._next, False)
         return self._next
 
     async def release(self, lease: int, throttled: bool) -> None:
@@ -174,10 +183,11 @@ class EndpointLimits:
         if held is not None:
             await self.windows[held[0]].release(held[1], int(throttled))
 
-    async def forget(self, holder: str) -> int:
-        """Give back every lease of ``holder`` (a model worker whose process was replaced);
-        returns how many."""
-        mine = [lease for lease, held in self.leases.items() if held[2] == holder]
+    async def register(self, actor: str, process: str) -> int:
+        """``process`` is now model worker ``actor``'s process (Ray restarted it): give back
+        every lease an earlier process of that actor held; returns how many."""
+        self.process[actor] = process
+        mine = [lease for lease, held in self.leases.items() if held[3] == actor and held[4] != process]
         for lease in mine:
             await self.release(lease, False)
         self.reclaimed += len(mine)
@@ -192,16 +202,40 @@ class EndpointLimits:
             return None
         return {**window.stats(), "in_flight": window.in_flight, "requests": self.requests.get(key, 0)}
 
+    async def reap(self) -> int:
+        """Give back the leases of the jobs the GCS reports dead (a SIGKILLed driver's: its
+        model workers died with it); returns how many."""
+        holders = {held[2] for held in self.leases.values()}
+        if not holders:
+            return 0
+        dead = holders & set(self.dead_jobs())  # one GCS read (milliseconds), while leases are out
+        lost = [lease for lease, held in self.leases.items() if held[2] in dead]
+        for lease in lost:
+            await self.release(lease, False)
+        self.reclaimed += len(lost)
+        return len(lost)
+
     async def _reap(self) -> None:
         while True:
             await asyncio.sleep(REAP_EVERY_S)
+            try:
+                await self.reap()
+            except Exception:  # noqa: BLE001 - the GCS busy or restarting: asked again next time
+                pass
             now = time.monotonic()
-            for lease in [lease for lease, held in self.leases.items() if held[3] < now]:
-                self.reclaimed += 1
-                await self.release(lease, False)
             for key in [k for k, w in self.windows.items() if w.in_flight == 0 and self.used.get(k, now) < now - IDLE_RESET_S]:
                 del self.windows[key]
                 self.requests.pop(key, None)
+
+
+def _dead_jobs() -> list[str]:
+    """The hex ids of the Ray jobs the GCS's job table marks dead. Read from the GCS itself
+    (Ray's ``GlobalState.job_table``), not ``ray.util.state.list_jobs``: the state API is
+    served by the dashboard, which evalkit's Ray instances run without
+    (:mod:`evalkit.engine.ray_session`)."""
+    from ray._private import state
+
+    return [entry["JobID"] for entry in state.state.job_table() if entry["IsDead"]]
 
 
 def shared_limits() -> Any:
@@ -244,14 +278,13 @@ class EndpointGate:
     """A model worker's slot on one endpoint's shared window: ``await acquire()`` before an
     HTTP attempt, ``release(lease, throttled)`` after it (not awaited). ``limit``,
     ``adaptive``: the run's ``backend.concurrency`` / ``adaptive_concurrency`` of that
-    endpoint; ``holder``: the worker's Ray actor id; ``lease_s``: the attempt's timeout."""
+    endpoint; ``holder``: ``(Ray job id, actor id, process id)`` of the worker."""
 
-    def __init__(self, handle: Any, key: str, limit: int, adaptive: bool, holder: str, lease_s: float):
+    def __init__(self, handle: Any, key: str, limit: int, adaptive: bool, holder: tuple[str, str, str]):
         self.handle, self.key, self.limit, self.adaptive, self.holder = handle, key, limit, adaptive, holder
-        self.lease_s = lease_s + LEASE_GRACE_S
 
     async def acquire(self) -> Any:
-        ref = self.handle.acquire.remote(self.key, self.limit, self.adaptive, self.holder, self.lease_s)
+        ref = self.handle.acquire.remote(self.key, self.limit, self.adaptive, self.holder)
         try:
             return await ref
         except asyncio.CancelledError:

@@ -209,8 +209,7 @@ def _ray_executor(cfg: EvalConfig, agents_factory: Callable[[], Any], shared: Se
     ``runner.num_workers`` workers sharing the response cache; in a sweep's session, the
     warm workers of an earlier run with the same endpoints and cache are reused."""
     return RayExecutor(agents_factory, _cache_dir(cfg), cfg.runner.num_workers, cfg.backend.concurrency,
-                       warm=shared.workers if shared else None, limits=_endpoint_limits(cfg),
-                       adaptive=cfg.backend.adaptive_concurrency)  # fmt: skip
+                       warm=shared.workers if shared else None, limits=_endpoint_limits(cfg))  # fmt: skip
 
 
 def _endpoint_limits(cfg: EvalConfig) -> dict[str, tuple[int, bool]] | None:
@@ -258,10 +257,10 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
         journaler = stack.enter_context(Journaler(plan, state, observer, scorer, len(pending)))
         journaler.monitor = monitor
         try:
+            adaptive = cfg.backend.adaptive_concurrency and not _endpoint_limits(cfg)  # else the cluster's window adapts
             gated = (monitor.executor(executor, cfg.backend.concurrency), monitor.gated(pending), monitor.on_result(journaler.on_result)) \
                 if monitor else (executor, pending, journaler.on_result)  # run.stop_when: nothing sent once decided  # fmt: skip
-            engine = asyncio.run(run_units(gated[0], gated[1], cfg.backend.concurrency, gated[2],
-                                           cfg.backend.adaptive_concurrency, budget))  # fmt: skip
+            engine = asyncio.run(run_units(gated[0], gated[1], cfg.backend.concurrency, gated[2], adaptive, budget))
         except KeyboardInterrupt:
             _note_unjournaled(executor.cancel(), state.run_dir)
             raise

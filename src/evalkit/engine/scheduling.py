@@ -2,10 +2,12 @@
 
 * at most ``backend.concurrency`` units are in flight, and fewer while the provider
   throttles: an AIMD window (:class:`~evalkit.engine.ratelimit.AdaptiveWindow`) halves on a unit that met HTTP 429
-  and grows back by one per window of unthrottled results. An executor whose workers keep
-  that window over their shares (``executor.keeps_window``, :class:`~evalkit.engine.executor.RayExecutor`)
-  is handed ``executor.ahead`` units more than ``backend.concurrency`` (they wait in the
-  workers), with no window of the driver's on top;
+  and grows back by one per window of unthrottled results; the executor's workers keep
+  no window of their own (a unit is one call, :mod:`evalkit.engine.delivery`). With
+  ``runner=cluster`` the endpoint's one adaptive window is the cluster's
+  (:class:`~evalkit.engine.ratelimit.EndpointLimits`, shared by every driver, a lease per
+  HTTP attempt), and the driver's stays fixed at ``backend.concurrency``, a bound on its
+  units in flight: one AIMD window per endpoint either way;
 * units are dispatched in selection order, and each result is handed to the driver's
   ``on_result`` (which journals it) the moment it arrives;
 * no unit is dispatched once the run's budget is spent or refused a call
@@ -75,8 +77,7 @@ async def run_units(
     ``not_sent_budget`` when the budget stopped the run), and ``first_dispatch_perf`` (the
     ``perf_counter`` reading of the first dispatch, for the run's phases).
     """
-    keeps = getattr(executor, "keeps_window", False)  # its workers keep the window (and may hold units ahead of it)
-    solving = _Solving(executor, AdaptiveWindow(concurrency + getattr(executor, "ahead", 0), adaptive and not keeps), on_result, budget)
+    solving = _Solving(executor, AdaptiveWindow(concurrency, adaptive), on_result, budget)
     window, not_sent = solving.window, []
     start = time.perf_counter()
     running: set[asyncio.Future[None]] = set()
@@ -108,5 +109,5 @@ async def run_units(
         for task in list(running):
             task.cancel()
     figures = {"requests_wall_s": round(time.perf_counter() - start, 3), "throttled": solving.throttled,
-               **({} if keeps else window.stats()), "first_dispatch_perf": start}  # fmt: skip
+               **window.stats(), "first_dispatch_perf": start}  # fmt: skip
     return {**figures, "not_sent_budget": len(not_sent)} if not_sent else figures
