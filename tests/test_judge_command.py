@@ -122,3 +122,17 @@ def test_a_run_directory_never_makes_evalkit_judge_import_a_module(tmp_path: Pat
     with pytest.raises(ConfigError, match="unknown benchmark 'planted_bench'"):
         judged_config(run_dir, ["judge=gpt4o"])
     assert not marker.exists(), "a module named by a run directory was imported"
+
+
+def test_a_dry_run_of_evalkit_judge_sends_and_writes_nothing_and_needs_no_key(tmp_path: Path, capsys, monkeypatch):
+    """A README walk-through: ``evalkit.judge RUN judge=dsv4 run.dry_run=true`` with no
+    DEEPSEEK_API_KEY ran for real (Ray, requests to the provider, a .judged- directory)."""
+    monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)
+    run_dir = _finished(tmp_path, [], {})
+    bench = to_plain(compose(["benchmark=explain_mini"]))["benchmark"]
+    (run_dir / "config.yaml").write_text(json.dumps({"config_format": 2, "benchmark": bench, "run": {}}))
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    assert main([str(run_dir), "judge=dsv4", "run.dry_run=true", f"run.output_root={tmp_path / 'out'}"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("evalkit: dry run") and "request" in out, out
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before

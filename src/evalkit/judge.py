@@ -27,7 +27,10 @@ cache or local MLflow store that is RUN or inside it is refused. Only the overri
 accepted: what was asked comes from RUN, except ``benchmark.module``: a run directory never
 makes evalkit import a module (the benchmark is built in, a YAML task or an entry point's).
 
-Exit codes: 0 complete, 1 incomplete (failures in ``failed.jsonl``; call again to resume), 2 a
+``run.dry_run=true`` estimates what the judges would be sent (as a run's dry run: nothing is
+sent or written, and no API key is needed).
+
+Exit codes: 0 complete (or a dry run), 1 incomplete (failures in ``failed.jsonl``; call again to resume), 2 a
 bad RUN or override (one line on stderr, nothing written), 130 interrupted.
 """
 
@@ -45,7 +48,7 @@ from evalkit.cli import console_logging, finished_quietly, report_crash, report_
 from evalkit.compose import check_benchmark, compose, compose_judges, to_plain
 from evalkit.config import EvalConfig, validate
 from evalkit.errors import ConfigError, EvalkitError, RunDirError, interrupted_line, printable
-from evalkit.job import outcome_line, run_validated
+from evalkit.job import dry_run, outcome_line, run_validated
 from evalkit.track import read_run
 
 #: ``run.*`` keys of RUN that the judged run keeps (what was asked), unless given again; no
@@ -134,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args and args[0] in ("-h", "--help") else 2
     try:
         cfg = judged_config(Path(args[0]), args[1:])
+        if cfg.run.dry_run:  # what the judges would be sent, estimated: nothing sent or written, no key needed
+            print(dry_run(cfg).line)
+            return 0
         print(f"evalkit: judging the answers of {printable(args[0], 300)} with {', '.join(j.model.name for j in cfg.judge)} "
               f"→ {cfg.run.resume or cfg.run.dir}" + (" (resumed)" if cfg.run.resume else ""), file=sys.stderr)  # fmt: skip
         result = run_validated(cfg)
