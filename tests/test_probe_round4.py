@@ -122,3 +122,14 @@ def test_track_with_a_sqlite_store_elsewhere_keeps_artifacts_beside_it(tmp_path:
     assert beside_store(f"sqlite:///{tmp_path}/t.db", "file:///x") == (tmp_path / "mlartifacts").as_uri()
     assert beside_store("http://127.0.0.1:5000", "file:///x") == "file:///x"
     json.dumps(beside_store("sqlite:///rel.db", "d"))
+
+
+def test_a_plugin_whose_data_file_is_missing_is_one_data_line_not_a_crash():
+    class Missing(_Loaded):
+        def load(self) -> list[Sample]:
+            open("/nonexistent/evalkit/other.jsonl", encoding="utf-8")
+            return []
+
+    with pytest.raises(DataError) as info:
+        load_unique(Missing([]))
+    assert str(info.value).startswith("t: its data cannot be read: /nonexistent/evalkit/other.jsonl (FileNotFoundError")

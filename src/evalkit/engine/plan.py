@@ -187,10 +187,16 @@ def load_unique(bench: Benchmark) -> list[Sample]:
     """All samples of the benchmark's selected subsets.
 
     Raises:
-        DataError: a sample id that occurs twice, or one longer than the journal keeps
+        DataError: a data file the benchmark cannot open (an ``OSError`` of its ``load``), a
+            sample id that occurs twice, or one longer than the journal keeps
             (:data:`evalkit.journal.MAX_SAMPLE_ID_CHARS`: a run of it could never be read back).
     """
-    loaded = bench.load()
+    try:
+        loaded = bench.load()
+    except OSError as exc:  # a plugin's own reader: a missing or unreadable data file is data, not a crash
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        raise DataError(f"{bench.name}: its data cannot be read:{where} ({type(exc).__name__}: "
+                        f"{exc.strerror or exc}); check the benchmark's data settings") from None  # fmt: skip
     seen: set[str] = set()
     for sample in loaded:
         if len(sample.id) > MAX_SAMPLE_ID_CHARS:
