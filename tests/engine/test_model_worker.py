@@ -32,8 +32,9 @@ def test_an_exception_that_cannot_be_read_back_travels_as_a_runtime_error_naming
 
 
 class _Slow:
-    """A model at the network edge: each answer after ``delays[sample id]`` seconds; counts
-    how many requests it holds at once."""
+    """A model at the network edge: each answer once every sample of ``delays`` has been
+    asked (at most 60 s), then after ``delays[sample id]`` seconds; counts how many requests
+    it holds at once."""
 
     model_id = "slow@test"
 
@@ -46,6 +47,13 @@ class _Slow:
         self.now += 1
         self.peak = max(self.peak, self.now)
         try:
+            # held until every request is in (or 60 s): the peak then counts the calls the
+            # worker lets run at once, whatever the host's load (a 0-10 ms answer could end
+            # before a slow host had started the next call)
+            for _ in range(6000):
+                if self.peak >= len(self.delays):
+                    break
+                await asyncio.sleep(0.01)
             await asyncio.sleep(self.delays[request.sample_id])
         finally:
             self.now -= 1
