@@ -6,19 +6,19 @@ Rules (each tested in-process against a fake actor handle, tests/engine/test_del
 * a unit goes to the live worker with the fewest units in flight (a slow request holds
   back no other unit); the driver's window (:mod:`evalkit.engine.scheduling`) bounds how
   many are in flight in all;
-* a worker that dies is restarted by Ray (the actor's ``max_restarts``) and the calls it
-  had in flight run again there (the method's ``max_task_retries``, ``UNIT_MAX_TRIES - 1``
-  retries): a unit is idempotent through its request hash and the response cache. A call
-  that still fails with the worker lost (``lost`` errors: Ray's retries spent, or the
-  actor dead for good) has its worker pinged: one that answers (restarted) keeps its place,
-  and the unit, lost ``UNIT_MAX_TRIES`` times, is a ``worker_died`` failure, unless the
-  call's last error was that the worker could not be reached (``unreachable``: a node lost,
-  whose raylet stops answering some seconds before the GCS declares the node dead, and Ray's
-  retries are spent on those seconds): then the unit is sent again to the restarted worker,
-  at the run's full concurrency (each such unit on its own); one that does
-  not (dead for good, or silent for ``ping_timeout_s``) is left out of the run and the unit
-  goes to another worker, at most ``UNIT_MAX_TRIES`` sends in all. With no worker left,
-  every unit is a ``worker_died`` failure;
+* a worker that dies is restarted by Ray (the actor's ``max_restarts``); a call lost with
+  it (``lost`` errors) is not retried by Ray (``max_task_retries=0`` on ``solve``): the
+  driver pings the worker — one that answers (restarted) keeps its place, one that does not
+  (dead for good, or silent for ``ping_timeout_s``) is left out of the run — and sends the
+  unit again, to the live worker with the fewest units in flight, each lost unit on its own
+  (so the units of a lost node go again at the run's full concurrency, once the node is
+  replaced). A unit is sent ``UNIT_MAX_TRIES`` times at most, whatever lost it: then it is
+  a ``worker_died`` failure. Why not Ray's task retries: a node's raylet stops answering
+  some seconds before the GCS declares the node dead, and Ray spent a call's retries on
+  those seconds (2 of 16 units became ``worker_died`` on the local cluster), while a unit
+  that kills its worker would be sent up to ``UNIT_MAX_TRIES`` × retries times. A unit is
+  idempotent through its request hash and the response cache. With no worker left, every
+  unit is a ``worker_died`` failure;
 * a call's result is that unit's alone: the worker returns it pickled
   (:func:`~evalkit.engine.executor.pack`), so a result that will not pickle, or will not
   load here, fails its own unit and no other;
@@ -86,8 +86,8 @@ class Delivery:
                 raise
             except self.lost as exc:
                 log.warning("model worker %d lost unit %r (%s)", i, unit.key, type(exc).__name__)
-                # alive: Ray's retries are spent, on this unit unless the worker was not reached (its node lost)
-                if (await self._check(i) and not isinstance(exc, self.unreachable)) or send == UNIT_MAX_TRIES - 1:
+                await self._check(i)  # restarted (kept), or left out: the next send goes to a live worker
+                if send == UNIT_MAX_TRIES - 1:
                     return self._died(unit, f"{type(exc).__name__}: {exc}")
                 self.stats["resent"] += 1
                 continue

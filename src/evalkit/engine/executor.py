@@ -167,13 +167,13 @@ def pack(result: Any) -> bytes:
 
 
 def _worker_class() -> Any:
-    """:class:`ModelWorker` as a Ray actor class. A ``solve`` call lost with its worker runs
-    again on the restarted worker, ``UNIT_MAX_TRIES - 1`` times at most (a unit is idempotent
-    through its request hash and the response cache); it records no task events (they are
+    """:class:`ModelWorker` as a Ray actor class. A ``solve`` call lost with its worker is not
+    retried by Ray: the driver sends the unit again (:mod:`evalkit.engine.delivery`,
+    ``UNIT_MAX_TRIES`` sends at most); it records no task events (they are
     for Ray's dashboard and state API, which evalkit does not use)."""
     import ray  # deferred: offline runs never import Ray
 
-    ray.method(max_task_retries=UNIT_MAX_TRIES - 1, enable_task_events=False)(ModelWorker.solve)  # annotates in place
+    ray.method(max_task_retries=0, enable_task_events=False)(ModelWorker.solve)  # annotates in place
     return ray.remote(num_cpus=0)(ModelWorker)
 
 
