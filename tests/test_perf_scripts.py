@@ -35,7 +35,8 @@ def test_every_perf_script_has_a_test_here():
     tested = {"ci_speed.py", "scoring_speed.py", "tracking_speed.py", "startup.py", "throughput.py", "engine_cpu.py",
               "frameworks.py", "run_evalkit.py", "run_inspect.py", "coverage.py", "summary_size.py",
               "score_budget.py", "footprint.py", "agreement_coverage.py", "chaos.py", "rate_limit_cost.py",
-              "scale_out.py"}  # fmt: skip
+              "scale_out.py",
+              "sequential.py"}  # fmt: skip  (sequential.py: tests/test_sequential.py runs it, smallest and reduced)
     assert {p.name for p in PERF.glob("*.py")} == tested
 
 
