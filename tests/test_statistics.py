@@ -559,7 +559,7 @@ def test_compare_log_records_the_comparison_in_mlflow_linked_to_both_runs(run_ev
     tags, metrics = run.data.tags, run.data.metrics
     assert (tags["evalkit.base_run_id"], tags["evalkit.new_run_id"]) == tuple(ids) and tags["evalkit.verdict"] == "INCONCLUSIVE"
     assert all(i in tags["mlflow.note.content"] for i in ids)
-    assert "headline" not in metrics and metrics["delta"] == 0.0 and metrics["p"] == 1.0
+    assert "headline" not in metrics and metrics["compare/delta"] == 0.0 and metrics["compare/p"] == 1.0  # the compare/ prefix (issue 32 item 5)
     other = tmp_path / "other"
     c = run_eval(["model=reference", *opts], output_root=other).run_dir
     assert main([str(a), str(c), "--log"]) == 2
