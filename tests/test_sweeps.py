@@ -111,9 +111,9 @@ def test_four_job_sweep_has_run_dirs_child_runs_and_a_summary(good_sweep):
         assert cmp.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert cmp.data.tags["evalkit.base_run_id"] == by_dir[resolved[pair["base"]]]
         assert cmp.data.tags["evalkit.new_run_id"] == by_dir[resolved[pair["job"]]]
-        assert cmp.data.metrics["delta"] == pytest.approx(pair["delta"]) and "headline" not in cmp.data.metrics
+        assert cmp.data.metrics["compare/delta"] == pytest.approx(pair["delta"]) and "headline" not in cmp.data.metrics
         if pair.get("p_holm") is not None:
-            assert cmp.data.metrics["p_holm"] == pytest.approx(pair["p_holm"])
+            assert cmp.data.metrics["compare/p_holm"] == pytest.approx(pair["p_holm"])
     assert parent.data.tags["sweep"] == sweep_dir.name and parent.info.status == "FINISHED"
     assert sweep["parent_run_id"] == parent.info.run_id
     assert parent.data.metrics["n_jobs"] == 4 and parent.data.metrics["n_failed_jobs"] == 0
