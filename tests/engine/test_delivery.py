@@ -130,7 +130,7 @@ def _run(workers: list[FakeWorker], units: list[WorkItem], concurrency: int = 8)
         handed[unit.key] += 1
 
     async def main() -> Delivery:
-        d = Delivery(workers, ("job", [], None), lost=(WorkerDied,), ping_timeout_s=0.5, unreachable=(Unreachable,))
+        d = Delivery(workers, ("job", [], None), lost=(WorkerDied, Unreachable), ping_timeout_s=0.5)
         await asyncio.wait_for(run_units(d, units, concurrency, on_result), timeout=10)
         return d
 

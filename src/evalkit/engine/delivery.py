@@ -49,14 +49,12 @@ class Delivery:
     ``solve.remote(*args, unit)`` an awaitable of ``(pickled trajectory or exception,
     where)``, ``where`` the worker's ``(process id, node id)``; ``ping.remote()`` an
     awaitable of ``where``). ``lost``: the exception types that mean the worker was lost
-    with the call (Ray's ``RayActorError``); ``unreachable``: those of them that mean its
-    node could not be reached (Ray's ``ActorUnavailableError``); ``cancel(call)`` cancels a
-    call in flight."""
+    with the call (Ray's ``RayActorError`` and ``ActorUnavailableError``); ``cancel(call)``
+    cancels a call in flight."""
 
     def __init__(self, workers: list[Any], args: tuple[Any, ...], lost: tuple[type[BaseException], ...] = (),
-                 cancel: Callable[[Any], None] | None = None, ping_timeout_s: float = PING_TIMEOUT_S,
-                 unreachable: tuple[type[BaseException], ...] = ()):  # fmt: skip
-        self.workers, self.args, self.lost, self.cancel, self.unreachable = workers, args, lost, cancel, unreachable
+                 cancel: Callable[[Any], None] | None = None, ping_timeout_s: float = PING_TIMEOUT_S):  # fmt: skip
+        self.workers, self.args, self.lost, self.cancel = workers, args, lost, cancel
         self.ping_timeout_s = ping_timeout_s
         self.load, self.live = [0] * len(workers), [True] * len(workers)
         self.checking: dict[int, asyncio.Future[bool]] = {}

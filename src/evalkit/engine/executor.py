@@ -238,8 +238,8 @@ class RayExecutor(ExecutorBase):
                 warm[key] = self.workers
         self.registration, self._holder, self.pids = uuid.uuid4().hex, [], []
         self._ready = [w.ping.remote() for w in self.workers]
-        self.delivery = Delivery(self.workers, (self.registration, self._holder, None), lost=(ray.exceptions.RayActorError,),
-                                 cancel=ray.cancel, unreachable=(ray.exceptions.ActorUnavailableError,))  # fmt: skip
+        self.delivery = Delivery(self.workers, (self.registration, self._holder, None), cancel=ray.cancel,
+                                 lost=(ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError))  # fmt: skip
         self.budget_keeper, self.limits = None, limits
         if limits:
             self.limits_actor = shared_limits()  # made here first: on the driver's node
