@@ -307,19 +307,20 @@ def test_a_slow_request_holds_back_no_other_unit(fake_openai, ray_address, gold,
     flight, instead of queueing behind the slow request (round robin sends every second
     unit to the busy worker, which then holds back the whole run). The server answers the
     slow sample only once every other sample has been answered, so the check is on order
-    and counts, not on time: the slow sample reached the server early (among the first
-    four: which of the two workers sends first is a race, so "first two" is not promised),
-    so at least eight other samples were sent after it, and it was released by that count,
-    not by the server's 120 s cap (a unit queued behind it could never be answered before
-    it)."""
+    and counts, not on time. Every other sample is answered only once two requests have
+    arrived, so the first one sent (by whichever worker started first) waits for the slow
+    one however late its worker starts: the slow sample is among the first two to arrive,
+    the other ten were sent after it, and it was released by that count, not by the
+    server's 120 s cap (a unit queued behind it could never be answered before it)."""
     slow = IDS[0]
-    fake_openai.set_plan(_plan(gold, latency_s=0.0, **{slow: {"hold_until_answered": len(IDS) - 1, "hold_s": 120}}))
+    others = {sid: {"hold_until_arrived": 2, "hold_s": 120} for sid in IDS if sid != slow}
+    fake_openai.set_plan(_plan(gold, latency_s=0.0, **others, **{slow: {"hold_until_answered": len(IDS) - 1, "hold_s": 120}}))
     since = len(fake_openai.log)
     run_dir = tmp_path / "run"
     res = run_eval(_args(fake_openai, "backend.concurrency=2", "runner.num_workers=2", f"run.dir={run_dir}"))
     assert res.summary["status"] == "complete"
     arrival = list(_asked(fake_openai, gold, since))  # a Counter keeps the order of first sight
-    assert arrival.index(slow) < 4, arrival
+    assert arrival.index(slow) < 2, arrival
     question = gold[slow][0]
     assert [e.get("released_by") for e in fake_openai.log[since:] if question in e["last"]] == ["count"]
     journaled = [r["sample_id"] for r in read_jsonl(run_dir / "predictions.jsonl")]
