@@ -288,6 +288,29 @@ def _read_path(value: str, base_dir: Path | None, limits: Limits, where: str) ->
     return data
 
 
+def undecoded(feature: Any) -> Any:
+    """A Hugging Face ``datasets`` feature with every ``Image`` in it read undecoded
+    (``Image(decode=False)``: each cell ``{"bytes": …, "path": …}``, which :func:`read_source`
+    reads and evalkit checks under its own limits), or ``None`` when it holds no ``Image``.
+    Covers a lone ``Image``, a list of them (``List(Image())``, which ``Sequence(Image())``
+    is in datasets 4 and later, ``LargeList(Image())``) and an older python list
+    ``[Image()]``, nested or not: a row then has several images, in order."""
+    import dataclasses
+
+    import datasets  # deferred: only hub tasks need it
+
+    if isinstance(feature, datasets.Image):
+        return dataclasses.replace(feature, decode=False)
+    if isinstance(feature, list) and len(feature) == 1:
+        inner = undecoded(feature[0])
+        return None if inner is None else [inner]
+    inner_feature = getattr(feature, "feature", None)
+    if inner_feature is not None and dataclasses.is_dataclass(feature):
+        inner = undecoded(inner_feature)
+        return None if inner is None else dataclasses.replace(feature, feature=inner)
+    return None
+
+
 # ---- checking and cleaning -----------------------------------------------------------------
 def load_image(data: bytes, limits: Limits, where: str, max_side: int | None = None) -> Image:
     """The :class:`Image` sent for ``data``: checked under ``limits``, cleaned of metadata and

@@ -23,7 +23,7 @@ from evalkit.benchmarks.task.settings import Dataset, TaskSettings
 from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_messages
 from evalkit.benchmarks.task.template import RenderJob, check_renders, render, template_variables
 from evalkit.errors import ConfigError, DataError
-from evalkit.images import Image, Text, load_image, message, read_source, text_of
+from evalkit.images import Image, Text, load_image, message, read_source, text_of, undecoded
 from evalkit.jsonl import read_objects
 from evalkit.stats import BINARY, Column
 from evalkit.types import Request, Sample, SampleScore, Trajectory
@@ -620,7 +620,8 @@ def _read_file(path: Path, max_rows: int) -> tuple[list[dict[str, Any]], str]:
 
 def _read_hub(hub: str, split: str, revision: str, max_rows: int, images: str | None = None) -> tuple[list[dict[str, Any]], str]:
     """Rows of a pinned split of a Hugging Face dataset (``datasets`` honours its offline cache);
-    an ``Image`` column named by ``images`` is read undecoded (its bytes, checked by evalkit).
+    an ``Image`` column named by ``images``, or a list of them (``Sequence(Image())``), is read
+    undecoded (its bytes, checked by evalkit; :func:`evalkit.images.undecoded`).
 
     Raises:
         DataError: unreachable, unknown, or more rows than ``max_rows``.
@@ -629,8 +630,9 @@ def _read_hub(hub: str, split: str, revision: str, max_rows: int, images: str | 
         import datasets  # deferred: only hub tasks need it
 
         ds = datasets.load_dataset(hub, split=split, revision=revision)
-        if images is not None and isinstance(ds.features.get(images), datasets.Image):
-            ds = ds.cast_column(images, datasets.Image(decode=False))
+        feature = undecoded(ds.features.get(images)) if images is not None else None
+        if feature is not None:  # an Image column, or a list of them: read undecoded (evalkit checks the bytes)
+            ds = ds.cast_column(images, feature)
     except Exception as exc:  # noqa: BLE001 - offline, unknown id, bad split: one line
         raise DataError(f"benchmark.dataset.hub: cannot load split {split!r} of {hub!r}@{revision} ({type(exc).__name__})") from None
     if len(ds) > max_rows:
