@@ -5,9 +5,10 @@ given each image by object reference (put once per digest), never its bytes in e
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
-import sys
+import pickle
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,146 @@ def test_a_hub_column_that_is_a_list_of_image_features_is_several_images_in_orde
     bench = TaskBenchmark(_spec({"hub": str(folder), "revision": "main", "split": "test"}))
     bench.check()
     assert _sent_images(bench) == IMAGES
+
+
+# ---- images to model workers by reference ----------------------------------------------------
+def noise_png(seed: int, size: tuple[int, int] = (64, 64)) -> bytes:
+    """A PNG of pseudo-random pixels (about 12 KB: it does not compress)."""
+    import random
+
+    rng = random.Random(seed)
+    out = io.BytesIO()
+    PILImage.frombytes("RGB", size, bytes(rng.randrange(256) for _ in range(size[0] * size[1] * 3))).save(out, format="PNG")
+    return out.getvalue()
+
+
+def ten_image_unit(sample_id: str = "s0", first: int = 0):
+    """A work item whose request carries 10 distinct images (``first`` … ``first + 9``)."""
+    from evalkit.benchmarks.content import chat_request
+    from evalkit.engine.work import WorkItem
+    from evalkit.images import Limits, Text, load_image
+    from evalkit.types import Sample
+
+    images = [load_image(noise_png(first + i), Limits(), f"image {i}") for i in range(10)]
+    request = chat_request(sample_id, "all", [("user", [Text("How many images?"), *images])])
+    return WorkItem(Sample(sample_id, "all"), request)
+
+
+class _Store:
+    """An object store in process: ``put`` keeps the bytes and gives a reference that pickles
+    to its key alone and is awaited to the bytes (as a Ray ``ObjectRef`` in an async actor)."""
+
+    objects: dict[int, bytes] = {}
+
+    class Ref:
+        def __init__(self, key: int):
+            self.key = key
+
+        def __await__(self):
+            yield from asyncio.sleep(0).__await__()
+            return _Store.objects[self.key]
+
+    def put(self, data: bytes) -> "_Store.Ref":
+        key = len(self.objects)
+        self.objects[key] = data
+        return self.Ref(key)
+
+
+def test_a_call_carries_each_image_by_reference_and_each_image_is_put_once() -> None:
+    from evalkit.images import ImageRefs
+
+    unit = ten_image_unit()
+    data = list(unit.request.images.values())
+    refs = ImageRefs(_Store().put)
+    sent = unit.with_images(refs.by_reference(unit.request.images))
+    inline, by_ref = len(pickle.dumps(("run", [], None, unit))), len(pickle.dumps(("run", [], None, sent)))
+    print(f"\n10-image unit: {inline} bytes pickled per call inline, {by_ref} by reference "
+          f"(images {sum(map(len, data))} bytes)")  # fmt: skip
+    payload = pickle.dumps(("run", [], None, sent))
+    assert all(d[100:164] in pickle.dumps(unit) for d in data)  # inline: every image's bytes are in the call
+    assert not any(d[100:164] in payload for d in data)  # by reference: none is
+    assert by_ref < sum(map(len, data)) // 10
+    assert sent.request.request_hash("m") == unit.request.request_hash("m")  # the same request, by its identity
+    assert list(unit.request.images.values()) == data  # the driver's unit keeps its bytes
+    again = ten_image_unit("s1")  # another sample (or epoch) with the same 10 images, and 5 of them with 5 new ones
+    refs.by_reference(again.request.images)
+    refs.by_reference(ten_image_unit("s2", first=5).request.images)
+    assert (refs.n_put, refs.bytes_put) == (15, sum(len(noise_png(i)) for i in range(15)))
+
+
+def test_a_worker_reads_the_references_back_and_sends_the_same_bytes() -> None:
+    """An in-process ModelWorker (the Ray actor's code) given a unit by reference: the model
+    is asked with the images' own bytes, as a unit sent inline (the in-process path) is."""
+    from evalkit.benchmarks.base import Generate
+    from evalkit.engine.executor import ModelWorker
+    from evalkit.images import ImageRefs, resolve_images, sendable
+    from evalkit.models.factory import Agents
+    from evalkit.types import Completion
+
+    seen = []
+
+    class Model:
+        model_id = "m"
+
+        async def generate(self, request):
+            seen.append(sendable(request.messages, request.images))  # raises when an image's bytes are not there
+            return Completion(text="10", finish_reason="stop")
+
+    unit = ten_image_unit()
+    worker = ModelWorker(lambda: Agents(Model()), None)
+
+    async def state():
+        return Generate(), {}, {}, None
+
+    async def scenario():
+        holder = [asyncio.ensure_future(state())]
+        by_ref = unit.with_images(ImageRefs(_Store().put).by_reference(unit.request.images))
+        return [pickle.loads((await worker.solve("run", holder, None, u))[0]) for u in (by_ref, unit)]
+
+    out = asyncio.run(scenario())
+    assert [t.final_output for t in out] == ["10", "10"] and seen[0] == seen[1]
+    with pytest.raises(ValueError, match="did not read back"):
+        asyncio.run(resolve_images({"0" * 64: _Store().put(b"other bytes")}, lambda refs: asyncio.gather(*refs)))
+
+
+@pytest.mark.slow  # starts Ray and a run through its model workers
+def test_ray_workers_get_each_image_once_by_reference_and_the_server_the_same_bytes(ray_address, fake_openai, tmp_path) -> None:
+    """What Ray itself serializes for a call (its serialization context, as ``solve.remote``
+    sends it): a 10-image unit inline vs by reference; then the example vision task, twice
+    over (``run.repeats=2``), through Ray model workers against the fake server: each image
+    put once, every request carrying its images' own bytes."""
+    import base64
+    import hashlib
+
+    import ray
+
+    from evalkit.compose import compose, resolve
+    from evalkit.images import ImageRefs
+    from evalkit.job import run_validated
+
+    unit = ten_image_unit()
+    context = ray._private.worker.global_worker.get_serialization_context()
+    sent = unit.with_images(ImageRefs(ray.put).by_reference(unit.request.images))
+    inline, by_ref = context.serialize(("run", [], None, unit)), context.serialize(("run", [], None, sent))
+    print(f"\nRay's serialized call of a 10-image unit: {inline.total_bytes} bytes inline, {by_ref.total_bytes} by reference")
+    assert len(by_ref.contained_object_refs) == 10 and not inline.contained_object_refs
+    assert by_ref.total_bytes < inline.total_bytes // 10
+
+    fake_openai.set_plan({"default": {"content": "2"}})
+    args = ["benchmark=shapes_count", "model=openai_compatible", "model.provider_model=openai/vision-test", "model.vision=true",
+            f"backend.api_base={fake_openai.api_base}", f"runner.address={ray_address}", "run.repeats=2", "run.cache=false",
+            "tracking=none", "run.progress=false", f"run.output_root={tmp_path}", "backend.max_retries=0"]  # fmt: skip
+    _, cfg = resolve(compose(args))
+    res = run_validated(cfg)
+    assert res.summary["status"] == "complete"
+    stored = {p.stem: p.read_bytes() for p in (res.run_dir / "images").iterdir()}
+    assert res.summary["engine"]["images_by_reference"] == {"put": len(stored), "bytes": sum(map(len, stored.values()))}
+    assert len(fake_openai.log) == 24  # 12 samples × 2 epochs, each by its own call
+    sent_images = 0
+    for entry in fake_openai.log:
+        for part in entry["messages"][-1]["content"]:
+            if part["type"] == "image_url":
+                data = base64.b64decode(part["image_url"]["url"].split(",", 1)[1])
+                assert stored[hashlib.sha256(data).hexdigest()] == data
+                sent_images += 1
+    assert sent_images > len(stored)  # the images went in several calls each, put once each

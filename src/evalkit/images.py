@@ -59,7 +59,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Awaitable, Callable, Sequence, Union
 
 from evalkit.errors import DataError
 
@@ -412,6 +412,56 @@ def _jpeg_clean(img: Any) -> bool:
     if img.info.get("comment") or img.info.get("exif") or img.info.get("xmp"):
         return False
     return all(marker in ("APP0", "APP14") for marker, _ in getattr(img, "applist", []))
+
+
+# ---- images to model workers by reference --------------------------------------------------
+class ImageRefs:
+    """A run's images put once each into an object store (Ray's, ``put``: bytes → a reference
+    that pickles to a few dozen bytes), so that a model worker's call carries each image of
+    its unit by reference, not by its bytes: a worker on another node fetches an image once
+    into its node's store, and every later call naming it there reads it locally.
+
+    :meth:`by_reference` gives a unit's ``request.images`` (``{sha256: bytes}``) with each
+    value replaced by its reference (the image put on its first use, by digest); the worker
+    gets them back with :func:`resolve_images`. ``n_put``: the images put; ``bytes_put``:
+    their bytes (each image counted once)."""
+
+    def __init__(self, put: Callable[[bytes], Any]):
+        self._put = put
+        self.refs: dict[str, Any] = {}
+        self.n_put = self.bytes_put = 0
+
+    def by_reference(self, images: dict[str, bytes]) -> dict[str, Any]:
+        """``images`` with each value its reference (its bytes put once, on first use)."""
+        out = {}
+        for digest, data in images.items():
+            ref = self.refs.get(digest)
+            if ref is None:
+                ref = self.refs[digest] = self._put(data)
+                self.n_put += 1
+                self.bytes_put += len(data)
+            out[digest] = ref
+        return out
+
+
+async def resolve_images(images: dict[str, Any], get: Callable[[list[Any]], Awaitable[list[bytes]]]) -> dict[str, bytes]:
+    """``images`` whose values are references (:meth:`ImageRefs.by_reference`) with their
+    bytes again, read by ``get`` (references → bytes, in order: Ray's, awaited in the
+    worker); a value that is bytes already stays (a unit solved in process).
+
+    Raises:
+        ValueError: a reference read to something that is not the bytes of its digest.
+    """
+    pending = [d for d, v in images.items() if not isinstance(v, (bytes, bytearray))]
+    if not pending:
+        return images
+    got = await get([images[d] for d in pending])
+    out = dict(images)
+    for digest, data in zip(pending, got):
+        if not isinstance(data, (bytes, bytearray)) or hashlib.sha256(data).hexdigest() != digest:
+            raise ValueError(f"image {digest[:12]}: its reference did not read back to its bytes")
+        out[digest] = bytes(data)
+    return out
 
 
 # ---- a run's stored images -----------------------------------------------------------------

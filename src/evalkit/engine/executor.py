@@ -10,7 +10,12 @@ Scheduling rules of this module (the window and retries are in
   with cached, retried model calls, failures returned as data;
 * a unit (a sample's single request or a whole agent rollout) is one call of a worker's
   :meth:`ModelWorker.solve`, awaited by the driver; a lost worker is Ray's to restart and
-  the call Ray's to run again (:mod:`evalkit.engine.delivery` says how far).
+  the call Ray's to run again (:mod:`evalkit.engine.delivery` says how far);
+* a unit's images go to its worker by reference, never inline: the driver puts each image
+  in Ray's object store once per run, by digest (:class:`evalkit.images.ImageRefs`), the
+  call carries the references (a few dozen bytes each) and the worker reads them back
+  (:func:`evalkit.images.resolve_images`), so ``runner=cluster`` moves an image to a node
+  once, whatever the number of units (or epochs) that send it there.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from evalkit.engine.ratelimit import EndpointGate, endpoint_key, shared_limits
 from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
 from evalkit.engine.protocol import Executor, ExecutorBase  # noqa: F401 - Executor: the protocol these implement
+from evalkit.images import ImageRefs, resolve_images
 from evalkit.types import Failure, Trajectory, sha256_hex
 
 log = logging.getLogger("evalkit")
@@ -137,14 +143,22 @@ class ModelWorker:
         """Solve one unit of the run ``registration``: ``(its trajectory, or the exception
         solving raised, as :func:`pack` packs it; :meth:`ping`'s answer)``. ``budget``: the
         run's :class:`~evalkit.engine.budget.BudgetKeeper` (``None``: no limits), asked
-        before each model call."""
+        before each model call. The unit's ``request.images`` may be object references
+        (:meth:`RayExecutor.submit`): they are read back (awaited) before it is solved."""
         solver, agent_params, user_params, _ = await self._state(registration, holder)
+        if unit.request.images:  # sent by reference (RayExecutor.submit): read from this node's object store
+            unit = unit.with_images(await resolve_images(unit.request.images, _gathered))
         gate = RemoteBudget(budget) if budget is not None else None
         try:
             result: Any = await solve_unit(solver, unit, self.agents, self.cache, agent_params, user_params, gate)
         except Exception as exc:  # noqa: BLE001 - solve_unit returns failures; this is a bug, re-raised in the driver
             result = _portable(exc)
         return pack(result), self.where
+
+
+async def _gathered(refs: list[Any]) -> list[Any]:
+    """The objects of Ray object references, awaited together (in an async actor)."""
+    return list(await asyncio.gather(*refs))
 
 
 #: the largest result a unit may send back (bytes, pickled): a larger one is its unit's failure
@@ -241,6 +255,7 @@ class RayExecutor(ExecutorBase):
         self.delivery = Delivery(self.workers, (self.registration, self._holder, None), cancel=ray.cancel,
                                  lost=(ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError))  # fmt: skip
         self.budget_keeper, self.limits = None, limits
+        self.images = ImageRefs(ray.put)  # each image put once; calls carry references (submit)
         if limits:
             self.limits_actor = shared_limits()  # made here first: on the driver's node
 
@@ -276,8 +291,10 @@ class RayExecutor(ExecutorBase):
     def figures(self) -> dict[str, Any]:
         """The cluster's part of ``summary.json`` → ``engine``: ``nodes`` (per Ray node the
         model workers ran on: ``node_id``, ``units`` delivered, ``worker_pids``),
-        ``driver_node``, ``delivery`` (``Delivery.stats``), and with shared limits
-        ``rate_limits`` (:meth:`~evalkit.engine.ratelimit.EndpointLimits.stats` per endpoint)."""
+        ``driver_node``, ``delivery`` (``Delivery.stats``), with shared limits
+        ``rate_limits`` (:meth:`~evalkit.engine.ratelimit.EndpointLimits.stats` per endpoint),
+        and when the units carried images ``images_by_reference`` (``put``: images put in the
+        object store, once each; ``bytes``: their bytes)."""
         nodes: dict[str, dict[str, Any]] = {}
         for (pid, node), units in sorted(self.delivery.served.items(), key=str):
             entry = nodes.setdefault(node or "unknown", {"node_id": node or "unknown", "units": 0, "worker_pids": []})
@@ -289,6 +306,8 @@ class RayExecutor(ExecutorBase):
         out.update(worker_pids=self.pids, reused_workers=self.reused, phases={"workers_ready_s": self.ready_s or 0.0})
         if self.limits:
             out["rate_limits"] = self._limit_stats()
+        if self.images.n_put:
+            out["images_by_reference"] = {"put": self.images.n_put, "bytes": self.images.bytes_put}
         return out
 
     def _limit_stats(self, timeout_s: float = 30.0) -> dict[str, Any]:
@@ -322,6 +341,8 @@ class RayExecutor(ExecutorBase):
 
     async def submit(self, unit: WorkItem) -> Trajectory:
         self.check_draining()
+        if unit.request.images:  # each image by reference, put once per run (ModelWorker.solve reads it back)
+            unit = unit.with_images(self.images.by_reference(unit.request.images))
         return await self.delivery.submit(unit)
 
     def close(self) -> None:

@@ -10,9 +10,10 @@ requests besides them (issue 23 item 2: the driver's memory at N = 20,000).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable, Container, Iterator, overload
+from typing import Any, Callable, Container, Iterator, overload
 
 from evalkit.types import Request, Sample
 
@@ -29,6 +30,12 @@ class WorkItem:
     request: Request
     rollout: bool = False
     kept_output: str | None = None
+
+    def with_images(self, images: dict[str, Any]) -> "WorkItem":
+        """A copy whose request carries ``images`` instead (the same messages, hashes and
+        epoch): what a model worker is sent, each image by reference
+        (:class:`evalkit.images.ImageRefs`), and what it solves once they are read back."""
+        return dataclasses.replace(self, request=dataclasses.replace(self.request, images=images))
 
     @property
     def key(self) -> tuple[str, int]:
