@@ -233,3 +233,69 @@ def test_ray_workers_get_each_image_once_by_reference_and_the_server_the_same_by
                 assert stored[hashlib.sha256(data).hexdigest()] == data
                 sent_images += 1
     assert sent_images > len(stored)  # the images went in several calls each, put once each
+
+
+# ---- run.batch with images: input files cut by bytes -------------------------------------------
+@pytest.mark.slow  # a whole batch run against the fake server
+def test_a_vision_batch_is_split_by_bytes_under_the_limit_each_request_once_answers_joined(fake_openai, tmp_path,
+                                                                                           monkeypatch) -> None:  # fmt: skip
+    """Eight rows of 1-3 incompressible images (each about 16 KB as base64 in its line), with a
+    60,000-byte and 2-request limit per input file (the fake server refuses a larger file): the
+    files are cut greedily under both limits, every request is in exactly one file, and each
+    sample is scored on the answer to its own line."""
+    import yaml
+
+    from evalkit.compose import compose, resolve
+    from evalkit.engine.journal import read_jsonl
+    from evalkit.job import run_validated
+
+    counts = [1, 1, 1, 2, 1, 3, 1, 1]
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = []
+    for k, n in enumerate(counts):
+        names = []
+        for j in range(n):
+            (data / f"r{k}_{j}.png").write_bytes(noise_png(100 * k + j))
+            names.append(f"r{k}_{j}.png")
+        rows.append({"id": f"r{k}", "q": f"Row r{k}: how many images?", "a": str(n), "img": names})
+    (data / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    spec = {"name": "visbatch", "kind": "task", "dataset": {"path": str(data / "rows.jsonl"), "fields": {"id": "id", "input": "q",
+            "target": "a", "images": "img"}}, "prompt": {"template": "{{ input }}"}, "scorers": [{"kind": "exact_match"}],
+            "generation": {"max_tokens": 16}}  # fmt: skip
+    (tmp_path / "conf" / "benchmark").mkdir(parents=True)
+    (tmp_path / "conf" / "benchmark" / "visbatch.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(tmp_path / "conf"))
+    limit, most = 60_000, 2
+    fake_openai.set_plan({"rules": [{"match": r["q"], "content": r["a"]} for r in rows],
+                          "batch": {"max_bytes": limit, "max_requests": most}})  # fmt: skip
+    args = ["benchmark=visbatch", "model=openai_compatible", "model.provider_model=openai/gpt-4o-2024-11-20", "model.vision=true",
+            f"backend.api_base={fake_openai.api_base}", "run.batch=true", "run.batch_poll_s=0.01", "run.batch_poll_max_s=0.05",
+            f"run.batch_max_bytes={limit}", f"run.batch_max_requests={most}", "run.cache=false", "tracking=none",
+            "run.progress=false", f"run.output_root={tmp_path / 'out'}", "backend.max_retries=0"]  # fmt: skip
+    _, cfg = resolve(compose(args))
+    res = run_validated(cfg)
+    assert res.summary["status"] == "complete" and res.summary["metrics"]["exact_match"] == 1.0
+    assert fake_openai.log == []  # nothing sent live
+    sizes = [fake_openai.files[b["input_file_id"]]["bytes"] for b in fake_openai.batch_log]
+    ids = [b["custom_ids"] for b in fake_openai.batch_log]
+    print(f"\n{len(ids)} input files of {sizes} bytes, {[len(i) for i in ids]} requests")
+    assert len(ids) > 2 and all(s <= limit for s in sizes) and all(len(i) <= most for i in ids)
+    flat = [h for i in ids for h in i]
+    assert len(flat) == len(set(flat)) == len(rows)  # every request sent exactly once
+    lines = {h: len(line) for b in fake_openai.batch_log for h, line in zip(b["custom_ids"], _lines_of(fake_openai, b))}
+    for this, after in zip(ids, ids[1:]):  # cut greedily: the next file's first line did not fit this one
+        assert len(this) == most or sum(lines[h] for h in this) + lines[after[0]] > limit
+    n_of = {r["q"]: len(r["img"]) for r in rows}
+    for body in (body for b in fake_openai.batch_log for body in b["bodies"]):  # each line carries its row's images inline
+        parts = body["messages"][-1]["content"]
+        urls = [p["image_url"]["url"] for p in parts if p["type"] == "image_url"]
+        assert len(urls) == n_of[parts[0]["text"]] and all(u.startswith("data:image/png;base64,") for u in urls)
+    predictions = {r["sample_id"]: r for r in read_jsonl(res.run_dir / "predictions.jsonl")}
+    assert {sid: r["output"] for sid, r in predictions.items()} == {r["id"]: r["a"] for r in rows}
+    assert all(len(predictions[r["id"]]["images"]) == n for r, n in zip(rows, counts))
+
+
+def _lines_of(fake, batch: dict) -> list[bytes]:
+    """The lines of a submitted batch's input file, as uploaded."""
+    return [line + b"\n" for line in fake.files[batch["input_file_id"]]["_data"].splitlines()]

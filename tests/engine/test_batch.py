@@ -4,6 +4,7 @@ refused, batch prices, the budget's reservation, the config's batch options."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,8 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from evalkit.config import ModelConfig
-from evalkit.engine.batch import BatchRecord, reserve
-from evalkit.models.litellm_batch import split_lines
+from evalkit.engine.batch import BatchRecord, batch_limits, input_files, reserve
 from evalkit.engine.work import WorkItem
 from evalkit.errors import ConfigError, RunDirError
 from evalkit.models.litellm_batch import BATCH_EXPIRED, BATCH_FAILED, batch_refusal, parse_result
@@ -25,19 +25,49 @@ def _lines(sizes: list[int]) -> list[tuple[str, bytes]]:
 
 
 def test_split_by_request_count_keeps_order() -> None:
-    chunks = split_lines(_lines([10] * 12), max_requests=5, max_bytes=10_000)
-    assert [len(c) for c in chunks] == [5, 5, 2]
-    assert [h for c in chunks for h, _ in c] == [f"{i:064x}" for i in range(12)]
+    files = input_files(_lines([10] * 12), max_requests=5, max_bytes=10_000)
+    assert [len(f.request_hashes) for f in files] == [5, 5, 2]
+    assert [h for f in files for h in f.request_hashes] == [f"{i:064x}" for i in range(12)]
 
 
-def test_split_by_bytes() -> None:
-    chunks = split_lines(_lines([400, 400, 400, 100, 900]), max_requests=100, max_bytes=1000)
-    assert [sum(len(b) for _, b in c) for c in chunks] == [800, 500, 900]
+def test_split_by_bytes_one_line_at_a_time_with_each_file_s_digest() -> None:
+    lines = _lines([400, 400, 400, 100, 900])
+    read = []
+    files = input_files(((h, read.append(h) or line) for h, line in lines), max_requests=100, max_bytes=1000)
+    assert [f.bytes for f in files] == [800, 500, 900] and len(read) == 5  # a generator, read once
+    data = [b"".join(line for _, line in lines[a:b]) for a, b in ((0, 2), (2, 4), (4, 5))]
+    assert [f.sha256 for f in files] == [hashlib.sha256(d).hexdigest() for d in data]
+
+
+def test_planning_the_files_holds_one_line_at_a_time() -> None:
+    """200 lines of 100 KB (a vision batch's base64 images: 20 MB in all) planned from a
+    generator: the planner's peak memory stays near one line, not the batch."""
+    import tracemalloc
+
+    def lines():
+        for i in range(200):
+            yield f"{i:064x}", bytes(100_000)
+
+    tracemalloc.start()
+    try:
+        files = input_files(lines(), max_requests=1000, max_bytes=1_000_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [len(f.request_hashes) for f in files] == [10] * 20
+    assert peak < 1_000_000, f"planning held {peak} bytes"
 
 
 def test_a_line_over_the_byte_limit_is_one_line_error() -> None:
     with pytest.raises(ConfigError, match="run.batch_max_bytes: request 0{12} alone is 2000 bytes"):
-        split_lines(_lines([2000]), max_requests=10, max_bytes=1024)
+        input_files(_lines([2000]), max_requests=10, max_bytes=1024)
+
+
+def test_the_configured_limits_never_pass_the_provider_s_documented_ones() -> None:
+    assert batch_limits("openai", 10**6, 10**12) == (50_000, 200_000_000)
+    assert batch_limits("anthropic", 10**6, 10**12) == (100_000, 256_000_000)
+    assert batch_limits("openai", 7, 5_000) == (7, 5_000)  # smaller configured limits hold
+    assert batch_limits("hosted_vllm", 10**6, 10**12) == (10**6, 10**12)  # no documented limit: the config's
 
 
 def _entry(**kw) -> dict:

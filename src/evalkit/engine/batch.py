@@ -12,7 +12,10 @@ run. What it does:
    batch), those a recorded batch still owes (polled, never sent again), those a collected
    batch answered (journaled) and the rest, which go into new batches (one line per
    distinct request hash; split by ``run.batch_max_requests`` lines and
-   ``run.batch_max_bytes`` bytes per input file, the provider's limits).
+   ``run.batch_max_bytes`` bytes per input file, never over the provider's documented limits,
+   :data:`PROVIDER_LIMITS`; images travel inline, base64 in their lines, so a vision run's
+   files are cut by bytes long before the request count; :func:`input_files` plans them one
+   line at a time and each file is built again, alone, when it is uploaded).
 2. **Budget.** With ``run.max_cost_usd`` / ``run.max_total_tokens``, the new batches are
    reserved whole before anything is sent: their prompt tokens (litellm's
    ``token_counter``) plus ``generation.max_tokens`` per request, at batch prices, plus
@@ -52,13 +55,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
 import json
 import logging
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable
+from typing import TYPE_CHECKING, Any, Awaitable, Iterable
 
 from evalkit import secrets
 from evalkit.config import EvalConfig
@@ -68,7 +73,7 @@ from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
 from evalkit.errors import ConfigError, EvalkitError, RunDirError, first_line
 from evalkit.models.litellm_batch import (BATCH_CANCELLED, BATCH_EXPIRED, BATCH_FAILED, BatchAnswers, BatchClient, as_plain,
-                                          batch_refusal, read_batch_files, split_lines)
+                                          batch_refusal, read_batch_files)
 from evalkit.providers import Price, batch_price, estimate_prompt_tokens
 from evalkit.types import Completion, Failure, Trajectory, sha256_hex
 
@@ -168,6 +173,70 @@ def refuse_live_resume(run_dir: Path) -> None:
         raise RunDirError(f"run.resume: {run_dir} has batches not yet collected ({', '.join(map(str, running))}); "
                           "resume with run.batch=true to collect them (or run.batch=true run.batch_cancel=true to cancel "
                           "them), then resume live")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------
+# input files: split by the provider's limits, one line at a time
+# ------------------------------------------------------------------------------------------
+#: ``{provider: (most requests, most bytes)}`` of one batch input, as each provider documents
+#: it. OpenAI: "The file can contain up to 50,000 requests, and can be up to 200 MB in size"
+#: (API reference, Create batch, ``input_file_id``:
+#: https://platform.openai.com/docs/api-reference/batch/create). Anthropic: "A Message Batch is
+#: limited to either 100,000 Message requests or 256 MB in size, whichever is reached first"
+#: (https://docs.anthropic.com/en/docs/build-with-claude/batch-processing, Batch limitations;
+#: litellm 1.110 cannot batch it yet, :data:`~evalkit.models.litellm_batch._WHY_NOT`). MB are
+#: read as 10^6 bytes, the smaller reading. Providers not named (azure, hosted_vllm,
+#: litellm_proxy, xai) are held to ``run.batch_max_requests`` / ``run.batch_max_bytes`` alone,
+#: whose defaults are OpenAI's.
+PROVIDER_LIMITS = {"openai": (50_000, 200_000_000), "anthropic": (100_000, 256_000_000)}
+
+
+def batch_limits(provider: str, max_requests: int, max_bytes: int) -> tuple[int, int]:
+    """``(requests, bytes)`` one input file of ``provider`` may hold: the configured
+    ``run.batch_max_requests`` / ``run.batch_max_bytes``, never over the provider's documented
+    limits (:data:`PROVIDER_LIMITS`)."""
+    most_requests, most_bytes = PROVIDER_LIMITS.get(provider, (max_requests, max_bytes))
+    return min(max_requests, most_requests), min(max_bytes, most_bytes)
+
+
+@dataclass
+class InputFile:
+    """One batch input file as planned: its lines' request hashes in order, its size in
+    bytes and the SHA-256 of its bytes (the lines themselves are not kept)."""
+
+    request_hashes: list[str]
+    bytes: int
+    sha256: str
+
+
+def input_files(lines: Iterable[tuple[str, bytes]], max_requests: int, max_bytes: int) -> list[InputFile]:
+    """``(request hash, line)`` pairs, in order, cut into input files of at most
+    ``max_requests`` lines and ``max_bytes`` bytes each (a file ends before the line that
+    would pass either). Each line is read once and let go, only its size and its file's
+    running digest kept: a batch whose lines carry images (base64, in each line) is planned
+    one line at a time, and each file is built again, alone, when it is uploaded.
+
+    Raises:
+        ConfigError: one line alone is over ``max_bytes`` (a request whose images pass the
+            provider's file limit cannot be batched).
+    """
+    files: list[InputFile] = []
+    digest = hashlib.sha256()
+    for h, line in lines:
+        if len(line) > max_bytes:
+            raise ConfigError(f"run.batch_max_bytes: request {h[:12]} alone is {len(line)} bytes, over the "
+                              f"{max_bytes} bytes an input file may hold (run.batch_max_bytes, the provider's limit)")  # fmt: skip
+        if not files or len(files[-1].request_hashes) >= max_requests or files[-1].bytes + len(line) > max_bytes:
+            if files:
+                files[-1].sha256 = digest.hexdigest()
+            files.append(InputFile([], 0, ""))
+            digest = hashlib.sha256()
+        files[-1].request_hashes.append(h)
+        files[-1].bytes += len(line)
+        digest.update(line)
+    if files:
+        files[-1].sha256 = digest.hexdigest()
+    return files
 
 
 # ------------------------------------------------------------------------------------------
@@ -463,21 +532,22 @@ class BatchExecutor(ExecutorBase):
         distinct: dict[str, WorkItem] = {}
         for unit in units:
             distinct.setdefault(self._hash(unit), unit)
-        lines = [(h, self.client.line(h, u.request)) for h, u in distinct.items()]
         run = self.cfg.run
-        chunks = split_lines(lines, run.batch_max_requests, run.batch_max_bytes)
+        max_requests, max_bytes = batch_limits(self.client.provider, run.batch_max_requests, run.batch_max_bytes)
+        files = input_files(((h, self.client.line(h, u.request)) for h, u in distinct.items()), max_requests, max_bytes)
+        if len(files) > 1:
+            status.info("batch input split into %d files (at most %d requests and %d bytes each)", len(files), max_requests, max_bytes)
         price = self.plan.prices.get("agent")
         reservations = []
         held = self.record.reserved()
-        for chunk in chunks:
-            cost, tokens = reserve(self.cfg, [distinct[h] for h, _ in chunk], price, self.spent, held)
+        for file in files:
+            cost, tokens = reserve(self.cfg, [distinct[h] for h in file.request_hashes], price, self.spent, held)
             held = (held[0] + (cost or 0.0), held[1] + (tokens or 0))
             reservations.append((cost, tokens))
-        for chunk, (cost, tokens) in zip(chunks, reservations):
-            data = b"".join(line for _, line in chunk)
+        for file, (cost, tokens) in zip(files, reservations):
             self.record.entries.append({
-                "input_sha256": sha256_hex(data), "request_hashes": [h for h, _ in chunk], "n_requests": len(chunk),
-                "bytes": len(data), "reserved_usd": cost, "reserved_tokens": tokens, "file_id": None, "batch_id": None,
+                "input_sha256": file.sha256, "request_hashes": file.request_hashes, "n_requests": len(file.request_hashes),
+                "bytes": file.bytes, "reserved_usd": cost, "reserved_tokens": tokens, "file_id": None, "batch_id": None,
                 "status": "prepared", "counts": None, "prepared_at": _now(), "submitted_at": None, "ended_at": None,
                 "provider_times": {}, "errors": None, "collected": False,
             })  # fmt: skip

@@ -351,6 +351,7 @@ class RayExecutor(ExecutorBase):
         worker dead for good is stopped and dropped, so that a later run starts new workers."""
         if self.budget_keeper is not None:
             self._ray.kill(self.budget_keeper)
+        self.images.refs.clear()  # the run's images leave the object store once no call holds them
         if self.warm is not None and not all(self.delivery.live):
             self.warm.pop(self._key, None)
             self.warm = None

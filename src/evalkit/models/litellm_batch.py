@@ -286,23 +286,3 @@ def as_plain(obj: Any) -> Any:
     if callable(dump):
         return dump()
     return obj if isinstance(obj, (dict, list, str, int, float, type(None))) else str(obj)
-
-
-def split_lines(lines: list[tuple[str, bytes]], max_requests: int, max_bytes: int) -> list[list[tuple[str, bytes]]]:
-    """``(request hash, line)`` pairs cut into input files of at most ``max_requests`` lines
-    and ``max_bytes`` bytes each, in order.
-
-    Raises:
-        ConfigError: one line alone is over ``max_bytes``.
-    """
-    chunks: list[list[tuple[str, bytes]]] = []
-    size = 0
-    for h, line in lines:
-        if len(line) > max_bytes:
-            raise ConfigError(f"run.batch_max_bytes: request {h[:12]} alone is {len(line)} bytes, over run.batch_max_bytes={max_bytes}")
-        if not chunks or len(chunks[-1]) >= max_requests or size + len(line) > max_bytes:
-            chunks.append([])
-            size = 0
-        chunks[-1].append((h, line))
-        size += len(line)
-    return chunks
