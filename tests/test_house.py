@@ -204,6 +204,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("engine", ["evalkit.engine"]),
     ("domain", ["evalkit.benchmarks", "evalkit.models", "evalkit.tracking", "evalkit.report"]),
     ("servers", ["evalkit.backends"]),
+    ("specs", ["evalkit.specs"]),
     ("configuration", ["evalkit.config"]),
     ("run records", ["evalkit.journal", "evalkit.summary"]),
     ("basics", ["evalkit.settings", "evalkit.types", "evalkit.jsonl", "evalkit.stats", "evalkit.providers", "evalkit.secrets",

@@ -29,6 +29,7 @@ from evalkit.engine.session import Session
 from evalkit.errors import ConfigError
 from evalkit.providers import estimate_prompt_tokens
 from evalkit.report.summary import headline_text
+from evalkit.specs import build
 from evalkit.stats import plan_power
 from evalkit.summary import Summary, read_summary
 from evalkit.tracking import make_observer
@@ -43,7 +44,8 @@ def run_validated(cfg: EvalConfig, sweep: dict[str, Any] | None = None, phases: 
     Raises:
         EvalkitError: a configuration, data, run directory or tracking error.
     """
-    return run_evaluation(cfg, make_observer(cfg, sweep), phases, shared)
+    specs = build(cfg)  # once: each stage takes its own part (evalkit.specs)
+    return run_evaluation(specs, make_observer(specs.tracking, sweep), phases, shared)
 
 
 def outcome_line(result: RunResult) -> str:
@@ -172,10 +174,11 @@ def dry_run(cfg: EvalConfig) -> DryRun:
     Raises:
         ConfigError / DataError / RunDirError: as the run itself would, before anything runs.
     """
-    plan = prepare(cfg)
+    specs = build(cfg)
+    plan = prepare(specs)
     pending = plan.units
     if cfg.run.resume is not None:
-        run_dir, _ = choose_run_dir(cfg)  # the real resume's checks (RunDirError on a changed config)
+        run_dir, _ = choose_run_dir(specs.run_dir)  # the real resume's checks (RunDirError on a changed config)
         journal = read_journal(run_dir / PREDICTIONS, plan.request_hashes())
         pending = plan.units.without(journal.rows)
     dry = DryRun(len(pending), None, 0.0, sum(1 for u in pending if u.rollout), [], len(plan.units) - len(pending))
