@@ -11,7 +11,8 @@ Reads the sources with ``ast`` (nothing is imported or run) and prints two lines
 - ``config readers: R modules (I import EvalConfig)``: the source files (``engine/run.py``, not
   ``engine``) that import ``EvalConfig``, or annotate with it, or read one of its top-level fields
   (``model``, ``run``, ``tracking``, ... as ``EvalConfig`` declares them in ``config.py``) off a
-  name or attribute called ``cfg`` (``cfg.run``, ``plan.cfg.model``). A typed spec built from the
+  name or attribute called ``cfg`` (``cfg.run``, ``plan.cfg.model``; a ``cfg`` parameter annotated
+  ``DictConfig`` is a composed config, not yet an ``EvalConfig``, and is not counted). A typed spec built from the
   config (``evalkit.engine.specs``) is not a reader; the design allows compose, job, the spec
   builder and config itself (issue 34 item 4: at most 4).
 
@@ -75,11 +76,25 @@ def _is_cfg(node: ast.AST) -> bool:
     return (isinstance(node, ast.Name) and node.id == "cfg") or (isinstance(node, ast.Attribute) and node.attr == "cfg")
 
 
+def _composed(tree: ast.Module) -> set[int]:
+    """The ids of the ``cfg`` names inside functions whose ``cfg`` parameter is annotated
+    ``DictConfig``: a composed (Hydra) config, before validation — not ``EvalConfig``."""
+    out: set[int] = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+            if any(a.arg == "cfg" and a.annotation is not None and "DictConfig" in ast.unparse(a.annotation) for a in args):
+                out.update(id(n) for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == "cfg")
+    return out
+
+
 def reads_config(tree: ast.Module, fields: set[str]) -> tuple[bool, bool]:
     """(reads the config at all, imports ``EvalConfig``) of one module's tree."""
     imports = any(isinstance(n, ast.ImportFrom) and any(a.name == "EvalConfig" for a in n.names) for n in ast.walk(tree))
     annotated = any(isinstance(n, ast.Name) and n.id == "EvalConfig" for n in ast.walk(tree))
-    attrs = any(isinstance(n, ast.Attribute) and n.attr in fields and _is_cfg(n.value) for n in ast.walk(tree))
+    composed = _composed(tree)
+    attrs = any(isinstance(n, ast.Attribute) and n.attr in fields and _is_cfg(n.value) and id(n.value) not in composed
+                for n in ast.walk(tree))  # fmt: skip
     return imports or annotated or attrs, imports
 
 

@@ -487,3 +487,14 @@ def _settings_fields(bench: dict[str, Any]) -> dict[str, Any]:
         return get_benchmark_class(str(bench.get("name"))).settings_model.model_fields
     except KeyError:
         return {}
+
+
+def recorded_run_config(recorded: dict[str, Any]) -> EvalConfig:
+    """The run's config from ``config.yaml`` (resolved, format 2), without the checks of a
+    new run (credentials need not be set to read the data again).
+
+    Raises:
+        Exception: pydantic's, when the recorded config no longer validates.
+    """
+    bench = get_benchmark_class(str(recorded["benchmark"]["name"]), kind=recorded["benchmark"].get("kind")).settings_model(**recorded["benchmark"])
+    return EvalConfig(**{**recorded, "benchmark": bench})
