@@ -430,10 +430,9 @@ def _import_graph_scan():
 
 def test_the_whole_config_is_read_only_where_it_is_composed_and_turned_into_specs():
     """Issue 34 item 4: the stages, models, tracking and report take their own specs
-    (:mod:`evalkit.specs`); ``EvalConfig`` is read by compose, job, the spec builder and config
-    (and ``judge``, which composes the config of a judging run)."""
+    (:mod:`evalkit.specs`); ``EvalConfig`` is read by compose, job, the spec builder and config."""
     readers = set(_import_graph_scan()(REPO_ROOT / "src")["readers"])
-    assert readers <= {"evalkit.compose", "evalkit.job", "evalkit.specs", "evalkit.config", "evalkit.judge"}, readers
+    assert readers <= {"evalkit.compose", "evalkit.job", "evalkit.specs", "evalkit.config"}, readers
     assert {"evalkit.specs", "evalkit.config"} <= readers
 
 

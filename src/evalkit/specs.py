@@ -28,10 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalkit.config import BackendConfig, EvalConfig, JudgeConfig, ModelConfig, RunSettings
 from evalkit.settings import BenchmarkSettings
+
+if TYPE_CHECKING:  # a sweep's composed config; omegaconf is not imported for the annotation
+    from omegaconf import DictConfig
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,7 @@ class RunSpecs:
     tracking: TrackingSpec
 
 
-def tracking_of(cfg: Any) -> TrackingSpec:
+def tracking_of(cfg: EvalConfig | DictConfig) -> TrackingSpec:
     """The :class:`TrackingSpec` of a validated config or of a composed one (a sweep's, read
     before its jobs validate theirs)."""
     return TrackingSpec.of(cfg.tracking, cfg.run)
