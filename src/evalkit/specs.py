@@ -179,8 +179,7 @@ class TrackingSpec:
         composed config's nodes (a sweep reads its tracking before any job validates)."""
 
         def get(group: Any, key: str, default: Any) -> Any:
-            value = group.get(key, default) if hasattr(group, "get") else getattr(group, key, default)
-            return default if value is None and default is not None else value
+            return group.get(key, default) if hasattr(group, "get") else getattr(group, key, default)
 
         uri, root = get(tracking, "tracking_uri", None), get(tracking, "artifact_root", None)
         max_traces = get(tracking, "max_traces", None)

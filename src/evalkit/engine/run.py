@@ -110,7 +110,7 @@ def run_evaluation(specs: RunSpecs, observer: Observer | None = None, phases: Ph
         stack.callback(_remove_refused, run_dir, _existing(run_dir), refused)  # after open_run has closed its log
         state = stack.enter_context(open_run(specs.run_dir, run_dir, resumed))
         try:
-            engine = execute(plan, state, observer, phases, early, shared)
+            engine = execute(plan, state, phases, early, shared)
         except ConfigError:  # refused before anything was sent (a batch over the budget)
             refused.append(not resumed)
             raise
@@ -211,7 +211,7 @@ def _ray_executor(execution: ExecutionSpec, agents_factory: Callable[[], Any], s
                        warm=shared.workers if shared else None, limits=execution.limits)  # fmt: skip
 
 
-def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, early: Executor | None = None,
+def execute(plan: RunPlan, state: RunState, phases: Phases, early: Executor | None = None,
             shared: Session | None = None) -> dict[str, Any] | None:  # fmt: skip
     """The *execute* stage of a run (the only meaning of "execute" in evalkit; one model
     call is :func:`evalkit.engine.solve.call_model`): solve every unit the journal does not
@@ -240,7 +240,7 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
         if budget.limited:
             executor.set_budget(budget)
         executor.wait_ready()
-        journaler = stack.enter_context(Journaler(plan, state, observer, scorer, len(pending)))
+        journaler = stack.enter_context(Journaler(plan, state, scorer, len(pending)))
         journaler.monitor = monitor
         try:
             adaptive = execution.adaptive and not execution.limits  # else the cluster's window adapts
@@ -323,8 +323,8 @@ class Journaler:
     the samples as its selection does); network runs score while other units are in flight.
     """
 
-    def __init__(self, plan: RunPlan, state: RunState, observer: Observer, scorer: Scorer, total: int):
-        self.plan, self.state, self.observer, self.scorer = plan, state, observer, scorer
+    def __init__(self, plan: RunPlan, state: RunState, scorer: Scorer, total: int):
+        self.plan, self.state, self.scorer = plan, state, scorer
         self.stack = ExitStack()
         self.predictions = self.stack.enter_context(JsonlAppender(state.run_dir / PREDICTIONS, transform=secrets.scrub_obj))
         self.failed = self.stack.enter_context(JsonlAppender(state.run_dir / FAILED, transform=secrets.scrub_obj))
