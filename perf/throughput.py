@@ -169,6 +169,7 @@ def run_once(base: str, n: int, latency: float, concurrency: int, workers: int, 
     from evalkit.benchmarks import get_benchmark_class
     from evalkit.config import validate
     from evalkit.engine.run import run_evaluation
+    from evalkit.specs import build
 
     post(f"{base}/_plan", {"default": {"content": "ok", "latency_s": latency}})  # also resets the server's stats
     out = Path(tempfile.mkdtemp())
@@ -182,7 +183,7 @@ def run_once(base: str, n: int, latency: float, concurrency: int, workers: int, 
         "run": {"output_root": str(out), "cache": False, "progress": False},
     }  # fmt: skip
     t0 = time.perf_counter()
-    res = run_evaluation(validate(raw, get_benchmark_class))
+    res = run_evaluation(build(validate(raw, get_benchmark_class)))
     wall = time.perf_counter() - t0
     stats = server_stats(base)
     assert res.summary["n_scored"] == n, res.summary

@@ -7,7 +7,7 @@ run, beside MLflow's own cheapest way to write the same traces (prints figures).
 1. **evalkit**: ``model=reference benchmark=acebench benchmark.language=all`` (2,040 samples,
    offline) with ``tracking=mlflow`` into a fresh SQLite store (created and migrated before
    the clock starts). Timed: every call the run makes to its observer — ``run_started``
-   (the store check), ``sample_journaled``, ``run_finished`` (the MLflow run, params,
+   (the store check), ``run_finished`` (the MLflow run, params,
    metrics, dataset, tables, artifacts, one trace per sample, the store's trace count).
 2. **MLflow's floor**, in the same store right after: the same 2,040 traces (built by
    evalkit's trace builder, not timed) written the cheapest way MLflow offers — each trace
@@ -43,6 +43,7 @@ from pathlib import Path
 from evalkit.compose import compose, resolve
 from evalkit.engine.plan import prepare
 from evalkit.engine.run import run_evaluation
+from evalkit.specs import build
 from evalkit.tracking.mlflow_tracking import MlflowObserver, client, trace_client
 from evalkit.tracking.samples import outcomes
 from evalkit.tracking.traces import build_trace
@@ -65,9 +66,6 @@ class TimedObserver(MlflowObserver):
 
     def run_started(self, run):
         return self._timed("run_started", super().run_started, run)
-
-    def sample_journaled(self, run, record):
-        return self._timed("sample_journaled", super().sample_journaled, run, record)
 
     def run_finished(self, run, summary):
         return self._timed("run_finished", super().run_finished, run, summary)
@@ -130,13 +128,14 @@ def main() -> None:
     if args.limit:
         overrides.append(f"run.limit={args.limit}")
     _, cfg = resolve(compose(overrides))
-    base = MlflowObserver.from_config(cfg)
+    specs = build(cfg)
+    base = MlflowObserver.from_spec(specs.tracking)
     mlflow_client = client(base.uri)  # the store exists (created, migrated) before the clock starts
     observer = TimedObserver(base.uri, base.experiment, base.artifact_root, max_traces=args.max_traces, seed=cfg.run.seed)
     observer.seconds = {}
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; store {base.uri}")
     t0 = time.perf_counter()
-    result = run_evaluation(cfg, observer)
+    result = run_evaluation(specs, observer)
     wall = time.perf_counter() - t0
     n = result.summary["n_samples"]
     tracked = sum(v for k, v in observer.seconds.items() if k != "of which traces")
@@ -154,7 +153,7 @@ def main() -> None:
         total = 100_000 * rest + min(100_000, bound or 100_000) * per_trace
         print(f"100,000 samples, {'all traces' if bound is None else f'max_traces={bound}'}: about {total:.0f} s "
               f"({total / 60:.1f} min), a straight line from {n} samples")  # fmt: skip
-    outs = outcomes(result.run_dir, result.typed, [u.request for u in prepare(cfg).units])
+    outs = outcomes(result.run_dir, result.typed, [u.request for u in prepare(specs).units])
     start_s = time.time()
 
     def built_for(label: str, items: list) -> tuple[str, list]:

@@ -14,7 +14,6 @@ import json
 import shutil
 from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -36,23 +35,31 @@ def _judged(conf: Path, data: Path, *overrides: str, rubric: str = RUBRIC):
     return resolve(compose(["benchmark=judged", *overrides]))[1]
 
 
+def _identity(cfg):
+    """The judges' identity as the run's summary takes it: from the run's report spec."""
+    from evalkit.specs import build
+
+    report = build(cfg).report
+    return judge_identity(report.judges, report.judge_scorers)
+
+
 def test_the_instrument_names_each_judge_its_provider_and_the_rubric(tmp_path, monkeypatch):
     conf, data = judge_config_dir(tmp_path, ROWS)
     monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(conf))
     network = ["model=openai_compatible", "model.provider_model=openai/x", "backend.api_base=http://127.0.0.1:9"]
     cfg = _judged(conf, data, *network, "judge=[judge_b,judge_a]")
-    panel = judge_identity(cfg)
+    panel = _identity(cfg)
     assert panel["judges"] == [{"name": "judge_b", "model": "openai/judge_b", "provider": "openai"},
                                {"name": "judge_a", "model": "openai/judge_a", "provider": "openai"}]  # fmt: skip
-    one = judge_identity(cfg.model_copy(update={"judge": cfg.judge[1:]}))
+    one = _identity(cfg.model_copy(update={"judge": cfg.judge[1:]}))
     assert one["judges"] == panel["judges"][1:] and one["rubric"] == panel["rubric"]
     assert one["rubric"].startswith("sha256:") and len(one["rubric"]) == len("sha256:") + 16
     scorer = cfg.benchmark.scorers[0].model_copy(update={"rubric": RUBRIC + " Be strict."})
-    reworded = judge_identity(cfg.model_copy(update={"benchmark": cfg.benchmark.model_copy(update={"scorers": [scorer]})}))
+    reworded = _identity(cfg.model_copy(update={"benchmark": cfg.benchmark.model_copy(update={"scorers": [scorer]})}))
     assert reworded["judges"] == panel["judges"] and reworded["rubric"] != panel["rubric"]
-    gold = judge_identity(_judged(conf, data, "model=reference"))
+    gold = _identity(_judged(conf, data, "model=reference"))
     assert gold["judges"] == [{"name": "reference", "model": "reference", "provider": "reference"}]
-    assert judge_identity(SimpleNamespace(judge=[])) == {} and judge_identity(None) == {}
+    assert judge_identity(()) == {}
 
 
 @pytest.mark.slow  # a whole run (in process, offline)

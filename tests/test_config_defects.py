@@ -44,10 +44,11 @@ def test_the_readme_real_provider_command_has_a_user_simulator(monkeypatch):
 def test_the_user_simulator_error_names_only_the_subsets_that_need_one():
     """agent_multi_step is a rollout without a user: the error once named it too."""
     from evalkit.engine.plan import prepare
+    from evalkit.specs import build
 
     cfg = _cfg("model=openai_compatible", SERVER, "benchmark.subsets=[agent_multi_step,agent_multi_turn]", "tracking=none")
     with pytest.raises(ConfigError) as info:
-        prepare(cfg.model_copy(update={"user": None}))
+        prepare(build(cfg.model_copy(update={"user": None})))
     assert str(info.value).startswith("benchmark.user_model: the selected acebench subsets ['agent_multi_turn'] need a user simulator")
 
 

@@ -263,6 +263,7 @@ def test_a_run_directory_holding_a_link_is_not_resumed(tmp_path: Path, acebench_
     through by the resumed run (config.yaml is rewritten on every resume)."""
     from evalkit.compose import compose, resolve
     from evalkit.engine.rundir import choose_run_dir
+    from evalkit.specs import build
     from tests.conftest import base_overrides
 
     run, victim = tmp_path / "run", tmp_path / "victim.txt"
@@ -272,5 +273,5 @@ def test_a_run_directory_holding_a_link_is_not_resumed(tmp_path: Path, acebench_
     (run / "trajectories" / "evalkit.log").symlink_to(victim)
     _, cfg = resolve(compose(base_overrides(tmp_path / "out", acebench_dir) + ["model=reference", f"run.resume={run}"]))
     with pytest.raises(RunDirError, match="evalkit.log is a symbolic link"):
-        choose_run_dir(cfg)
+        choose_run_dir(build(cfg).run_dir)
     assert victim.read_text() == "keep me"

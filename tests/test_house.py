@@ -204,6 +204,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("engine", ["evalkit.engine"]),
     ("domain", ["evalkit.benchmarks", "evalkit.models", "evalkit.tracking", "evalkit.report"]),
     ("servers", ["evalkit.backends"]),
+    ("specs", ["evalkit.specs"]),
     ("configuration", ["evalkit.config"]),
     ("run records", ["evalkit.journal", "evalkit.summary"]),
     ("basics", ["evalkit.settings", "evalkit.types", "evalkit.jsonl", "evalkit.stats", "evalkit.providers", "evalkit.secrets",
@@ -415,3 +416,38 @@ def test_no_orchestration_function_is_longer_than_60_lines():
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60
     ]
     assert long == []
+
+
+def _import_graph_scan():
+    """``perf/import_graph.py``'s scan (a script, loaded by path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("import_graph", REPO_ROOT / "perf" / "import_graph.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.scan
+
+
+def test_the_whole_config_is_read_only_where_it_is_composed_and_turned_into_specs():
+    """Issue 34 item 4: the stages, models, tracking and report take their own specs
+    (:mod:`evalkit.specs`); ``EvalConfig`` is read by compose, job, the spec builder and config."""
+    readers = set(_import_graph_scan()(REPO_ROOT / "src")["readers"])
+    assert readers <= {"evalkit.compose", "evalkit.job", "evalkit.specs", "evalkit.config"}, readers
+    assert {"evalkit.specs", "evalkit.config"} <= readers
+
+
+def test_the_config_scan_counts_a_stage_that_reads_the_config(tmp_path):
+    """The scan is not blind: a module reading ``plan.cfg.run`` or importing ``EvalConfig`` is a
+    reader; one reading a composed ``cfg: DictConfig`` or a spec is not."""
+    pkg = tmp_path / "evalkit"
+    (pkg / "engine").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "config.py").write_text("class EvalConfig:\n    run: int\n    model: int\n")
+    (pkg / "engine" / "__init__.py").write_text("")
+    (pkg / "engine" / "stage.py").write_text("def f(plan):\n    return plan.cfg.run.limit\n")
+    (pkg / "engine" / "typed.py").write_text("from evalkit.config import EvalConfig\n")
+    (pkg / "engine" / "spec.py").write_text("from evalkit import config\ndef f(plan):\n    return plan.specs.run.limit\n")
+    (pkg / "sweep.py").write_text("def f(cfg: DictConfig):\n    return cfg.run.dir\n")
+    out = _import_graph_scan()(tmp_path)
+    assert out["readers"] == ["evalkit.engine.stage", "evalkit.engine.typed"] and out["importers"] == ["evalkit.engine.typed"]
+    assert out["nodes"] == 3 and out["arrows"] == 1  # evalkit.config, evalkit.engine, evalkit.sweep; engine → config

@@ -12,8 +12,10 @@ import pytest
 
 from evalkit.compose import compose, to_plain
 from evalkit.errors import ConfigError, RunDirError
-from evalkit.judge import judged_config, main
+from evalkit.compose import judged_config
+from evalkit.judge import main
 from evalkit.models.offline import load_run_outputs
+from evalkit.track import read_run
 
 SUMMARY = {"status": "complete", "benchmark": "explain_mini", "model": "m", "n_samples": 2, "n_scored": 2, "n_failed": 0,
            "n_scored_rows": 3, "n_failed_rows": 1, "repeats": 2}  # fmt: skip
@@ -120,7 +122,7 @@ def test_a_run_directory_never_makes_evalkit_judge_import_a_module(tmp_path: Pat
     (tmp_path / "planted_by_run.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError, match="unknown benchmark 'planted_bench'"):
-        judged_config(run_dir, ["judge=gpt4o"])
+        judged_config(run_dir, read_run(run_dir)[0], ["judge=gpt4o"])
     assert not marker.exists(), "a module named by a run directory was imported"
 
 

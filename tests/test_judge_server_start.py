@@ -11,6 +11,7 @@ from pathlib import Path
 from evalkit.backends.llamacpp import NOT_STARTED
 from evalkit.compose import compose, resolve
 from evalkit.models.factory import network_endpoints, plan_models
+from evalkit.specs import build
 
 
 class FakePool:
@@ -29,7 +30,8 @@ class FakePool:
 
 def _plan(*overrides: str):
     _, cfg = resolve(compose(["benchmark=explain_mini", "tracking=none", *overrides]))
-    return plan_models(cfg, _Bench(), [], False, network_endpoints(cfg))
+    models = build(cfg).models
+    return plan_models(models, _Bench(), [], False, network_endpoints(models))
 
 
 class _Bench:

@@ -436,13 +436,12 @@ def test_credentials_from_mlflow_variables_reach_a_basic_auth_server_and_nothing
 # the rules behind the journeys (no server)
 # ------------------------------------------------------------------------------------------
 def test_a_server_gets_its_own_artifact_location_and_bounded_retries(monkeypatch):
-    from types import SimpleNamespace
-
+    from evalkit.specs import TrackingSpec
     from evalkit.tracking import store
     from evalkit.tracking.mlflow_tracking import artifact_root
 
     def cfg(uri, root=None):
-        return SimpleNamespace(tracking=SimpleNamespace(tracking_uri=uri, artifact_root=root), run=SimpleNamespace(output_root="outputs"))
+        return TrackingSpec(tracking_uri=uri, artifact_root=root, output_root="outputs")
 
     assert artifact_root(cfg("http://mlflow.team:5000")) == ""  # the server decides (--serve-artifacts or its root)
     assert artifact_root(cfg("http://mlflow.team:5000", "s3://bucket/x")) == "s3://bucket/x"

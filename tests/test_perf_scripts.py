@@ -35,9 +35,17 @@ def test_every_perf_script_has_a_test_here():
     tested = {"ci_speed.py", "scoring_speed.py", "tracking_speed.py", "startup.py", "throughput.py", "engine_cpu.py",
               "frameworks.py", "run_evalkit.py", "run_inspect.py", "coverage.py", "summary_size.py",
               "score_budget.py", "footprint.py", "agreement_coverage.py", "chaos.py", "rate_limit_cost.py",
-              "scale_out.py",
+              "scale_out.py", "import_graph.py",
               "sequential.py"}  # fmt: skip  (sequential.py: tests/test_sequential.py runs it, smallest and reduced)
     assert {p.name for p in PERF.glob("*.py")} == tested
+
+
+def test_import_graph():
+    out = _run("import_graph.py", "--list")
+    assert "import graph: " in out and " modules and packages, " in out and " arrows" in out, out
+    listed = {line.strip().split()[0] for line in out.splitlines() if line.startswith("  ")}
+    assert "evalkit.specs" in listed and "evalkit.config" in listed, out
+    assert not any(m.startswith(("evalkit.engine", "evalkit.tracking", "evalkit.report", "evalkit.models")) for m in listed), out
 
 
 def test_ci_speed(shared_data_dir):

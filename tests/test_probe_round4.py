@@ -70,12 +70,12 @@ def test_an_unknown_id_of_a_sample_ids_file_is_named_cut_short_and_the_file_is_b
     ids.write_text("z" * 100_000 + "\n", encoding="utf-8")
     run = SimpleNamespace(sample_ids=None, sample_ids_file=str(ids), limit=None)
     with pytest.raises(ConfigError) as info:
-        select_samples(_Loaded(["a"]).samples, SimpleNamespace(run=run))
+        select_samples(_Loaded(["a"]).samples, run)
     assert "(100000 characters)" in str(info.value) and len(str(info.value)) < 400
     with open(ids, "wb") as fh:
         fh.truncate(MAX_SAMPLE_IDS_FILE_BYTES + 1)
     with pytest.raises(ConfigError, match="is over 64 MiB"):
-        select_samples(_Loaded(["a"]).samples, SimpleNamespace(run=run))
+        select_samples(_Loaded(["a"]).samples, run)
 
 
 @pytest.mark.parametrize("weights, expected", [

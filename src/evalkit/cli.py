@@ -24,6 +24,7 @@ from evalkit import secrets
 from evalkit.compose import bad_override, compose, hydra_error_line, quote_numeric_groups, resolve
 from evalkit.errors import ConfigError, EvalkitError, first_line, printable
 from evalkit.job import run_composed
+from evalkit.specs import tracking_of
 from evalkit.sweep import expand_sweep, swept_label, points_to_check, swept_keys
 from evalkit.tracking import MlflowObserver
 from evalkit.tracking.mlflow_tracking import StoreUnreachable
@@ -166,7 +167,7 @@ def precheck_sweep(overrides: Sequence[str]) -> int:
     for point, validated in valid:
         if validated.tracking.kind != "mlflow":
             continue
-        observer = MlflowObserver.from_config(validated)
+        observer = MlflowObserver.from_spec(tracking_of(validated))
         store = (observer.uri, observer.experiment, observer.artifact_root)
         if store in stores:
             continue

@@ -22,7 +22,7 @@ from evalkit import config
 from evalkit.benchmarks import entry_point_names, get_benchmark_class
 from evalkit.benchmarks.base import Benchmark
 from evalkit.config import EvalConfig, resolve_layers, validate
-from evalkit.errors import ConfigError, DataError
+from evalkit.errors import ConfigError, DataError, RunDirError, printable
 from evalkit.jsonl import MAX_YAML_BYTES, check_yaml_file, load_yaml, read_no_link
 from evalkit.providers import takes_images
 
@@ -487,3 +487,89 @@ def _settings_fields(bench: dict[str, Any]) -> dict[str, Any]:
         return get_benchmark_class(str(bench.get("name"))).settings_model.model_fields
     except KeyError:
         return {}
+
+
+def recorded_run_config(recorded: dict[str, Any]) -> EvalConfig:
+    """The run's config from ``config.yaml`` (resolved, format 2), without the checks of a
+    new run (credentials need not be set to read the data again).
+
+    Raises:
+        Exception: pydantic's, when the recorded config no longer validates.
+    """
+    bench = get_benchmark_class(str(recorded["benchmark"]["name"]), kind=recorded["benchmark"].get("kind")).settings_model(**recorded["benchmark"])
+    return EvalConfig(**{**recorded, "benchmark": bench})
+
+
+#: ``run.*`` keys of RUN that the judged run keeps (what was asked), unless given again; no
+#: path read from RUN is used (``output_root``, ``cache_dir``, ``sample_ids_file``)
+JUDGE_SELECTION = ("limit", "repeats", "seed", "sample_ids", "ci_level", "bootstrap_resamples")
+#: override keys the command accepts (their first part); the rest of the config is RUN's
+JUDGE_ACCEPTED = ("judge", "judge_overrides", "run", "tracking", "backend")
+
+
+def judged_config(run: Path, recorded: dict[str, Any], overrides: Sequence[str]) -> EvalConfig:
+    """The validated config of the run judging RUN's answers (``python -m evalkit.judge``:
+    see :mod:`evalkit.judge`): RUN's benchmark and selection (``recorded``: its
+    ``config.yaml``, read by the caller without following a link), ``model=replay
+    model.path=RUN``, the judges and the overrides of :data:`JUDGE_JUDGE_ACCEPTED`.
+
+    Raises:
+        RunDirError: the judged run's directory would be a link.
+        ConfigError: an override outside :data:`JUDGE_JUDGE_ACCEPTED`, no judge, a benchmark without an
+            ``llm_judge`` scorer, a place inside RUN, or any config error of the judged run — one line.
+    """
+    for ov in overrides:
+        key = ov.lstrip("+~").partition("=")[0]
+        if key.split(".")[0] not in JUDGE_ACCEPTED or "=" not in ov:
+            raise ConfigError(f"{printable(ov, 200)}: evalkit.judge takes judge=, judge_overrides=, run.*, tracking and backend.* "
+                              "overrides; what was asked (benchmark, model, shots, generation) comes from RUN")  # fmt: skip
+    bench = recorded.get("benchmark") if isinstance(recorded.get("benchmark"), dict) else {}
+    bench = {k: v for k, v in bench.items() if k != "module"}  # a run directory never makes evalkit import a module
+    scorers = bench.get("scorers") if isinstance(bench.get("scorers"), list) else []
+    if not any(isinstance(sc, dict) and sc.get("kind") == "llm_judge" for sc in scorers):
+        raise ConfigError(f"{printable(str(run), 300)}: its benchmark {printable(bench.get('name'), 100)} has no llm_judge scorer; "
+                          "nothing to judge")  # fmt: skip
+    composed = compose(["model=replay", f"model.path={run}", *overrides])
+    OmegaConf.set_struct(composed, False)
+    composed.pop("benchmark")
+    raw = to_plain(composed)
+    if not raw.get("judge"):
+        raise ConfigError("judge: name the judge: python -m evalkit.judge RUN judge=<model config name> (or a panel judge=[a,b])")
+    raw["judge"] = compose_judges(raw.pop("judge"), raw.pop("judge_overrides", None))
+    names = [re.sub(r"[^A-Za-z0-9._-]", "_", str(j["model"].get("name"))) for j in raw["judge"]]  # a directory name's part
+    raw["benchmark"], raw["shots"] = bench, recorded.get("shots") or raw.get("shots")
+    given = {ov.lstrip("+~").partition("=")[0] for ov in overrides}
+    was = recorded.get("run") if isinstance(recorded.get("run"), dict) else {}
+    raw["run"].update({k: was[k] for k in JUDGE_SELECTION if k in was and f"run.{k}" not in given})
+    if was.get("sample_ids_file") and "run.sample_ids_file" not in given and "run.sample_ids" not in given:
+        raise ConfigError(f"{printable(str(run), 300)}: its samples were chosen by run.sample_ids_file; give it again "
+                          "(run.sample_ids_file=FILE): a path read from a run directory is not followed")  # fmt: skip
+    if "run.dir" not in given and "run.resume" not in given:
+        target = run.parent / f"{run.name}.judged-{'+'.join(names)}"
+        if target.is_symlink():
+            raise RunDirError(f"{printable(str(target), 300)}: a symbolic link; evalkit never writes through links (remove it)")
+        raw["run"]["resume" if target.exists() else "dir"] = str(target)
+    cfg = validate(raw, get_benchmark_class)
+    check_benchmark(cfg, run / "config.yaml")  # the task checked whole before anything starts
+    _refuse_writes_into(run, cfg)
+    return cfg
+
+
+def _refuse_writes_into(run: Path, cfg: EvalConfig) -> None:
+    """RUN is read, never written: a ConfigError when the judged run's directory, output root,
+    cache or MLflow store (a local path, ``sqlite:///`` or ``file:`` URI) is RUN or inside it
+    (``run.resume=RUN`` would append to RUN's own journal and replace its summary)."""
+    inside = run.resolve()
+    places = {"run.dir": cfg.run.dir, "run.resume": cfg.run.resume, "run.output_root": cfg.run.output_root,
+              "run.cache_dir": cfg.run.cache_dir, "tracking.tracking_uri": cfg.tracking.tracking_uri,
+              "tracking.artifact_root": cfg.tracking.artifact_root}  # fmt: skip
+    for key, value in places.items():
+        if not value:
+            continue
+        local = re.sub(r"^(sqlite:///|file://)", "", str(value))
+        if "://" in local:
+            continue  # a remote store
+        where = Path(local).resolve()
+        if where == inside or inside in where.parents:
+            raise ConfigError(f"{key}={printable(str(value), 300)}: inside the run judged; evalkit.judge never writes into RUN "
+                              "(run it from another directory or name another place)")  # fmt: skip

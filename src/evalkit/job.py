@@ -11,6 +11,7 @@ the word in evalkit (a run's registration on the model workers is
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -26,9 +27,10 @@ from evalkit.engine.rundir import PREDICTIONS, choose_run_dir
 from evalkit.engine.phases import Phases
 from evalkit.engine.run import RunResult, run_evaluation
 from evalkit.engine.session import Session
-from evalkit.errors import ConfigError
+from evalkit.errors import ConfigError, printable
 from evalkit.providers import estimate_prompt_tokens
 from evalkit.report.summary import headline_text
+from evalkit.specs import build
 from evalkit.stats import plan_power
 from evalkit.summary import Summary, read_summary
 from evalkit.tracking import make_observer
@@ -43,7 +45,25 @@ def run_validated(cfg: EvalConfig, sweep: dict[str, Any] | None = None, phases: 
     Raises:
         EvalkitError: a configuration, data, run directory or tracking error.
     """
-    return run_evaluation(cfg, make_observer(cfg, sweep), phases, shared)
+    specs = build(cfg)  # once: each stage takes its own part (evalkit.specs)
+    return run_evaluation(specs, make_observer(specs.tracking, sweep), phases, shared)
+
+
+def run_judging(cfg: EvalConfig, label: str) -> RunResult | None:
+    """``python -m evalkit.judge``'s run of its judged config (:func:`evalkit.compose.judged_config`;
+    ``label``: RUN as given): with ``run.dry_run``, its dry-run line printed and ``None`` (what
+    the judges would be sent, estimated: nothing sent or written, no key needed); else one line
+    naming the judges and the directory, then the run.
+
+    Raises:
+        EvalkitError: as :func:`run_validated`.
+    """
+    if cfg.run.dry_run:
+        print(dry_run(cfg).line)
+        return None
+    print(f"evalkit: judging the answers of {printable(label, 300)} with {', '.join(j.model.name for j in cfg.judge)} "
+          f"→ {cfg.run.resume or cfg.run.dir}" + (" (resumed)" if cfg.run.resume else ""), file=sys.stderr)  # fmt: skip
+    return run_validated(cfg)
 
 
 def outcome_line(result: RunResult) -> str:
@@ -172,10 +192,11 @@ def dry_run(cfg: EvalConfig) -> DryRun:
     Raises:
         ConfigError / DataError / RunDirError: as the run itself would, before anything runs.
     """
-    plan = prepare(cfg)
+    specs = build(cfg)
+    plan = prepare(specs)
     pending = plan.units
     if cfg.run.resume is not None:
-        run_dir, _ = choose_run_dir(cfg)  # the real resume's checks (RunDirError on a changed config)
+        run_dir, _ = choose_run_dir(specs.run_dir)  # the real resume's checks (RunDirError on a changed config)
         journal = read_journal(run_dir / PREDICTIONS, plan.request_hashes())
         pending = plan.units.without(journal.rows)
     dry = DryRun(len(pending), None, 0.0, sum(1 for u in pending if u.rollout), [], len(plan.units) - len(pending))

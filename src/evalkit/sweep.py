@@ -41,6 +41,7 @@ from evalkit.compare import flips, load_run, paired_stats
 from evalkit.engine import session
 from evalkit.errors import EvalkitError, first_line, printable
 from evalkit.report.markdown import md_code, md_text
+from evalkit.specs import tracking_of
 from evalkit.stats import adjust, with_interval
 from evalkit.job import run_composed
 from evalkit.tracking import make_observer, sweep_observer
@@ -275,7 +276,7 @@ class SweepCallback(Callback):
             info["suite"] = config.run.get("suite")
         except Exception:  # noqa: BLE001 - a broken interpolation is the jobs' error to report
             pass
-        info.update(make_observer(config).sweep_started(sweep_dir, info))
+        info.update(make_observer(tracking_of(config)).sweep_started(sweep_dir, info))
         _write_json(sweep_dir / SWEEP_FILE, info)
         _active = sweep_dir
         if str(config.hydra.launcher.get("_target_", "")).endswith("BasicLauncher"):

@@ -39,17 +39,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from evalkit import secrets
-from evalkit.benchmarks import get_benchmark_class
 from evalkit.benchmarks.task.template import TemplateRefused
-from evalkit.config import EvalConfig
+from evalkit.compose import recorded_run_config
 from evalkit.engine.plan import prepare
 from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.journal import read_run_journal
 from evalkit.jsonl import MAX_RECORD_BYTES, read_no_link, read_run_yaml
+from evalkit.specs import TrackingSpec, build
 from evalkit.summary import Summary, validate_summary
 from evalkit.tracking import MlflowObserver, ledger
 from evalkit.tracking.mlflow_tracking import artifact_root, is_server, tracking_uri
@@ -79,22 +78,11 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], Summary]:
     return recorded, summary
 
 
-def run_config(recorded: dict[str, Any]) -> EvalConfig:
-    """The run's config from ``config.yaml`` (resolved, format 2), without the checks of a
-    new run (credentials need not be set to read the data again).
-
-    Raises:
-        Exception: pydantic's, when the recorded config no longer validates.
-    """
-    bench = get_benchmark_class(str(recorded["benchmark"]["name"]), kind=recorded["benchmark"].get("kind")).settings_model(**recorded["benchmark"])
-    return EvalConfig(**{**recorded, "benchmark": bench})
-
-
 def requests_of(run_dir: Path, recorded: dict[str, Any]) -> list[Any] | None:
     """The run's requests as its plan built them, or ``None`` (with a note line) when the
     benchmark's data or the run's config can no longer be read."""
     try:
-        return [u.request for u in prepare(run_config(recorded)).units]
+        return [u.request for u in prepare(build(recorded_run_config(recorded))).units]
     except TemplateRefused as exc:  # a crafted config.yaml (a looping template): the run is refused, exit 2
         raise RunDirError(f"{run_dir}/config.yaml: {first_line(exc, 300)}") from None
     except Exception as exc:  # noqa: BLE001 - missing data, an unreadable replay file, an old config
@@ -106,8 +94,8 @@ def requests_of(run_dir: Path, recorded: dict[str, Any]) -> list[Any] | None:
 def default_store() -> tuple[str, str]:
     """The project default ``(tracking URI, artifact root)``: what ``python -m evalkit`` run
     here with the default config uses (``run.output_root=outputs``, ``tracking=mlflow``)."""
-    cfg = SimpleNamespace(tracking=SimpleNamespace(tracking_uri=None, artifact_root=None), run=SimpleNamespace(output_root="outputs"))
-    return tracking_uri(cfg), artifact_root(cfg)
+    spec = TrackingSpec()
+    return tracking_uri(spec), artifact_root(spec)
 
 
 def beside_store(uri: str, default: str) -> str:

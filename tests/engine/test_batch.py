@@ -162,10 +162,10 @@ def test_batch_prices_from_litellm_and_from_the_config() -> None:
     assert batch_price(_model(provider_model="deepseek/deepseek-chat"), "api") is None  # litellm has no batch price
 
 
-def _cfg(**run) -> SimpleNamespace:
-    return SimpleNamespace(run=SimpleNamespace(**{"max_cost_usd": None, "max_total_tokens": None, **run}),
-                           generation=SimpleNamespace(max_tokens=100),
-                           model=SimpleNamespace(provider_model="openai/gpt-4o-2024-11-20"))  # fmt: skip
+def _cfg(**run) -> tuple[SimpleNamespace, SimpleNamespace]:
+    """``reserve``'s first two arguments: the run's budget settings and the agent's spec."""
+    return (SimpleNamespace(**{"max_cost_usd": None, "max_total_tokens": None, **run}),
+            SimpleNamespace(max_tokens=100, model=SimpleNamespace(provider_model="openai/gpt-4o-2024-11-20")))  # fmt: skip
 
 
 def _units(n: int) -> list[WorkItem]:
@@ -176,15 +176,15 @@ def _units(n: int) -> list[WorkItem]:
 @pytest.mark.slow  # litellm's token_counter loads its tokenizer (seconds)
 def test_reservation_refuses_a_batch_over_budget_in_one_line(tmp_path: Path) -> None:
     price = batch_price(_model(), "api")
-    assert reserve(_cfg(), _units(3), price, (0.0, 0), (0.0, 0)) == (None, None)  # no budget: nothing reserved
-    cost, tokens = reserve(_cfg(max_cost_usd=1.0), _units(3), price, (0.0, 0), (0.0, 0))
+    assert reserve(*_cfg(), _units(3), price, (0.0, 0), (0.0, 0)) == (None, None)  # no budget: nothing reserved
+    cost, tokens = reserve(*_cfg(max_cost_usd=1.0), _units(3), price, (0.0, 0), (0.0, 0))
     assert tokens > 300 and cost == pytest.approx((tokens - 300) * 1.25e-6 + 300 * 5e-6)
     with pytest.raises(ConfigError, match=r"^run.max_cost_usd: a batch of 3 requests may cost up to .* nothing was sent$"):
-        reserve(_cfg(max_cost_usd=cost * 0.99), _units(3), price, (0.0, 0), (0.0, 0))
+        reserve(*_cfg(max_cost_usd=cost * 0.99), _units(3), price, (0.0, 0), (0.0, 0))
     with pytest.raises(ConfigError, match="run.max_cost_usd"):  # what running batches hold counts
-        reserve(_cfg(max_cost_usd=cost * 1.5), _units(3), price, (0.0, 0), (cost, 0))
+        reserve(*_cfg(max_cost_usd=cost * 1.5), _units(3), price, (0.0, 0), (cost, 0))
     with pytest.raises(ConfigError, match="run.max_total_tokens"):
-        reserve(_cfg(max_total_tokens=tokens - 1), _units(3), price, (0.0, 0), (0.0, 0))
+        reserve(*_cfg(max_total_tokens=tokens - 1), _units(3), price, (0.0, 0), (0.0, 0))
 
 
 def test_batch_options_need_batch_and_cancel_needs_resume() -> None:

@@ -152,9 +152,10 @@ def test_the_model_wrapper_asks_the_budget_before_each_call_of_a_rollout():
 def test_an_offline_run_costs_exactly_zero_with_its_scripted_user(tmp_path):
     """model=reference with ACEBench's agent_multi_turn: the scripted user's turns are free too."""
     from evalkit.engine.plan import run_prices
+    from evalkit.specs import build
 
     cfg = _cfg("model=reference", "benchmark.subsets=[agent_multi_turn]", "run.max_total_tokens=1000")
-    prices = run_prices(cfg, with_user=False)
+    prices = run_prices(build(cfg).models, with_user=False)
     turns = [{"actor": "agent", "usage": None, "cached": False}, {"actor": "user", "usage": None, "cached": False}]
     assert spend(Trajectory(turns=turns), prices) == {"cost_usd": 0.0, "spent_tokens": 0}
 
@@ -162,14 +163,16 @@ def test_an_offline_run_costs_exactly_zero_with_its_scripted_user(tmp_path):
 @pytest.mark.slow  # litellm's import (the user simulator's price)
 def test_a_cost_budget_asks_the_user_simulator_price_only_for_selected_rollouts():
     from evalkit.engine.plan import run_prices
+    from evalkit.specs import build
 
     unpriced_user = ["benchmark.user_model=openai_compatible", "benchmark.user_overrides=['backend.api_base=http://127.0.0.1:9/v1']",
                      "run.max_cost_usd=1", "model=openai_compatible", "backend.api_base=http://127.0.0.1:9/v1",
                      "+model.pricing.input_per_mtok=1", "+model.pricing.output_per_mtok=1"]  # fmt: skip
     cfg = _cfg(*unpriced_user, "benchmark.subsets=[normal_atom_bool]")  # validation no longer refuses it
-    assert "user" not in run_prices(cfg, with_user=False)
+    models = build(cfg).models
+    assert "user" not in run_prices(models, with_user=False, max_cost_usd=cfg.run.max_cost_usd)
     with pytest.raises(ConfigError, match=r"^run.max_cost_usd: the user simulator's model openai_compatible .* has no price"):
-        run_prices(cfg, with_user=True)
+        run_prices(models, with_user=True, max_cost_usd=cfg.run.max_cost_usd)
 
 
 def _cfg(*overrides: str):

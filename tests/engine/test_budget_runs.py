@@ -25,11 +25,12 @@ def sized(acebench_dir: Path) -> dict[str, tuple[str, int, int]]:
     from evalkit.compose import compose, resolve
     from evalkit.engine.budget import Budget
     from evalkit.engine.plan import prepare
+    from evalkit.specs import build
     from evalkit.providers import estimate_prompt_tokens
 
     _, cfg = resolve(compose([f"benchmark.data_dir={acebench_dir}", "model=openai_compatible", "model.provider_model=openai/fake",
                               "backend.api_base=http://127.0.0.1:9/v1", f"benchmark.subsets=[{SUBSET}]", f"run.limit={N}"]))  # fmt: skip
-    plan = prepare(cfg)
+    plan = prepare(build(cfg))
     ids = [u.sample.id for u in plan.units]
     gold = load_gold(acebench_dir, ids)
     out = {}

@@ -13,6 +13,7 @@ from evalkit.engine.finalize import summarize
 from evalkit.engine.plan import prepare
 from evalkit.engine.rundir import RunState
 from evalkit.journal import NOT_IN_SUMMARY
+from evalkit.specs import build
 from tests.conftest import base_overrides
 
 pytestmark = pytest.mark.slow  # a whole reference run
@@ -31,7 +32,7 @@ def finished(tmp_path, acebench_dir):
     _, cfg = resolve(compose(overrides))
     result = run_validated(cfg)
     assert result.summary["status"] == "complete"
-    return prepare(cfg), result
+    return prepare(build(cfg)), result
 
 
 def _both(plan, run_dir):

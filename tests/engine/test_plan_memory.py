@@ -9,6 +9,7 @@ import types
 
 from evalkit.compose import compose, resolve
 from evalkit.engine.plan import data_fingerprint, prepare
+from evalkit.specs import build
 from evalkit.types import Request, canonical_json, sha256_hex
 
 N, REPEATS = 80, 2
@@ -32,7 +33,7 @@ def _plan(acebench_dir):
     _, cfg = resolve(compose([f"benchmark.data_dir={acebench_dir}", "model=openai_compatible", "model.provider_model=openai/fake",
                               "backend.api_base=http://127.0.0.1:9/v1", "benchmark.subsets=[normal_single_turn_single_function]",
                               f"run.limit={N}", f"run.repeats={REPEATS}", "tracking=none"]))  # fmt: skip
-    return prepare(cfg)
+    return prepare(build(cfg))
 
 
 def test_a_plan_of_n_samples_holds_no_request_before_dispatch(acebench_dir):
@@ -57,7 +58,7 @@ def test_requests_built_at_dispatch_are_those_the_plan_identified(acebench_dir):
     assert [u.request.epoch for u in built] == [0] * N + [1] * N
     first_epoch = "".join(f"{u.sample.id}\0{u.request.prompt_hash()}\n" for u in built if u.request.epoch == 0)
     assert plan.prompt_hash() == sha256_hex(first_epoch)
-    assert all(u.request.params == plan.cfg.sent_params() and u.request.messages for u in built)
+    assert all(u.request.params == plan.specs.prompt.sent_params and u.request.messages for u in built)
     done = {built[0].key, built[N + 3].key}
     pending = plan.units.without(done)
     assert len(pending) == N * REPEATS - 2 and built[0].key not in set(pending.keys())

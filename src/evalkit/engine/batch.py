@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Iterable
 
 from evalkit import secrets
-from evalkit.config import EvalConfig
+from evalkit.config import RunSettings
 from evalkit.engine.cache import cache_get, open_cache
 from evalkit.engine.protocol import Drained, ExecutorBase
 from evalkit.engine.solve import solve_unit
@@ -75,6 +75,7 @@ from evalkit.errors import ConfigError, EvalkitError, RunDirError, first_line
 from evalkit.models.litellm_batch import (BATCH_CANCELLED, BATCH_EXPIRED, BATCH_FAILED, BatchAnswers, BatchClient, as_plain,
                                           batch_refusal, read_batch_files)
 from evalkit.providers import Price, batch_price, estimate_prompt_tokens
+from evalkit.specs import ActorSpec
 from evalkit.types import Completion, Failure, Trajectory, sha256_hex
 
 if TYPE_CHECKING:
@@ -113,11 +114,11 @@ def check_batchable(plan: RunPlan) -> None:
     Raises:
         ConfigError: the reason, before anything is sent or written.
     """
-    cfg = plan.cfg
-    if cfg.model.kind != "litellm" or cfg.backend.kind != "api":
-        raise ConfigError(f"run.batch: model={cfg.model.name} is not a provider's API (model.kind={cfg.model.kind}, "
-                          f"backend={cfg.backend.kind}); batches go to a provider; run without run.batch")  # fmt: skip
-    why = batch_refusal(str(cfg.model.provider_model))
+    agent = plan.specs.models.agent
+    if agent.model.kind != "litellm" or agent.backend.kind != "api":
+        raise ConfigError(f"run.batch: model={agent.model.name} is not a provider's API (model.kind={agent.model.kind}, "
+                          f"backend={agent.backend.kind}); batches go to a provider; run without run.batch")  # fmt: skip
+    why = batch_refusal(str(agent.model.provider_model))
     if why:
         raise ConfigError(why)
     rollouts = sorted({u.sample.subset for u in plan.units if u.rollout})
@@ -128,16 +129,15 @@ def check_batchable(plan: RunPlan) -> None:
                           "(benchmark.subsets=...) or run them without run.batch")  # fmt: skip
 
 
-def client_of(cfg: EvalConfig) -> BatchClient:
+def client_of(agent: ActorSpec) -> BatchClient:
     """The batch endpoint of the run's model (its ``backend.api_base`` and key)."""
-    return BatchClient(str(cfg.model.provider_model), cfg.model.api, getattr(cfg.backend, "api_base", None), cfg.api_key(),
-                       cfg.request_timeout_s())  # fmt: skip
+    return BatchClient(str(agent.model.provider_model), agent.model.api, agent.api_base, agent.api_key, agent.timeout_s)
 
 
-def batch_prices(cfg: EvalConfig) -> dict[str, Price | None]:
+def batch_prices(agent: ActorSpec) -> dict[str, Price | None]:
     """The run's prices at batch rates (``model.pricing.batch_*`` or litellm's
     ``*_cost_per_token_batches``); ``None`` (costs null, never 0) when neither is known."""
-    return {"agent": batch_price(cfg.model, cfg.backend.kind)}
+    return {"agent": batch_price(agent.model, agent.backend.kind)}
 
 
 def dry_run_section(plan: RunPlan, prompt_tokens: int, requests: int) -> str:
@@ -149,12 +149,13 @@ def dry_run_section(plan: RunPlan, prompt_tokens: int, requests: int) -> str:
         ConfigError: the run cannot be batched (:func:`check_batchable`).
     """
     check_batchable(plan)
-    price = batch_price(plan.cfg.model, plan.cfg.backend.kind)
+    agent = plan.specs.models.agent
+    price = batch_price(agent.model, agent.backend.kind)
     if price is None:
         return "batched: cost unknown (no batch price: set model.pricing.batch_input_per_mtok / batch_output_per_mtok)"
     low = price.cost({"prompt_tokens": prompt_tokens, "completion_tokens": 0}) or 0.0
     text = f"batched ({price.describe()}): estimated cost ≥ ${low:.4f}"
-    max_tokens = plan.cfg.generation.max_tokens
+    max_tokens = agent.max_tokens
     if max_tokens:
         high = price.cost({"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens * requests}) or 0.0
         text += f", ≤ ${high:.4f} if every answer used max_tokens={max_tokens}"
@@ -315,7 +316,7 @@ def _now() -> str:
 # ------------------------------------------------------------------------------------------
 # budget: the whole batch reserved before it is sent
 # ------------------------------------------------------------------------------------------
-def reserve(cfg: EvalConfig, units: list[WorkItem], price: Price | None, spent: tuple[float | None, int | None],
+def reserve(run: RunSettings, agent: ActorSpec, units: list[WorkItem], price: Price | None, spent: tuple[float | None, int | None],
             held: tuple[float, int]) -> tuple[float | None, int | None]:  # fmt: skip
     """``(USD, tokens)`` the new batch of ``units`` reserves: estimated prompt tokens plus
     ``generation.max_tokens`` per request, at the batch ``price``; ``(None, None)`` without a
@@ -328,14 +329,13 @@ def reserve(cfg: EvalConfig, units: list[WorkItem], price: Price | None, spent: 
             ``run.max_cost_usd`` or ``run.max_total_tokens``, or cannot be bounded (no
             ``generation.max_tokens``, no batch price, an unknown spend) — nothing is sent.
     """
-    run = cfg.run
     if run.max_cost_usd is None and run.max_total_tokens is None:
         return None, None
-    max_tokens = cfg.generation.max_tokens
+    max_tokens = agent.max_tokens
     if not max_tokens:
         raise ConfigError("run.batch: a budget (run.max_cost_usd / run.max_total_tokens) needs generation.max_tokens to "
                           "reserve a whole batch before it is sent; set it")  # fmt: skip
-    prompt = sum(estimate_prompt_tokens(str(cfg.model.provider_model), u.request.messages, u.request.prompt) for u in units)
+    prompt = sum(estimate_prompt_tokens(str(agent.model.provider_model), u.request.messages, u.request.prompt) for u in units)
     tokens = prompt + max_tokens * len(units)
     cost = price.cost({"prompt_tokens": prompt, "completion_tokens": max_tokens * len(units)}) if price is not None else None
     spent_usd, spent_tokens = spent
@@ -372,9 +372,10 @@ class BatchExecutor(ExecutorBase):
     keeps_window = True
 
     def __init__(self, plan: "RunPlan", run_dir: Path, pending: list[WorkItem], cache_dir: Path | None):
-        self.plan, self.run_dir, self.pending, self.cfg = plan, Path(run_dir), pending, plan.cfg
+        self.plan, self.run_dir, self.pending = plan, Path(run_dir), pending
+        self.run, self.agent = plan.specs.run, plan.specs.models.agent
         self.ahead = len(pending)
-        self.client = client_of(self.cfg)
+        self.client = client_of(self.agent)
         self.model_id = plan.models.model_id
         self.record = BatchRecord(run_dir)
         self.cache = open_cache(cache_dir)
@@ -399,7 +400,7 @@ class BatchExecutor(ExecutorBase):
         """Before anything is written: refuse what cannot be batched (:func:`check_batchable`)
         and price the plan at batch rates (:func:`batch_prices`)."""
         check_batchable(plan)
-        plan.prices = batch_prices(plan.cfg)
+        plan.prices = batch_prices(plan.specs.models.agent)
 
     refuse_live_resume = staticmethod(refuse_live_resume)
 
@@ -432,7 +433,7 @@ class BatchExecutor(ExecutorBase):
                 self.at_once.add(h)  # collected before the driver stopped, not yet journaled
             elif h not in owed:
                 new.append(unit)
-        if new and self.cfg.run.batch_cancel:
+        if new and self.run.batch_cancel:
             self.cancelled.update(self._hash(u) for u in new)  # a cancelled run sends nothing new
         elif new:
             self._prepare(new)
@@ -448,7 +449,7 @@ class BatchExecutor(ExecutorBase):
             entry = next((e for e in self.record.entries if not e["collected"] and h in e["request_hashes"]), None)
             if entry is not None:  # None: collected meanwhile (cancelled before it was created)
                 await asyncio.shield(self._ended(entry))
-        return await solve_unit(self.solver, unit, self.model, self.cache, self.cfg.sent_params(), {})
+        return await solve_unit(self.solver, unit, self.model, self.cache, self.agent.sent_params, {})
 
     def figures(self) -> dict[str, Any]:
         """``batch`` (``batched``, ``detached``, ``cache_hits``, ``requests_batched`` this
@@ -508,13 +509,13 @@ class BatchExecutor(ExecutorBase):
 
     async def _drive(self) -> None:
         try:
-            if self.cfg.run.batch_cancel:
+            if self.run.batch_cancel:
                 await self._cancel_all()
             for entry in self.record.entries:  # this attempt's, and any an earlier one recorded but did not create
                 if not entry["collected"] and entry["batch_id"] is None and not self.draining:
                     await self._send(entry)
             left = [e for e in self.record.entries if not e["collected"] and e["batch_id"] is None]
-            self.detached = self.cfg.run.batch_detach and any(not e["collected"] for e in self.record.entries)
+            self.detached = self.run.batch_detach and any(not e["collected"] for e in self.record.entries)
             for entry in self.record.entries if self.detached else left:  # left with the provider, or never sent
                 if not entry["collected"]:
                     self._end(entry, Drained(f"batch {entry['batch_id'] or 'not sent'} left running"))
@@ -532,7 +533,7 @@ class BatchExecutor(ExecutorBase):
         distinct: dict[str, WorkItem] = {}
         for unit in units:
             distinct.setdefault(self._hash(unit), unit)
-        run = self.cfg.run
+        run = self.run
         max_requests, max_bytes = batch_limits(self.client.provider, run.batch_max_requests, run.batch_max_bytes)
         files = input_files(((h, self.client.line(h, u.request)) for h, u in distinct.items()), max_requests, max_bytes)
         if len(files) > 1:
@@ -541,7 +542,7 @@ class BatchExecutor(ExecutorBase):
         reservations = []
         held = self.record.reserved()
         for file in files:
-            cost, tokens = reserve(self.cfg, [distinct[h] for h in file.request_hashes], price, self.spent, held)
+            cost, tokens = reserve(self.run, self.agent, [distinct[h] for h in file.request_hashes], price, self.spent, held)
             held = (held[0] + (cost or 0.0), held[1] + (tokens or 0))
             reservations.append((cost, tokens))
         for file, (cost, tokens) in zip(files, reservations):
@@ -636,7 +637,7 @@ class BatchExecutor(ExecutorBase):
 
     # ---- wait and collect -----------------------------------------------------------
     async def _wait(self) -> None:
-        run = self.cfg.run
+        run = self.run
         delay = run.batch_poll_s
         errors: dict[str, int] = {}
         started = time.perf_counter()

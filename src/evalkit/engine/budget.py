@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evalkit.config import RunSettings
 from evalkit.engine.solve import BUDGET_EXCEEDED
 from evalkit.engine.records import Prices, price_key, price_of, spend
 from evalkit.engine.rundir import FAILED, PREDICTIONS
@@ -90,10 +91,11 @@ class Budget:
         return {**self.__dict__, "_cond": None}
 
     @classmethod
-    def of_run(cls, cfg: Any, prices: Prices, run_dir: Path) -> "Budget":
-        """The budget of ``cfg.run`` for the run in ``run_dir``, with its spend so far."""
+    def of_run(cls, run: RunSettings, prices: Prices, run_dir: Path) -> "Budget":
+        """The budget of ``run`` (``run.max_cost_usd``, ``run.max_total_tokens``) for the run in
+        ``run_dir``, with its spend so far."""
         cost, tokens = journal_spend(run_dir)
-        return cls(cfg.run.max_cost_usd, cfg.run.max_total_tokens, prices, cost, tokens, run_dir)
+        return cls(run.max_cost_usd, run.max_total_tokens, prices, cost, tokens, run_dir)
 
     @property
     def limited(self) -> bool:

@@ -67,25 +67,25 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None,
     The journal is read a line at a time and of each row only ``view`` is kept
     (:func:`evalkit.journal.summary_view`: no model texts; ``None``: whole rows, the same
     summary), so the driver holds the scores of every sample and epoch, not their answers."""
-    cfg, bench, samples = plan.cfg, plan.bench, plan.samples
+    report, bench, samples = plan.specs.report, plan.bench, plan.samples
     hashes = plan.request_hashes()
     journal = read_journal(state.run_dir / PREDICTIONS, hashes, view=view)
-    epochs = journal.epochs(samples, cfg.run.repeats)
+    epochs = journal.epochs(samples, report.repeats)
     records = [r for rows in epochs for r in rows]
     failures = read_failures(state.run_dir / FAILED, [k for k in hashes if k not in journal.rows])
     missing = [key for key in plan.units.keys() if key not in journal.rows]
     metrics = epoch_mean([bench.aggregate(samples, rows) for rows in epochs])
-    figs = plan_figures(bench, samples, epochs, cfg.run, prefix="" if not missing else "partial_")
+    figs = plan_figures(bench, samples, epochs, plan.specs.run, prefix="" if not missing else "partial_")
     metrics.update(figs["repeat"])
     ci = figs["metrics_ci"]
     names = list(metrics) if not missing else [f"partial_{k}" for k in metrics]
     finished_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
     wall_s = (dt.datetime.fromisoformat(finished_at) - dt.datetime.fromisoformat(state.started_at)).total_seconds()
     summary = build_summary(
-        cfg=cfg, bench=bench, samples=samples, records=records, failures=failures, missing=missing, metrics=metrics,
+        spec=report, bench=bench, samples=samples, records=records, failures=failures, missing=missing, metrics=metrics,
         fingerprint=data_fingerprint(samples), prompt_hash=plan.prompt_hash(), code_version=code_version(),
         model_id=plan.models.model_id, started_at=state.started_at, finished_at=finished_at, wall_s=wall_s,
-        figures={"metrics_ci": ci, "ci_level": cfg.run.ci_level, "seed": cfg.run.seed,
+        figures={"metrics_ci": ci, "ci_level": report.ci_level, "seed": report.seed,
                  "metrics_not_estimable": figs["not_estimable"],
                  **({"partial_bounds": {f"partial_{k}": v for k, v in worst_case_bounds(bench, samples, epochs, missing).items()}}
                     if missing else {}),
@@ -94,9 +94,9 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None,
     )  # fmt: skip
     summary["stale_lines"] = journal.uncounted()  # what readers without the requests skip (evalkit.journal)
     summary["endpoints"] = dict(plan.models.endpoints)
-    if cfg.model.kind == "replay" and cfg.model.path is not None and Path(cfg.model.path).is_dir():
-        summary["replayed_run"] = str(cfg.model.path)  # the run whose answers were replayed (python -m evalkit.judge)
-    agreement = panel_agreement(records, [j.model.name for j in cfg.judge], cfg.run.ci_level, cfg.run.bootstrap_resamples, cfg.run.seed)
+    if report.replayed_run is not None:
+        summary["replayed_run"] = report.replayed_run  # the run whose answers were replayed (python -m evalkit.judge)
+    agreement = panel_agreement(records, [j.name for j in report.judges], report.ci_level, report.bootstrap_resamples, report.seed)
     if agreement:
         summary["judge_agreement"] = agreement
     summary.update(_spend(plan, state, records, failures))
@@ -108,12 +108,12 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None,
 
 def _spend(plan: RunPlan, state: RunState, records: list[dict[str, Any]], failures: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The summary's reasoning, token, cost and budget fields (:func:`spend_fields`)."""
-    run, settings = plan.cfg.run, plan.cfg.benchmark
+    report, settings = plan.specs.report, plan.specs.benchmark
     return spend_fields(
         records=records,
         spent=journal_spend(state.run_dir),
         prices={actor: price.describe() if price is not None else None for actor, price in plan.prices.items()},
-        limits={"max_cost_usd": run.max_cost_usd, "max_total_tokens": run.max_total_tokens},
+        limits={"max_cost_usd": report.max_cost_usd, "max_total_tokens": report.max_total_tokens},
         not_sent=sum(1 for f in failures.values() if f.get("error_kind") == BUDGET_EXCEEDED),
         rule=reasoning_rule(plan.bench),
         strip_prefix=settings.strip_reasoning_prefix,
@@ -129,9 +129,9 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
     it after the observer ran. Returns the summary, typed."""
     phases = phases or Phases()
     started = time.perf_counter()
-    run = plan.cfg.run
+    report = plan.specs.report
     status.info("summary: %d samples × %d epochs, intervals from %d bootstrap resamples; then report.md and the plots…",
-                len(plan.samples), run.repeats, run.bootstrap_resamples)  # fmt: skip
+                len(plan.samples), report.repeats, report.bootstrap_resamples)  # fmt: skip
     built, records = summarize(plan, state, engine)
     run_dir = state.run_dir
     store_images(run_dir, plan.images)  # once per run, by digest: traces, rescore and compare read them there
@@ -145,7 +145,7 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
     phases.add("summary_report_s", time.perf_counter() - started)
     requests = plan.units.requests()  # the selection, in order, with each prompt (built as it is read)
     with phases.timed("tracking_s"):
-        observer.run_finished(RunInfo(plan.cfg, run_dir, state.resumed, extra={"requests": requests}), summary)
+        observer.run_finished(RunInfo(run_dir, state.resumed, report, requests), summary)
     return _write_summary(run_dir, summary, phases)
 
 

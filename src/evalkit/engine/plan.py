@@ -19,13 +19,14 @@ from typing import Any, Callable, Iterable
 from evalkit import secrets
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.benchmarks.base import Benchmark
-from evalkit.config import EvalConfig
+from evalkit.config import RunSettings
 from evalkit.engine.sequential import GateSetup
 from evalkit.engine.work import WorkList
 from evalkit.errors import ConfigError, DataError
 from evalkit.journal import MAX_SAMPLE_ID_CHARS
 from evalkit.models.factory import Endpoints, ModelPlan, plan_models
 from evalkit.providers import Price, model_price
+from evalkit.specs import ModelsSpec, PromptSpec, RunSpecs
 from evalkit.types import Request, Sample, canonical_json
 
 log = logging.getLogger("evalkit")
@@ -33,12 +34,13 @@ log = logging.getLogger("evalkit")
 
 @dataclass
 class RunPlan:
-    """Everything a run needs before it starts: the validated config, the benchmark, the
+    """Everything a run needs before it starts: its specs (:class:`~evalkit.specs.RunSpecs`,
+    built once from the validated config), the benchmark, the
     selected samples, their work items (one per sample and epoch, epoch by epoch, each in
     selection order; built when dispatched, :class:`~evalkit.engine.work.WorkList`), each
     item's request hash and the planned models."""
 
-    cfg: EvalConfig
+    specs: RunSpecs
     bench: Benchmark
     samples: list[Sample]
     units: WorkList
@@ -65,10 +67,11 @@ class RunPlan:
 
     def warn_unpriced(self) -> None:
         """One warning line per model without a price (its costs are null, never 0)."""
-        judges = {f"judge:{j.model.name}": j.model for j in self.cfg.judge}
+        models = self.specs.models
+        judges = {f"judge:{j.model.name}": j.model for j in models.judges}
         for actor, price in self.prices.items():
             if price is None:
-                model = self.cfg.model if actor == "agent" else judges.get(actor) or self.cfg.user.model  # type: ignore[union-attr]
+                model = models.agent.model if actor == "agent" else judges.get(actor) or models.user.model  # type: ignore[union-attr]
                 log.warning(
                     "no price for %s model %s (%s) in litellm's price map: cost_usd is null; set model.pricing to have it",
                     actor, model.name, model.provider_model,
@@ -79,45 +82,45 @@ class RunPlan:
         return self.prompts_sha256
 
 
-def prepare(cfg: EvalConfig, priced: bool = True, endpoints: Endpoints | None = None) -> RunPlan:
-    """The :class:`RunPlan` of a validated config; its ``prices`` are left empty without
+def prepare(specs: RunSpecs, priced: bool = True, endpoints: Endpoints | None = None) -> RunPlan:
+    """The :class:`RunPlan` of a run's specs (:func:`evalkit.specs.build`); its ``prices`` are left empty without
     ``priced`` (the engine then asks its model workers, see :func:`run_prices`).
     ``endpoints``: the network endpoints the run built already (given to its early workers);
-    built from ``cfg`` when ``None``.
+    built from ``specs.models`` when ``None``.
 
     Raises:
         ConfigError: an empty selection, an unknown sample id, a user simulator missing for
             the selected rollouts, rollouts asked of ``model=replay``.
         DataError: the benchmark's data is missing or malformed, a replay file cannot be read.
     """
-    secrets.register(cfg.api_key())
-    secrets.register(cfg.user_api_key())
-    for judge in cfg.judge:
-        secrets.register(cfg.judge_api_key(judge))
-    for backend in (cfg.backend, cfg.user.backend if cfg.user is not None else None, *(j.backend for j in cfg.judge)):
-        secrets.register_url_password(getattr(backend, "api_base", None))
-    bench = get_benchmark_class(cfg.benchmark.name, kind=getattr(cfg.benchmark, "kind", None))(cfg.benchmark)  # a module: imported by validate
-    gate = GateSetup(bench, cfg) if cfg.run.stop_when else None  # run.stop_when: the seeded stratified order
-    samples = select_samples(load_unique(bench), cfg, gate.order if gate else None)
+    models, run = specs.models, specs.run
+    for actor in models.actors():
+        secrets.register(actor.api_key)
+    for actor in models.actors():
+        secrets.register_url_password(actor.api_base)
+    settings = specs.benchmark
+    bench = get_benchmark_class(settings.name, kind=getattr(settings, "kind", None))(settings)  # a module: imported by validate
+    gate = GateSetup(bench, run) if run.stop_when else None  # run.stop_when: the seeded stratified order
+    samples = select_samples(load_unique(bench), run, gate.order if gate else None)
     rollouts = [s for s in samples if bench.is_rollout(s)]
-    if bench.needs_user_model(samples) and cfg.user is None and cfg.model.kind != "reference":
+    if bench.needs_user_model(samples) and models.user is None and models.agent.model.kind != "reference":
         needing = sorted({s.subset for s in samples if bench.needs_user_model([s])})
         raise ConfigError(
             f"benchmark.user_model: the selected {bench.name} subsets {needing} need a user simulator; "
             "pass benchmark.user_model=<model config name> (e.g. smollm2, gpt4o) or deselect them"
         )
-    if cfg.model.kind == "replay" and rollouts:
+    if models.agent.model.kind == "replay" and rollouts:
         raise ConfigError("model=replay: agent rollouts cannot be replayed from single outputs; deselect those subsets")
-    build = partial(build_request, bench, cfg)
-    units = WorkList(samples, build, bench.is_rollout, cfg.run.repeats)
-    if cfg.run.repeats > 1 and cfg.generation_params().get("temperature") == 0:
-        log.warning("run.repeats=%d at temperature 0: the repeats measure only the provider's nondeterminism", cfg.run.repeats)
-    with_user = cfg.user is not None and bool(rollouts)
-    models = plan_models(cfg, bench, samples, with_user=with_user, endpoints=endpoints)
+    build = partial(build_request, bench, specs.prompt)
+    units = WorkList(samples, build, bench.is_rollout, run.repeats)
+    if run.repeats > 1 and specs.prompt.temperature == 0:
+        log.warning("run.repeats=%d at temperature 0: the repeats measure only the provider's nondeterminism", run.repeats)
+    with_user = models.user is not None and bool(rollouts)
+    planned = plan_models(models, bench, samples, with_user=with_user, endpoints=endpoints)
     images: dict[str, bytes] = {}
-    hashes, prompts_sha256 = identify(samples, build, cfg.run.repeats, models.model_id, images)
-    prices = run_prices(cfg, with_user) if priced else {}
-    return RunPlan(cfg, bench, samples, units, models, hashes, prompts_sha256, prices, with_user, gate, images)
+    hashes, prompts_sha256 = identify(samples, build, run.repeats, planned.model_id, images)
+    prices = run_prices(models, with_user, max_cost_usd=run.max_cost_usd) if priced else {}
+    return RunPlan(specs, bench, samples, units, planned, hashes, prompts_sha256, prices, with_user, gate, images)
 
 
 def identify(samples: list[Sample], build: Callable[[Sample], Request], repeats: int,
@@ -141,24 +144,27 @@ def identify(samples: list[Sample], build: Callable[[Sample], Request], repeats:
     return hashes, prompts.hexdigest()
 
 
-def run_prices(cfg: EvalConfig, with_user: bool, lookup: Callable[[str], Price | None] | None = None) -> dict[str, Price | None]:
+def run_prices(models: ModelsSpec, with_user: bool, lookup: Callable[[str], Price | None] | None = None,
+               max_cost_usd: float | None = None) -> dict[str, Price | None]:  # fmt: skip
     """The price of each model taking part (:func:`evalkit.providers.model_price`);
-    ``lookup``: how litellm's price map is asked (default: in this process). An offline run
+    ``lookup``: how litellm's price map is asked (default: in this process);
+    ``max_cost_usd``: ``run.max_cost_usd`` (a user simulator without a price refuses it). An offline run
     (reference, replay, baselines) is free for every actor, its scripted user simulator too.
 
     Raises:
         ConfigError: ``run.max_cost_usd`` with a user simulator that takes part (a selected
             rollout needs it) and has no price.
     """
-    prices = {"agent": model_price(cfg.model, cfg.backend.kind, lookup)}
-    judges = {f"judge:{j.model.name}": model_price(j.model, j.backend.kind, lookup) for j in cfg.judge}
-    if cfg.model.kind != "litellm":
+    agent = models.agent
+    prices = {"agent": model_price(agent.model, agent.backend.kind, lookup)}
+    judges = {f"judge:{j.model.name}": model_price(j.model, j.backend.kind, lookup) for j in models.judges}
+    if agent.model.kind != "litellm":
         return {"agent": prices["agent"], "user": prices["agent"], **judges}
     prices.update(judges)  # a judge without a price with run.max_cost_usd: refused by the config (evalkit.config)
-    if with_user and cfg.user is not None:
-        prices["user"] = model_price(cfg.user.model, cfg.user.backend.kind, lookup)
-        if prices["user"] is None and cfg.run.max_cost_usd is not None:
-            model = cfg.user.model
+    if with_user and models.user is not None:
+        prices["user"] = model_price(models.user.model, models.user.backend.kind, lookup)
+        if prices["user"] is None and max_cost_usd is not None:
+            model = models.user.model
             raise ConfigError(
                 f"run.max_cost_usd: the user simulator's model {model.name} ({model.provider_model}) has no price in litellm's "
                 "price map; give it one (\"benchmark.user_overrides=['+model.pricing.input_per_mtok=…',"
@@ -167,15 +173,17 @@ def run_prices(cfg: EvalConfig, with_user: bool, lookup: Callable[[str], Price |
     return prices
 
 
-def build_request(bench: Benchmark, cfg: EvalConfig, sample: Sample) -> Request:
-    """The sample's request with every parameter the agent sends (``cfg.sent_params()``);
-    text-completion requests for ``model.api=completion`` — a live model's, or the replay of
-    one — (rollouts are always chat)."""
-    if cfg.model.api == "completion" and not bench.is_rollout(sample):
-        request = bench.build_completion(sample, cfg.shots.n)
+def build_request(bench: Benchmark, prompt: PromptSpec, sample: Sample) -> Request:
+    """The sample's request with every parameter the agent sends (``prompt.sent_params``, a
+    copy per request); text-completion requests for ``model.api=completion`` — a live
+    model's, or the replay of one — (rollouts are always chat)."""
+    if prompt.api == "completion" and not bench.is_rollout(sample):
+        request = bench.build_completion(sample, prompt.shots)
     else:
-        request = bench.build(sample, cfg.shots.n)
-    request.params = cfg.sent_params()
+        request = bench.build(sample, prompt.shots)
+    request.params = dict(prompt.sent_params)
+    if "extra_body" in request.params:  # each request its own, as the config's sent_params() gave it
+        request.params["extra_body"] = dict(request.params["extra_body"])
     return request
 
 
@@ -208,7 +216,7 @@ def load_unique(bench: Benchmark) -> list[Sample]:
     return loaded
 
 
-def select_samples(samples: list[Sample], cfg: EvalConfig, order: Callable[[list[Sample]], list[Sample]] | None = None) -> list[Sample]:
+def select_samples(samples: list[Sample], run: RunSettings, order: Callable[[list[Sample]], list[Sample]] | None = None) -> list[Sample]:
     """Apply ``run.sample_ids`` / ``run.sample_ids_file`` then ``run.limit`` (first N).
     ``order`` (``run.stop_when``'s :meth:`~evalkit.engine.sequential.GateSetup.order`): puts
     the selection in the gate's order and caps it itself, in units, before ``run.limit``.
@@ -217,17 +225,17 @@ def select_samples(samples: list[Sample], cfg: EvalConfig, order: Callable[[list
         ConfigError: a requested id that the benchmark does not have, or nothing selected.
     """
     wanted: list[str] | None = None
-    if cfg.run.sample_ids is not None:
-        wanted = list(cfg.run.sample_ids)
-    if cfg.run.sample_ids_file is not None:
-        path = Path(cfg.run.sample_ids_file)
+    if run.sample_ids is not None:
+        wanted = list(run.sample_ids)
+    if run.sample_ids_file is not None:
+        path = Path(run.sample_ids_file)
         if path.is_file() and path.stat().st_size > MAX_SAMPLE_IDS_FILE_BYTES:
             raise ConfigError(f"run.sample_ids_file: {path} is over {MAX_SAMPLE_IDS_FILE_BYTES // 2**20} MiB "
                               "(one id per line, each at most 4096 characters)")  # fmt: skip
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except UnicodeDecodeError:
-            raise ConfigError(f"run.sample_ids_file: {cfg.run.sample_ids_file} is not UTF-8 text (one id per line)") from None
+            raise ConfigError(f"run.sample_ids_file: {run.sample_ids_file} is not UTF-8 text (one id per line)") from None
         stripped = (ln.strip() for ln in lines)
         wanted = (wanted or []) + [ln for ln in stripped if ln and not ln.startswith("#")]
     if wanted is not None:
@@ -240,8 +248,8 @@ def select_samples(samples: list[Sample], cfg: EvalConfig, order: Callable[[list
         samples = [by_id[sid] for sid in wanted if not (sid in seen or seen.add(sid))]
     if order is not None:
         samples = order(samples)
-    elif cfg.run.limit is not None:
-        samples = samples[: cfg.run.limit]
+    elif run.limit is not None:
+        samples = samples[: run.limit]
     if not samples:
         raise ConfigError("run: the selection is empty (check benchmark.subsets, run.sample_ids, run.limit)")
     return samples

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evalkit import secrets
-from evalkit.config import EvalConfig
 from evalkit.errors import ConfigError
 from evalkit.engine.batch import BatchExecutor
 from evalkit.engine.budget import UNJOURNALED, Budget, journal_spend
@@ -49,6 +48,7 @@ from evalkit.engine.session import Session
 from evalkit.models.factory import Endpoints, network_endpoints, serverless_agents
 from evalkit.journal import read_journal
 from evalkit.jsonl import JsonlAppender
+from evalkit.specs import ExecutionSpec, RunSpecs
 from evalkit.summary import Summary
 from evalkit.tracking.base import NullObserver, Observer, RunInfo
 from evalkit.types import Failure, Trajectory
@@ -83,10 +83,11 @@ class RunResult:
         return 0 if self.typed.complete else 1
 
 
-def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Phases | None = None,
+def run_evaluation(specs: RunSpecs, observer: Observer | None = None, phases: Phases | None = None,
                    shared: Session | None = None) -> RunResult:  # fmt: skip
-    """Execute one validated run end to end and return where it left its results.
-    ``phases``: the run's timings so far (the compose), started where the run started;
+    """Execute one run end to end and return where it left its results. ``specs``: the
+    run's specs, built once from its validated config (:func:`evalkit.specs.build`); each
+    stage takes its own part. ``phases``: the run's timings so far (the compose), started where the run started;
     ``shared``: the :class:`~evalkit.engine.session.Session` of a sweep whose jobs run in
     this process (Ray, servers and warm workers kept between its runs), ``None`` for a run
     that starts and stops what it needs.
@@ -99,24 +100,24 @@ def run_evaluation(cfg: EvalConfig, observer: Observer | None = None, phases: Ph
     observer = observer or NullObserver()
     phases = phases or Phases()
     with ExitStack() as stack:
-        run_dir, resumed = choose_run_dir(cfg)
-        if resumed and not cfg.run.batch:  # before Ray starts
+        run_dir, resumed = choose_run_dir(specs.run_dir)
+        if resumed and not specs.execution.batch:  # before Ray starts
             BatchExecutor.refuse_live_resume(run_dir)  # a batch still running would answer what a live run buys again
         ray_stack = stack.enter_context(ExitStack())  # Ray started for this run and its early workers
-        plan, early = start(cfg, ray_stack, phases, shared)
-        observer.run_started(RunInfo(cfg, run_dir, resumed))
+        plan, early = start(specs, ray_stack, phases, shared)
+        observer.run_started(RunInfo(run_dir, resumed, specs.report))
         refused: list[bool] = []
         stack.callback(_remove_refused, run_dir, _existing(run_dir), refused)  # after open_run has closed its log
-        state = stack.enter_context(open_run(cfg, run_dir, resumed))
+        state = stack.enter_context(open_run(specs.run_dir, run_dir, resumed))
         try:
-            engine = execute(plan, state, observer, phases, early, shared)
+            engine = execute(plan, state, phases, early, shared)
         except ConfigError:  # refused before anything was sent (a batch over the budget)
             refused.append(not resumed)
             raise
         if engine is not None and engine.get("batch", {}).get("detached"):  # no summary: the run goes on at the provider
             batches = [e["batch_id"] for e in engine["batch"]["batches"] if not e["collected"]]
-            return RunResult(run_dir, {"status": "batch_submitted", "benchmark": cfg.benchmark.name,
-                                       "model": cfg.model.name, "batch_ids": batches})  # fmt: skip
+            return RunResult(run_dir, {"status": "batch_submitted", "benchmark": specs.report.benchmark,
+                                       "model": specs.report.model, "batch_ids": batches})  # fmt: skip
         ray_stack.close()  # the model workers and this run's Ray are stopped before the summary, not held through it
         sequential.narrow(plan, run_dir)  # run.stop_when: a decided run's selection is what it dispatched
         summary = finalize(plan, state, engine, observer, phases)
@@ -151,13 +152,7 @@ def _has_rows(path: Path) -> bool:
     return path.exists() and path.stat().st_size > 0
 
 
-def _cache_dir(cfg: EvalConfig) -> Path | None:
-    """The response cache's directory (``run.cache_dir``, default ``<output_root>/cache``), or
-    ``None`` with ``run.cache=false``."""
-    return (cfg.run.cache_dir or cfg.run.output_root / "cache") if cfg.run.cache else None
-
-
-def start(cfg: EvalConfig, stack: ExitStack, phases: Phases, shared: Session | None = None) -> tuple[RunPlan, RayExecutor | None]:
+def start(specs: RunSpecs, stack: ExitStack, phases: Phases, shared: Session | None = None) -> tuple[RunPlan, RayExecutor | None]:
     """For a network model (or a network judge): check an existing response cache and trim it to its size bound
     (:func:`~evalkit.engine.cache.trim_cache`, which evicts only past that bound),
     reach Ray and — when no server of evalkit's must start first — start the model workers
@@ -167,65 +162,56 @@ def start(cfg: EvalConfig, stack: ExitStack, phases: Phases, shared: Session | N
     here is shut down when ``stack`` closes, or, in a sweep's
     :mod:`~evalkit.engine.session`, when the sweep ends."""
     early = None
-    endpoints = network_endpoints(cfg)  # built once: for the early workers and the plan
-    networked = cfg.model.kind == "litellm" or any(j.model.kind == "litellm" for j in cfg.judge)  # a network judge too
+    execution, models = specs.execution, specs.models
+    endpoints = network_endpoints(models)  # built once: for the early workers and the plan
+    networked = models.networked  # a network judge too
     if networked:
-        cache_dir = _cache_dir(cfg)
+        cache_dir = execution.cache_dir
         if cache_dir is not None and cache_dir.exists():
             trim_cache(cache_dir)  # a corrupt cache: one line before anything runs; within its size bound
-    if networked and not cfg.run.batch:  # a batch run waits in this process: no Ray
+    if networked and not execution.batch:  # a batch run waits in this process: no Ray
         with phases.timed("ray_start_s"):
-            started = ensure_ray(cfg.runner.address, cfg.runner.num_cpus)
+            started = ensure_ray(execution.address, execution.num_cpus)
         if started and shared is not None:
             shared.ray_started = True
         elif started:
             stack.callback(shutdown_ray)
-        early = _early_workers(cfg, endpoints, stack, shared)
+        early = _early_workers(specs, endpoints, stack, shared)
     with phases.timed("data_load_s"):
-        plan = prepare(cfg, priced=early is None, endpoints=endpoints)
-    if cfg.run.batch:
+        plan = prepare(specs, priced=early is None, endpoints=endpoints)
+    if execution.batch:
         BatchExecutor.check(plan)
     if early is not None:
-        early.register(plan.bench.solver(), cfg.sent_params(), cfg.user_sent_params())
+        early.register(plan.bench.solver(), models.agent.sent_params, models.user_sent_params)
         # litellm's prices asked of a worker, which imports litellm anyway: the driver need not
         # import it before the first request (a priced answer's cost imports it as results arrive)
-        plan.prices = run_prices(cfg, plan.with_user, early.litellm_price)
+        plan.prices = run_prices(models, plan.with_user, early.litellm_price, specs.run.max_cost_usd)
     return plan, early
 
 
-def _early_workers(cfg: EvalConfig, endpoints: Endpoints, stack: ExitStack, shared: Session | None) -> RayExecutor | None:
+def _early_workers(specs: RunSpecs, endpoints: Endpoints, stack: ExitStack, shared: Session | None) -> RayExecutor | None:
     """The Ray workers of a network model whose endpoints need no server of evalkit's,
     started at once (their start-up, litellm's import included, overlaps the data load)."""
-    factory = serverless_agents(cfg, endpoints)
+    factory = serverless_agents(specs.models, endpoints)
     if factory is None:
         return None
-    executor = _ray_executor(cfg, factory, shared)
+    executor = _ray_executor(specs.execution, factory, shared)
     stack.callback(executor.close)
     return executor
 
 
-def _ray_executor(cfg: EvalConfig, agents_factory: Callable[[], Any], shared: Session | None) -> RayExecutor:
+def _ray_executor(execution: ExecutionSpec, agents_factory: Callable[[], Any], shared: Session | None) -> RayExecutor:
     """The one place a run's Ray workers are made: ``backend.concurrency`` per run over
     ``runner.num_workers`` workers sharing the response cache; in a sweep's session, the
-    warm workers of an earlier run with the same endpoints and cache are reused."""
-    return RayExecutor(agents_factory, _cache_dir(cfg), cfg.runner.num_workers, cfg.backend.concurrency,
-                       warm=shared.workers if shared else None, limits=_endpoint_limits(cfg))  # fmt: skip
+    warm workers of an earlier run with the same endpoints and cache are reused. A
+    ``runner=cluster`` run's requests go through one window per endpoint shared by every run
+    on the cluster (``execution.limits``, :mod:`evalkit.engine.ratelimit`); ``runner=local``
+    has none (the run is its endpoints' only caller: the driver's window suffices)."""
+    return RayExecutor(agents_factory, execution.cache_dir, execution.num_workers, execution.concurrency,
+                       warm=shared.workers if shared else None, limits=execution.limits)  # fmt: skip
 
 
-def _endpoint_limits(cfg: EvalConfig) -> dict[str, tuple[int, bool]] | None:
-    """``{"agent" | "user": (concurrency, adaptive)}`` of a ``runner=cluster`` run: each endpoint's
-    requests go through one window shared by every run on the cluster
-    (:mod:`evalkit.engine.ratelimit`); ``None`` for ``runner=local`` (the run is its
-    endpoints' only caller: the driver's window suffices)."""
-    if cfg.runner.kind != "cluster":
-        return None
-    limits = {"agent": (cfg.backend.concurrency, cfg.backend.adaptive_concurrency)}
-    if cfg.user is not None:
-        limits["user"] = (cfg.user.backend.concurrency, cfg.user.backend.adaptive_concurrency)
-    return limits
-
-
-def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, early: Executor | None = None,
+def execute(plan: RunPlan, state: RunState, phases: Phases, early: Executor | None = None,
             shared: Session | None = None) -> dict[str, Any] | None:  # fmt: skip
     """The *execute* stage of a run (the only meaning of "execute" in evalkit; one model
     call is :func:`evalkit.engine.solve.call_model`): solve every unit the journal does not
@@ -246,21 +232,21 @@ def execute(plan: RunPlan, state: RunState, observer: Observer, phases: Phases, 
     if not pending:
         return None
     plan.warn_unpriced()
-    cfg = plan.cfg
+    execution = plan.specs.execution
     with ExitStack() as stack:
         scorer = stack.enter_context(Scorer(plan.bench, budget_s=plan.bench.settings.score_budget_s))
         executor = early or _open_executor(plan, state, stack, pending, shared)
-        budget = Budget.of_run(cfg, plan.prices, state.run_dir)
+        budget = Budget.of_run(plan.specs.run, plan.prices, state.run_dir)
         if budget.limited:
             executor.set_budget(budget)
         executor.wait_ready()
-        journaler = stack.enter_context(Journaler(plan, state, observer, scorer, len(pending)))
+        journaler = stack.enter_context(Journaler(plan, state, scorer, len(pending)))
         journaler.monitor = monitor
         try:
-            adaptive = cfg.backend.adaptive_concurrency and not _endpoint_limits(cfg)  # else the cluster's window adapts
-            gated = (monitor.executor(executor, cfg.backend.concurrency), monitor.gated(pending), monitor.on_result(journaler.on_result)) \
+            adaptive = execution.adaptive and not execution.limits  # else the cluster's window adapts
+            gated = (monitor.executor(executor, execution.concurrency), monitor.gated(pending), monitor.on_result(journaler.on_result)) \
                 if monitor else (executor, pending, journaler.on_result)  # run.stop_when: nothing sent once decided  # fmt: skip
-            engine = asyncio.run(run_units(gated[0], gated[1], cfg.backend.concurrency, gated[2], adaptive, budget))
+            engine = asyncio.run(run_units(gated[0], gated[1], execution.concurrency, gated[2], adaptive, budget))
         except KeyboardInterrupt:
             _note_unjournaled(executor.cancel(), state.run_dir)
             raise
@@ -300,11 +286,12 @@ def _open_executor(plan: RunPlan, state: RunState, stack: ExitStack, pending: Wo
     response cache; in a sweep's session, from its server pool) and their executor; for
     ``run.batch``, the :class:`~evalkit.engine.batch.BatchExecutor` (no model opened: the
     provider answers)."""
-    if plan.cfg.run.batch:
-        executor: Executor = BatchExecutor(plan, state.run_dir, list(pending), _cache_dir(plan.cfg))
+    execution = plan.specs.execution
+    if execution.batch:
+        executor: Executor = BatchExecutor(plan, state.run_dir, list(pending), execution.cache_dir)
         stack.callback(executor.close)
         return executor
-    serve = not (plan.models.starts_servers and all_cached(_cache_dir(plan.cfg), pending, plan.models.model_id))
+    serve = not (plan.models.starts_servers and all_cached(execution.cache_dir, pending, plan.models.model_id))
     if not serve:  # the workers never call the model on a hit
         status.info("every request is in the response cache (%d): llama.cpp's server is not started for the model%s",
                     len(pending), " (a judge's is: its requests come after the answers)" if plan.models.judged_by_own_server else "")
@@ -317,11 +304,11 @@ def _open_executor(plan: RunPlan, state: RunState, stack: ExitStack, pending: Wo
 def _executor(plan: RunPlan, agents_factory: Callable[[], Any], shared: Session | None) -> Executor:
     """In-process for offline models (answered from tables or scripts: no response cache),
     Ray workers sharing the response cache for network models."""
-    cfg = plan.cfg
-    solver, agent_params, user_params = plan.bench.solver(), cfg.sent_params(), cfg.user_sent_params()
+    models = plan.specs.models
+    solver, agent_params, user_params = plan.bench.solver(), models.agent.sent_params, models.user_sent_params
     if plan.models.offline:
         return LocalExecutor(agents_factory, solver, None, agent_params, user_params)
-    executor = _ray_executor(cfg, agents_factory, shared)
+    executor = _ray_executor(plan.specs.execution, agents_factory, shared)
     executor.register(solver, agent_params, user_params)
     return executor
 
@@ -336,15 +323,15 @@ class Journaler:
     the samples as its selection does); network runs score while other units are in flight.
     """
 
-    def __init__(self, plan: RunPlan, state: RunState, observer: Observer, scorer: Scorer, total: int):
-        self.plan, self.state, self.observer, self.scorer = plan, state, observer, scorer
-        self.info = RunInfo(plan.cfg, state.run_dir, state.resumed)
+    def __init__(self, plan: RunPlan, state: RunState, scorer: Scorer, total: int):
+        self.plan, self.state, self.scorer = plan, state, scorer
         self.stack = ExitStack()
         self.predictions = self.stack.enter_context(JsonlAppender(state.run_dir / PREDICTIONS, transform=secrets.scrub_obj))
         self.failed = self.stack.enter_context(JsonlAppender(state.run_dir / FAILED, transform=secrets.scrub_obj))
         self.in_order = asyncio.Lock() if plan.models.offline else None  # FIFO: units reach it in dispatch order
         self.scoring_s = 0.0
-        self.progress = _progress(total, f"{plan.cfg.benchmark.name}/{plan.cfg.model.name}", plan.cfg.run.progress)
+        report = plan.specs.report
+        self.progress = _progress(total, f"{report.benchmark}/{report.model}", plan.specs.execution.progress)
         self.stack.callback(self.progress.close)
         self.n_failed = 0
         self.monitor: sequential.Monitor | None = None  # run.stop_when: told each row and failure
@@ -382,7 +369,6 @@ class Journaler:
             if unit.rollout:
                 write_transcript(self.state.run_dir, unit.sample.id, unit.request.epoch, trajectory)
             self.predictions.append(row)
-            self.observer.sample_journaled(self.info, row)
             if self.monitor is not None:
                 self.monitor.row(row)
         else:
@@ -408,7 +394,7 @@ class Journaler:
     def _not_scored(self, unit: WorkItem, trajectory: Trajectory) -> None:
         """Journal an answer left unscored once ``benchmark.score_budget_s`` is spent as a
         ``score_budget_exceeded`` failure (its tokens and cost kept; a resume scores it)."""
-        budget = self.plan.cfg.benchmark.score_budget_s
+        budget = self.plan.specs.benchmark.score_budget_s
         if not self.budget_said:
             self.budget_said = True
             log.warning("scoring budget spent (benchmark.score_budget_s=%g s): answers not yet scored are failures of kind "

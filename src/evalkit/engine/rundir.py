@@ -18,9 +18,10 @@ from typing import Any, Iterator
 import yaml
 
 from evalkit import secrets
-from evalkit.config import CONFIG_FORMAT, EvalConfig
+from evalkit.config import CONFIG_FORMAT
 from evalkit.errors import RunDirError, RunDirWriteError, RunInterrupted, printable
 from evalkit.jsonl import read_run_yaml
+from evalkit.specs import RunDirSpec
 
 log = logging.getLogger("evalkit")
 
@@ -66,20 +67,20 @@ def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
     return None if a == b else prefix.rstrip(".")
 
 
-def recorded_config(cfg: EvalConfig) -> dict[str, Any]:
+def recorded_config(spec: RunDirSpec) -> dict[str, Any]:
     """What ``config.yaml`` holds: the resolved config that runs, secrets redacted."""
-    return secrets.redact_config(cfg.record())
+    return secrets.redact_config(spec.record)
 
 
-def _check_resumable(run_dir: Path, cfg: EvalConfig) -> None:
-    """Raises RunDirError unless ``run_dir`` is a run of the same settings as ``cfg``."""
+def _check_resumable(run_dir: Path, spec: RunDirSpec) -> None:
+    """Raises RunDirError unless ``run_dir`` is a run of the same settings as ``spec``'s."""
     try:
         prev = read_run_yaml(run_dir / CONFIG)  # bounded (evalkit.jsonl.load_yaml): a crafted file is one line
     except RunDirError as exc:
         raise RunDirError(f"run.resume: {exc}") from None
     if not isinstance(prev, dict) or not isinstance(prev.get("benchmark"), dict) or not isinstance(prev.get("model"), dict):
         raise RunDirError(f"run.resume: {run_dir}/{CONFIG} is not an evalkit run config")
-    for key, now in (("benchmark", cfg.benchmark.name), ("model", cfg.model.name)):
+    for key, now in (("benchmark", spec.benchmark), ("model", spec.model)):
         was = prev[key].get("name")
         if was != now:
             raise RunDirError(f"run.resume: {run_dir} is a run of {key}={was}, not {key}={now}")
@@ -89,7 +90,7 @@ def _check_resumable(run_dir: Path, cfg: EvalConfig) -> None:
             f"raw configuration layers, requests identified without their extra_body); it cannot be resumed by this "
             f"one (config format {CONFIG_FORMAT}) — start a new run; python -m evalkit.rescore still reads it"
         )
-    diff = _first_difference(prev, recorded_config(cfg))
+    diff = _first_difference(prev, recorded_config(spec))
     if diff:
         raise RunDirError(
             f"run.resume: {diff} differs from the run being resumed ({run_dir}); "
@@ -98,7 +99,7 @@ def _check_resumable(run_dir: Path, cfg: EvalConfig) -> None:
         )
 
 
-def choose_run_dir(cfg: EvalConfig) -> tuple[Path, bool]:
+def choose_run_dir(spec: RunDirSpec) -> tuple[Path, bool]:
     """The run directory and whether it is resumed; nothing is created yet.
 
     New runs go to ``<output_root>/runs/<benchmark>/<model>/<YYYYmmdd-HHMMSS>-<pid>``
@@ -112,18 +113,18 @@ def choose_run_dir(cfg: EvalConfig) -> tuple[Path, bool]:
             configuration (or was written in an older config format), or holds a symbolic
             link (a resumed run writes its files again and never through a link).
     """
-    if cfg.run.resume is not None:
-        run_dir = Path(cfg.run.resume)
+    if spec.resume is not None:
+        run_dir = Path(spec.resume)
         _check_no_links(run_dir)
-        _check_resumable(run_dir, cfg)
+        _check_resumable(run_dir, spec)
         return run_dir, True
-    if cfg.run.dir is not None:
-        run_dir = Path(cfg.run.dir)
+    if spec.dir is not None:
+        run_dir = Path(spec.dir)
         if run_dir.exists():
             raise RunDirError(f"run.dir: {run_dir} already exists; use run.resume={run_dir} to continue it")
         return run_dir, False
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    parent = cfg.run.output_root / "runs" / cfg.benchmark.name / cfg.model.name
+    parent = spec.output_root / "runs" / spec.benchmark / spec.model
     run_dir = parent / f"{stamp}-{os.getpid()}"
     k = 2
     while run_dir.exists():
@@ -168,7 +169,7 @@ def _keep_earlier_failures(run_dir: Path) -> None:
 
 
 @contextmanager
-def open_run(cfg: EvalConfig, run_dir: Path, resumed: bool) -> Iterator[RunState]:
+def open_run(spec: RunDirSpec, run_dir: Path, resumed: bool) -> Iterator[RunState]:
     """Make (or reopen) ``run_dir``, log into its ``evalkit.log``, write ``config.yaml`` (on
     every attempt: it describes the latest one). Ctrl-C inside becomes
     :class:`~evalkit.errors.RunInterrupted` naming the directory to resume.
@@ -182,11 +183,11 @@ def open_run(cfg: EvalConfig, run_dir: Path, resumed: bool) -> Iterator[RunState
         try:
             run_dir.mkdir(parents=True, exist_ok=False)
         except OSError as exc:
-            key = "run.dir" if cfg.run.dir is not None else "run.output_root"
+            key = "run.dir" if spec.dir is not None else "run.output_root"
             raise RunDirError(f"{key}: cannot create {run_dir} ({exc.strerror or type(exc).__name__})") from None
     handler = _setup_file_logging(run_dir)
     try:
-        text = yaml.safe_dump(recorded_config(cfg), sort_keys=False, allow_unicode=True)
+        text = yaml.safe_dump(recorded_config(spec), sort_keys=False, allow_unicode=True)
         (run_dir / CONFIG).write_text(text, encoding="utf-8")
         _keep_earlier_failures(run_dir)
         started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from evalkit import stats
+from evalkit.config import RunSettings
 from evalkit.engine.work import WorkList
 from evalkit.errors import ConfigError
 from evalkit.journal import read_failures, read_journal
@@ -85,7 +86,7 @@ class GateSetup:
             disjoint means (one line)."""
 
     bench: Any
-    cfg: Any
+    run: RunSettings
     kind: str = field(init=False)
     margin: float = field(init=False)
     headline: str = field(init=False)
@@ -98,7 +99,7 @@ class GateSetup:
     n_cap: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
-        run = self.cfg.run
+        run = self.run
         self.kind, self.margin = stats.parse_gate(run.stop_when)
         self.baseline = Path(str(run.baseline))
         self.min_samples = run.min_samples if run.min_samples is not None else MIN_SAMPLES
@@ -119,13 +120,13 @@ class GateSetup:
         unit_ids = self._strata(kept, linear)
         keys = sorted(set(self.stratum_of.values()))
         codes = [keys.index(self.stratum_of[u]) for u in unit_ids]
-        order = stratified_order(codes, {i: self.weights.get(k, 0.0) for i, k in enumerate(keys)}, int(self.cfg.run.seed))
+        order = stratified_order(codes, {i: self.weights.get(k, 0.0) for i, k in enumerate(keys)}, int(self.run.seed))
         self.order_units = [unit_ids[i] for i in order]
         self.population = len(self.order_units)
         rank = {u: i for i, u in enumerate(self.order_units)}
         ordered = sorted(kept, key=lambda s: rank[self.unit_of[s.id]])  # stable: a unit's samples keep their order
-        if self.cfg.run.limit is not None:
-            self.order_units = self.order_units[: self.cfg.run.limit]
+        if self.run.limit is not None:
+            self.order_units = self.order_units[: self.run.limit]
             capped = set(self.order_units)
             ordered = [s for s in ordered if self.unit_of[s.id] in capped]
         self.n_cap = len(self.order_units)
@@ -209,7 +210,7 @@ class Monitor:
         self.samples_of: dict[str, list[Any]] = {}
         for s in plan.samples:
             self.samples_of.setdefault(setup.unit_of[s.id], []).append(s)
-        self.repeats = plan.cfg.run.repeats
+        self.repeats = plan.specs.run.repeats
         self.rows: dict[tuple[str, int], dict[str, Any]] = {}
         self.failed: set[tuple[str, int]] = set()
         self.t = 0  # units of the order consumed
@@ -321,7 +322,7 @@ class Monitor:
         return {"gate": name, "verdict": decision["verdict"], "why": decision["why"], "baseline": str(s.baseline),
                 "headline": s.headline, "level": s.level, "n_used": decision["n_used"], "n_answered": n_answered,
                 "n_cap": s.n_cap, "population": s.population, "min_samples": s.min_samples, "skipped": len(self.skipped),
-                "interval": look, "looks": self.looks, "seed": int(s.cfg.run.seed),
+                "interval": look, "looks": self.looks, "seed": int(s.run.seed),
                 "method": "anytime-valid confidence sequence: hedged betting capital for sampling without replacement "
                           "(Waudby-Smith & Ramdas 2020/2024), one per stratum, multiplied and projected on the weighted "
                           f"headline; simultaneous over all looks at {int(round(100 * s.level))}%"}  # fmt: skip
@@ -415,7 +416,7 @@ def narrow(plan: Any, run_dir: Path) -> None:
     keep = [s for s in plan.samples if setup.unit_of[s.id] in keep_units]
     ids = {s.id for s in keep}
     plan.samples = keep
-    plan.units = WorkList(keep, plan.units.build, plan.units.is_rollout, plan.cfg.run.repeats)
+    plan.units = WorkList(keep, plan.units.build, plan.units.is_rollout, plan.specs.run.repeats)
     plan.hashes = {k: h for k, h in plan.hashes.items() if k[0] in ids}
 
 

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator, Protocol
 from evalkit.backends.llamacpp import NOT_STARTED, ServerPool, served_weights_identity, starts_server
 from evalkit.models.base import endpoint_model_id, strip_credentials
 from evalkit.models.offline import ReferenceJudge, TableModel, file_digest, load_replay_file, load_run_outputs, table_digest
+from evalkit.specs import ActorSpec, ModelsSpec
 from evalkit.types import Sample
 
 
@@ -195,7 +196,7 @@ class Endpoints:
     """A run's network endpoints, built once from the config (:func:`network_endpoints`) and
     handed to both users: the early model workers (:func:`serverless_agents`) and the plan
     (:func:`plan_models`). ``agent`` / ``user``: the model under test's and the user
-    simulator's (``None`` for an offline model, and ``user`` without ``cfg.user``);
+    simulator's (``None`` for an offline model, and ``user`` without a user simulator);
     ``judges``: ``(name, endpoint, parameters sent)`` of each network judge."""
 
     agent: _Endpoint | None
@@ -203,68 +204,72 @@ class Endpoints:
     judges: tuple[tuple[str, _Endpoint, dict[str, Any]], ...]
 
 
-def network_endpoints(cfg: Any) -> Endpoints:
-    """The one place a run's network endpoints are built from the config (each its own
+def network_endpoints(models: ModelsSpec) -> Endpoints:
+    """The one place a run's network endpoints are built from its models' spec (each its own
     model, backend and key; a judge's per-attempt timeout is its own backend's ``timeout_s``)."""
     agent = user = None
-    if cfg.model.kind == "litellm":
-        agent = _Endpoint(cfg.model, cfg.backend, cfg.api_key(), cfg.request_timeout_s())
-        if cfg.user is not None:
-            user = _Endpoint(cfg.user.model, cfg.user.backend, cfg.user_api_key(), cfg.request_timeout_s())
-    judges = tuple((j.model.name, _Endpoint(j.model, j.backend, cfg.judge_api_key(j), j.backend.timeout_s), cfg.judge_sent_params(j))
-                   for j in cfg.judge if j.model.kind == "litellm")  # fmt: skip
+    if models.agent.model.kind == "litellm":
+        agent = _endpoint(models.agent)
+        if models.user is not None:
+            user = _endpoint(models.user)
+    judges = tuple((j.model.name, _endpoint(j), j.sent_params) for j in models.judges if j.model.kind == "litellm")
     return Endpoints(agent, user, judges)
 
 
-def plan_models(cfg: Any, bench: OfflineAnswers, samples: list[Sample], with_user: bool,
+def _endpoint(actor: ActorSpec) -> _Endpoint:
+    return _Endpoint(actor.model, actor.backend, actor.api_key, actor.timeout_s)
+
+
+def plan_models(models: ModelsSpec, bench: OfflineAnswers, samples: list[Sample], with_user: bool,
                 endpoints: Endpoints | None = None) -> ModelPlan:  # fmt: skip
-    """The :class:`ModelPlan` of a validated config (:class:`~evalkit.config.EvalConfig`).
+    """The :class:`ModelPlan` of a run's models (:class:`~evalkit.specs.ModelsSpec`).
 
     ``with_user``: a user simulator takes part (some selected sample is a rollout that
-    needs one and ``cfg.user`` is set). ``endpoints``: those the run already built
+    needs one and ``models.user`` is set). ``endpoints``: those the run already built
     (:func:`network_endpoints`, also given to its early workers); built here when ``None``.
 
     Raises:
         DataError: a replay file that cannot be read (names file and line).
     """
-    kind = cfg.model.kind
-    built = endpoints or network_endpoints(cfg)
+    model = models.agent.model
+    kind = model.kind
+    built = endpoints or network_endpoints(models)
     if kind == "litellm":
         judges = built.judges
         agent, user = built.agent, built.user if with_user else None
         assert agent is not None
         model_id = agent.model_id() + (f"|user={user.model_id()}" if user is not None else "")
-        endpoints = {"agent": strip_credentials(getattr(cfg.backend, "api_base", None))}
+        endpoints = {"agent": strip_credentials(models.agent.api_base)}
         if user is not None:
-            endpoints["user"] = strip_credentials(getattr(cfg.user.backend, "api_base", None))
+            endpoints["user"] = strip_credentials(getattr(user.backend, "api_base", None))
         endpoints.update({f"judge:{name}": strip_credentials(getattr(e.backend, "api_base", None)) for name, e, _ in judges})
         return ModelPlan(model_id, False, endpoints, _agent=agent, _user=user, _judges=judges)
     singles = [s for s in samples if not bench.is_rollout(s)]
     if kind == "reference":
         outputs, source = {s.id: bench.reference_output(s) for s in singles}, "gold"
     elif kind == "baseline":
-        outputs = {s.id: bench.baseline_output(cfg.model.baseline, s) for s in singles}
-        source = f"baseline-{cfg.model.baseline}"
-    elif Path(cfg.model.path).is_dir():  # replay of a finished run's answers, per sample and epoch
-        outputs = load_run_outputs(cfg.model.path, continuation=cfg.model.api == "completion")
-        source = "run-" + table_digest(outputs) + (":completion" if cfg.model.api == "completion" else "")
+        outputs = {s.id: bench.baseline_output(model.baseline, s) for s in singles}
+        source = f"baseline-{model.baseline}"
+    elif Path(model.path).is_dir():  # replay of a finished run's answers, per sample and epoch
+        outputs = load_run_outputs(model.path, continuation=model.api == "completion")
+        source = "run-" + table_digest(outputs) + (":completion" if model.api == "completion" else "")
     else:  # replay
-        outputs = load_replay_file(cfg.model.path, continuation=cfg.model.api == "completion")
-        source = file_digest(cfg.model.path) + (":completion" if cfg.model.api == "completion" else "")
-    table = TableModel(cfg.model.name, outputs, source)
+        outputs = load_replay_file(model.path, continuation=model.api == "completion")
+        source = file_digest(model.path) + (":completion" if model.api == "completion" else "")
+    table = TableModel(model.name, outputs, source)
     scripted = bench.reference_agents if kind == "reference" else None
-    judges = {j.model.name: (ReferenceJudge(), {}) for j in cfg.judge if j.model.kind == "reference"}
+    judges = {j.model.name: (ReferenceJudge(), {}) for j in models.judges if j.model.kind == "reference"}
     network = built.judges  # an offline model judged over the network runs on the model workers
     endpoints = {"agent": None, **{f"judge:{name}": strip_credentials(getattr(e.backend, "api_base", None)) for name, e, _ in network}}
     return ModelPlan(table.model_id, not network, endpoints, _offline=Agents(table, None, scripted, bench.is_rollout, judges), _judges=network)
 
 
-def serverless_agents(cfg: Any, endpoints: Endpoints) -> Callable[[], Agents] | None:
+def serverless_agents(models: ModelsSpec, endpoints: Endpoints) -> Callable[[], Agents] | None:
     """The picklable factory of a network model's :class:`Agents` straight from the config
-    — the agent, the judges and, when ``cfg.user`` is set, the user simulator — when none of their
+    — the agent, the judges and, when ``models.user`` is set, the user simulator — when none of their
     endpoints is a server evalkit starts (``None`` otherwise, and for offline models): the
     engine starts the model workers with it before the benchmark's data is loaded."""
-    if cfg.model.kind != "litellm":
+    if models.agent.model.kind != "litellm":
         return None
     agent, user, judges = endpoints.agent, endpoints.user, endpoints.judges
     assert agent is not None

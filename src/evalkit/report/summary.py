@@ -20,48 +20,47 @@ import math
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from tabulate import tabulate
 
 from evalkit.report.markdown import md_cells, md_code, md_text
+from evalkit.specs import ReportSpec
 from evalkit.stats import with_interval
 from evalkit.summary import SCHEMA_VERSION, Summary
 
 
-def instrument(bench: Any, cfg: Any = None) -> dict[str, Any]:
+def instrument(bench: Any, spec: ReportSpec | None = None) -> dict[str, Any]:
     """The run's ``instrument`` fingerprint entry, built here only: what measured the run
     besides the model under test — the benchmark's scoring rules
     (:meth:`~evalkit.benchmarks.base.Benchmark.instrument`, e.g. ``{"scoring": "evalscope"}``)
     and, for a judged task, the judges' identity under ``judge`` (:func:`judge_identity`,
-    from ``cfg``, the run's validated config). ``compare`` names any difference between two
+    of ``spec``'s judges and ``llm_judge`` scorers). ``compare`` names any difference between two
     runs' instruments as it names a prompt change (:func:`evalkit.compare.comparability`)."""
     out = dict(bench.instrument())
-    judge = judge_identity(cfg)
+    judge = judge_identity(spec.judges, spec.judge_scorers) if spec is not None else {}
     if judge:
         out["judge"] = judge
     return out
 
 
-def judge_identity(cfg: Any) -> dict[str, Any]:
+def judge_identity(judges: Sequence[Any], scorers: Sequence[Any] = ()) -> dict[str, Any]:
     """Who judged a run (issue 32 item 5): ``{"judges": [{"name", "model", "provider"}, …],
-    "rubric": "sha256:<16 hex>"}`` — each judge of ``cfg.judge`` in the order named (a
-    panel: several): its model config's name, the provider model it asks (``provider/model``,
+    "rubric": "sha256:<16 hex>"}`` — each judge (its :class:`~evalkit.config.ModelConfig`,
+    ``judge.model`` in the order named; a panel: several): its model config's name, the provider model it asks (``provider/model``,
     litellm's spelling; ``reference`` for the reference judge, which reads the gold
     verdicts) and the provider (the part before ``/``; the model kind when there is none);
     ``rubric``: a digest of every ``llm_judge`` scorer's name, rubric, system prompt and
-    verdict settings (``benchmark.scorers``), so that a reworded rubric is a new instrument.
-    ``{}`` for a run without judges (``cfg`` ``None`` too). Never an address or a key."""
-    judges = list(getattr(cfg, "judge", None) or []) if cfg is not None else []
+    verdict settings (``scorers``: the ``llm_judge`` ones of ``benchmark.scorers``), so that a
+    reworded rubric is a new instrument. ``{}`` for a run without judges. Never an address or
+    a key."""
     if not judges:
         return {}
     who = []
-    for judge in judges:
-        model = judge.model
+    for model in judges:
         asked = model.provider_model or model.kind
         who.append({"name": model.name, "model": asked,
                     "provider": asked.split("/", 1)[0] if model.provider_model and "/" in asked else model.kind})  # fmt: skip
-    scorers = [s for s in getattr(getattr(cfg, "benchmark", None), "scorers", None) or [] if getattr(s, "kind", None) == "llm_judge"]
     rules = [{"name": s.score_name, "rubric": s.rubric, "system": s.system,
               **{k: s.judge_setting(k) for k in ("mode", "verdict", "scale_min", "scale_max", "against", "panel")}}
              for s in scorers]  # fmt: skip
@@ -71,7 +70,7 @@ def judge_identity(cfg: Any) -> dict[str, Any]:
 
 def build_summary(
     *,
-    cfg: Any,
+    spec: ReportSpec,
     bench: Any,
     samples: list[Any],
     records: list[dict[str, Any]],
@@ -103,16 +102,16 @@ def build_summary(
     summary: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "status": "complete" if complete else "incomplete",
-        "benchmark": cfg.benchmark.name,
-        "model": cfg.model.name,
+        "benchmark": spec.benchmark,
+        "model": spec.model,
         "model_id": model_id,
-        "user_model": cfg.user.model.name if getattr(cfg, "user", None) is not None else None,
-        "shots": cfg.shots.n,
-        "mode": cfg.model.api,
+        "user_model": spec.user_model,
+        "shots": spec.shots,
+        "mode": spec.mode,
         "pid": os.getpid(),
         "n_samples": len(samples),
-        "repeats": cfg.run.repeats,
-        "n_requested": len(samples) * cfg.run.repeats,
+        "repeats": spec.repeats,
+        "n_requested": len(samples) * spec.repeats,
         "n_scored": len(samples) - len(failed_ids),
         "n_failed": len(failed_ids),
         "n_scored_rows": len(records),
@@ -128,9 +127,9 @@ def build_summary(
         "data_files_fingerprint": bench.data_fingerprints(),
         "prompt_hash": prompt_hash,
         "prompt_template_hash": bench.prompt_fingerprint(),
-        "instrument": instrument(bench, cfg),
+        "instrument": instrument(bench, spec),
         "code_version": code_version,
-        "generation_params": cfg.generation_params(),
+        "generation_params": dict(spec.generation_params),
         "usage": dict(usage),
         "mean_latency_s": round(sum(latencies) / len(latencies), 4) if latencies else None,
         "wall_s": round(wall_s, 3),

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from evalkit.specs import TrackingSpec
 from evalkit.tracking.base import NullObserver, Observer, RunInfo
 from evalkit.tracking.mlflow_tracking import MlflowObserver
 
 __all__ = ["MlflowObserver", "NullObserver", "Observer", "RunInfo", "make_observer", "sweep_observer"]
 
 
-def make_observer(cfg: Any, sweep: dict[str, Any] | None = None) -> Observer:
+def make_observer(spec: TrackingSpec, sweep: dict[str, Any] | None = None) -> Observer:
     """The observer ``tracking.kind`` names (``mlflow`` or ``none``) for a run or a sweep
     (``sweep``: the ``sweep.json`` of the sweep a run is a job of)."""
-    if cfg.tracking.kind == "mlflow":
-        return MlflowObserver.from_config(cfg, sweep)
+    if spec.kind == "mlflow":
+        return MlflowObserver.from_spec(spec, sweep)
     return NullObserver()
 
 

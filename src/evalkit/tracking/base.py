@@ -2,8 +2,9 @@
 
 The engine calls, for one run: :meth:`Observer.run_started` (the run is about to write its
 directory: a tracker checks its store here, and raising :class:`~evalkit.errors.TrackingError`
-stops the run before anything is written), :meth:`Observer.sample_journaled` for each row
-written to ``predictions.jsonl``, and :meth:`Observer.run_finished` with the summary. The
+stops the run before anything is written) and :meth:`Observer.run_finished` with the summary
+(a tracker reads the rows from the journal then; a per-row hook had no implementer and was
+removed, issue 34 item 4). The
 sweep calls :meth:`Observer.sweep_started` (what it returns is kept in ``sweep.json``, where
 the sweep's jobs find it, e.g. a parent run id) and :meth:`Observer.sweep_finished`.
 
@@ -14,24 +15,27 @@ inspect_ai's hooks and lm-eval's ``evaluation_tracker`` are the shapes this foll
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
+from evalkit.specs import ReportSpec
 from evalkit.summary import Summary
+from evalkit.types import Request
 
 
 @dataclass
 class RunInfo:
-    """What an observer knows of a run: its validated config
-    (:class:`~evalkit.config.EvalConfig`), its directory (about to be made, or the one being
-    resumed), and the sweep it is a job of (the sweep's ``sweep.json`` content, or ``None``)."""
+    """What an observer knows of a run: its directory (about to be made, or the one being
+    resumed), whether it is resumed, what the summary says of it besides its results
+    (:class:`~evalkit.specs.ReportSpec`: names, shots, repeats, judges; ``None`` when the
+    caller has none) and, for :meth:`Observer.run_finished`, its ``requests``: the
+    selection in order, each with its prompt (built as they are read)."""
 
-    cfg: Any
     run_dir: Path
     resumed: bool = False
-    sweep: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    spec: ReportSpec | None = None
+    requests: Iterable[Request] | None = None
 
 
 class Observer:
@@ -39,9 +43,6 @@ class Observer:
 
     def run_started(self, run: RunInfo) -> None:
         """Before the run writes anything. May raise ``TrackingError`` (one line)."""
-
-    def sample_journaled(self, run: RunInfo, record: dict[str, Any]) -> None:
-        """A row was appended to ``predictions.jsonl`` (never raises into the run)."""
 
     def run_finished(self, run: RunInfo, summary: Summary) -> None:
         """``summary.json`` (``summary``, typed) and ``report.md`` are written. May raise

@@ -62,6 +62,7 @@ from evalkit.images import image_facts
 from evalkit.jsonl import read_run_text, read_run_yaml
 from evalkit.summary import Summary
 import evalkit.tracking.curate as curate
+from evalkit.specs import TrackingSpec
 from evalkit.tracking.base import Observer, RunInfo
 from evalkit.tracking.ledger import FILE as LEDGER_FILE
 from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, key_digest, owner_problem
@@ -121,11 +122,11 @@ def is_unreachable(exc: BaseException) -> bool:
     return False
 
 
-def tracking_uri(cfg: Any) -> str:
+def tracking_uri(spec: TrackingSpec) -> str:
     """``tracking.tracking_uri``, or the SQLite store under ``run.output_root``."""
-    if cfg.tracking.tracking_uri:
-        return str(cfg.tracking.tracking_uri)
-    return f"sqlite:///{Path(str(cfg.run.output_root)).resolve() / 'mlflow.db'}"
+    if spec.tracking_uri:
+        return spec.tracking_uri
+    return f"sqlite:///{Path(spec.output_root).resolve() / 'mlflow.db'}"
 
 
 def is_server(uri: str) -> bool:
@@ -133,16 +134,16 @@ def is_server(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
-def artifact_root(cfg: Any) -> str:
+def artifact_root(spec: TrackingSpec) -> str:
     """``tracking.artifact_root``; else, for a tracking server, ``""``: a new experiment's
     artifacts go where the server says (``--serve-artifacts``: uploaded through it,
     ``--default-artifact-root``: that store), never to a folder only this machine sees;
     else ``<run.output_root>/mlartifacts`` as a file URI."""
-    if cfg.tracking.artifact_root:
-        return str(cfg.tracking.artifact_root)
-    if is_server(tracking_uri(cfg)):
+    if spec.artifact_root:
+        return spec.artifact_root
+    if is_server(tracking_uri(spec)):
         return ""
-    return (Path(str(cfg.run.output_root)).resolve() / "mlartifacts").as_uri()
+    return (Path(spec.output_root).resolve() / "mlartifacts").as_uri()
 
 
 def client(uri: str) -> Any:
@@ -305,8 +306,8 @@ def subsets_table(outs: list[Outcome], headline: str) -> dict[str, list[Any]]:
 class MlflowObserver(Observer):
     """Records runs and sweeps in an MLflow store.
 
-    ``uri`` / ``experiment`` / ``artifact_root``: the store (:meth:`from_config` reads them
-    from a config); ``suite``: the ``suite`` tag; ``sweep``: the ``sweep.json`` of the sweep
+    ``uri`` / ``experiment`` / ``artifact_root``: the store (:meth:`from_spec` reads them
+    from a :class:`~evalkit.specs.TrackingSpec`); ``suite``: the ``suite`` tag; ``sweep``: the ``sweep.json`` of the sweep
     this run is a job of (``None`` outside a sweep); ``traces``: log one trace per sample;
     ``max_traces``: at most this many (``None``: all), chosen with ``seed`` (``run.seed``).
     """
@@ -325,16 +326,10 @@ class MlflowObserver(Observer):
         self.seed = seed
 
     @classmethod
-    def from_config(cls, cfg: Any, sweep: dict[str, Any] | None = None) -> "MlflowObserver":
-        """The observer of ``cfg``'s ``tracking.*`` settings (a validated or a composed config)."""
-        run = cfg.run
-        suite = run.get("suite") if hasattr(run, "get") else getattr(run, "suite", None)
-        def setting(group: Any, key: str, default: Any) -> Any:
-            return group.get(key, default) if hasattr(group, "get") else getattr(group, key, default)
-
-        return cls(tracking_uri(cfg), str(cfg.tracking.experiment), artifact_root(cfg), suite, sweep,
-                   bool(setting(cfg.tracking, "traces", True)), setting(cfg.tracking, "max_traces", None),
-                   int(setting(run, "seed", 0)))  # fmt: skip
+    def from_spec(cls, spec: TrackingSpec, sweep: dict[str, Any] | None = None) -> "MlflowObserver":
+        """The observer of a run's (or a sweep's) ``tracking.*`` settings."""
+        return cls(tracking_uri(spec), spec.experiment, artifact_root(spec), spec.suite, sweep, spec.traces, spec.max_traces,
+                   spec.seed)  # fmt: skip
 
     # ---- runs ---------------------------------------------------------------------------
     def run_started(self, run: RunInfo) -> None:
@@ -390,7 +385,7 @@ class MlflowObserver(Observer):
         results are on disk): it is one line on stderr naming the command that logs the run
         again, ``python -m evalkit.track <run dir>``; the traceback goes to the run's log."""
         try:
-            self.log_run(run.run_dir, summary, run.extra.get("requests"))
+            self.log_run(run.run_dir, summary, run.requests)
         except Exception as exc:  # noqa: BLE001 - any tracking failure becomes one line
             log.info("MLflow logging of %s failed", run.run_dir, exc_info=True)  # evalkit.log only
             line = retry_line(run.run_dir, exc, self.uri)
