@@ -40,3 +40,52 @@ def test_pydantic_readonly_warning_is_filtered_and_nothing_else():
         warnings.warn_explicit(pydantic_msg, UserWarning, "other.py", 1, module="evalkit.other")
         warnings.warn_explicit("something else", UserWarning, "_generate_schema.py", 2, module="pydantic._internal._generate_schema")
     assert [str(w.message)[:14] for w in seen] == [pydantic_msg[:14], "something else"]
+
+
+# ---- 1. a config-dir file that is not a regular file is named, not skipped --------------
+def _make(kind: str, path: Path, tmp_path: Path) -> None:
+    import os
+
+    if kind == "link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "huge":
+        with open(path, "wb") as fh:
+            fh.truncate(300 * 1024 * 1024)  # sparse: no disk used
+
+
+@pytest.mark.parametrize(("kind", "why"), [
+    ("link to /dev/zero", "not a regular file (a symbolic link to /dev/zero, a character device)"),
+    ("fifo", "not a regular file (a FIFO)"),
+    ("directory", "not a regular file (a directory)"),
+    ("huge", "314,572,800 bytes, over the 1,048,576 a YAML file may have"),
+])  # fmt: skip
+def test_a_config_dir_yaml_that_is_not_a_regular_file_is_named_not_unknown(tmp_path, monkeypatch, kind, why):
+    """A benchmark YAML in EVALKIT_CONFIG_DIR that was a link to /dev/zero, a FIFO or a
+    directory was skipped (Hydra too), then reported as "unknown benchmark"; a FIFO's open
+    would wait for a writer. Now one line names the file and why, before anything reads it."""
+    from evalkit.compose import compose
+    from evalkit.errors import ConfigError
+
+    (tmp_path / "benchmark").mkdir()
+    path = tmp_path / "benchmark" / "x.yaml"
+    _make(kind, path, tmp_path)
+    monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(tmp_path))
+    with pytest.raises(ConfigError) as err:
+        compose(["benchmark=x", "model=reference"])
+    assert str(err.value).startswith(f"{path}: {why}") and "unknown" not in str(err.value)
+
+
+def test_a_config_dir_yaml_linked_to_a_regular_file_is_read_through_the_link(tmp_path, monkeypatch):
+    """A team may link a shared YAML into its config directory: Hydra reads it through the
+    link, and so does the bounded check (it said "Too many levels of symbolic links")."""
+    from evalkit.compose import compose
+
+    (tmp_path / "benchmark").mkdir()
+    (tmp_path / "shared.yaml").write_text("name: arith_mini\n", encoding="utf-8")
+    (tmp_path / "benchmark" / "linked.yaml").symlink_to(tmp_path / "shared.yaml")
+    monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(tmp_path))
+    assert compose(["benchmark=linked", "model=reference"]).benchmark.name == "arith_mini"

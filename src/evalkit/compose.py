@@ -58,7 +58,8 @@ def config_files(overrides: Sequence[str], environ: Any = None) -> list[Path]:
     """The YAML files Hydra would read for ``overrides``: ``conf/config.yaml``, and each
     config-group entry chosen — by the primary config's ``defaults`` or by a ``group=option``
     override (each option of a sweep's ``a,b``; ``judge=`` names model configs) — in
-    ``conf/`` and in every directory of :data:`CONFIG_DIR_ENV` (the files that exist)."""
+    ``conf/`` and in every directory of :data:`CONFIG_DIR_ENV` (the paths that exist, whatever
+    their file type: :func:`evalkit.jsonl.check_yaml_file` refuses a non-regular one)."""
     dirs = [CONF_DIR, *config_dirs(environ)]
     choices: dict[str, set[str]] = {}
     primary = load_yaml(check_read(CONF_DIR / "config.yaml"), str(CONF_DIR / "config.yaml"), ConfigError)
@@ -76,7 +77,9 @@ def config_files(overrides: Sequence[str], environ: Any = None) -> list[Path]:
     files = [CONF_DIR / "config.yaml"]
     for group, options in sorted(choices.items()):
         for option in sorted(options):
-            files += [d / group / f"{option}.yaml" for d in dirs if (d / group / f"{option}.yaml").is_file()]
+            # every file that is there, links and non-regular files too: the check refuses
+            # those by name (Hydra would skip them, and say "unknown <group>")
+            files += [d / group / f"{option}.yaml" for d in dirs if os.path.lexists(d / group / f"{option}.yaml")]
     return files
 
 
