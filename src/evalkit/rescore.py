@@ -44,10 +44,10 @@ from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
 from evalkit.errors import ConfigError, EvalkitError, RunDirError, printable
 from evalkit.journal import FAILED, PREDICTIONS, damaged_journal, read_run_journal
-from evalkit.jsonl import SideFileError, load_yaml, read_run_text, read_run_yaml
+from evalkit.jsonl import SideFileError, load_yaml, read_run_yaml
 from evalkit.report.figures import epoch_mean, plan_figures
 from evalkit.report.summary import instrument
-from evalkit.summary import MAX_SUMMARY_BYTES, read_summary
+from evalkit.summary import read_summary, read_summary_record
 
 log = logging.getLogger("evalkit")
 
@@ -188,7 +188,7 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
                                    ci_level=float(recorded.ci_level), seed=int(recorded.seed))  # fmt: skip
         figs = plan_figures(bench, result["samples"], result["epochs"], settings,
                             prefix="" if recorded.complete else "partial_")  # fmt: skip
-        summary = json.loads(read_run_text(run_dir / "summary.json", MAX_SUMMARY_BYTES))
+        summary = read_summary_record(run_dir / "summary.json")  # the fields as written; no link followed, bounded
         metrics = dict(result["metrics"])
         rows = list(result["rows"].values())
         summary.update(
