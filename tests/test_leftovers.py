@@ -146,3 +146,43 @@ def test_a_summary_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
     reader.start()
     reader.join(120)  # a bound with a wide margin, not a timing assert: a blocked open never returns
     assert got and isinstance(got[0], RunDirError) and "not a regular file" in str(got[0])
+
+
+# ---- 3. rescore names the journal rows that are not the run's -----------------------------
+ACE = ["model=reference", "benchmark.subsets=[normal_atom_bool]", "run.limit=3"]
+
+
+def _append(path: Path, rows: list[dict]) -> None:
+    import json
+
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def test_rescore_names_extra_journal_rows_and_scores_only_the_runs(run_eval, capsys):
+    """rescore skipped a row of a sample id the data does not hold without a word, scored a
+    row at an epoch the run never asked (a repeats=1 run read as 2 epochs), and said nothing
+    of identical duplicates. Now it scores exactly the run's samples and epochs, names the
+    others by count in its one warning line, and exits 1 (the journal holds what the run did
+    not count); a duplicate alone is named but is no difference (the first row counts)."""
+    import json
+
+    from evalkit import rescore as rescore_mod
+
+    res = run_eval(ACE)
+    preds = res.run_dir / "predictions.jsonl"
+    first = json.loads(preds.read_text(encoding="utf-8").splitlines()[0])
+    _append(preds, [first])  # an identical duplicate
+    assert rescore_mod.main([str(res.run_dir)]) == 0
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("evalkit: warning:")]
+    assert len(warned) == 1 and "1 journal row(s) not rescored: 1 duplicate row(s) of a sample and epoch already journaled (lines 4;" in warned[0]
+    _append(preds, [{**first, "sample_id": "not_in_data"}, {**first, "epoch": 1, "scores": {"accuracy": 0.0}}])
+    result = rescore_mod.rescore(res.run_dir)
+    assert result["metrics"]["accuracy/normal_atom_bool"] == 1.0 and len(result["epochs"]) == 1
+    assert (result["extra"]["unknown"], result["extra"]["beyond"]) == (["not_in_data"], [f"{first['sample_id']}@1"])
+    capsys.readouterr()
+    assert rescore_mod.main([str(res.run_dir)]) == 1
+    out = capsys.readouterr()
+    warned = [ln for ln in out.err.splitlines() if ln.startswith("evalkit: warning:")]
+    assert len(warned) == 1 and "3 journal row(s) not rescored: 1 row(s) of sample ids not in the benchmark's data (not_in_data)" in warned[0]
+    assert "1 row(s) at an epoch beyond the run's repeats=1" in warned[0] and "DIFFERS" not in out.out

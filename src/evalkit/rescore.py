@@ -83,18 +83,19 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
     damage = recorded_summary and damaged_journal(journal.path, len(rows), recorded_summary.n_scored_rows, "n_scored_rows")
     if damage:
         raise RunDirError(damage)
-    problems = journal.problems()
+    repeats = recorded_summary.repeats if recorded_summary else max(journal.n_epochs(), 1)
+    selected = [by_id[sid] for sid in journal.sample_ids() if sid in by_id]
+    extra = extra_rows(journal, by_id, repeats, recorded_summary.n_samples if recorded_summary else None)
+    problems = "; ".join(p for p in (journal.problems(), extra["line"]) if p)
     if problems:
         print(f"evalkit: warning: {problems}", file=sys.stderr)
-    selected = [by_id[sid] for sid in journal.sample_ids() if sid in by_id]
-    repeats = max(journal.n_epochs(), 1)
     epochs: list[list[dict[str, Any]]] = [[] for _ in range(repeats)]
     changed: list[str] = []
     unreadable: list[str] = []
     new_rows: dict[tuple[str, int], dict[str, Any]] = {}
     with Scorer(bench) as scorer:  # the run's own bounds on time and memory per sample
         for (sid, epoch), row in rows.items():
-            if sid not in by_id:
+            if sid not in by_id or epoch >= repeats:  # not the run's (extra_rows names them)
                 continue
             row = dict(row)
             try:
@@ -118,7 +119,47 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
     recorded = recorded_summary.shown_metrics()[0] if recorded_summary else {}
     return {"metrics": metrics, "recorded": recorded, "changed": changed, "unreadable": unreadable,
             "rows": new_rows, "bench": bench, "samples": selected, "epochs": epochs, "summary": recorded_summary,
-            "has_summary": recorded_summary is not None}  # fmt: skip
+            "has_summary": recorded_summary is not None, "extra": extra}  # fmt: skip
+
+
+def extra_rows(journal: Any, by_id: dict[str, Any], repeats: int, n_samples: int | None) -> dict[str, Any]:
+    """The journal rows that are not the run's, which ``rescore`` does not score (as the run
+    did not count them) but names, by count, in one line (``line``; ``None`` when there are
+    none): rows of a sample id the benchmark's data does not hold (``unknown``), rows at an
+    epoch beyond the summary's ``repeats`` (``beyond``), later rows of a key already counted
+    (``duplicates``, line numbers: the first row counts, :mod:`evalkit.journal`'s rule 4;
+    those with other scores are also named by :meth:`~evalkit.journal.Journal.problems`), and
+    ``surplus``: how many more samples have rows than the summary's ``n_samples``.
+
+    ``unknown``, ``beyond`` and ``surplus`` make the rescore differ from the record (exit 1:
+    the journal holds what the run did not count); duplicates do not (the run counted the
+    first row too). Rule: a re-scorer scores exactly the run's samples and epochs and says
+    what else it found, as Inspect's ``inspect score`` re-scores a log's own samples.
+    """
+    unknown = [f"{sid}@{e}" if repeats > 1 else sid for sid, e in journal.rows if sid not in by_id]
+    beyond = [f"{sid}@{e}" for sid, e in journal.rows if sid in by_id and e >= repeats]
+    duplicates = [line for _, line in journal.duplicates]
+    counted = len({sid for sid, _ in journal.rows if sid in by_id})
+    surplus = max(0, counted - n_samples) if n_samples is not None else 0
+    parts = []
+    if unknown:
+        parts.append(f"{len(unknown)} row(s) of sample ids not in the benchmark's data ({printable(', '.join(unknown[:5]), 300)}"
+                     f"{', ...' if len(unknown) > 5 else ''})")  # fmt: skip
+    if beyond:
+        parts.append(f"{len(beyond)} row(s) at an epoch beyond the run's repeats={repeats} ({printable(', '.join(beyond[:5]), 300)}"
+                     f"{', ...' if len(beyond) > 5 else ''})")  # fmt: skip
+    if duplicates:
+        parts.append(f"{len(duplicates)} duplicate row(s) of a sample and epoch already journaled (lines "
+                     f"{', '.join(map(str, duplicates[:10]))}{', ...' if len(duplicates) > 10 else ''}; the first row counts, as in the run)")  # fmt: skip
+    line = None
+    if parts:
+        line = f"{len(unknown) + len(beyond) + len(duplicates)} journal row(s) not rescored: " + "; ".join(parts)
+    if surplus:
+        more = f"rows of {counted} samples, {surplus} more than the n_samples={n_samples} summary.json counts: the journal holds rows the run did not count"
+        line = f"{line}; {more}" if line else more
+    if line and not journal.problems():
+        line = f"{journal.path}: {line}"
+    return {"unknown": unknown, "beyond": beyond, "duplicates": duplicates, "surplus": surplus, "line": line}
 
 
 def _verdict_fields(row: dict[str, Any], scored: Any) -> None:
@@ -301,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rescored run written to {printable(str(written))} (compare it with: python -m evalkit.compare "
               f"{printable(str(args.run_dir))} {printable(str(written))})")  # fmt: skip
         return 0
-    differs = bool(result["changed"]) or bool(result["unreadable"]) or any(r[3] for r in rows)
+    extra = result.get("extra") or {}
+    differs = bool(result["changed"]) or bool(result["unreadable"]) or any(r[3] for r in rows) \
+        or bool(extra.get("unknown") or extra.get("beyond") or extra.get("surplus"))  # fmt: skip
     return 1 if differs else 0
 
 
