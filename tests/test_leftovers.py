@@ -186,3 +186,26 @@ def test_rescore_names_extra_journal_rows_and_scores_only_the_runs(run_eval, cap
     warned = [ln for ln in out.err.splitlines() if ln.startswith("evalkit: warning:")]
     assert len(warned) == 1 and "3 journal row(s) not rescored: 1 row(s) of sample ids not in the benchmark's data (not_in_data)" in warned[0]
     assert "1 row(s) at an epoch beyond the run's repeats=1" in warned[0] and "DIFFERS" not in out.out
+
+
+# ---- 4. an option defined twice is refused, naming both files ------------------------------
+def test_a_config_dir_option_with_a_shipped_name_is_refused_naming_both_files(tmp_path, monkeypatch):
+    """A team's ``benchmark/arith_mini.yaml`` (or ``model/reference.yaml``, as a judge too) was
+    silently hidden by the shipped one (Hydra's search path takes ``conf/`` first). Choosing it
+    is now one line naming both files; a shipped default that the run does not choose (the
+    default benchmark, overridden) is no conflict."""
+    from evalkit.compose import CONF_DIR, compose
+    from evalkit.errors import ConfigError
+
+    for group, name, text in (("benchmark", "arith_mini", "name: arith_mini\n"), ("benchmark", "acebench", "name: acebench\n"),
+                              ("model", "reference", "name: reference\nkind: reference\n")):  # fmt: skip
+        (tmp_path / group).mkdir(exist_ok=True)
+        (tmp_path / group / f"{name}.yaml").write_text(text, encoding="utf-8")
+    monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(tmp_path))
+    with pytest.raises(ConfigError) as err:
+        compose(["benchmark=arith_mini", "model=smollm2"])
+    assert str(err.value).startswith(f"benchmark=arith_mini: defined twice, in {CONF_DIR / 'benchmark' / 'arith_mini.yaml'} "
+                                      f"and in {tmp_path / 'benchmark' / 'arith_mini.yaml'}")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^model=reference: defined twice"):
+        compose(["benchmark=mc_mini", "model=smollm2", "judge=reference"])
+    assert compose(["benchmark=mc_mini", "model=smollm2"]).benchmark.name == "mc_mini"  # acebench.yaml: not chosen
