@@ -209,3 +209,53 @@ def test_a_config_dir_option_with_a_shipped_name_is_refused_naming_both_files(tm
     with pytest.raises(ConfigError, match=r"^model=reference: defined twice"):
         compose(["benchmark=mc_mini", "model=smollm2", "judge=reference"])
     assert compose(["benchmark=mc_mini", "model=smollm2"]).benchmark.name == "mc_mini"  # acebench.yaml: not chosen
+
+
+# ---- 5. a rescored gate-decided run: its gate walked again ----------------------------------
+def _decided_run(tmp_path: Path, acebench_dir: Path) -> tuple[Path, Path]:
+    """A baseline reference run and a replay run that answers nothing right, stopped by
+    ``run.stop_when=noninferior:0.15`` (decided FAIL early)."""
+    import json
+
+    from tests.conftest import run_in_process
+
+    out, common = tmp_path / "out", ["benchmark.subsets=[normal_atom_bool,normal_atom_enum,normal_atom_number]"]
+    base = run_in_process(["model=reference", *common], out, acebench_dir).run_dir
+    rows = [json.loads(line) for line in (base / "predictions.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps({"sample_id": r["sample_id"], "output": "no idea"}) + "\n" for r in rows), encoding="utf-8")
+    res = run_in_process(["model=replay", f"model.path={bad}", "run.stop_when=noninferior:0.15", f"run.baseline={base}",
+                          "run.min_samples=5", "backend.concurrency=2", *common], out, acebench_dir)  # fmt: skip
+    return base, res.run_dir
+
+
+@pytest.mark.slow  # two runs
+def test_a_rescored_decided_run_walks_its_gate_again_over_the_new_scores(tmp_path, acebench_dir):
+    """``rescore --set`` of a run that its gate decided copied the recorded ``sequential``
+    block as it was: a verdict and interval measured under the old scores beside the new
+    metrics (and ``compare`` took that interval as the headline's). The gate is walked again
+    over the rescored answers — the same order, seed and baseline: unchanged scores give the
+    recorded block; scores now equal to the baseline's no longer FAIL. Without its baseline
+    the recorded block stays, saying it was not walked again."""
+    import json
+    import shutil
+
+    from evalkit.rescore import rescore, write_rescored
+
+    base, run = _decided_run(tmp_path, acebench_dir)
+    recorded = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    assert (recorded["status"], recorded["sequential"]["verdict"]) == ("decided", "FAIL")
+    same = json.loads((write_rescored(run, rescore(run, overrides={"scoring": "evalscope"}), {"scoring": "evalscope"}) / "summary.json").read_text())
+    assert {k: v for k, v in same["sequential"].items() if k != "regated"} == recorded["sequential"]
+    assert same["sequential"]["regated"].startswith("walked again")
+    result = rescore(run, overrides={"scoring": "evalscope"})
+    for row in result["rows"].values():  # as if the new rules scored every answer as the baseline's
+        row["scores"] = {k: 1.0 for k in row["scores"]}
+    fixed = json.loads((write_rescored(run, result, {"scoring": "evalscope"}) / "summary.json").read_text())
+    gate = fixed["sequential"]
+    # every dispatched unit paired, none decides: undecided where the run stopped
+    assert (gate["verdict"], gate["interval"]["delta"], gate["n_used"]) == ("CONTINUE", 0.0, recorded["n_samples"])
+    assert fixed["status"] == "complete"
+    shutil.rmtree(base)
+    kept = json.loads((write_rescored(run, rescore(run, overrides={"scoring": "evalscope"}), {"scoring": "evalscope"}) / "summary.json").read_text())
+    assert kept["sequential"]["verdict"] == "FAIL" and kept["sequential"]["regated"].startswith("not walked again")

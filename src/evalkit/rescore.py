@@ -16,8 +16,12 @@ no prompt and no selection) the answers are scored under the changed settings an
 as a run directory of their own, ``RUN_DIR/rescored/<value>/`` (:func:`write_rescored`:
 ``config.yaml`` with the setting changed, ``predictions.jsonl`` with the new verdicts and
 each row's ``scoring_rule``, ``failed.jsonl`` copied, ``summary.json`` with the new
-metrics, intervals and ``instrument``), which ``compare`` reads like any run; no model is
-asked. Exit code 0 when written, 2 when it cannot be.
+metrics, intervals and ``instrument``; a ``run.stop_when`` run's gate walked again over
+the new scores, :func:`regate`), which ``compare`` reads like any run; no model is asked.
+Exit code 0 when written, 2 when it cannot be.
+
+Journal rows that are not the run's (a sample id the data lacks, an epoch beyond its
+repeats, duplicates) are not scored; one warning line names them by count (:func:`extra_rows`).
 """
 
 from __future__ import annotations
@@ -38,10 +42,12 @@ from pydantic import ValidationError
 from tabulate import tabulate
 
 from evalkit.benchmarks import get_benchmark_class
-from evalkit.config import resolve_layers
+from evalkit.config import RunSettings, resolve_layers
 from evalkit.engine.finalize import code_version
+from evalkit.engine.plan import select_samples
 from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
+from evalkit.engine.sequential import GateSetup, Monitor
 from evalkit.errors import ConfigError, EvalkitError, RunDirError, printable
 from evalkit.journal import FAILED, PREDICTIONS, damaged_journal, read_run_journal
 from evalkit.jsonl import SideFileError, load_yaml, read_run_yaml
@@ -255,6 +261,8 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
                     shutil.copyfile(run_dir / side, work / side)
         if (run_dir / FAILED).is_file():
             shutil.copyfile(run_dir / FAILED, work / FAILED)
+        if isinstance(summary.get("sequential"), dict):  # a run.stop_when run: its gate under the new scores
+            summary.update(regate(bench, cfg, work, result, summary))
         (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True), encoding="utf-8")
         (work / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
         if target.exists():
@@ -263,6 +271,38 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
     except (OSError, yaml.YAMLError, ValueError, TypeError) as exc:
         raise RunDirError(f"{target}: cannot write the rescored run ({type(exc).__name__}: {exc})") from None
     return target
+
+
+def regate(bench: Any, cfg: dict[str, Any], work: Path, result: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """``{"sequential", "status"}`` of a rescored ``run.stop_when`` run: its gate walked again
+    (:class:`evalkit.engine.sequential.GateSetup` and :class:`~evalkit.engine.sequential.Monitor`,
+    the run's own order, seed, looks and baseline) over the rescored journal in ``work``, for
+    the units the run dispatched (its rows and its failed samples). ``status`` is ``decided``
+    when the gate decides within them, else ``complete`` (the rescored answers did not
+    decide it where the run stopped: its block says ``CONTINUE``, undecided).
+
+    The recorded block stays, with ``regated`` saying why, when the gate cannot be walked
+    again (the baseline run is gone or unreadable, the settings do not validate): one
+    warning line. Never raises."""
+    recorded = summary["sequential"]
+    try:
+        run = RunSettings(**{k: v for k, v in (cfg.get("run") or {}).items() if k in RunSettings.model_fields})
+        ns = SimpleNamespace(run=run)
+        setup = GateSetup(bench, ns)
+        ordered = select_samples(bench.load(), ns, order=setup.order)  # the gate's order and strata, as the run built them
+        dispatched = {s.id for s in result["samples"]} | set(summary.get("failed_ids") or [])
+        keys = {(s.id, e): None for s in ordered for e in range(run.repeats)}  # the walk stops at the first unit not dispatched
+        keys.update({k: row.get("request_hash") for k, row in result["rows"].items() if k in keys})
+        plan = SimpleNamespace(samples=ordered, cfg=ns, request_hashes=lambda: keys)
+        monitor = Monitor(setup, plan, work)
+        block = monitor.record(sum(s.id in dispatched for s in ordered))
+    except (EvalkitError, ValueError, OSError, KeyError) as exc:  # the baseline gone, settings that no longer validate
+        why = f"not walked again ({type(exc).__name__}: {printable(str(exc), 300)}); as recorded, under the run's own scores"
+        log.warning("the rescored run's gate (run.stop_when) is %s", why)
+        return {"sequential": {**recorded, "regated": why}}
+    block["regated"] = "walked again over the rescored answers (same order, seed and baseline)"
+    status = "decided" if monitor.decided else "complete"
+    return {"sequential": block, "status": status if summary.get("status") in ("decided", "complete") else summary.get("status")}
 
 
 #: the run settings :func:`plan_figures` reads, with intervals off (rescore compares metrics only)
