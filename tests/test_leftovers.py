@@ -259,3 +259,68 @@ def test_a_rescored_decided_run_walks_its_gate_again_over_the_new_scores(tmp_pat
     shutil.rmtree(base)
     kept = json.loads((write_rescored(run, rescore(run, overrides={"scoring": "evalscope"}), {"scoring": "evalscope"}) / "summary.json").read_text())
     assert kept["sequential"]["verdict"] == "FAIL" and kept["sequential"]["regated"].startswith("not walked again")
+
+
+# ---- 6. README, --help and console plurals --------------------------------------------------
+def test_readme_says_how_to_start_the_fake_server_its_judge_recipe_uses():
+    """The team-judge recipe needs ``OUR_JUDGE_URL``; the README used the fake OpenAI server
+    (tests/support/fake_openai.py) without saying how to start it. Its passage gives the
+    command, in the script's own argument order, a plan that is valid JSON and a verdict, and
+    the URL on the same port."""
+    import json
+    import re
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    judge = readme[readme.index("<!-- journey: team-judge -->"): readme.index("<!-- journey: plugin -->")]
+    start = re.search(r"^python tests/support/fake_openai\.py (\S+) (\d+) (\S+) &$", judge, re.M)
+    assert start, "no command that starts the fake server beside the judge recipe"
+    assert (REPO_ROOT / "tests" / "support" / "fake_openai.py").is_file()
+    plan_line = re.search(rf"^echo '(.*)' > {re.escape(start.group(3))}$", judge, re.M)
+    plan = json.loads(plan_line.group(1))  # bash keeps single-quoted text as it is
+    assert json.loads(plan["default"]["content"]) == {"score": 4}
+    assert f"export OUR_JUDGE_URL=http://127.0.0.1:{start.group(2)}/v1" in judge
+    from tests.support import fake_openai
+
+    assert "PORT_FILE [PORT [PLAN_FILE]]" in fake_openai.main.__doc__ and "PORT_FILE [PORT [PLAN_FILE]]" in judge
+
+
+def test_help_additions_come_before_hydras_footer():
+    """``--help`` printed what EVALKIT_CONFIG_DIR and the entry points add after Hydra's
+    "Powered by Hydra … --hydra-help" footer; they now come before it, and the footer ends the text."""
+    from evalkit.compose import help_text
+
+    hydra = "usage: ...\n== Config ==\nrun: {}\n\nPowered by Hydra (https://hydra.cc)\nUse --hydra-help to view Hydra specific help\n"
+    added = "== Added by your config directory and installed packages ==\nEVALKIT_CONFIG_DIR /x:\n  benchmark: t\n"
+    text = help_text(hydra, added)
+    assert text.index("== Added by") < text.index("Powered by Hydra")
+    assert text.endswith("Use --hydra-help to view Hydra specific help\n") and text.count("benchmark: t") == 1
+    assert help_text(hydra, "") == hydra
+
+
+def test_help_command_puts_the_config_dir_before_the_footer(tmp_path, monkeypatch, capsys):
+    """The same through ``python -m evalkit --help`` (in process: Hydra's help, then exit 0)."""
+    from evalkit import __main__ as entry
+
+    (tmp_path / "benchmark").mkdir()
+    (tmp_path / "benchmark" / "team_t.yaml").write_text("name: arith_mini\n", encoding="utf-8")
+    monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["evalkit", "--help"])
+    monkeypatch.setattr(entry, "console_logging", lambda: None)  # no handler on this test's captured stderr
+    with pytest.raises(SystemExit) as done:
+        entry.main()
+    out = capsys.readouterr().out
+    assert done.value.code in (0, None)
+    assert out.index(f"EVALKIT_CONFIG_DIR {tmp_path}:\n  benchmark: team_t\n") < out.index("Powered by Hydra (https://hydra.cc)")
+
+
+def test_console_counts_say_1_request_not_1_requests(tmp_path):
+    """The dry run said "1 requests"; the summary line "1 samples × 1 epochs"."""
+    from evalkit.compose import compose, resolve
+    from evalkit.errors import counted
+    from evalkit.job import dry_run
+    assert (counted(1, "request"), counted(0, "request"), counted(2, "epoch"), counted(1, "bootstrap resample")) == (
+        "1 request", "0 requests", "2 epochs", "1 bootstrap resample")  # fmt: skip
+    _, cfg = resolve(compose([f"run.output_root={tmp_path}", "tracking=none", "model=reference", "benchmark=arith_mini", "run.limit=1",
+                              "run.dry_run=true"]))  # fmt: skip
+    lines = dry_run(cfg).lines
+    assert lines[0].startswith("evalkit: dry run: arith_mini × reference: 1 request answered offline")

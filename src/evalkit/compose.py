@@ -241,6 +241,22 @@ def help_additions(environ: Any = None) -> str:
     return "\n".join(["== Added by your config directory and installed packages ==", *lines, ""]) if lines else ""
 
 
+#: the first line of Hydra's default help footer (``hydra/help/default.yaml``)
+HYDRA_FOOTER = "Powered by Hydra (https://hydra.cc)"
+
+
+def help_text(hydra_help: str, additions: str) -> str:
+    """``python -m evalkit --help``: Hydra's help (``hydra_help``) with ``additions``
+    (:func:`help_additions`) put before Hydra's footer (``Powered by Hydra …``, which stays
+    last), or at the end when the footer is not there."""
+    if not additions:
+        return hydra_help
+    at = hydra_help.rfind(HYDRA_FOOTER)
+    if at < 0:
+        return hydra_help.rstrip("\n") + "\n\n" + additions
+    return hydra_help[:at] + additions.rstrip("\n") + "\n\n" + hydra_help[at:]
+
+
 def hydra_error_line(exc: BaseException) -> str:
     """A one-line version of a Hydra/OmegaConf composition error. An unknown group option
     lists the options of every place on the search path (``conf/``, :data:`CONFIG_DIR_ENV`,

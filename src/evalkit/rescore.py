@@ -48,7 +48,7 @@ from evalkit.engine.plan import select_samples
 from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
 from evalkit.engine.sequential import GateSetup, Monitor
-from evalkit.errors import ConfigError, EvalkitError, RunDirError, printable
+from evalkit.errors import ConfigError, EvalkitError, RunDirError, counted, printable
 from evalkit.journal import FAILED, PREDICTIONS, damaged_journal, read_run_journal
 from evalkit.jsonl import SideFileError, load_yaml, read_run_yaml
 from evalkit.report.figures import epoch_mean, plan_figures
@@ -374,9 +374,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([name, old, new, "" if same or not result.get("has_summary", True) else "DIFFERS"])
     print(tabulate(rows, headers=["metric", "recorded", "rescored", ""], tablefmt="github", floatfmt=".4f"))
     if result["changed"]:
-        print(f"{len(result['changed'])} sample verdicts changed: {printable(', '.join(result['changed'][:20]))}")
+        print(f"{counted(len(result['changed']), 'sample verdict')} changed: {printable(', '.join(result['changed'][:20]))}")
     if result["unreadable"]:
-        print(f"{len(result['unreadable'])} samples not rescored (side file unreadable or not as recorded): "
+        print(f"{counted(len(result['unreadable']), 'sample')} not rescored (side file unreadable or not as recorded): "
               f"{printable(', '.join(result['unreadable'][:20]))}")  # fmt: skip
     if written is not None:
         print(f"rescored run written to {printable(str(written))} (compare it with: python -m evalkit.compare "
