@@ -297,20 +297,23 @@ def test_help_additions_come_before_hydras_footer():
     assert help_text(hydra, "") == hydra
 
 
-def test_help_command_puts_the_config_dir_before_the_footer(tmp_path, monkeypatch, capsys):
-    """The same through ``python -m evalkit --help`` (in process: Hydra's help, then exit 0)."""
-    from evalkit import __main__ as entry
+@pytest.mark.slow  # a subprocess
+def test_help_command_puts_the_config_dir_before_the_footer(tmp_path):
+    """The same through ``python -m evalkit --help`` (a process of its own: Hydra's help
+    leaves its config set in the process that printed it)."""
+    import os
+    import subprocess
+
+    from tests.conftest import evalkit_cmd
 
     (tmp_path / "benchmark").mkdir()
     (tmp_path / "benchmark" / "team_t.yaml").write_text("name: arith_mini\n", encoding="utf-8")
-    monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(tmp_path))
-    monkeypatch.setattr(sys, "argv", ["evalkit", "--help"])
-    monkeypatch.setattr(entry, "console_logging", lambda: None)  # no handler on this test's captured stderr
-    with pytest.raises(SystemExit) as done:
-        entry.main()
-    out = capsys.readouterr().out
-    assert done.value.code in (0, None)
+    env = {**os.environ, "EVALKIT_CONFIG_DIR": str(tmp_path)}
+    proc = subprocess.run(evalkit_cmd("--help"), cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
     assert out.index(f"EVALKIT_CONFIG_DIR {tmp_path}:\n  benchmark: team_t\n") < out.index("Powered by Hydra (https://hydra.cc)")
+    assert out.rstrip().endswith("Use --hydra-help to view Hydra specific help")
 
 
 def test_console_counts_say_1_request_not_1_requests(tmp_path):

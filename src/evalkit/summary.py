@@ -288,7 +288,8 @@ def read_summary_record(path: Path, error: type[EvalkitError] = RunDirError) -> 
     try:
         return loads_bounded(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise error(f"{path}: cannot be read as JSON ({type(exc).__name__})") from None
+        why = str(exc) if str(exc).startswith("JSON nested too deeply") else type(exc).__name__
+        raise error(f"{path}: cannot be read as JSON ({why})") from None
 
 
 def read_summary(path: Path, error: type[EvalkitError] = RunDirError) -> Summary:
