@@ -54,6 +54,6 @@ def test_the_phases_after_the_progress_bar_say_what_they_do(acebench_dir, tmp_pa
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
-    assert "evalkit: summary: 3 samples × 1 epochs, intervals from 2000 bootstrap resamples; then report.md and the plots…" in lines
+    assert "evalkit: summary: 3 samples × 1 epoch, intervals from 2000 bootstrap resamples; then report.md and the plots…" in lines
     assert any(ln.startswith("evalkit: MLflow: logging the run's params, metrics, tables and files to sqlite:///") for ln in lines)
     assert "evalkit: MLflow: logging 3 traces (0 already there), 200 per batch…" in lines

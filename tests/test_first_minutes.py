@@ -36,7 +36,7 @@ def test_the_console_says_what_is_starting(fake_openai, ray_address, acebench_di
     assert proc.returncode == 0, proc.stdout + proc.stderr
     said = [ln for ln in proc.stderr.splitlines() if ln.startswith("evalkit: ")]
     assert said == [f"evalkit: joining the Ray cluster at {ray_address}…", "evalkit: starting 2 model workers (Ray actors)…",
-                    "evalkit: summary: 2 samples × 1 epochs, intervals from 2000 bootstrap resamples; then report.md and the plots…"]
+                    "evalkit: summary: 2 samples × 1 epoch, intervals from 2000 bootstrap resamples; then report.md and the plots…"]
     (run_dir,) = (root / "runs" / "acebench" / "openai_compatible").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     pids = ", ".join(map(str, summary["engine"]["worker_pids"]))

@@ -6,12 +6,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
 
 from evalkit import sweep
 from evalkit.cli import console_logging, hide_secret_overrides, precheck_sweep, report_crash, report_error, run_config
-from evalkit.compose import (CONF_DIR, benchmark_keys_addable, compose, help_additions, quote_numeric_groups, register_entry_points,
-                             search_path_overrides)
+from evalkit.compose import (CONF_DIR, benchmark_keys_addable, compose, help_additions, help_text, quote_numeric_groups,
+                             register_entry_points, search_path_overrides)
 from evalkit.errors import ConfigError, EvalkitError, interrupted_line
 
 _MULTIRUN_FLAGS = {"-m", "--multirun"}
@@ -99,10 +101,14 @@ def main() -> None:
             sys.exit(code)
 
     if any(a in ("--help", "-h") for a in sys.argv[1:]):
+        hydra_help = io.StringIO()
         try:
-            _app()  # Hydra prints its help and exits
+            with contextlib.redirect_stdout(hydra_help):
+                _app()  # Hydra prints its help and exits
         finally:
-            print(help_additions())  # what EVALKIT_CONFIG_DIR and the entry points add (Hydra lists conf/ only)
+            # what EVALKIT_CONFIG_DIR and the entry points add (Hydra lists conf/ only), before Hydra's footer
+            sys.stdout.write(help_text(hydra_help.getvalue(), help_additions()))
+            sys.stdout.flush()
         return
     if not any(a in _MULTIRUN_FLAGS for a in sys.argv[1:]):
         _app()

@@ -29,7 +29,10 @@ from evalkit.providers import takes_images
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 #: environment variable naming the user's config directories (``os.pathsep``-separated),
 #: added to Hydra's search path after evalkit's own ``conf/``: a benchmark from outside
-#: evalkit keeps its YAML there (``<dir>/benchmark/<name>.yaml``), as can models
+#: evalkit keeps its YAML there (``<dir>/benchmark/<name>.yaml``), as can models. An option
+#: chosen for a run that is defined in two places (``conf/`` and one of these, or two of
+#: these) is refused in one line naming both files (:func:`config_files`): Hydra would take
+#: the first silently
 CONFIG_DIR_ENV = "EVALKIT_CONFIG_DIR"
 
 
@@ -58,26 +61,56 @@ def config_files(overrides: Sequence[str], environ: Any = None) -> list[Path]:
     """The YAML files Hydra would read for ``overrides``: ``conf/config.yaml``, and each
     config-group entry chosen — by the primary config's ``defaults`` or by a ``group=option``
     override (each option of a sweep's ``a,b``; ``judge=`` names model configs) — in
-    ``conf/`` and in every directory of :data:`CONFIG_DIR_ENV` (the files that exist)."""
+    ``conf/`` and in every directory of :data:`CONFIG_DIR_ENV` (the paths that exist, whatever
+    their file type: :func:`evalkit.jsonl.check_yaml_file` refuses a non-regular one).
+
+    Raises:
+        ConfigError: a chosen option defined in two of these directories (one line naming
+            both files: Hydra would silently take the first, the shipped one over a team's).
+    """
     dirs = [CONF_DIR, *config_dirs(environ)]
-    choices: dict[str, set[str]] = {}
+    choices, chosen = group_choices(overrides)
+    files = [CONF_DIR / "config.yaml"]
+    for group, options in sorted(choices.items()):
+        for option in sorted(options):
+            # every file that is there, links and non-regular files too: the check refuses
+            # those by name (Hydra would skip them, and say "unknown <group>")
+            found = [d / group / f"{option}.yaml" for d in dirs if os.path.lexists(d / group / f"{option}.yaml")]
+            if len(found) > 1 and option in chosen.get(group, ()):
+                raise ConfigError(f"{group}={option}: defined twice, in {found[0]} and in {found[1]}; rename one (a config "
+                                  f"of {CONFIG_DIR_ENV} never silently replaces or hides another)")  # fmt: skip
+            files += found
+    return files
+
+
+def group_choices(overrides: Sequence[str]) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """``(every option read, the options chosen)`` per config group for ``overrides``: the
+    primary config's ``defaults`` and each ``group=option`` override (each of a sweep's
+    ``a,b``; ``judge=`` names model configs). An override's group replaces that group's
+    default as the chosen one (``benchmark=x`` does not choose the default benchmark)."""
+    defaults: dict[str, set[str]] = {}
     primary = load_yaml(check_read(CONF_DIR / "config.yaml"), str(CONF_DIR / "config.yaml"), ConfigError)
     for entry in (primary or {}).get("defaults") or [] if isinstance(primary, dict) else []:
         if isinstance(entry, dict):
             for group, option in entry.items():
                 if isinstance(group, str) and isinstance(option, str) and not group.startswith("override "):
-                    choices.setdefault(group, set()).add(option)
+                    defaults.setdefault(group, set()).add(option)
+    overridden: dict[str, set[str]] = {}
+    judges: set[str] = set()
     for arg in overrides:
         m = _GROUP_CHOICE.match(str(arg))
         if not m:
             continue
-        group, value = ("model" if m.group(1) == "judge" else m.group(1)), m.group(2).strip("[]")
-        choices.setdefault(group, set()).update(v.strip().strip("'\"") for v in value.split(",") if v.strip())
-    files = [CONF_DIR / "config.yaml"]
-    for group, options in sorted(choices.items()):
-        for option in sorted(options):
-            files += [d / group / f"{option}.yaml" for d in dirs if (d / group / f"{option}.yaml").is_file()]
-    return files
+        options = {v.strip().strip("'\"") for v in m.group(2).strip("[]").split(",") if v.strip()}
+        if m.group(1) == "judge":
+            judges |= options
+        else:
+            overridden.setdefault(m.group(1), set()).update(options)
+    chosen = {**defaults, **overridden}
+    if judges:
+        chosen["model"] = chosen.get("model", set()) | judges
+    choices = {g: defaults.get(g, set()) | chosen.get(g, set()) for g in set(defaults) | set(chosen)}
+    return choices, chosen
 
 
 def check_read(path: Path) -> bytes:
@@ -206,6 +239,22 @@ def help_additions(environ: Any = None) -> str:
     if eps:
         lines += ["Installed entry points (group evalkit.benchmarks; no YAML needed):", f"  benchmark: {', '.join(eps)}"]
     return "\n".join(["== Added by your config directory and installed packages ==", *lines, ""]) if lines else ""
+
+
+#: the first line of Hydra's default help footer (``hydra/help/default.yaml``)
+HYDRA_FOOTER = "Powered by Hydra (https://hydra.cc)"
+
+
+def help_text(hydra_help: str, additions: str) -> str:
+    """``python -m evalkit --help``: Hydra's help (``hydra_help``) with ``additions``
+    (:func:`help_additions`) put before Hydra's footer (``Powered by Hydra …``, which stays
+    last), or at the end when the footer is not there."""
+    if not additions:
+        return hydra_help
+    at = hydra_help.rfind(HYDRA_FOOTER)
+    if at < 0:
+        return hydra_help.rstrip("\n") + "\n\n" + additions
+    return hydra_help[:at] + additions.rstrip("\n") + "\n\n" + hydra_help[at:]
 
 
 def hydra_error_line(exc: BaseException) -> str:

@@ -71,6 +71,13 @@ def first_line(exc: BaseException, limit: int | None = 300) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:limit]
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``"1 request"``, ``"3 requests"``, ``"0 requests"``: ``n`` and ``noun`` in the number
+    English gives it (``plural``: the plural when it is not ``noun + "s"``). For console lines
+    (issue 35: "1 requests")."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
 def printable(text: object, limit: int | None = None) -> str:
     """``text`` (``str()`` of anything else) safe to print on a terminal as part of one line:
     every character that is not printable (Python's :meth:`str.isprintable`: controls such as

@@ -27,7 +27,7 @@ from evalkit.engine.rundir import PREDICTIONS, choose_run_dir
 from evalkit.engine.phases import Phases
 from evalkit.engine.run import RunResult, run_evaluation
 from evalkit.engine.session import Session
-from evalkit.errors import ConfigError, printable
+from evalkit.errors import ConfigError, counted, printable
 from evalkit.providers import estimate_prompt_tokens
 from evalkit.report.summary import headline_text
 from evalkit.specs import build
@@ -239,14 +239,14 @@ def dry_run_lines(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> list[str]:
     """The one place the dry run's text is built: the summary line (requests, tokens, cost),
     then one line per section that has something to say. A new section is one more entry
     appended here (e.g. a resumed run's progress, a power estimate, a batch estimate)."""
-    head = f"evalkit: dry run: {cfg.benchmark.name} × {cfg.model.name}: {dry.requests} requests"
+    head = f"evalkit: dry run: {cfg.benchmark.name} × {cfg.model.name}: {counted(dry.requests, 'request')}"
     if cfg.model.kind != "litellm":
         lines = [f"{head} answered offline by model={cfg.model.name} (nothing is sent to a provider; cost 0); nothing sent, nothing written"]
     else:
         lines = [f"{head}, ~{dry.prompt_tokens:,} prompt tokens{_rollouts_part(dry)}; {_cost_part(cfg, plan, dry)}; nothing sent, nothing written"]
     if dry.judge_requests:
         cost = f"estimated cost ≥ ${dry.judge_cost_usd:.4f}" if dry.judge_cost_usd is not None else "cost unknown (a judge without a price)"
-        lines.append(f"evalkit: dry run: judges ({', '.join(j.model.name for j in cfg.judge)}): {dry.judge_requests} requests, "
+        lines.append(f"evalkit: dry run: judges ({', '.join(j.model.name for j in cfg.judge)}): {counted(dry.judge_requests, 'request')}, "
                      f"~{dry.judge_prompt_tokens:,} prompt tokens around an empty answer (each judged answer adds its own); {cost}")  # fmt: skip
     if cfg.run.batch and cfg.model.kind == "litellm":
         lines.append(f"evalkit: dry run: {dry_run_section(plan, dry.prompt_tokens or 0, dry.requests)}")

@@ -24,6 +24,7 @@ import functools
 import hashlib
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -629,16 +630,41 @@ def check_yaml_file(path: Path, error: type[EvalkitError] = DataError) -> None:
     """Compose ``path`` (a task file, any Hydra config-group entry) with the bounds of
     :func:`load_yaml` before another loader reads it; a missing file is left to that loader.
 
+    The file must be a regular file (a symbolic link to one is read through, as Hydra reads
+    it) of at most :data:`MAX_YAML_BYTES`, judged by ``stat`` before it is opened: a link to
+    ``/dev/zero``, a FIFO (whose ``open`` would wait for a writer), a device or a directory
+    is refused by name, never skipped (Hydra would skip it, and the option would then be an
+    "unknown benchmark").
+
     Raises:
-        error: unreadable, or over a bound (one line naming the file).
+        error: not a regular file, over a bound, or unreadable (one line naming the file).
     """
-    try:
-        data = read_no_link(path, MAX_YAML_BYTES)
-    except FileNotFoundError:
+    where = printable(str(path))
+    if not os.path.lexists(path):
         return
+    try:
+        st = os.stat(path)
     except OSError as exc:
-        raise error(f"{printable(str(path))} cannot be read ({exc.strerror or type(exc).__name__})") from None
-    load_yaml(data, printable(str(path)), error, construct=False)
+        raise error(f"{where} cannot be read ({exc.strerror or type(exc).__name__}"
+                    f"{'; a symbolic link to a missing file' if os.path.islink(path) else ''})") from None  # fmt: skip
+    if not stat.S_ISREG(st.st_mode):
+        link = f"a symbolic link to {printable(os.readlink(path), 200)}, " if os.path.islink(path) else ""
+        raise error(f"{where}: not a regular file ({link}{_file_kind(st.st_mode)}); a config file must be a YAML file; not read")
+    if st.st_size > MAX_YAML_BYTES:
+        raise error(f"{where}: {st.st_size:,} bytes, over the {MAX_YAML_BYTES:,} a YAML file may have; not read")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_YAML_BYTES + 1)
+    except OSError as exc:
+        raise error(f"{where} cannot be read ({exc.strerror or type(exc).__name__})") from None
+    load_yaml(data, where, error, construct=False)
+
+
+def _file_kind(mode: int) -> str:
+    """What a non-regular file is, in words (``stat``'s file type of ``mode``)."""
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def read_run_yaml(path: Path) -> Any:

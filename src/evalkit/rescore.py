@@ -16,8 +16,12 @@ no prompt and no selection) the answers are scored under the changed settings an
 as a run directory of their own, ``RUN_DIR/rescored/<value>/`` (:func:`write_rescored`:
 ``config.yaml`` with the setting changed, ``predictions.jsonl`` with the new verdicts and
 each row's ``scoring_rule``, ``failed.jsonl`` copied, ``summary.json`` with the new
-metrics, intervals and ``instrument``), which ``compare`` reads like any run; no model is
-asked. Exit code 0 when written, 2 when it cannot be.
+metrics, intervals and ``instrument``; a ``run.stop_when`` run's gate walked again over
+the new scores, :func:`regate`), which ``compare`` reads like any run; no model is asked.
+Exit code 0 when written, 2 when it cannot be.
+
+Journal rows that are not the run's (a sample id the data lacks, an epoch beyond its
+repeats, duplicates) are not scored; one warning line names them by count (:func:`extra_rows`).
 """
 
 from __future__ import annotations
@@ -38,16 +42,18 @@ from pydantic import ValidationError
 from tabulate import tabulate
 
 from evalkit.benchmarks import get_benchmark_class
-from evalkit.config import resolve_layers
+from evalkit.config import RunSettings, resolve_layers
 from evalkit.engine.finalize import code_version
+from evalkit.engine.plan import select_samples
 from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
-from evalkit.errors import ConfigError, EvalkitError, RunDirError, printable
+from evalkit.engine.sequential import GateSetup, Monitor
+from evalkit.errors import ConfigError, EvalkitError, RunDirError, counted, printable
 from evalkit.journal import FAILED, PREDICTIONS, damaged_journal, read_run_journal
-from evalkit.jsonl import SideFileError, load_yaml, read_run_text, read_run_yaml
+from evalkit.jsonl import SideFileError, load_yaml, read_run_yaml
 from evalkit.report.figures import epoch_mean, plan_figures
 from evalkit.report.summary import instrument
-from evalkit.summary import MAX_SUMMARY_BYTES, read_summary
+from evalkit.summary import read_summary, read_summary_record
 
 log = logging.getLogger("evalkit")
 
@@ -83,18 +89,19 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
     damage = recorded_summary and damaged_journal(journal.path, len(rows), recorded_summary.n_scored_rows, "n_scored_rows")
     if damage:
         raise RunDirError(damage)
-    problems = journal.problems()
+    repeats = recorded_summary.repeats if recorded_summary else max(journal.n_epochs(), 1)
+    selected = [by_id[sid] for sid in journal.sample_ids() if sid in by_id]
+    extra = extra_rows(journal, by_id, repeats, recorded_summary.n_samples if recorded_summary else None)
+    problems = "; ".join(p for p in (journal.problems(), extra["line"]) if p)
     if problems:
         print(f"evalkit: warning: {problems}", file=sys.stderr)
-    selected = [by_id[sid] for sid in journal.sample_ids() if sid in by_id]
-    repeats = max(journal.n_epochs(), 1)
     epochs: list[list[dict[str, Any]]] = [[] for _ in range(repeats)]
     changed: list[str] = []
     unreadable: list[str] = []
     new_rows: dict[tuple[str, int], dict[str, Any]] = {}
     with Scorer(bench) as scorer:  # the run's own bounds on time and memory per sample
         for (sid, epoch), row in rows.items():
-            if sid not in by_id:
+            if sid not in by_id or epoch >= repeats:  # not the run's (extra_rows names them)
                 continue
             row = dict(row)
             try:
@@ -118,7 +125,47 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
     recorded = recorded_summary.shown_metrics()[0] if recorded_summary else {}
     return {"metrics": metrics, "recorded": recorded, "changed": changed, "unreadable": unreadable,
             "rows": new_rows, "bench": bench, "samples": selected, "epochs": epochs, "summary": recorded_summary,
-            "has_summary": recorded_summary is not None}  # fmt: skip
+            "has_summary": recorded_summary is not None, "extra": extra}  # fmt: skip
+
+
+def extra_rows(journal: Any, by_id: dict[str, Any], repeats: int, n_samples: int | None) -> dict[str, Any]:
+    """The journal rows that are not the run's, which ``rescore`` does not score (as the run
+    did not count them) but names, by count, in one line (``line``; ``None`` when there are
+    none): rows of a sample id the benchmark's data does not hold (``unknown``), rows at an
+    epoch beyond the summary's ``repeats`` (``beyond``), later rows of a key already counted
+    (``duplicates``, line numbers: the first row counts, :mod:`evalkit.journal`'s rule 4;
+    those with other scores are also named by :meth:`~evalkit.journal.Journal.problems`), and
+    ``surplus``: how many more samples have rows than the summary's ``n_samples``.
+
+    ``unknown``, ``beyond`` and ``surplus`` make the rescore differ from the record (exit 1:
+    the journal holds what the run did not count); duplicates do not (the run counted the
+    first row too). Rule: a re-scorer scores exactly the run's samples and epochs and says
+    what else it found, as Inspect's ``inspect score`` re-scores a log's own samples.
+    """
+    unknown = [f"{sid}@{e}" if repeats > 1 else sid for sid, e in journal.rows if sid not in by_id]
+    beyond = [f"{sid}@{e}" for sid, e in journal.rows if sid in by_id and e >= repeats]
+    duplicates = [line for _, line in journal.duplicates]
+    counted = len({sid for sid, _ in journal.rows if sid in by_id})
+    surplus = max(0, counted - n_samples) if n_samples is not None else 0
+    parts = []
+    if unknown:
+        parts.append(f"{len(unknown)} row(s) of sample ids not in the benchmark's data ({printable(', '.join(unknown[:5]), 300)}"
+                     f"{', ...' if len(unknown) > 5 else ''})")  # fmt: skip
+    if beyond:
+        parts.append(f"{len(beyond)} row(s) at an epoch beyond the run's repeats={repeats} ({printable(', '.join(beyond[:5]), 300)}"
+                     f"{', ...' if len(beyond) > 5 else ''})")  # fmt: skip
+    if duplicates:
+        parts.append(f"{len(duplicates)} duplicate row(s) of a sample and epoch already journaled (lines "
+                     f"{', '.join(map(str, duplicates[:10]))}{', ...' if len(duplicates) > 10 else ''}; the first row counts, as in the run)")  # fmt: skip
+    line = None
+    if parts:
+        line = f"{len(unknown) + len(beyond) + len(duplicates)} journal row(s) not rescored: " + "; ".join(parts)
+    if surplus:
+        more = f"rows of {counted} samples, {surplus} more than the n_samples={n_samples} summary.json counts: the journal holds rows the run did not count"
+        line = f"{line}; {more}" if line else more
+    if line and not journal.problems():
+        line = f"{journal.path}: {line}"
+    return {"unknown": unknown, "beyond": beyond, "duplicates": duplicates, "surplus": surplus, "line": line}
 
 
 def _verdict_fields(row: dict[str, Any], scored: Any) -> None:
@@ -188,7 +235,7 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
                                    ci_level=float(recorded.ci_level), seed=int(recorded.seed))  # fmt: skip
         figs = plan_figures(bench, result["samples"], result["epochs"], settings,
                             prefix="" if recorded.complete else "partial_")  # fmt: skip
-        summary = json.loads(read_run_text(run_dir / "summary.json", MAX_SUMMARY_BYTES))
+        summary = read_summary_record(run_dir / "summary.json")  # the fields as written; no link followed, bounded
         metrics = dict(result["metrics"])
         rows = list(result["rows"].values())
         summary.update(
@@ -214,6 +261,8 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
                     shutil.copyfile(run_dir / side, work / side)
         if (run_dir / FAILED).is_file():
             shutil.copyfile(run_dir / FAILED, work / FAILED)
+        if isinstance(summary.get("sequential"), dict):  # a run.stop_when run: its gate under the new scores
+            summary.update(regate(bench, cfg, work, result, summary))
         (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True), encoding="utf-8")
         (work / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
         if target.exists():
@@ -222,6 +271,37 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
     except (OSError, yaml.YAMLError, ValueError, TypeError) as exc:
         raise RunDirError(f"{target}: cannot write the rescored run ({type(exc).__name__}: {exc})") from None
     return target
+
+
+def regate(bench: Any, cfg: dict[str, Any], work: Path, result: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """``{"sequential", "status"}`` of a rescored ``run.stop_when`` run: its gate walked again
+    (:class:`evalkit.engine.sequential.GateSetup` and :class:`~evalkit.engine.sequential.Monitor`,
+    the run's own order, seed, looks and baseline) over the rescored journal in ``work``, for
+    the units the run dispatched (its rows and its failed samples). ``status`` is ``decided``
+    when the gate decides within them, else ``complete`` (the rescored answers did not
+    decide it where the run stopped: its block says ``CONTINUE``, undecided).
+
+    The recorded block stays, with ``regated`` saying why, when the gate cannot be walked
+    again (the baseline run is gone or unreadable, the settings do not validate): one
+    warning line. Never raises."""
+    recorded = summary["sequential"]
+    try:
+        run = RunSettings(**{k: v for k, v in (cfg.get("run") or {}).items() if k in RunSettings.model_fields})
+        setup = GateSetup(bench, run)
+        ordered = select_samples(bench.load(), run, order=setup.order)  # the gate's order and strata, as the run built them
+        dispatched = {s.id for s in result["samples"]} | set(summary.get("failed_ids") or [])
+        keys = {(s.id, e): None for s in ordered for e in range(run.repeats)}  # the walk stops at the first unit not dispatched
+        keys.update({k: row.get("request_hash") for k, row in result["rows"].items() if k in keys})
+        plan = SimpleNamespace(samples=ordered, specs=SimpleNamespace(run=run), request_hashes=lambda: keys)
+        monitor = Monitor(setup, plan, work)
+        block = monitor.record(sum(s.id in dispatched for s in ordered))
+    except (EvalkitError, ValueError, OSError, KeyError) as exc:  # the baseline gone, settings that no longer validate
+        why = f"not walked again ({type(exc).__name__}: {printable(str(exc), 300)}); as recorded, under the run's own scores"
+        log.warning("the rescored run's gate (run.stop_when) is %s", why)
+        return {"sequential": {**recorded, "regated": why}}
+    block["regated"] = "walked again over the rescored answers (same order, seed and baseline)"
+    status = "decided" if monitor.decided else "complete"
+    return {"sequential": block, "status": status if summary.get("status") in ("decided", "complete") else summary.get("status")}
 
 
 #: the run settings :func:`plan_figures` reads, with intervals off (rescore compares metrics only)
@@ -293,15 +373,17 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([name, old, new, "" if same or not result.get("has_summary", True) else "DIFFERS"])
     print(tabulate(rows, headers=["metric", "recorded", "rescored", ""], tablefmt="github", floatfmt=".4f"))
     if result["changed"]:
-        print(f"{len(result['changed'])} sample verdicts changed: {printable(', '.join(result['changed'][:20]))}")
+        print(f"{counted(len(result['changed']), 'sample verdict')} changed: {printable(', '.join(result['changed'][:20]))}")
     if result["unreadable"]:
-        print(f"{len(result['unreadable'])} samples not rescored (side file unreadable or not as recorded): "
+        print(f"{counted(len(result['unreadable']), 'sample')} not rescored (side file unreadable or not as recorded): "
               f"{printable(', '.join(result['unreadable'][:20]))}")  # fmt: skip
     if written is not None:
         print(f"rescored run written to {printable(str(written))} (compare it with: python -m evalkit.compare "
               f"{printable(str(args.run_dir))} {printable(str(written))})")  # fmt: skip
         return 0
-    differs = bool(result["changed"]) or bool(result["unreadable"]) or any(r[3] for r in rows)
+    extra = result.get("extra") or {}
+    differs = bool(result["changed"]) or bool(result["unreadable"]) or any(r[3] for r in rows) \
+        or bool(extra.get("unknown") or extra.get("beyond") or extra.get("surplus"))  # fmt: skip
     return 1 if differs else 0
 
 

@@ -31,20 +31,25 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import os
+import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from evalkit.errors import WRITE_FAULTS, EvalkitError, RunDirError, write_failed
-from evalkit.jsonl import check_write, read_no_link
+from evalkit.jsonl import check_write, loads_bounded
 from evalkit.types import MAX_REPEATS
 
 log = logging.getLogger("evalkit")
 
 SCHEMA_VERSION = 2
-#: the largest summary.json read (bytes); a run's summary is kilobytes to a few megabytes
-MAX_SUMMARY_BYTES = 256 * 1024 * 1024
+#: the largest summary.json read (bytes). A summary holds counts, metrics with their
+#: intervals and the ids of the failed samples: kilobytes for evalkit's own benchmarks, about
+#: 8 MB with 100,000 failed samples of 78-character ids; a larger file is not a summary
+#: (it was 256 MiB: a crafted one cost seconds and gigabytes to parse)
+MAX_SUMMARY_BYTES = 32 * 1024 * 1024
 
 
 def _number(value: Any) -> Any:
@@ -250,30 +255,52 @@ def validate_summary(data: Any, where: str | Path = "summary.json", error: type[
         raise error(f"{where}: not an evalkit summary: {loc}: {msg}{more}") from None
 
 
-def read_summary(path: Path, error: type[EvalkitError] = RunDirError) -> Summary:
-    """Read and validate ``summary.json`` at ``path``.
+def read_summary_record(path: Path, error: type[EvalkitError] = RunDirError) -> Any:
+    """The parsed JSON of a run directory's ``summary.json`` at ``path`` (not validated: a
+    reader that keeps fields as written, such as ``rescore --set``, or a legacy run's), the
+    one raw read of it: opened without following a symbolic link, a regular file of at most
+    :data:`MAX_SUMMARY_BYTES` (judged by ``fstat`` before a byte is read: a FIFO or a device
+    is never read), nested at most :data:`evalkit.jsonl.MAX_JSON_DEPTH` levels.
 
-    The file is opened without following a symbolic link, and at most
-    :data:`MAX_SUMMARY_BYTES` are read.
+    Raises:
+        ``error`` (default RunDirError, exit 2): missing, a link, not a regular file, too
+            large, or not JSON — one line naming the file.
+    """
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error(f"{path}: no summary.json (the run has not finished)") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot be read ({'a symbolic link' if exc.errno == errno.ELOOP else type(exc).__name__})") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{path}: cannot be read (not a regular file)")
+        if st.st_size > MAX_SUMMARY_BYTES:
+            raise error(f"{path}: {st.st_size:,} bytes, more than a summary holds (at most {MAX_SUMMARY_BYTES:,}); not read")
+        try:
+            raw = fh.read(MAX_SUMMARY_BYTES + 1)
+        except OSError as exc:
+            raise error(f"{path}: cannot be read ({type(exc).__name__})") from None
+    if len(raw) > MAX_SUMMARY_BYTES:  # grew since fstat
+        raise error(f"{path}: more than {MAX_SUMMARY_BYTES:,} bytes, more than a summary holds; not read")
+    try:
+        return loads_bounded(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        why = str(exc) if str(exc).startswith("JSON nested too deeply") else type(exc).__name__
+        raise error(f"{path}: cannot be read as JSON ({why})") from None
+
+
+def read_summary(path: Path, error: type[EvalkitError] = RunDirError) -> Summary:
+    """Read (:func:`read_summary_record`: no link followed, at most
+    :data:`MAX_SUMMARY_BYTES`) and validate ``summary.json`` at ``path``.
 
     Raises:
         ``error`` (default RunDirError, exit 2): missing, a link, too large, not JSON, or
             not a valid summary — one line.
     """
-    path = Path(path)
-    try:
-        raw = read_no_link(path, MAX_SUMMARY_BYTES)
-    except FileNotFoundError:
-        raise error(f"{path}: no summary.json (the run has not finished)") from None
-    except OSError as exc:
-        raise error(f"{path}: cannot be read ({'a symbolic link' if exc.errno == errno.ELOOP else type(exc).__name__})") from None
-    if len(raw) > MAX_SUMMARY_BYTES:
-        raise error(f"{path}: more than {MAX_SUMMARY_BYTES} bytes, more than a summary holds")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise error(f"{path}: cannot be read as JSON ({type(exc).__name__})") from None
-    return validate_summary(data, path, error)
+    return validate_summary(read_summary_record(path, error), path, error)
 
 
 def write_summary(path: Path, summary: dict[str, Any] | Summary) -> Summary:

@@ -49,7 +49,7 @@ from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.journal import read_run_journal
 from evalkit.jsonl import MAX_RECORD_BYTES, read_no_link, read_run_yaml
 from evalkit.specs import TrackingSpec, build
-from evalkit.summary import Summary, validate_summary
+from evalkit.summary import Summary, read_summary_record, validate_summary
 from evalkit.tracking import MlflowObserver, ledger
 from evalkit.tracking.mlflow_tracking import artifact_root, is_server, tracking_uri
 
@@ -64,13 +64,13 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], Summary]:
             (:mod:`evalkit.journal`).
     """
     try:
-        try:
-            recorded = read_run_yaml(run_dir / "config.yaml")  # bounded: an alias bomb is one line, not a hang
-        except RunDirError as exc:
-            raise RunDirError(f"{run_dir}: not a finished evalkit run ({exc})") from None
-        raw = json.loads(read_no_link(run_dir / "summary.json", MAX_RECORD_BYTES).decode("utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml and summary.json needed, not links; {type(exc).__name__})") from None
+        recorded = read_run_yaml(run_dir / "config.yaml")  # bounded: an alias bomb is one line, not a hang
+    except RunDirError as exc:
+        raise RunDirError(f"{run_dir}: not a finished evalkit run ({exc})") from None
+    try:
+        raw = read_summary_record(run_dir / "summary.json")  # no link followed, at most MAX_SUMMARY_BYTES
+    except RunDirError as exc:
+        raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml and summary.json needed, not links; {exc})") from None
     if not isinstance(recorded, dict) or not isinstance(raw, dict) or "status" not in raw:
         raise RunDirError(f"{run_dir}: not a finished evalkit run (config.yaml or summary.json malformed)")
     summary = validate_summary(raw, run_dir / "summary.json")

@@ -20,6 +20,7 @@ from evalkit.engine.phases import Phases
 from evalkit.engine.plan import RunPlan, data_fingerprint
 from evalkit.engine.records import reasoning_rule
 from evalkit.engine.rundir import FAILED, PREDICTIONS, SUMMARY, RunState
+from evalkit.errors import counted
 from evalkit.images import EXTENSIONS, media_type_of
 from evalkit.journal import read_failures, read_journal, summary_view
 from evalkit.jsonl import write_unit_file
@@ -130,8 +131,8 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
     phases = phases or Phases()
     started = time.perf_counter()
     report = plan.specs.report
-    status.info("summary: %d samples × %d epochs, intervals from %d bootstrap resamples; then report.md and the plots…",
-                len(plan.samples), report.repeats, report.bootstrap_resamples)  # fmt: skip
+    status.info("summary: %s × %s, intervals from %s; then report.md and the plots…", counted(len(plan.samples), "sample"),
+                counted(report.repeats, "epoch"), counted(report.bootstrap_resamples, "bootstrap resample"))  # fmt: skip
     built, records = summarize(plan, state, engine)
     run_dir = state.run_dir
     store_images(run_dir, plan.images)  # once per run, by digest: traces, rescore and compare read them there

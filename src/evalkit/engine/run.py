@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evalkit import secrets
-from evalkit.errors import ConfigError
+from evalkit.errors import ConfigError, counted
 from evalkit.engine.batch import BatchExecutor
 from evalkit.engine.budget import UNJOURNALED, Budget, journal_spend
 from evalkit.engine.cache import all_cached, trim_cache
@@ -228,7 +228,7 @@ def execute(plan: RunPlan, state: RunState, phases: Phases, early: Executor | No
     monitor = sequential.start(plan, state.run_dir)  # run.stop_when: the gate, rebuilt from the journal
     if monitor is not None and monitor.decided:
         return None
-    log.info("run %s: %d samples, %d already journaled, %d to run", state.run_dir, len(plan.units), len(journal.rows), len(pending))
+    log.info("run %s: %s, %d already journaled, %d to run", state.run_dir, counted(len(plan.units), "sample"), len(journal.rows), len(pending))
     if not pending:
         return None
     plan.warn_unpriced()

@@ -19,11 +19,9 @@ whose recorded pilot/ICL digests differ from the files audited against).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
 
 from evalkit.benchmarks.ke.data import KEData
 from evalkit.benchmarks.ke.metrics import SCORE_NAMES, item_scores, macro_means, scores_of
@@ -32,7 +30,7 @@ from evalkit.benchmarks.ke.prompts import ANSWER_PREFIX
 from evalkit.errors import RunDirError
 from evalkit.journal import FAILED, read_failures, read_run_journal
 from evalkit.jsonl import read_objects, read_run_text, read_run_yaml
-from evalkit.summary import read_summary
+from evalkit.summary import read_summary, read_summary_record
 
 TOL = 1e-6  # §10 A4/A5
 
@@ -88,11 +86,10 @@ def read_run(run_dir: Path) -> _Run:
     if (run_dir / "config.yaml").is_file():  # evalkit's own: its summary read and validated as every reader does
         return _read_evalkit(run_dir, read_summary(summary_path).record() if summary_path.exists() else None)
     summary = None
-    if summary_path.is_file():
-        try:
-            summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise RunDirError(f"{run_dir}/summary.json: not JSON ({exc.msg})") from None
+    if summary_path.exists() or summary_path.is_symlink():
+        summary = read_summary_record(summary_path)  # no link followed, bounded; a legacy run's fields as written
+        if not isinstance(summary, dict):
+            raise RunDirError(f"{summary_path}: not a summary (a JSON {type(summary).__name__}, not an object)")
     return _read_legacy(run_dir, _read_jsonl(run_dir / "predictions.jsonl"), summary)
 
 
