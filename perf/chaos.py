@@ -605,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep-dir", type=Path, default=None, help="where trials run (default: a new temporary folder)")
     p.add_argument("--cap-s", type=float, default=None, help="a trial's wall-time cap (default 300 s; embedded and cluster 600 s)")
     p.add_argument("--concurrency", type=int, default=Settings.concurrency,
-                   help="backend.concurrency of the fake trials (16 or more: each of the 2 workers holds units ahead of its slots)")
+                   help="backend.concurrency of the fake trials (issue 34 asks 16 and 64: every unit of a trial in flight at once)")
     a = p.parse_args(argv)
     s = Settings()
     s.concurrency = a.concurrency

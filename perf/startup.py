@@ -20,6 +20,13 @@ script run; its summaries may lack the phases, so its start-up is measured from 
 server's side: launch to the first request the server sees (the same measure is printed
 for this tree).
 
+``--prompts N`` (issue 34 item 5): instead, ``--repeat`` pairs of runs of N one-message
+prompts (``perf/run_evalkit.py``, the workload of ``perf/frameworks.py``: ``runner.num_workers=2``,
+``--concurrency`` in flight, default 64) against the server, the baseline tree's run and
+this tree's alternating (baseline first in odd pairs, this tree first in even ones), each
+printed with the host's load average (1 min) at its launch; then the medians. On a shared
+host compare the pairs, not figures taken at different times.
+
 Then a sweep (``--skip-sweep`` to skip): 6 jobs (2 model names × 3 settings, ``--n``
 samples each, concurrency 16) against the server with a fixed ``--sweep-latency``, timed
 against the sum of its jobs' request phases plus one start-up.
@@ -136,6 +143,51 @@ def sweep(base: str, n: int, latency: float) -> None:
     print(f"  worker processes per job: {[e.get('worker_pids') for e in engines]}")
 
 
+def prompts_run(src: Path, data: Path, base: str, concurrency: int) -> tuple[float, float | None, dict, float]:
+    """One ``perf/run_evalkit.py`` run of ``data`` with ``src`` first on the path: (wall seconds
+    from launch to exit, launch to the server's first request, engine.phases, load average at launch)."""
+    out = Path(tempfile.mkdtemp())
+    env = {**os.environ, "PYTHONPATH": f"{src / 'src'}{os.pathsep}{src}"}
+    post(f"{base}/_plan", {"default": {"content": "ok"}})
+    load = os.getloadavg()[0]
+    launched = time.time()
+    proc = subprocess.run([sys.executable, str(REPO / "perf" / "run_evalkit.py"), str(data), str(out / "out.json"),
+                           "model=openai_compatible", "model.provider_model=openai/fake", f"backend.api_base={base}/v1",
+                           f"backend.concurrency={concurrency}", "runner.num_workers=2", "tracking=none",
+                           "run.progress=false", "run.cache=false", f"run.output_root={out}"],
+                          cwd=src, env=env, capture_output=True, text=True)  # fmt: skip
+    wall = time.time() - launched
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    first = first_request_time(base)
+    engine = json.loads((out / "out.json").read_text())["engine"]
+    return wall, (first - launched) if first else None, {**engine.get("phases", {}), "resent": engine.get("delivery", {}).get("resent")}, load
+
+
+def paired_prompts(baseline: Path | None, n: int, concurrency: int, repeat: int, base: str) -> None:
+    data = Path(tempfile.mkdtemp()) / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"i": i, "text": f"sample {i}"}) + "\n" for i in range(n)))
+    trees = {"baseline": baseline.resolve(), "this tree": REPO} if baseline else {"this tree": REPO}
+    got: dict[str, list[tuple[float, float | None, dict, float]]] = {name: [] for name in trees}
+    keys = ("ray_start_s", "data_load_s", "workers_ready_s", "to_first_request_s", "requests_s", "resent")
+    print(f"\n== {n} prompts, concurrency {concurrency}, 2 workers: launch to the server's first request")
+    for pair in range(repeat):
+        order = list(trees) if pair % 2 == 0 else list(reversed(trees))
+        for name in order:
+            r = prompts_run(trees[name], data, base, concurrency)
+            got[name].append(r)
+            wall, first, phases, load = r
+            first_text = f"{first:.2f}" if first is not None else "?"
+            print(f"  pair {pair + 1} {name:9s} load {load:5.2f}: first request {first_text} s, wall {wall:.1f} s; "
+                  + ", ".join(f"{k} {phases.get(k)}" for k in keys), flush=True)
+    for name, results in got.items():
+        firsts = [r[1] for r in results if r[1] is not None]
+        med = {k: statistics.median(r[2][k] for r in results if isinstance(r[2].get(k), (int, float))) for k in keys
+               if any(isinstance(r[2].get(k), (int, float)) for r in results)}  # fmt: skip
+        print(f"  median {name}: first request {statistics.median(firsts):.2f} s (load {statistics.median(r[3] for r in results):.2f}); "
+              + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=50)
@@ -143,9 +195,14 @@ def main() -> None:
     parser.add_argument("--baseline-src", type=Path, default=None, help="another evalkit source tree to measure first")
     parser.add_argument("--sweep-latency", type=float, default=1.0)
     parser.add_argument("--skip-sweep", action="store_true")
+    parser.add_argument("--prompts", type=int, default=None, help="N one-message prompts, runs paired (see above)")
+    parser.add_argument("--concurrency", type=int, default=64, help="with --prompts")
     args = parser.parse_args()
     server, base = start_server()
     try:
+        if args.prompts:
+            paired_prompts(args.baseline_src, args.prompts, args.concurrency, args.repeat, base)
+            return
         if args.baseline_src:
             report("baseline", args.baseline_src.resolve(), base, args.n, args.repeat)
         report("this tree", REPO, base, args.n, args.repeat)
