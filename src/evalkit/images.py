@@ -51,6 +51,7 @@ aspect kept) before it is sent.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -444,10 +445,11 @@ class ImageRefs:
         return out
 
 
-async def resolve_images(images: dict[str, Any], get: Callable[[list[Any]], Awaitable[list[bytes]]]) -> dict[str, bytes]:
+async def resolve_images(images: dict[str, Any], get: Callable[[list[Any]], Awaitable[list[bytes]]] | None = None) -> dict[str, bytes]:
     """``images`` whose values are references (:meth:`ImageRefs.by_reference`) with their
-    bytes again, read by ``get`` (references → bytes, in order: Ray's, awaited in the
-    worker); a value that is bytes already stays (a unit solved in process).
+    bytes again, read by ``get`` (references → bytes, in order; by default each reference
+    awaited, as Ray's are in a model worker, an async actor); a value that is bytes already
+    stays (a unit solved in process).
 
     Raises:
         ValueError: a reference read to something that is not the bytes of its digest.
@@ -455,7 +457,8 @@ async def resolve_images(images: dict[str, Any], get: Callable[[list[Any]], Awai
     pending = [d for d, v in images.items() if not isinstance(v, (bytes, bytearray))]
     if not pending:
         return images
-    got = await get([images[d] for d in pending])
+    refs = [images[d] for d in pending]
+    got = await get(refs) if get is not None else await asyncio.gather(*refs)
     out = dict(images)
     for digest, data in zip(pending, got):
         if not isinstance(data, (bytes, bytearray)) or hashlib.sha256(data).hexdigest() != digest:

@@ -11,11 +11,8 @@ Scheduling rules of this module (the window and retries are in
 * a unit (a sample's single request or a whole agent rollout) is one call of a worker's
   :meth:`ModelWorker.solve`, awaited by the driver; a lost worker is Ray's to restart and
   the call Ray's to run again (:mod:`evalkit.engine.delivery` says how far);
-* a unit's images go to its worker by reference, never inline: the driver puts each image
-  in Ray's object store once per run, by digest (:class:`evalkit.images.ImageRefs`), the
-  call carries the references (a few dozen bytes each) and the worker reads them back
-  (:func:`evalkit.images.resolve_images`), so ``runner=cluster`` moves an image to a node
-  once, whatever the number of units (or epochs) that send it there.
+* a unit's images go to its worker by reference, each put in Ray's object store once per
+  run (:class:`evalkit.images.ImageRefs` says why and how).
 """
 
 from __future__ import annotations
@@ -147,18 +144,13 @@ class ModelWorker:
         (:meth:`RayExecutor.submit`): they are read back (awaited) before it is solved."""
         solver, agent_params, user_params, _ = await self._state(registration, holder)
         if unit.request.images:  # sent by reference (RayExecutor.submit): read from this node's object store
-            unit = unit.with_images(await resolve_images(unit.request.images, _gathered))
+            unit = unit.with_images(await resolve_images(unit.request.images))
         gate = RemoteBudget(budget) if budget is not None else None
         try:
             result: Any = await solve_unit(solver, unit, self.agents, self.cache, agent_params, user_params, gate)
         except Exception as exc:  # noqa: BLE001 - solve_unit returns failures; this is a bug, re-raised in the driver
             result = _portable(exc)
         return pack(result), self.where
-
-
-async def _gathered(refs: list[Any]) -> list[Any]:
-    """The objects of Ray object references, awaited together (in an async actor)."""
-    return list(await asyncio.gather(*refs))
 
 
 #: the largest result a unit may send back (bytes, pickled): a larger one is its unit's failure
