@@ -17,19 +17,22 @@ import pytest
 
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.engine.journal import read_jsonl
-from tests.support.host import slowness
+from tests.support.host import slowness, time_limit
 from tests.engine.test_engine_faults import IDS, _api, _rules, gold  # noqa: F401 - gold is a fixture
 
-#: per-attempt timeout of these runs: a healthy answer of the fake takes milliseconds, the
-#: first call of a fresh worker (litellm setting itself up) a few tenths of a second
-TIMEOUT = "backend.timeout_s=2"
+def _timeout() -> str:
+    """The per-attempt timeout of these runs: 2 s on an idle host, times the host's slowness
+    now (``tests/support/host.py``). A healthy answer of the fake takes milliseconds, the first
+    call of a fresh worker (litellm setting itself up) a few tenths of a second on an idle
+    host, and several seconds on a loaded one, where a fixed 2 s would time it out."""
+    return f"backend.timeout_s={time_limit(2)}"
 
 #: fault name -> (extra rule fields, error_kind of a sample it always hits)
 FAULTS = {
     "reset": ({}, "connection"),
     "malformed": ({}, "malformed_response"),
     "malformed_html": ({"malformed_body": "<html><body>502 Bad Gateway</body></html>"}, "malformed_response"),
-    "hang": ({"hang_s": 30}, "timeout"),
+    "hang": ({"hang_s": 120}, "timeout"),  # held until the client gives up (its timeout)
 }
 
 
@@ -48,7 +51,7 @@ def test_transient_fault_is_retried_then_scored(fake_openai, ray_address, gold, 
     extra, _ = FAULTS[name]
     fault = _fault(name)
     fake_openai.set_plan({"rules": _rules(gold, **{sid0: {"statuses": [fault, fault], **extra}})})
-    res = run_eval(_api(fake_openai, ray_address, "run.cache=false", TIMEOUT))
+    res = run_eval(_api(fake_openai, ray_address, "run.cache=false", _timeout()))
     assert res.summary["status"] == "complete" and res.exit_code == 0
     assert res.summary["metrics"]["overall"] == 1.0
     assert list(read_jsonl(res.run_dir / "failed.jsonl")) == []
@@ -66,7 +69,7 @@ def test_permanent_fault_goes_to_failed_with_its_kind(fake_openai, ray_address, 
     extra, kind = FAULTS[name]
     fault = _fault(name)
     fake_openai.set_plan({"rules": _rules(gold, **{sid0: {"always_status": fault, **extra}})})
-    res = run_eval(_api(fake_openai, ray_address, "run.cache=false", TIMEOUT, "backend.max_retries=2"))
+    res = run_eval(_api(fake_openai, ray_address, "run.cache=false", _timeout(), "backend.max_retries=2"))
     assert res.summary["status"] == "incomplete" and res.exit_code == 1
     assert res.summary["metrics"] == {}
     assert "partial_overall" in res.summary["partial_metrics"]
@@ -96,11 +99,14 @@ def test_trickled_answers_arrive_whole_and_score(fake_openai, ray_address, gold,
 @pytest.mark.slow
 def test_trickle_slower_than_timeout_is_a_timeout(fake_openai, ray_address, gold, run_eval):  # noqa: F811
     """``timeout_s`` bounds a whole attempt: every chunk comes well within it (so no read
-    times out) but the body as a whole would take several times longer."""
+    times out) but the body as a whole would take several times longer (the pause between
+    chunks scaled as the timeout is, by the host's slowness)."""
     sid0 = IDS[0]
-    trickle = {"always_status": "trickle", "trickle_bytes": 4, "trickle_delay_s": 0.25}
+    timeout = _timeout()
+    pause = 0.25 * float(timeout.split("=")[1]) / 2
+    trickle = {"always_status": "trickle", "trickle_bytes": 4, "trickle_delay_s": pause}
     fake_openai.set_plan({"rules": _rules(gold, **{sid0: trickle})})
-    res = run_eval(_api(fake_openai, ray_address, "run.cache=false", TIMEOUT, "backend.max_retries=1"))
+    res = run_eval(_api(fake_openai, ray_address, "run.cache=false", timeout, "backend.max_retries=1"))
     failed = list(read_jsonl(res.run_dir / "failed.jsonl"))
     assert [(f["sample_id"], f["error_kind"], f["attempts"]) for f in failed] == [(sid0, "timeout", 2)]
     assert _statuses(fake_openai, gold[sid0][0]) == ["trickle", "trickle"]
