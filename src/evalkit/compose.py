@@ -15,7 +15,7 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from evalkit import config
@@ -23,7 +23,7 @@ from evalkit.benchmarks import entry_point_names, get_benchmark_class
 from evalkit.benchmarks.base import Benchmark
 from evalkit.config import EvalConfig, resolve_layers, validate
 from evalkit.errors import ConfigError, DataError, RunDirError, printable
-from evalkit.jsonl import MAX_YAML_BYTES, check_yaml_file, load_yaml, read_no_link
+from evalkit.jsonl import MAX_YAML_BYTES, check_yaml_file, load_yaml
 from evalkit.providers import takes_images
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -31,7 +31,7 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 #: added to Hydra's search path after evalkit's own ``conf/``: a benchmark from outside
 #: evalkit keeps its YAML there (``<dir>/benchmark/<name>.yaml``), as can models. An option
 #: chosen for a run that is defined in two places (``conf/`` and one of these, or two of
-#: these) is refused in one line naming both files (:func:`config_files`): Hydra would take
+#: these) is refused in one line naming both files (:func:`check_chosen`): Hydra would take
 #: the first silently
 CONFIG_DIR_ENV = "EVALKIT_CONFIG_DIR"
 
@@ -58,86 +58,125 @@ _GROUP_CHOICE = re.compile(r"^[+~]*([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
 def config_files(overrides: Sequence[str], environ: Any = None) -> list[Path]:
-    """The YAML files Hydra would read for ``overrides``: ``conf/config.yaml``, and each
-    config-group entry chosen — by the primary config's ``defaults`` or by a ``group=option``
-    override (each option of a sweep's ``a,b``; ``judge=`` names model configs) — in
-    ``conf/`` and in every directory of :data:`CONFIG_DIR_ENV` (the paths that exist, whatever
-    their file type: :func:`evalkit.jsonl.check_yaml_file` refuses a non-regular one).
+    """The YAML files Hydra may read for ``overrides``, each checked by
+    :func:`evalkit.jsonl.check_yaml_file` (bounds, a regular file) as it is found, before
+    Hydra reads any of them: ``conf/config.yaml``; each option a ``group=option`` override
+    names (each option of a sweep's ``a,b``; ``judge=`` names model configs); and, file by
+    file, each option a checked file's own ``defaults`` list names (``override`` entries,
+    nested groups and the options of ``conf/config.yaml``'s defaults that an override
+    replaces included: a superset of what Hydra reads) — in ``conf/`` and in every directory
+    of :data:`CONFIG_DIR_ENV` (the paths that exist, whatever their file type). Which options
+    the run chooses is Hydra's answer, read after composing (:func:`check_chosen`).
 
     Raises:
-        ConfigError: a chosen option defined in two of these directories (one line naming
-            both files: Hydra would silently take the first, the shipped one over a team's).
+        ConfigError: a file that is not a regular file, over a bound or unreadable (one line
+            naming it).
     """
     dirs = [CONF_DIR, *config_dirs(environ)]
-    choices, chosen = group_choices(overrides)
-    files = [CONF_DIR / "config.yaml"]
-    for group, options in sorted(choices.items()):
-        for option in sorted(options):
-            # every file that is there, links and non-regular files too: the check refuses
-            # those by name (Hydra would skip them, and say "unknown <group>")
-            found = [d / group / f"{option}.yaml" for d in dirs if os.path.lexists(d / group / f"{option}.yaml")]
-            if len(found) > 1 and option in chosen.get(group, ()):
-                raise ConfigError(f"{group}={option}: defined twice, in {found[0]} and in {found[1]}; rename one (a config "
-                                  f"of {CONFIG_DIR_ENV} never silently replaces or hides another)")  # fmt: skip
-            files += found
+    todo = [("", "config"), *((g, o) for g, opts in sorted(override_choices(overrides).items()) for o in sorted(opts))]
+    seen: set[tuple[str, str]] = set()
+    files = []
+    while todo:
+        group, option = todo.pop(0)
+        if (group, option) in seen:
+            continue
+        seen.add((group, option))
+        rel = Path(group, f"{option}.yaml")
+        # every file that is there, links and non-regular files too: the check refuses
+        # those by name (Hydra would skip them, and say "unknown <group>")
+        for path in [CONF_DIR / rel] if not group else [d / rel for d in dirs]:
+            if os.path.lexists(path):
+                check_yaml_file(path, ConfigError)
+                files.append(path)
+                todo += defaults_named(path, group)
     return files
 
 
-def group_choices(overrides: Sequence[str]) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """``(every option read, the options chosen)`` per config group for ``overrides``: the
-    primary config's ``defaults`` and each ``group=option`` override (each of a sweep's
-    ``a,b``; ``judge=`` names model configs). An override's group replaces that group's
-    default as the chosen one (``benchmark=x`` does not choose the default benchmark)."""
-    defaults: dict[str, set[str]] = {}
-    primary = load_yaml(check_read(CONF_DIR / "config.yaml"), str(CONF_DIR / "config.yaml"), ConfigError)
-    for entry in (primary or {}).get("defaults") or [] if isinstance(primary, dict) else []:
-        if isinstance(entry, dict):
-            for group, option in entry.items():
-                if isinstance(group, str) and isinstance(option, str) and not group.startswith("override "):
-                    defaults.setdefault(group, set()).add(option)
-    overridden: dict[str, set[str]] = {}
-    judges: set[str] = set()
+def override_choices(overrides: Sequence[str]) -> dict[str, set[str]]:
+    """The options each ``group=option`` override names, per group (each of a sweep's
+    ``a,b`` or ``[a,b]``; ``judge=`` names ``model`` configs)."""
+    named: dict[str, set[str]] = {}
     for arg in overrides:
         m = _GROUP_CHOICE.match(str(arg))
-        if not m:
-            continue
-        options = {v.strip().strip("'\"") for v in m.group(2).strip("[]").split(",") if v.strip()}
-        if m.group(1) == "judge":
-            judges |= options
+        if m:
+            options = {v.strip().strip("'\"") for v in m.group(2).strip("[]").split(",") if v.strip()}
+            named.setdefault("model" if m.group(1) == "judge" else m.group(1), set()).update(options)
+    return named
+
+
+def defaults_named(path: Path, group: str) -> list[tuple[str, str]]:
+    """``(group, option)`` of each entry of the ``defaults`` list of ``path`` (a config of
+    ``group``; already checked by :func:`evalkit.jsonl.check_yaml_file`), as Hydra's defaults
+    list reads them: ``[override|optional] [/]group[@package]: option`` (an option or a list
+    of them; a group without ``/`` is relative to ``group``) and a plain ``name`` (a config of
+    ``group``); ``_self_``, ``null``, interpolations and Hydra's own groups are left out. A
+    file that is not YAML names nothing (Hydra's message names its error next)."""
+    try:
+        with open(path, "rb") as fh:
+            data = load_yaml(fh.read(MAX_YAML_BYTES + 1), str(path), ConfigError)
+    except (ConfigError, OSError):
+        return []
+    entries = data.get("defaults") if isinstance(data, dict) else None
+    named = []
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, str):
+            key, options = entry.rpartition("/")[0], [entry.rpartition("/")[2]]
+        elif isinstance(entry, dict) and len(entry) == 1:
+            (key, value), = entry.items()
+            options = value if isinstance(value, list) else [value]
         else:
-            overridden.setdefault(m.group(1), set()).update(options)
-    chosen = {**defaults, **overridden}
-    if judges:
-        chosen["model"] = chosen.get("model", set()) | judges
-    choices = {g: defaults.get(g, set()) | chosen.get(g, set()) for g in set(defaults) | set(chosen)}
-    return choices, chosen
+            continue
+        if not isinstance(key, str):
+            continue
+        key = " ".join(w for w in key.split() if w not in ("override", "optional")).partition("@")[0]
+        if key.lstrip("/").split("/")[0] == "hydra":
+            continue
+        where = key[1:] if key.startswith("/") else "/".join(p for p in (group, key) if p)
+        named += [(where, o) for o in options if isinstance(o, str) and o and o != "_self_" and "${" not in o]
+    return named
 
 
-def check_read(path: Path) -> bytes:
-    """The bytes of ``path`` (at most :data:`evalkit.jsonl.MAX_YAML_BYTES` and one); a
-    missing file reads as empty.
+def check_chosen(cfg: DictConfig, environ: Any = None) -> None:
+    """Each option the run chooses — Hydra's own answer, ``hydra.runtime.choices`` of a
+    config composed with ``return_hydra_config=True`` (chosen by an override, by
+    ``conf/config.yaml``'s defaults or by a chosen config's own ``defaults``, as
+    ``conf/model/reference.yaml`` picks ``backend: offline``), and each ``judge=`` model
+    config — defined in one place only.
 
     Raises:
-        ConfigError: unreadable (one line)."""
-    try:
-        return read_no_link(path, MAX_YAML_BYTES)
-    except FileNotFoundError:
-        return b""
-    except OSError as exc:
-        raise ConfigError(f"{path} cannot be read ({exc.strerror or type(exc).__name__})") from None
+        ConfigError: a chosen option defined in two of ``conf/`` and the directories of
+            :data:`CONFIG_DIR_ENV` (one line naming both files: Hydra would silently take the
+            first, the shipped one over a team's).
+    """
+    dirs = [CONF_DIR, *config_dirs(environ)]
+    chosen: list[tuple[str, Any]] = [(g, o) for g, o in (cfg.hydra.runtime.choices or {}).items() if not g.startswith("hydra/")]
+    judges = cfg.get("judge")
+    chosen += [("model", j) for j in ([judges] if isinstance(judges, str) else list(judges or []))]
+    for group, options in chosen:
+        for option in [options] if isinstance(options, str) else list(options or []):
+            found = [d / group / f"{option}.yaml" for d in dirs if os.path.lexists(d / group / f"{option}.yaml")]
+            if len(found) > 1:
+                raise ConfigError(f"{group}={option}: defined twice, in {found[0]} and in {found[1]}; rename one (a config "
+                                  f"of {CONFIG_DIR_ENV} never silently replaces or hides another)")  # fmt: skip
+
+
+def without_hydra(cfg: DictConfig) -> DictConfig:
+    """``cfg`` without its ``hydra`` node (what Hydra's compose returns unless asked for it)."""
+    with read_write(cfg), open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
 
 
 def check_config_files(overrides: Sequence[str], environ: Any = None) -> None:
     """Every file of :func:`config_files` composed by the bounded YAML loader
     (:func:`evalkit.jsonl.load_yaml`: alias count, depth, size and expanded size) before
     Hydra's OmegaConf reads it: a task file that is an alias bomb ("billion laughs") is one
-    line, not a hang.
+    line, not a hang — a file a chosen config's own ``defaults`` picks too.
 
     Raises:
-        ConfigError: a file over a bound or unreadable — one line naming it.
+        ConfigError: a file over a bound, not a regular file or unreadable — one line naming it.
     """
-    for path in config_files(overrides, environ):
-        check_yaml_file(path, ConfigError)
+    config_files(overrides, environ)
 
 
 def config_dirs(environ: Any = None) -> list[Path]:
@@ -364,11 +403,13 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             args = benchmark_keys_addable(quote_numeric_groups(overrides)) + search_path_overrides()
-            return hydra_compose("config", overrides=args)
+            cfg = hydra_compose("config", overrides=args, return_hydra_config=True)
     except Exception as exc:  # noqa: BLE001 - hydra raises many types; all become one line
         if type(exc).__name__ == "OverrideParseException":
             raise ConfigError(bad_override(overrides, exc)) from None
         raise ConfigError(hydra_error_line(exc)) from None
+    check_chosen(cfg)
+    return without_hydra(cfg)
 
 
 def bad_override(overrides: Sequence[str], exc: BaseException) -> str:
@@ -409,9 +450,11 @@ def _compose_in_context(overrides: list[str]) -> DictConfig:
     if GlobalHydra.instance().is_initialized():
         check_config_files(overrides)
         try:
-            return hydra_compose("config", overrides=[*overrides, *search_path_overrides()])
+            cfg = hydra_compose("config", overrides=[*overrides, *search_path_overrides()], return_hydra_config=True)
         except Exception as exc:  # noqa: BLE001
             raise ConfigError(hydra_error_line(exc)) from None
+        check_chosen(cfg)
+        return without_hydra(cfg)
     return compose(overrides)
 
 
