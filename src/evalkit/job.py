@@ -251,7 +251,7 @@ def dry_run_lines(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> list[str]:
     if cfg.run.batch and cfg.model.kind == "litellm":
         lines.append(f"evalkit: dry run: {dry_run_section(plan, dry.prompt_tokens or 0, dry.requests)}")
     if cfg.run.resume is not None:
-        lines.append(f"evalkit: dry run: resuming {cfg.run.resume}: {dry.journaled} of {len(plan.units)} requests "
+        lines.append(f"evalkit: dry run: resuming {cfg.run.resume}: {dry.journaled} of {counted(len(plan.units), 'request')} "
                      f"already journaled, {dry.requests} to send")
     budget = _budget_line(cfg, plan, dry)
     if budget:

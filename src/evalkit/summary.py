@@ -38,7 +38,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from evalkit.errors import WRITE_FAULTS, EvalkitError, RunDirError, write_failed
+from evalkit.errors import WRITE_FAULTS, EvalkitError, RunDirError, counted, write_failed
 from evalkit.jsonl import check_write, loads_bounded
 from evalkit.types import MAX_REPEATS
 
@@ -229,10 +229,11 @@ class Summary(BaseModel):
         return name in self.model_fields_set
 
     def count_line(self) -> str:
-        """``3 of 10 samples failed`` (``(5 of 30 answers)`` added with repeats)."""
-        line = f"{self.n_failed} of {self.n_samples} samples failed"
+        """``3 of 10 samples failed``, ``1 of 1 sample failed`` (the noun agrees with the total:
+        :func:`evalkit.errors.counted`); ``(5 of 30 answers)`` added with repeats."""
+        line = f"{self.n_failed} of {counted(self.n_samples, 'sample')} failed"
         if self.repeats > 1:
-            line += f" ({self.n_failed_rows} of {self.n_requested if self.n_requested is not None else '?'} answers)"
+            line += f" ({self.n_failed_rows} of {counted(self.n_requested, 'answer') if self.n_requested is not None else '? answers'})"
         return line
 
 

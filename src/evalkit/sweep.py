@@ -39,7 +39,7 @@ from omegaconf import DictConfig, open_dict
 from evalkit import secrets
 from evalkit.compare import flips, load_run, paired_stats
 from evalkit.engine import session
-from evalkit.errors import EvalkitError, first_line, printable
+from evalkit.errors import EvalkitError, counted, first_line, printable
 from evalkit.report.markdown import md_code, md_text
 from evalkit.specs import tracking_of
 from evalkit.stats import adjust, with_interval
@@ -188,7 +188,7 @@ def _record_result(record: dict[str, Any], result: Any) -> None:
         n_failed=s.n_failed,
     )
     if not s.complete:
-        record["error"] = f"{s.n_failed} of {s.n_samples} samples failed; resume with run.resume={result.run_dir}"
+        record["error"] = f"{s.count_line()}; resume with run.resume={result.run_dir}"
 
 
 def run_job(cfg: DictConfig) -> None:
@@ -295,14 +295,19 @@ class SweepCallback(Callback):
                 f"{job['status']}: {printable(job.get('error') or 'no reason recorded')}",
                 file=sys.stderr,
             )
+        print(sweep_outcome_line(summary, len(failed), sweep_dir / SWEEP_SUMMARY), file=sys.stderr if failed else sys.stdout)
         if failed:
-            print(
-                f"evalkit: sweep {summary['sweep_id']}: {len(failed)} of {summary['n_jobs']} jobs failed → {sweep_dir / SWEEP_SUMMARY}",
-                file=sys.stderr,
-            )
             _exit_code = 1
-        else:
-            print(f"evalkit: sweep {summary['sweep_id']}: all {summary['n_jobs']} jobs complete → {sweep_dir / SWEEP_SUMMARY}")
+
+
+def sweep_outcome_line(summary: dict[str, Any], n_failed: int, path: Path) -> str:
+    """The sweep's last console line: ``2 of 4 jobs failed → PATH`` (``n_failed`` of the
+    summary's ``n_jobs``), else ``all 4 jobs complete → PATH`` (``1 job complete`` for one);
+    nouns in the number English gives them (:func:`evalkit.errors.counted`)."""
+    n_jobs = summary["n_jobs"]
+    if n_failed:
+        return f"evalkit: sweep {summary['sweep_id']}: {n_failed} of {counted(n_jobs, 'job')} failed → {path}"
+    return f"evalkit: sweep {summary['sweep_id']}: {'all ' if n_jobs != 1 else ''}{counted(n_jobs, 'job')} complete → {path}"
 
 
 def _finish(sweep_dir: Path, interrupted: bool = False) -> dict[str, Any]:
@@ -459,7 +464,7 @@ def report_markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# Sweep {md_text(summary['sweep_id'])}",
         "",
-        f"{summary['n_complete_jobs']} of {summary['n_jobs']} jobs complete. Overrides: {md_code(' '.join(summary['overrides']))}",
+        f"{summary['n_complete_jobs']} of {counted(summary['n_jobs'], 'job')} complete. Overrides: {md_code(' '.join(summary['overrides']))}",
         "",
         "| job | swept overrides | status | headline | value [interval] | run dir |",
         "|---|---|---|---|---|---|",
