@@ -327,3 +327,42 @@ def test_console_counts_say_1_request_not_1_requests(tmp_path):
                               "run.dry_run=true"]))  # fmt: skip
     lines = dry_run(cfg).lines
     assert lines[0].startswith("evalkit: dry run: arith_mini × reference: 1 request answered offline")
+
+
+# ---- rescore: links, files that are not regular, a bad --set value, extra samples ----------
+@pytest.fixture(scope="module")
+def ace_run(tmp_path_factory, acebench_dir) -> Path:
+    """One reference run of 3 ACEBench samples, shared by the module's tests (each copies it)."""
+    from tests.conftest import run_in_process
+
+    return run_in_process(ACE, tmp_path_factory.mktemp("ace"), acebench_dir).run_dir
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    shutil.copytree(run, tmp_path / "run", symlinks=True)
+    return tmp_path / "run"
+
+
+def _err_lines(capsys) -> list[str]:
+    return [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("evalkit: error:")]
+
+
+@pytest.mark.parametrize("where", ["rescored", "rescored/evalscope"])
+def test_rescore_set_never_writes_through_a_linked_rescored_folder(ace_run, tmp_path, capsys, where):
+    """``RUN/rescored`` linked to a folder outside the run: ``rescore --set`` wrote the
+    rescored run there (exit 0); ``RUN/rescored/<label>`` a link: an ``rmtree`` traceback
+    text. Both are one line naming the link, exit 2, nothing written outside."""
+    from evalkit import rescore as rescore_mod
+
+    run, outside = _copy(ace_run, tmp_path), tmp_path / "outside"
+    outside.mkdir()
+    (run / where).parent.mkdir(parents=True, exist_ok=True)
+    (run / where).symlink_to(outside)
+    assert rescore_mod.main([str(run), "--set", "benchmark.scoring=evalscope"]) == 2
+    errs = _err_lines(capsys)
+    assert len(errs) == 1 and f"{run / where}: a symbolic link" in errs[0] and "rmtree" not in errs[0]
+    assert list(outside.iterdir()) == []
+
+

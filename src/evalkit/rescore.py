@@ -29,7 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections import Counter
@@ -225,6 +227,10 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
     if not label or not all(c.isalnum() or c in "-_." for c in label) or label.startswith("."):
         raise RunDirError(f"--set value {label!r} cannot name a directory")
     target = run_dir / "rescored" / label
+    for path in (target.parent, target):  # lexists-style checks: a dangling link is a link too
+        if os.path.islink(path):
+            raise RunDirError(f"{printable(str(path))}: a symbolic link; evalkit never writes through a symbolic link "
+                              "in a run directory (remove it to write the rescored run)")  # fmt: skip
     bench = result["bench"]
     try:
         cfg = read_run_yaml(run_dir / "config.yaml")
