@@ -366,3 +366,19 @@ def test_rescore_set_never_writes_through_a_linked_rescored_folder(ace_run, tmp_
     assert list(outside.iterdir()) == []
 
 
+def test_rescore_names_a_predictions_fifo_as_not_a_regular_file(ace_run, tmp_path, capsys):
+    """A FIFO ``predictions.jsonl`` was "not an evalkit run directory (... needed)"."""
+    import os
+
+    from evalkit import rescore as rescore_mod
+
+    run = _copy(ace_run, tmp_path)
+    (run / "predictions.jsonl").unlink()
+    os.mkfifo(run / "predictions.jsonl")
+    assert rescore_mod.main([str(run)]) == 2
+    errs = _err_lines(capsys)
+    assert len(errs) == 1 and f"{run / 'predictions.jsonl'}: not a regular file" in errs[0]
+    (run / "predictions.jsonl").unlink()
+    assert rescore_mod.main([str(run)]) == 2 and "not an evalkit run directory" in _err_lines(capsys)[0]
+
+

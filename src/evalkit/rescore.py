@@ -81,8 +81,8 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
             count (:mod:`evalkit.journal`), or fewer readable predictions than its ``n_scored_rows``.
     """
     run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file() or not (run_dir / "predictions.jsonl").is_file():
-        raise RunDirError(f"{run_dir}: not an evalkit run directory (config.yaml and predictions.jsonl needed)")
+    for name in ("config.yaml", PREDICTIONS):
+        _run_file(run_dir, name)
     bench = load_benchmark(run_dir, data_dir, overrides)
     by_id = {s.id: s for s in bench.load()}
     recorded_summary = read_summary(run_dir / "summary.json") if (run_dir / "summary.json").exists() else None
@@ -128,6 +128,27 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
     return {"metrics": metrics, "recorded": recorded, "changed": changed, "unreadable": unreadable,
             "rows": new_rows, "bench": bench, "samples": selected, "epochs": epochs, "summary": recorded_summary,
             "has_summary": recorded_summary is not None, "extra": extra}  # fmt: skip
+
+
+def _run_file(run_dir: Path, name: str) -> None:
+    """Check that ``run_dir/name`` is a regular file, judged by ``lstat`` (no link followed,
+    nothing opened: a FIFO is never waited on).
+
+    Raises:
+        RunDirError: missing (not a run directory), a symbolic link, or not a regular file
+            (a FIFO, a directory, a device) — one line naming it.
+    """
+    path = run_dir / name
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        raise RunDirError(f"{printable(str(run_dir))}: not an evalkit run directory (config.yaml and predictions.jsonl needed)") from None
+    except OSError as exc:
+        raise RunDirError(f"{printable(str(path))}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if stat.S_ISLNK(mode):
+        raise RunDirError(f"{printable(str(path))}: a symbolic link; evalkit never reads a run's files through a link")
+    if not stat.S_ISREG(mode):
+        raise RunDirError(f"{printable(str(path))}: not a regular file (a FIFO, a directory or a device); not read")
 
 
 def extra_rows(journal: Any, by_id: dict[str, Any], repeats: int, n_samples: int | None) -> dict[str, Any]:
