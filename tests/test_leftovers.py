@@ -366,6 +366,22 @@ def test_rescore_set_never_writes_through_a_linked_rescored_folder(ace_run, tmp_
     assert list(outside.iterdir()) == []
 
 
+@pytest.mark.parametrize("sets", [[], ["--set", "benchmark.scoring=evalscope"]])
+def test_rescore_refuses_a_linked_summary_even_dangling(ace_run, tmp_path, capsys, sets):
+    """A dangling ``summary.json`` link read as "the run did not finish" (``exists()``
+    follows links): now refused in one line, exit 2, with and without ``--set``."""
+    from evalkit import rescore as rescore_mod
+
+    run = _copy(ace_run, tmp_path)
+    (run / "summary.json").unlink()
+    (run / "summary.json").symlink_to(tmp_path / "missing.json")
+    assert rescore_mod.main([str(run), *sets]) == 2
+    out = capsys.readouterr()
+    errs = [ln for ln in out.err.splitlines() if ln.startswith("evalkit: error:")]
+    assert len(errs) == 1 and "summary.json: cannot be read (a symbolic link)" in errs[0]
+    assert "did not finish" not in out.err
+
+
 def test_rescore_names_a_predictions_fifo_as_not_a_regular_file(ace_run, tmp_path, capsys):
     """A FIFO ``predictions.jsonl`` was "not an evalkit run directory (... needed)"."""
     import os

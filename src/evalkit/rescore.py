@@ -85,7 +85,8 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
         _run_file(run_dir, name)
     bench = load_benchmark(run_dir, data_dir, overrides)
     by_id = {s.id: s for s in bench.load()}
-    recorded_summary = read_summary(run_dir / "summary.json") if (run_dir / "summary.json").exists() else None
+    summary_path = run_dir / "summary.json"  # lexists: a link, even dangling, is refused by the reader, not taken for "unfinished"
+    recorded_summary = read_summary(summary_path) if os.path.lexists(summary_path) else None
     journal = read_run_journal(run_dir, recorded_summary.stale_lines if recorded_summary else ())
     rows = journal.rows
     damage = recorded_summary and damaged_journal(journal.path, len(rows), recorded_summary.n_scored_rows, "n_scored_rows")
