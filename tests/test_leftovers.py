@@ -398,3 +398,12 @@ def test_rescore_names_a_predictions_fifo_as_not_a_regular_file(ace_run, tmp_pat
     assert rescore_mod.main([str(run)]) == 2 and "not an evalkit run directory" in _err_lines(capsys)[0]
 
 
+def test_rescore_blames_the_set_value_not_the_runs_config(ace_run, tmp_path, capsys):
+    """``--set benchmark.scoring=../../x`` was reported as ``RUN/config.yaml: benchmark.scoring``."""
+    from evalkit import rescore as rescore_mod
+
+    run = _copy(ace_run, tmp_path)
+    assert rescore_mod.main([str(run), "--set", "benchmark.scoring=../../x"]) == 2
+    errs = _err_lines(capsys)
+    assert len(errs) == 1 and "--set benchmark.scoring='../../x'" in errs[0] and "config.yaml" not in errs[0]
+    assert not (run / "rescored").exists()

@@ -360,7 +360,10 @@ def load_benchmark(run_dir: Path, data_dir: Path | None = None, overrides: dict[
     except ValidationError as exc:
         err = exc.errors()[0]
         msg = err["msg"].removeprefix("Value error, ")
-        raise RunDirError(f"{run_dir}/config.yaml: benchmark.{'.'.join(map(str, err['loc']))}: {msg}") from None
+        key = ".".join(map(str, err["loc"]))
+        if err["loc"] and err["loc"][0] in (overrides or {}):  # the --set value is at fault, not the run's config
+            raise ConfigError(f"--set benchmark.{key}={printable(repr(overrides[err['loc'][0]]), 200)}: {msg}") from None  # type: ignore[index]
+        raise RunDirError(f"{run_dir}/config.yaml: benchmark.{key}: {msg}") from None
     return bench_cls(settings)
 
 
