@@ -175,7 +175,7 @@ def test_rescore_names_extra_journal_rows_and_scores_only_the_runs(run_eval, cap
     _append(preds, [first])  # an identical duplicate
     assert rescore_mod.main([str(res.run_dir)]) == 0
     warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("evalkit: warning:")]
-    assert len(warned) == 1 and "1 journal row(s) not rescored: 1 duplicate row(s) of a sample and epoch already journaled (lines 4;" in warned[0]
+    assert len(warned) == 1 and "1 journal row not rescored: 1 duplicate row of a sample and epoch already journaled (lines 4;" in warned[0]
     _append(preds, [{**first, "sample_id": "not_in_data"}, {**first, "epoch": 1, "scores": {"accuracy": 0.0}}])
     result = rescore_mod.rescore(res.run_dir)
     assert result["metrics"]["accuracy/normal_atom_bool"] == 1.0 and len(result["epochs"]) == 1
@@ -184,8 +184,8 @@ def test_rescore_names_extra_journal_rows_and_scores_only_the_runs(run_eval, cap
     assert rescore_mod.main([str(res.run_dir)]) == 1
     out = capsys.readouterr()
     warned = [ln for ln in out.err.splitlines() if ln.startswith("evalkit: warning:")]
-    assert len(warned) == 1 and "3 journal row(s) not rescored: 1 row(s) of sample ids not in the benchmark's data (not_in_data)" in warned[0]
-    assert "1 row(s) at an epoch beyond the run's repeats=1" in warned[0] and "DIFFERS" not in out.out
+    assert len(warned) == 1 and "3 journal rows not rescored: 1 row of sample ids not in the benchmark's data (not_in_data)" in warned[0]
+    assert "1 row at an epoch beyond the run's repeats=1" in warned[0] and "DIFFERS" not in out.out
 
 
 # ---- 4. an option defined twice is refused, naming both files ------------------------------

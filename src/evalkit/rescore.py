@@ -169,23 +169,23 @@ def extra_rows(journal: Any, by_id: dict[str, Any], repeats: int, n_samples: int
     unknown = [f"{sid}@{e}" if repeats > 1 else sid for sid, e in journal.rows if sid not in by_id]
     beyond = [f"{sid}@{e}" for sid, e in journal.rows if sid in by_id and e >= repeats]
     duplicates = [line for _, line in journal.duplicates]
-    counted = len({sid for sid, _ in journal.rows if sid in by_id})
-    surplus = max(0, counted - n_samples) if n_samples is not None else 0
+    with_rows = len({sid for sid, _ in journal.rows if sid in by_id})
+    surplus = max(0, with_rows - n_samples) if n_samples is not None else 0
     parts = []
     if unknown:
-        parts.append(f"{len(unknown)} row(s) of sample ids not in the benchmark's data ({printable(', '.join(unknown[:5]), 300)}"
+        parts.append(f"{counted(len(unknown), 'row')} of sample ids not in the benchmark's data ({printable(', '.join(unknown[:5]), 300)}"
                      f"{', ...' if len(unknown) > 5 else ''})")  # fmt: skip
     if beyond:
-        parts.append(f"{len(beyond)} row(s) at an epoch beyond the run's repeats={repeats} ({printable(', '.join(beyond[:5]), 300)}"
+        parts.append(f"{counted(len(beyond), 'row')} at an epoch beyond the run's repeats={repeats} ({printable(', '.join(beyond[:5]), 300)}"
                      f"{', ...' if len(beyond) > 5 else ''})")  # fmt: skip
     if duplicates:
-        parts.append(f"{len(duplicates)} duplicate row(s) of a sample and epoch already journaled (lines "
+        parts.append(f"{counted(len(duplicates), 'duplicate row')} of a sample and epoch already journaled (lines "
                      f"{', '.join(map(str, duplicates[:10]))}{', ...' if len(duplicates) > 10 else ''}; the first row counts, as in the run)")  # fmt: skip
     line = None
     if parts:
-        line = f"{len(unknown) + len(beyond) + len(duplicates)} journal row(s) not rescored: " + "; ".join(parts)
+        line = f"{counted(len(unknown) + len(beyond) + len(duplicates), 'journal row')} not rescored: " + "; ".join(parts)
     if surplus:
-        more = f"rows of {counted} samples, {surplus} more than the n_samples={n_samples} summary.json counts: the journal holds rows the run did not count"
+        more = f"rows of {counted(with_rows, 'sample')}, {surplus} more than the n_samples={n_samples} summary.json counts: the journal holds rows the run did not count"
         line = f"{line}; {more}" if line else more
     if line and not journal.problems():
         line = f"{journal.path}: {line}"
