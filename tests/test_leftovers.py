@@ -407,3 +407,55 @@ def test_rescore_blames_the_set_value_not_the_runs_config(ace_run, tmp_path, cap
     errs = _err_lines(capsys)
     assert len(errs) == 1 and "--set benchmark.scoring='../../x'" in errs[0] and "config.yaml" not in errs[0]
     assert not (run / "rescored").exists()
+
+
+def test_rescore_scores_only_the_runs_own_selection_with_and_without_set(ace_run, tmp_path, capsys):
+    """Rows of a 4th sample (in the data, not in the run's ``run.limit=3`` selection) were
+    scored by ``rescore --set`` (exit 0, 4 rows written, the metric changed, the summary
+    still saying 3 samples). Both paths now tell the run's rows by its own selection
+    (``run_selection``): not scored, named in the one warning line; the plain path exits 1."""
+    import json
+
+    from evalkit import rescore as rescore_mod
+    from evalkit.rescore import load_benchmark
+
+    run = _copy(ace_run, tmp_path)
+    preds = run / "predictions.jsonl"
+    rows = [json.loads(ln) for ln in preds.read_text(encoding="utf-8").splitlines()]
+    fourth = next(s.id for s in load_benchmark(run).load() if s.id not in {r["sample_id"] for r in rows})
+    _append(preds, [{**rows[0], "sample_id": fourth}])  # the first sample's answer: wrong for the 4th
+    assert rescore_mod.main([str(run)]) == 1
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("evalkit: warning:")]
+    assert len(warned) == 1 and f"1 journal row not rescored: 1 row of samples outside the run's selection ({fourth})" in warned[0]
+    assert rescore_mod.main([str(run), "--set", "benchmark.scoring=evalscope"]) == 0
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("evalkit: warning:")]
+    assert len(warned) == 1 and "1 row of samples outside the run's selection" in warned[0]
+    new = run / "rescored" / "evalscope"
+    written = [json.loads(ln)["sample_id"] for ln in (new / "predictions.jsonl").read_text(encoding="utf-8").splitlines()]
+    summary = json.loads((new / "summary.json").read_text(encoding="utf-8"))
+    assert sorted(written) == sorted(r["sample_id"] for r in rows) and fourth not in written
+    assert (summary["n_samples"], summary["n_scored_rows"]) == (3, 3) and summary["metrics"]["overall"] == 1.0
+
+
+def test_rescore_set_refuses_rows_of_more_samples_when_the_selection_cannot_be_rebuilt(ace_run, tmp_path, capsys):
+    """Without a selection to tell them by (here ``run.limit`` no longer validates), rows of
+    more samples than the summary's ``n_samples`` cannot be told from the run's: ``--set``
+    refuses in one line (exit 2) rather than write a run whose rows its summary does not count."""
+    import json
+
+    import yaml
+
+    from evalkit import rescore as rescore_mod
+    from evalkit.rescore import load_benchmark
+
+    run = _copy(ace_run, tmp_path)
+    cfg = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    cfg["run"]["limit"] = "three"
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    preds = run / "predictions.jsonl"
+    rows = [json.loads(ln) for ln in preds.read_text(encoding="utf-8").splitlines()]
+    fourth = next(s.id for s in load_benchmark(run).load() if s.id not in {r["sample_id"] for r in rows})
+    _append(preds, [{**rows[0], "sample_id": fourth}])
+    assert rescore_mod.main([str(run), "--set", "benchmark.scoring=evalscope"]) == 2
+    errs = _err_lines(capsys)
+    assert len(errs) == 1 and "rows of 4 samples, 1 more than the n_samples=3" in errs[0] and not (run / "rescored").exists()
