@@ -178,16 +178,12 @@ def extra_rows(journal: Any, by_id: dict[str, Any], repeats: int, n_samples: int
     duplicates = [line for _, line in journal.duplicates]
     with_rows = len({sid for sid, _ in journal.rows if sid in own})
     surplus = max(0, with_rows - n_samples) if n_samples is not None else 0
-    parts = []
-    if unknown:
-        parts.append(f"{counted(len(unknown), 'row')} of sample ids not in the benchmark's data ({printable(', '.join(unknown[:5]), 300)}"
-                     f"{', ...' if len(unknown) > 5 else ''})")  # fmt: skip
-    if outside:
-        parts.append(f"{counted(len(outside), 'row')} of samples outside the run's selection ({printable(', '.join(outside[:5]), 300)}"
-                     f"{', ...' if len(outside) > 5 else ''})")  # fmt: skip
-    if beyond:
-        parts.append(f"{counted(len(beyond), 'row')} at an epoch beyond the run's repeats={repeats} ({printable(', '.join(beyond[:5]), 300)}"
-                     f"{', ...' if len(beyond) > 5 else ''})")  # fmt: skip
+    def listed(keys: list[str], what: str) -> str:  # "2 rows <what> (a, b)": at most 5 keys shown
+        return f"{counted(len(keys), 'row')} {what} ({printable(', '.join(keys[:5]), 300)}{', ...' if len(keys) > 5 else ''})"
+
+    parts = [listed(keys, what) for keys, what in ((unknown, "of sample ids not in the benchmark's data"),
+                                                  (outside, "of samples outside the run's selection"),
+                                                  (beyond, f"at an epoch beyond the run's repeats={repeats}")) if keys]  # fmt: skip
     if duplicates:
         parts.append(f"{counted(len(duplicates), 'duplicate row')} of a sample and epoch already journaled (lines "
                      f"{', '.join(map(str, duplicates[:10]))}{', ...' if len(duplicates) > 10 else ''}; the first row counts, as in the run)")  # fmt: skip
