@@ -20,8 +20,8 @@ metrics, intervals and ``instrument``; a ``run.stop_when`` run's gate walked aga
 the new scores, :func:`regate`), which ``compare`` reads like any run; no model is asked.
 Exit code 0 when written, 2 when it cannot be.
 
-Journal rows that are not the run's (a sample id the data lacks, an epoch beyond its
-repeats, duplicates) are not scored; one warning line names them by count (:func:`extra_rows`).
+Journal rows that are not the run's (a sample id the data lacks, a sample outside the run's
+selection, :func:`run_selection`, an epoch beyond its repeats, duplicates) are not scored; one warning line names them by count (:func:`extra_rows`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections import Counter
@@ -44,7 +46,7 @@ from tabulate import tabulate
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.config import RunSettings, resolve_layers
 from evalkit.engine.finalize import code_version
-from evalkit.engine.plan import select_samples
+from evalkit.engine.plan import load_unique, select_samples
 from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
 from evalkit.engine.sequential import GateSetup, Monitor
@@ -79,19 +81,22 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
             count (:mod:`evalkit.journal`), or fewer readable predictions than its ``n_scored_rows``.
     """
     run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file() or not (run_dir / "predictions.jsonl").is_file():
-        raise RunDirError(f"{run_dir}: not an evalkit run directory (config.yaml and predictions.jsonl needed)")
+    for name in ("config.yaml", PREDICTIONS):
+        _run_file(run_dir, name)
     bench = load_benchmark(run_dir, data_dir, overrides)
     by_id = {s.id: s for s in bench.load()}
-    recorded_summary = read_summary(run_dir / "summary.json") if (run_dir / "summary.json").exists() else None
+    summary_path = run_dir / "summary.json"  # lexists: a link, even dangling, is refused by the reader, not taken for "unfinished"
+    recorded_summary = read_summary(summary_path) if os.path.lexists(summary_path) else None
     journal = read_run_journal(run_dir, recorded_summary.stale_lines if recorded_summary else ())
     rows = journal.rows
     damage = recorded_summary and damaged_journal(journal.path, len(rows), recorded_summary.n_scored_rows, "n_scored_rows")
     if damage:
         raise RunDirError(damage)
     repeats = recorded_summary.repeats if recorded_summary else max(journal.n_epochs(), 1)
-    selected = [by_id[sid] for sid in journal.sample_ids() if sid in by_id]
-    extra = extra_rows(journal, by_id, repeats, recorded_summary.n_samples if recorded_summary else None)
+    selection = run_selection(run_dir, bench)
+    own = by_id if selection is None else {sid: s for sid, s in by_id.items() if sid in selection}  # the run's samples
+    selected = [own[sid] for sid in journal.sample_ids() if sid in own]
+    extra = extra_rows(journal, by_id, repeats, recorded_summary.n_samples if recorded_summary else None, own)
     problems = "; ".join(p for p in (journal.problems(), extra["line"]) if p)
     if problems:
         print(f"evalkit: warning: {problems}", file=sys.stderr)
@@ -101,7 +106,7 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
     new_rows: dict[tuple[str, int], dict[str, Any]] = {}
     with Scorer(bench) as scorer:  # the run's own bounds on time and memory per sample
         for (sid, epoch), row in rows.items():
-            if sid not in by_id or epoch >= repeats:  # not the run's (extra_rows names them)
+            if sid not in own or epoch >= repeats:  # not the run's (extra_rows names them)
                 continue
             row = dict(row)
             try:
@@ -128,44 +133,89 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
             "has_summary": recorded_summary is not None, "extra": extra}  # fmt: skip
 
 
-def extra_rows(journal: Any, by_id: dict[str, Any], repeats: int, n_samples: int | None) -> dict[str, Any]:
+def _run_file(run_dir: Path, name: str) -> None:
+    """Check that ``run_dir/name`` is a regular file, judged by ``lstat`` (no link followed,
+    nothing opened: a FIFO is never waited on).
+
+    Raises:
+        RunDirError: missing (not a run directory), a symbolic link, or not a regular file
+            (a FIFO, a directory, a device) — one line naming it.
+    """
+    path = run_dir / name
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        raise RunDirError(f"{printable(str(run_dir))}: not an evalkit run directory (config.yaml and predictions.jsonl needed)") from None
+    except OSError as exc:
+        raise RunDirError(f"{printable(str(path))}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if stat.S_ISLNK(mode):
+        raise RunDirError(f"{printable(str(path))}: a symbolic link; evalkit never reads a run's files through a link")
+    if not stat.S_ISREG(mode):
+        raise RunDirError(f"{printable(str(path))}: not a regular file (a FIFO, a directory or a device); not read")
+
+
+def extra_rows(journal: Any, by_id: dict[str, Any], repeats: int, n_samples: int | None,
+               own: dict[str, Any] | None = None) -> dict[str, Any]:
     """The journal rows that are not the run's, which ``rescore`` does not score (as the run
     did not count them) but names, by count, in one line (``line``; ``None`` when there are
-    none): rows of a sample id the benchmark's data does not hold (``unknown``), rows at an
+    none): rows of a sample id the benchmark's data does not hold (``unknown``), rows of a
+    sample the data holds but the run did not select (``outside``: not in ``own``, the run's
+    selection, :func:`run_selection`; ``own`` ``None``: every sample of the data), rows at an
     epoch beyond the summary's ``repeats`` (``beyond``), later rows of a key already counted
     (``duplicates``, line numbers: the first row counts, :mod:`evalkit.journal`'s rule 4;
     those with other scores are also named by :meth:`~evalkit.journal.Journal.problems`), and
     ``surplus``: how many more samples have rows than the summary's ``n_samples``.
 
-    ``unknown``, ``beyond`` and ``surplus`` make the rescore differ from the record (exit 1:
+    ``unknown``, ``outside``, ``beyond`` and ``surplus`` make the rescore differ from the record (exit 1:
     the journal holds what the run did not count); duplicates do not (the run counted the
     first row too). Rule: a re-scorer scores exactly the run's samples and epochs and says
     what else it found, as Inspect's ``inspect score`` re-scores a log's own samples.
     """
+    own = by_id if own is None else own
     unknown = [f"{sid}@{e}" if repeats > 1 else sid for sid, e in journal.rows if sid not in by_id]
-    beyond = [f"{sid}@{e}" for sid, e in journal.rows if sid in by_id and e >= repeats]
+    outside = [f"{sid}@{e}" if repeats > 1 else sid for sid, e in journal.rows if sid in by_id and sid not in own]
+    beyond = [f"{sid}@{e}" for sid, e in journal.rows if sid in own and e >= repeats]
     duplicates = [line for _, line in journal.duplicates]
-    counted = len({sid for sid, _ in journal.rows if sid in by_id})
-    surplus = max(0, counted - n_samples) if n_samples is not None else 0
-    parts = []
-    if unknown:
-        parts.append(f"{len(unknown)} row(s) of sample ids not in the benchmark's data ({printable(', '.join(unknown[:5]), 300)}"
-                     f"{', ...' if len(unknown) > 5 else ''})")  # fmt: skip
-    if beyond:
-        parts.append(f"{len(beyond)} row(s) at an epoch beyond the run's repeats={repeats} ({printable(', '.join(beyond[:5]), 300)}"
-                     f"{', ...' if len(beyond) > 5 else ''})")  # fmt: skip
+    with_rows = len({sid for sid, _ in journal.rows if sid in own})
+    surplus = max(0, with_rows - n_samples) if n_samples is not None else 0
+    def listed(keys: list[str], what: str) -> str:  # "2 rows <what> (a, b)": at most 5 keys shown
+        return f"{counted(len(keys), 'row')} {what} ({printable(', '.join(keys[:5]), 300)}{', ...' if len(keys) > 5 else ''})"
+
+    parts = [listed(keys, what) for keys, what in ((unknown, "of sample ids not in the benchmark's data"),
+                                                  (outside, "of samples outside the run's selection"),
+                                                  (beyond, f"at an epoch beyond the run's repeats={repeats}")) if keys]  # fmt: skip
     if duplicates:
-        parts.append(f"{len(duplicates)} duplicate row(s) of a sample and epoch already journaled (lines "
+        parts.append(f"{counted(len(duplicates), 'duplicate row')} of a sample and epoch already journaled (lines "
                      f"{', '.join(map(str, duplicates[:10]))}{', ...' if len(duplicates) > 10 else ''}; the first row counts, as in the run)")  # fmt: skip
     line = None
     if parts:
-        line = f"{len(unknown) + len(beyond) + len(duplicates)} journal row(s) not rescored: " + "; ".join(parts)
+        line = f"{counted(len(unknown) + len(outside) + len(beyond) + len(duplicates), 'journal row')} not rescored: " + "; ".join(parts)
     if surplus:
-        more = f"rows of {counted} samples, {surplus} more than the n_samples={n_samples} summary.json counts: the journal holds rows the run did not count"
+        more = f"rows of {counted(with_rows, 'sample')}, {surplus} more than the n_samples={n_samples} summary.json counts: the journal holds rows the run did not count"
         line = f"{line}; {more}" if line else more
     if line and not journal.problems():
         line = f"{journal.path}: {line}"
-    return {"unknown": unknown, "beyond": beyond, "duplicates": duplicates, "surplus": surplus, "line": line}
+    return {"unknown": unknown, "outside": outside, "beyond": beyond, "duplicates": duplicates, "surplus": surplus, "line": line}
+
+
+def run_selection(run_dir: Path, bench: Any) -> set[str] | None:
+    """The sample ids the run selected, rebuilt as the run built them
+    (:func:`evalkit.engine.plan.select_samples` over :func:`~evalkit.engine.plan.load_unique`,
+    with ``config.yaml``'s ``run`` settings: ``sample_ids``, ``sample_ids_file``, ``limit``,
+    and a ``run.stop_when`` gate's order); ``None`` when it cannot be rebuilt (settings that no
+    longer validate, a ``sample_ids_file`` or baseline gone): the count check of
+    :func:`extra_rows` (``surplus``) is then all that tells the run's rows from others.
+    The one rule by which both ``rescore`` and ``rescore --set`` tell the run's samples."""
+    try:
+        cfg = read_run_yaml(Path(run_dir) / "config.yaml")
+        raw = cfg.get("run") if isinstance(cfg, dict) and isinstance(cfg.get("run"), dict) else {}
+        run = RunSettings(**{k: v for k, v in raw.items() if k in RunSettings.model_fields})
+        order = GateSetup(bench, run).order if run.stop_when else None
+        return {s.id for s in select_samples(load_unique(bench), run, order)}
+    except (EvalkitError, ValidationError, ValueError, OSError, KeyError, TypeError) as exc:
+        log.warning("%s: the run's selection cannot be rebuilt (%s: %s); its rows are told by count only",
+                    printable(str(run_dir)), type(exc).__name__, printable(str(exc), 300))  # fmt: skip
+        return None
 
 
 def _verdict_fields(row: dict[str, Any], scored: Any) -> None:
@@ -220,11 +270,17 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
     recorded = result["summary"]
     if recorded is None:
         raise RunDirError(f"{run_dir}: no summary.json; only a finished run can be rescored into a run directory")
+    if (result.get("extra") or {}).get("surplus"):  # rows of more samples than the run counted, the run's own not told apart
+        raise RunDirError(f"{printable(str(run_dir))}: {result['extra']['line']}; a rescored run would count samples the run did not")
     run_dir = Path(run_dir)
     label = "-".join(str(v) for v in overrides.values())
     if not label or not all(c.isalnum() or c in "-_." for c in label) or label.startswith("."):
         raise RunDirError(f"--set value {label!r} cannot name a directory")
     target = run_dir / "rescored" / label
+    for path in (target.parent, target):  # lexists-style checks: a dangling link is a link too
+        if os.path.islink(path):
+            raise RunDirError(f"{printable(str(path))}: a symbolic link; evalkit never writes through a symbolic link "
+                              "in a run directory (remove it to write the rescored run)")  # fmt: skip
     bench = result["bench"]
     try:
         cfg = read_run_yaml(run_dir / "config.yaml")
@@ -242,7 +298,7 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
             metrics=metrics if recorded.complete else {},
             metrics_ci=figs["metrics_ci"], metrics_not_estimable=figs["not_estimable"],
             instrument={**_judged_by(recorded), **instrument(bench)}, code_version=code_version(), stale_lines=[],
-            status_counts=dict(Counter(r.get("status", "ok") for r in rows)),
+            status_counts=dict(Counter(r.get("status", "ok") for r in rows)), n_scored_rows=len(rows),
             scorer_limit_ids=[r["sample_id"] for r in rows if r.get("status") == "scorer_limit"],
             rescored_from=str(run_dir), rescored_with={f"benchmark.{k}": v for k, v in overrides.items()},
         )  # fmt: skip
@@ -332,7 +388,10 @@ def load_benchmark(run_dir: Path, data_dir: Path | None = None, overrides: dict[
     except ValidationError as exc:
         err = exc.errors()[0]
         msg = err["msg"].removeprefix("Value error, ")
-        raise RunDirError(f"{run_dir}/config.yaml: benchmark.{'.'.join(map(str, err['loc']))}: {msg}") from None
+        key = ".".join(map(str, err["loc"]))
+        if err["loc"] and err["loc"][0] in (overrides or {}):  # the --set value is at fault, not the run's config
+            raise ConfigError(f"--set benchmark.{key}={printable(repr(overrides[err['loc'][0]]), 200)}: {msg}") from None  # type: ignore[index]
+        raise RunDirError(f"{run_dir}/config.yaml: benchmark.{key}: {msg}") from None
     return bench_cls(settings)
 
 
@@ -383,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     extra = result.get("extra") or {}
     differs = bool(result["changed"]) or bool(result["unreadable"]) or any(r[3] for r in rows) \
-        or bool(extra.get("unknown") or extra.get("beyond") or extra.get("surplus"))  # fmt: skip
+        or bool(extra.get("unknown") or extra.get("outside") or extra.get("beyond") or extra.get("surplus"))  # fmt: skip
     return 1 if differs else 0
 
 
