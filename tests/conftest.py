@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DIR = Path(os.environ.get("EVALKIT_SHARED_DIR", REPO_ROOT.parent / "shared")).resolve()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background by a non-interactive shell (``pytest … &`` in a
+    script, no job control) begins with SIGINT ignored, and every process it starts inherits
+    that: the tests that Ctrl-C an evalkit run (``tests/engine/test_crash_resume.py``,
+    ``tests/engine/test_batch_runs.py``) would see their signal ignored and the run go on.
+    The tests mean a Ctrl-C from a terminal, so the suite restores Python's own handler."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
