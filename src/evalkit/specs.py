@@ -209,19 +209,14 @@ def tracking_of(cfg: EvalConfig | DictConfig) -> TrackingSpec:
     return TrackingSpec.of(cfg.tracking, cfg.run)
 
 
-def _actor(model: ModelConfig, backend: BackendConfig, key: str | None, timeout_s: float, params: dict[str, Any],
-           max_tokens: int | None) -> ActorSpec:  # fmt: skip
-    return ActorSpec(model, backend, key, timeout_s, params, max_tokens)
-
-
 def build(cfg: EvalConfig) -> RunSpecs:
     """The specs of a validated config; the one place (besides compose and job) that reads it.
     Reads the API keys (``api_key_env`` variables) now, as the config's own methods do."""
     timeout = cfg.request_timeout_s()
-    agent = _actor(cfg.model, cfg.backend, cfg.api_key(), timeout, cfg.sent_params(), cfg.generation.max_tokens)
+    agent = ActorSpec(cfg.model, cfg.backend, cfg.api_key(), timeout, cfg.sent_params(), cfg.generation.max_tokens)
     user = None
     if cfg.user is not None:
-        user = _actor(cfg.user.model, cfg.user.backend, cfg.user_api_key(), timeout, cfg.user_sent_params(),
+        user = ActorSpec(cfg.user.model, cfg.user.backend, cfg.user_api_key(), timeout, cfg.user_sent_params(),
                       cfg.user.generation.max_tokens)  # fmt: skip
     judges = tuple(_judge(cfg, j) for j in cfg.judge)
     models = ModelsSpec(agent, user, judges)
@@ -250,5 +245,5 @@ def build(cfg: EvalConfig) -> RunSpecs:
 
 def _judge(cfg: EvalConfig, judge: JudgeConfig) -> ActorSpec:
     """A judge's spec: its own backend's ``timeout_s`` bounds one attempt."""
-    return _actor(judge.model, judge.backend, cfg.judge_api_key(judge), judge.backend.timeout_s, cfg.judge_sent_params(judge),
+    return ActorSpec(judge.model, judge.backend, cfg.judge_api_key(judge), judge.backend.timeout_s, cfg.judge_sent_params(judge),
                   judge.generation.max_tokens)  # fmt: skip
