@@ -198,6 +198,17 @@ def extra_rows(journal: Any, by_id: dict[str, Any], repeats: int, n_samples: int
     return {"unknown": unknown, "outside": outside, "beyond": beyond, "duplicates": duplicates, "surplus": surplus, "line": line}
 
 
+def recorded_run_settings(cfg: Any) -> RunSettings:
+    """The ``run.*`` settings a run's ``config.yaml`` (read as ``cfg``) recorded, keys this
+    version does not know left out.
+
+    Raises:
+        pydantic.ValidationError: a recorded value that no longer validates.
+    """
+    raw = cfg.get("run") if isinstance(cfg, dict) and isinstance(cfg.get("run"), dict) else {}
+    return RunSettings(**{k: v for k, v in raw.items() if k in RunSettings.model_fields})
+
+
 def run_selection(run_dir: Path, bench: Any) -> set[str] | None:
     """The sample ids the run selected, rebuilt as the run built them
     (:func:`evalkit.engine.plan.select_samples` over :func:`~evalkit.engine.plan.load_unique`,
@@ -207,9 +218,7 @@ def run_selection(run_dir: Path, bench: Any) -> set[str] | None:
     :func:`extra_rows` (``surplus``) is then all that tells the run's rows from others.
     The one rule by which both ``rescore`` and ``rescore --set`` tell the run's samples."""
     try:
-        cfg = read_run_yaml(Path(run_dir) / "config.yaml")
-        raw = cfg.get("run") if isinstance(cfg, dict) and isinstance(cfg.get("run"), dict) else {}
-        run = RunSettings(**{k: v for k, v in raw.items() if k in RunSettings.model_fields})
+        run = recorded_run_settings(read_run_yaml(Path(run_dir) / "config.yaml"))
         order = GateSetup(bench, run).order if run.stop_when else None
         return {s.id for s in select_samples(load_unique(bench), run, order)}
     except (EvalkitError, ValidationError, ValueError, OSError, KeyError, TypeError) as exc:
@@ -342,7 +351,7 @@ def regate(bench: Any, cfg: dict[str, Any], work: Path, result: dict[str, Any], 
     warning line. Never raises."""
     recorded = summary["sequential"]
     try:
-        run = RunSettings(**{k: v for k, v in (cfg.get("run") or {}).items() if k in RunSettings.model_fields})
+        run = recorded_run_settings(cfg)
         setup = GateSetup(bench, run)
         ordered = select_samples(bench.load(), run, order=setup.order)  # the gate's order and strata, as the run built them
         dispatched = {s.id for s in result["samples"]} | set(summary.get("failed_ids") or [])
