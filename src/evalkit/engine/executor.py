@@ -10,7 +10,7 @@ Scheduling rules of this module (the window and retries are in
   with cached, retried model calls, failures returned as data;
 * a unit (a sample's single request or a whole agent rollout) is one call of a worker's
   :meth:`ModelWorker.solve`, awaited by the driver; a lost worker is Ray's to restart and
-  the call Ray's to run again (:mod:`evalkit.engine.delivery` says how far);
+  its lost calls the driver's to send again (:mod:`evalkit.engine.delivery` says how far);
 * a unit's images go to its worker by reference, each put in Ray's object store once per
   run (:class:`evalkit.images.ImageRefs` says why and how).
 """
@@ -23,6 +23,7 @@ import os
 import pickle
 import sys
 import time
+import traceback
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -59,12 +60,11 @@ class LocalExecutor(ExecutorBase):
 
 
 class ModelWorker:
-    """A model worker (made a Ray actor by :func:`_worker_class`): it owns the model clients
-    (built once, from ``agents_factory``) and the response cache, written behind the results
-    (:class:`~evalkit.engine.cache.WriteBehind`). A unit is one call of :meth:`solve`; the
-    run's solver and parameters come with each call as an object-store reference, read once
-    per process and run (``runs``, keyed by ``RayExecutor.registration``, a random hex string
-    per run): a sweep's runs share a worker, and a process Ray restarted reads the run again."""
+    """A model worker (a Ray actor, :func:`_worker_class`): it owns the model clients (built
+    once) and the response cache, written behind the results (:class:`~evalkit.engine.cache.WriteBehind`).
+    A unit is one call of :meth:`solve`, which carries the run's solver and parameters as an
+    object-store reference, read once per process and run (``runs``, keyed by a random hex
+    string per run): a sweep's runs share a worker; a process Ray restarted reads the run again."""
 
     def __init__(self, agents_factory: Callable[[], Any], cache_dir: str | None):
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -149,7 +149,7 @@ class ModelWorker:
         try:
             result: Any = await solve_unit(solver, unit, self.agents, self.cache, agent_params, user_params, gate)
         except Exception as exc:  # noqa: BLE001 - solve_unit returns failures; this is a bug, re-raised in the driver
-            result = _portable(exc)
+            result = exc
         return pack(result), self.where
 
 
@@ -158,12 +158,21 @@ MAX_RESULT_BYTES = 256 << 20
 
 
 def pack(result: Any) -> bytes:
-    """``result`` pickled, or, when it will not pickle (a judge verdict nested 900 deep) or
-    passes ``MAX_RESULT_BYTES``, an ``internal`` failure of its unit in its place: the
-    driver loads each unit's result on its own (:mod:`evalkit.engine.delivery`)."""
+    """``result`` (a trajectory, or the exception solving raised) pickled for the driver,
+    which loads each unit's result on its own (:mod:`evalkit.engine.delivery`). In its place:
+    for an exception that would not load there (its ``__init__`` needs arguments it does not
+    keep in ``args``, as litellm's), a ``RuntimeError`` naming it with its traceback; for a
+    result that will not pickle (a judge verdict nested 900 deep) or passes
+    ``MAX_RESULT_BYTES``, an ``internal`` failure of its unit."""
+    raised = isinstance(result, BaseException)
     try:
         data = pickle.dumps(result, protocol=5)
-    except Exception as exc:  # noqa: BLE001 - whatever pickling raises (RecursionError, PicklingError)
+        if raised:
+            pickle.loads(data)
+    except Exception as exc:  # noqa: BLE001 - whatever pickling raises (RecursionError, PicklingError, TypeError)
+        if raised:
+            text = "".join(traceback.format_exception(result))[-4000:]
+            return pickle.dumps(RuntimeError(f"{type(result).__name__}: {result} (raised in a model worker)\n{text}"))
         message = f"the unit's result does not pickle ({type(exc).__name__}: {str(exc)[:300]})"
     else:
         if len(data) <= MAX_RESULT_BYTES:
@@ -173,27 +182,12 @@ def pack(result: Any) -> bytes:
 
 
 def _worker_class() -> Any:
-    """:class:`ModelWorker` as a Ray actor class. A ``solve`` call lost with its worker is not
-    retried by Ray: the driver sends the unit again (:mod:`evalkit.engine.delivery`,
-    ``UNIT_MAX_TRIES`` sends at most); it records no task events (they are
-    for Ray's dashboard and state API, which evalkit does not use)."""
+    """:class:`ModelWorker` as a Ray actor class. Ray does not retry a lost ``solve`` call (the
+    driver sends the unit again, :mod:`evalkit.engine.delivery`) nor record its task events."""
     import ray  # deferred: offline runs never import Ray
 
     ray.method(max_task_retries=0, enable_task_events=False)(ModelWorker.solve)  # annotates in place
     return ray.remote(num_cpus=0)(ModelWorker)
-
-
-def _portable(exc: Exception) -> Exception:
-    """``exc``, or a ``RuntimeError`` naming it (with its traceback) when it would not survive the
-    trip to the driver (its ``__init__`` needs arguments it does not keep in ``args``, as litellm's)."""
-    import traceback
-
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:  # noqa: BLE001 - whatever pickling raises
-        text = "".join(traceback.format_exception(exc))[-4000:]
-        return RuntimeError(f"{type(exc).__name__}: {exc} (raised in a model worker)\n{text}")
 
 
 #: the custom resource of the nodes meant for model workers (launchers/ray_local_cluster.sh
@@ -206,24 +200,13 @@ WORKER_RESOURCE = "evalkit_worker"
 ACTOR_MAX_RESTARTS = 3
 
 
-def _pool_key(agents_factory: Callable[[], Any], cache: str | None, n: int, per_actor: int) -> str:
-    """What makes workers reusable by another run: the same clients (model, endpoint,
-    credentials), response cache, number of workers and per-worker concurrency."""
-    return sha256_hex(pickle.dumps((agents_factory, cache, n, per_actor)))
-
-
 class RayExecutor(ExecutorBase):
     """Spreads units over ``num_workers`` async Ray actors (:class:`ModelWorker`) through a
     :class:`~evalkit.engine.delivery.Delivery`: one call per unit, to the live actor with
-    the fewest units in flight, under the driver's window.
-
-    Creating the executor starts the workers without waiting (they need only the model
-    clients: the engine starts them while the benchmark's data loads); :meth:`register`
-    puts the run's solver and parameters in the object store (each worker reads them with
-    its first unit), and :meth:`wait_ready` waits for the workers (the engine calls it
-    before the first request). With ``warm`` (a sweep session's ``{key: actors}``), workers
-    of an earlier run with the same key are reused, and new ones are kept there for later
-    runs instead of being stopped.
+    the fewest units in flight, under the driver's window. The workers start when the
+    executor is made (while the benchmark's data loads). With ``warm`` (a sweep session's
+    ``{key: actors}``), workers of an earlier run with the same key are reused, and new
+    ones are kept there for later runs instead of being stopped.
     """
 
     def __init__(self, agents_factory: Callable[[], Any], cache_dir: str | Path | None, num_workers: int, concurrency: int,
@@ -233,15 +216,13 @@ class RayExecutor(ExecutorBase):
         self._ray, self.started, self.ready_s = ray, time.perf_counter(), None
         n = max(1, min(num_workers, concurrency))
         cache = str(cache_dir) if cache_dir else None
-        key = _pool_key(agents_factory, cache, n, -(-concurrency // n))
+        # what lets another run reuse the workers: the same clients (model, endpoint, credentials), cache and shares
+        key = sha256_hex(pickle.dumps((agents_factory, cache, n, -(-concurrency // n))))
         self.warm, self._key = warm, key
         self.reused = warm is not None and key in warm
-        if self.reused:
-            self.workers = warm[key]  # type: ignore[index]
-        else:
-            self.workers = self._start(agents_factory, cache, n, concurrency)
-            if warm is not None:
-                warm[key] = self.workers
+        self.workers = warm[key] if self.reused else self._start(agents_factory, cache, n, concurrency)  # type: ignore[index]
+        if warm is not None:
+            warm[key] = self.workers
         self.registration, self._holder, self.pids = uuid.uuid4().hex, [], []
         self._ready = [w.ping.remote() for w in self.workers]
         self.delivery = Delivery(self.workers, (self.registration, self._holder, None), cancel=ray.cancel,
@@ -281,12 +262,10 @@ class RayExecutor(ExecutorBase):
                      ", ".join(map(str, self.pids)), "; kept warm from an earlier run" if self.reused else "", self.ready_s)
 
     def figures(self) -> dict[str, Any]:
-        """The cluster's part of ``summary.json`` → ``engine``: ``nodes`` (per Ray node the
-        model workers ran on: ``node_id``, ``units`` delivered, ``worker_pids``),
-        ``driver_node``, ``delivery`` (``Delivery.stats``), with shared limits
-        ``rate_limits`` (:meth:`~evalkit.engine.ratelimit.EndpointLimits.stats` per endpoint),
-        and when the units carried images ``images_by_reference`` (``put``: images put in the
-        object store, once each; ``bytes``: their bytes)."""
+        """``summary.json`` → ``engine``'s Ray part: ``nodes`` (per node the workers ran on:
+        ``node_id``, ``units`` delivered, ``worker_pids``), ``driver_node``, ``delivery``
+        (``Delivery.stats``), ``rate_limits`` (shared limits: per endpoint key, the window's
+        figures) and ``images_by_reference`` (``put`` once each, their ``bytes``)."""
         nodes: dict[str, dict[str, Any]] = {}
         for (pid, node), units in sorted(self.delivery.served.items(), key=str):
             entry = nodes.setdefault(node or "unknown", {"node_id": node or "unknown", "units": 0, "worker_pids": []})
@@ -294,8 +273,8 @@ class RayExecutor(ExecutorBase):
             if pid not in entry["worker_pids"]:
                 entry["worker_pids"].append(pid)
         out: dict[str, Any] = {"nodes": list(nodes.values()), "driver_node": self._ray.get_runtime_context().get_node_id(),
-                               "delivery": dict(self.delivery.stats)}  # fmt: skip
-        out.update(worker_pids=self.pids, reused_workers=self.reused, phases={"workers_ready_s": self.ready_s or 0.0})
+                               "delivery": dict(self.delivery.stats), "worker_pids": self.pids, "reused_workers": self.reused,
+                               "phases": {"workers_ready_s": self.ready_s or 0.0}}  # fmt: skip
         if self.limits:
             out["rate_limits"] = self._limit_stats()
         if self.images.n_put:
@@ -322,15 +301,6 @@ class RayExecutor(ExecutorBase):
         self.budget_keeper = keeper(budget)
         self.delivery.args = (self.registration, self._holder, self.budget_keeper)
 
-    def budget_state(self, timeout_s: float = 10.0) -> Any:
-        """The keeper's ``(cost_usd, tokens, outstanding)``, or ``None`` (no keeper, or no answer)."""
-        if self.budget_keeper is None:
-            return None
-        try:
-            return self._ray.get(self.budget_keeper.state.remote(), timeout=timeout_s)
-        except Exception:  # noqa: BLE001 - a keeper gone: nothing to read
-            return None
-
     async def submit(self, unit: WorkItem) -> Trajectory:
         self.check_draining()
         if unit.request.images:  # each image by reference, put once per run (ModelWorker.solve reads it back)
@@ -356,8 +326,13 @@ class RayExecutor(ExecutorBase):
         except Exception:  # noqa: BLE001 - a dead worker is already gone
             pass
 
-    # ---- the rest of the Executor protocol (evalkit.engine.protocol) ------------------------
-    def cancel(self) -> Any:
-        """Ctrl-C: the budget keeper's count (:meth:`budget_state`); the units in flight are
-        abandoned when :meth:`close` stops the workers or forgets the run."""
-        return self.budget_state()
+    def cancel(self, timeout_s: float = 10.0) -> Any:
+        """Ctrl-C: the budget keeper's ``(cost_usd, tokens, outstanding)``, or ``None`` (no
+        keeper, or no answer); the units in flight are abandoned when :meth:`close` stops the
+        workers or forgets the run."""
+        if self.budget_keeper is None:
+            return None
+        try:
+            return self._ray.get(self.budget_keeper.state.remote(), timeout=timeout_s)
+        except Exception:  # noqa: BLE001 - a keeper gone: nothing to read
+            return None

@@ -37,9 +37,8 @@ class Executor(Protocol):
     """Solves units for the run's stages.
 
     Attributes:
-        keeps_window: ``True`` when the executor bounds its own concurrency (Ray workers
-            keep an AIMD window over their shares; a batch takes every unit at once), so
-            the driver's window does not adapt on top of it.
+        keeps_window: ``True`` when the executor bounds its own concurrency (a batch takes
+            every unit at once), so the driver's window does not adapt on top of it.
         ahead: how many units beyond ``backend.concurrency`` it may be handed at once
             (they wait inside it); ``0`` for an executor that solves what it is handed.
         draining: ``True`` once :meth:`drain` was called.
