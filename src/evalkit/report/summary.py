@@ -261,15 +261,16 @@ def _facts(summary: Summary, generates: bool) -> list[str]:
         f"- statuses of the scored answers: {_counts(summary.status_counts)}",
         *([f"- generation: `{summary.generation_params}`"] if generates else []),
         f"- intervals: {int(round(100 * summary.ci_level))}%, seed {summary.seed}, method by regime: "
-        + (_methods(summary.metrics_ci) or "none computed"),
+        + (interval_methods(summary.metrics_ci) or "none computed"),
         f"- wall time: {summary.wall_s} s; tokens: {summary.usage or 'n/a'}",
         "",
     ]
 
 
-def _methods(cis: dict[str, Any]) -> str:
+def interval_methods(cis: dict[str, Any]) -> str:
     """``percentile bootstrap (12 metrics), Wilson score (3 metrics)``: the interval methods
-    used (each method's name, before its reasons)."""
+    a run used (``cis``: a summary's ``metrics_ci``; each method's name, before its reasons,
+    as :func:`evalkit.stats.intervals` chose it by regime); ``""`` when none was computed."""
     counts: dict[str, int] = {}
     for ci in cis.values():
         name = str(ci.get("method", "")).split(":")[0]
