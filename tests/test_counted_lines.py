@@ -67,3 +67,16 @@ def test_the_mlflow_description_of_an_incomplete_run_agrees_with_its_total(args,
     from evalkit.tracking.curate import description
 
     assert f"status **INCOMPLETE** — {line}; no headline" in description(_summary(*args), Path("/runs/r1"))
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    ((1, 1, 1, 1), "**Status: INCOMPLETE** — 1 of 1 answer is not scored (see `failed.jsonl`). No headline score is published"),
+    ((4, 1, 1, 4), "**Status: INCOMPLETE** — 1 of 4 answers is not scored"),
+    ((4, 2, 1, 4), "**Status: INCOMPLETE** — 2 of 4 answers are not scored"),
+])  # fmt: skip
+def test_report_mds_status_line_of_an_incomplete_run_agrees_with_its_total(tmp_path, args, line):
+    """A 1-sample run that failed said "1 of 1 answers are not scored" (found on a real run)."""
+    from evalkit.report.summary import write_report
+
+    bench = SimpleNamespace(report_tables=lambda metrics, ci, counts: [])
+    assert line in write_report(tmp_path, _summary(*args), bench).read_text()

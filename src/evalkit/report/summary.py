@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 from tabulate import tabulate
 
+from evalkit.errors import counted
 from evalkit.report.markdown import md_cells, md_code, md_text
 from evalkit.specs import ReportSpec
 from evalkit.stats import with_interval
@@ -178,7 +179,9 @@ def write_report(run_dir: Path, summary: Summary, bench: Any, generates: bool = 
         lines.append(f"**Status: complete.** Headline `{headline_text(summary)}`")
     else:
         lines.append(
-            f"**Status: INCOMPLETE** — {summary.n_failed_rows} of {summary.n_requested} answers are not scored "
+            f"**Status: INCOMPLETE** — {summary.n_failed_rows} of "
+            f"{counted(summary.n_requested, 'answer') if summary.n_requested is not None else '? answers'} "
+            f"{'is' if summary.n_failed_rows == 1 else 'are'} not scored "
             f"(see `failed.jsonl`). No headline score is published; figures below are partial."
         )
     lines += _facts(summary, generates)
