@@ -54,6 +54,29 @@ def test_the_phases_after_the_progress_bar_say_what_they_do(acebench_dir, tmp_pa
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
-    assert "evalkit: summary: 3 samples × 1 epoch, intervals from 2000 bootstrap resamples; then report.md and the plots…" in lines
+    assert "evalkit: summary: 3 samples × 1 epoch, intervals by each metric's regime; then report.md and the plots…" in lines
+    assert "evalkit: intervals (95%): exact binomial (Clopper–Pearson) (4 metrics)" in lines  # every answer right: no resampling
     assert any(ln.startswith("evalkit: MLflow: logging the run's params, metrics, tables and files to sqlite:///") for ln in lines)
     assert "evalkit: MLflow: logging 3 traces (0 already there), 200 per batch…" in lines
+
+
+def _ci(method: str) -> dict:
+    return {"low": 0.1, "high": 0.9, "stderr": 0.1, "n": 3, "method": method}
+
+
+@pytest.mark.parametrize(("cis", "line"), [
+    ({"acc": _ci("exact binomial (Clopper–Pearson): 1 of 1 samples, fewer than 5 successes")},
+     "intervals (95%): exact binomial (Clopper–Pearson) (1 metric)"),
+    ({"acc": _ci("Wilson score: 40 of 60 samples"), "f1": _ci("t interval: on the per-unit means of 60 samples"),
+      "overall": _ci("percentile bootstrap: 2000 resamples of the samples within each subset")},
+     "intervals (95%): Wilson score (1 metric), t interval (1 metric), percentile bootstrap (1 metric), from 2000 bootstrap resamples"),
+    ({}, "intervals: none computed"),
+])  # fmt: skip
+def test_the_interval_line_names_the_methods_the_run_used(cis, line):
+    """Once "intervals from 2000 bootstrap resamples" for a 1-sample run whose every interval
+    was Clopper–Pearson (no resample drawn): the line now names the methods the statistics chose."""
+    from evalkit.engine.finalize import interval_line
+    from evalkit.summary import Summary
+
+    summary = Summary(status="complete", benchmark="t", model="m", n_samples=1, n_scored=1, n_failed=0, metrics_ci=cis)
+    assert interval_line(summary, 2000) == line

@@ -60,3 +60,23 @@ def test_a_resumed_dry_runs_line_agrees_with_its_total(units, line):
     plan = SimpleNamespace(units=[object()] * units, samples=[object()] * units)
     dry = DryRun(requests=units - 1, prompt_tokens=None, cost_usd=0.0, rollouts=0, lines=[], journaled=1)
     assert dry_run_lines(cfg, plan, dry)[-1] == f"evalkit: dry run: resuming /runs/r1: {line}, {units - 1} to send"
+
+
+@pytest.mark.parametrize(("args", "line"), [((1, 1), "1 of 1 sample failed (never ran)"), ((4, 2), "2 of 4 samples failed (never ran)")])
+def test_the_mlflow_description_of_an_incomplete_run_agrees_with_its_total(args, line):
+    from evalkit.tracking.curate import description
+
+    assert f"status **INCOMPLETE** — {line}; no headline" in description(_summary(*args), Path("/runs/r1"))
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    ((1, 1, 1, 1), "**Status: INCOMPLETE** — 1 of 1 answer is not scored (see `failed.jsonl`). No headline score is published"),
+    ((4, 1, 1, 4), "**Status: INCOMPLETE** — 1 of 4 answers is not scored"),
+    ((4, 2, 1, 4), "**Status: INCOMPLETE** — 2 of 4 answers are not scored"),
+])  # fmt: skip
+def test_report_mds_status_line_of_an_incomplete_run_agrees_with_its_total(tmp_path, args, line):
+    """A 1-sample run that failed said "1 of 1 answers are not scored" (found on a real run)."""
+    from evalkit.report.summary import write_report
+
+    bench = SimpleNamespace(report_tables=lambda metrics, ci, counts: [])
+    assert line in write_report(tmp_path, _summary(*args), bench).read_text()

@@ -35,8 +35,9 @@ def test_the_console_says_what_is_starting(fake_openai, ray_address, acebench_di
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     said = [ln for ln in proc.stderr.splitlines() if ln.startswith("evalkit: ")]
-    assert said == [f"evalkit: joining the Ray cluster at {ray_address}…", "evalkit: starting 2 model workers (Ray actors)…",
-                    "evalkit: summary: 2 samples × 1 epoch, intervals from 2000 bootstrap resamples; then report.md and the plots…"]
+    assert said[:3] == [f"evalkit: joining the Ray cluster at {ray_address}…", "evalkit: starting 2 model workers (Ray actors)…",
+                        "evalkit: summary: 2 samples × 1 epoch, intervals by each metric's regime; then report.md and the plots…"]
+    assert len(said) == 4 and said[3].startswith("evalkit: intervals (95%): ")
     (run_dir,) = (root / "runs" / "acebench" / "openai_compatible").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     pids = ", ".join(map(str, summary["engine"]["worker_pids"]))

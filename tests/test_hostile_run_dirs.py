@@ -275,3 +275,41 @@ def test_a_run_directory_holding_a_link_is_not_resumed(tmp_path: Path, acebench_
     with pytest.raises(RunDirError, match="evalkit.log is a symbolic link"):
         choose_run_dir(build(cfg).run_dir)
     assert victim.read_text() == "keep me"
+
+
+def _sweep_job(tmp_path: Path) -> tuple[Path, dict]:
+    sweep_dir = tmp_path / "sweep"
+    (sweep_dir / "0").mkdir(parents=True)
+    return sweep_dir / "0", {"sweep_dir": str(sweep_dir)}
+
+
+def test_track_reads_a_sweeps_sweep_json_as_a_bounded_record(tmp_path: Path):
+    """``evalkit.track`` reads a job's ``sweep.json`` (ids, overrides, one point per job: kilobytes)
+    only as a regular file of at most MAX_SWEEP_BYTES, no link followed: a crafted one is one
+    line (exit 2), not 256 MiB read into memory, a link followed or a FIFO waited on."""
+    from evalkit.track import MAX_SWEEP_BYTES, _sweep_of
+
+    job, run = _sweep_job(tmp_path)
+    path = job.parent / "sweep.json"
+    assert _sweep_of(job, run) is None  # a sweep directory without its sweep.json: logged without a parent run
+    path.write_text(json.dumps({"sweep_id": "s1", "parent_run_id": "p" * 32}))
+    assert _sweep_of(job, run) == {"sweep_id": "s1", "parent_run_id": "p" * 32}
+    assert MAX_SWEEP_BYTES <= 32 << 20
+    with open(path, "r+b") as fh:
+        fh.truncate(MAX_SWEEP_BYTES + 1)  # sparse: over the bound without writing it
+    with pytest.raises(RunDirError, match=f"sweep.json: {MAX_SWEEP_BYTES + 1:,} bytes, more than a sweep.json holds") as info:
+        _sweep_of(job, run)
+    assert info.value.exit_code == 2 and "\n" not in str(info.value)
+    path.unlink()
+    (tmp_path / "elsewhere.json").write_text("{}")
+    path.symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(RunDirError, match="sweep.json: cannot be read .a symbolic link"):
+        _sweep_of(job, run)
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(RunDirError, match="sweep.json: cannot be read .not a regular file"):
+        _sweep_of(job, run)
+    path.unlink()
+    path.write_text("[1, 2]")
+    with pytest.raises(RunDirError, match="sweep.json: not a JSON object"):
+        _sweep_of(job, run)

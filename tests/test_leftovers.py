@@ -459,3 +459,35 @@ def test_rescore_set_refuses_rows_of_more_samples_when_the_selection_cannot_be_r
     assert rescore_mod.main([str(run), "--set", "benchmark.scoring=evalscope"]) == 2
     errs = _err_lines(capsys)
     assert len(errs) == 1 and "rows of 4 samples, 1 more than the n_samples=3" in errs[0] and not (run / "rescored").exists()
+
+
+def _help_header() -> str:
+    import yaml
+
+    return yaml.safe_load((REPO_ROOT / "conf" / "config.yaml").read_text())["hydra"]["help"]["header"]
+
+
+def test_help_lists_every_exit_code_the_readme_lists():
+    """``--help`` said "Exit: 0 complete, 1 incomplete, 2 …, 130 interrupted" while a
+    ``run.batch_detach=true`` run exits 3 (README's table has it)."""
+    import re
+
+    from evalkit.engine.run import DETACHED_EXIT_CODE
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    table = readme[readme.index("## Exit codes"):].split("\n\n")[2]  # the first table: python -m evalkit's
+    documented = set(re.findall(r"^\| (\d+) \|", table, re.M))
+    exit_line = _help_header().split("Exit:", 1)[1]
+    listed = set(re.findall(r"(?:^ |, |\n\s*)(\d+) ", exit_line))
+    assert documented == {"0", "1", "2", "3", "130"} and str(DETACHED_EXIT_CODE) in documented
+    assert listed == documented
+
+
+def test_help_and_readme_give_the_ke_data_paths_the_same_way():
+    """``--help``'s KE example passed paths under ../shared/data/ke while the README passes
+    ``benchmark.data_dir`` and file names relative to it: both now give the README's form."""
+    example = next(ln.strip() for ln in _help_header().splitlines() if "benchmark.pilot_path=" in ln)
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert example.split("#")[0].strip() == "benchmark.pilot_path=pilot.jsonl benchmark.icl_path=icl_examples.jsonl"
+    assert "benchmark=ke model=reference,baseline_file_read shots=0,3 benchmark.data_dir=../shared/data/ke" in _help_header()
+    assert "benchmark=ke model=reference,baseline_file_read shots=0,3 benchmark.data_dir=../shared/data/ke" in readme

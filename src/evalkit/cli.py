@@ -103,8 +103,9 @@ def run_config(cfg: DictConfig) -> int:
     """Validate and run one composed config; returns the process exit code.
 
     0 complete, 1 incomplete (failures recorded in failed.jsonl), 2 configuration or data
-    error (nothing was run), 130 interrupted (the journal is kept; resume it).
-    """
+    error (nothing was run), 3 batches submitted and left running (``run.batch_detach``:
+    :data:`evalkit.engine.run.DETACHED_EXIT_CODE`), 130 interrupted (the journal is kept;
+    resume it)."""
     outcome = run_composed(cfg, finished=lambda result: finished_quietly(result.exit_code, result.run_dir))
     finished_quietly(outcome.exit_code, getattr(outcome, "run_dir", None))  # a dry run's too
     return outcome.exit_code

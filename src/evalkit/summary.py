@@ -259,33 +259,49 @@ def validate_summary(data: Any, where: str | Path = "summary.json", error: type[
 def read_summary_record(path: Path, error: type[EvalkitError] = RunDirError) -> Any:
     """The parsed JSON of a run directory's ``summary.json`` at ``path`` (not validated: a
     reader that keeps fields as written, such as ``rescore --set``, or a legacy run's), the
-    one raw read of it: opened without following a symbolic link, a regular file of at most
-    :data:`MAX_SUMMARY_BYTES` (judged by ``fstat`` before a byte is read: a FIFO or a device
-    is never read), nested at most :data:`evalkit.jsonl.MAX_JSON_DEPTH` levels.
+    one raw read of it: :func:`read_json_record` with :data:`MAX_SUMMARY_BYTES`.
 
     Raises:
         ``error`` (default RunDirError, exit 2): missing, a link, not a regular file, too
             large, or not JSON — one line naming the file.
     """
+    try:
+        return read_json_record(path, MAX_SUMMARY_BYTES, "a summary", error)
+    except FileNotFoundError:
+        raise error(f"{path}: no summary.json (the run has not finished)") from None
+
+
+def read_json_record(path: Path, limit: int, what: str, error: type[EvalkitError] = RunDirError) -> Any:
+    """The parsed JSON of a run directory's record file at ``path`` (``summary.json``, a
+    sweep's ``sweep.json``): opened without following a symbolic link, a regular file of at
+    most ``limit`` bytes (judged by ``fstat`` before a byte is read: a FIFO or a device is
+    never read), nested at most :data:`evalkit.jsonl.MAX_JSON_DEPTH` levels. ``what``: the
+    record in words (``"a summary"``), for the too-large line.
+
+    Raises:
+        FileNotFoundError: missing (the caller says what that means).
+        ``error`` (default RunDirError, exit 2): a link, not a regular file, over ``limit``,
+            or not JSON — one line naming the file.
+    """
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise error(f"{path}: no summary.json (the run has not finished)") from None
+        raise
     except OSError as exc:
         raise error(f"{path}: cannot be read ({'a symbolic link' if exc.errno == errno.ELOOP else type(exc).__name__})") from None
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
             raise error(f"{path}: cannot be read (not a regular file)")
-        if st.st_size > MAX_SUMMARY_BYTES:
-            raise error(f"{path}: {st.st_size:,} bytes, more than a summary holds (at most {MAX_SUMMARY_BYTES:,}); not read")
+        if st.st_size > limit:
+            raise error(f"{path}: {st.st_size:,} bytes, more than {what} holds (at most {limit:,}); not read")
         try:
-            raw = fh.read(MAX_SUMMARY_BYTES + 1)
+            raw = fh.read(limit + 1)
         except OSError as exc:
             raise error(f"{path}: cannot be read ({type(exc).__name__})") from None
-    if len(raw) > MAX_SUMMARY_BYTES:  # grew since fstat
-        raise error(f"{path}: more than {MAX_SUMMARY_BYTES:,} bytes, more than a summary holds; not read")
+    if len(raw) > limit:  # grew since fstat
+        raise error(f"{path}: more than {limit:,} bytes, more than {what} holds; not read")
     try:
         return loads_bounded(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:

@@ -29,7 +29,7 @@ the run logged.
 Output: one line per run (``evalkit: tracked <dir> → MLflow run <id> (<store>)``) or one
 error line. Exit code: 0 every run logged, 1 some run's logging failed (or its tracking server
 cannot be reached), 2 a directory that
-is not a finished run (no ``config.yaml`` or ``summary.json``), a bad ``tracking.json``, an
+is not a finished run (no ``config.yaml`` or ``summary.json``), a bad ``tracking.json`` or ``sweep.json``, an
 MLflow run of another directory, or a bad store.
 """
 
@@ -47,9 +47,9 @@ from evalkit.compose import recorded_run_config
 from evalkit.engine.plan import prepare
 from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.journal import read_run_journal
-from evalkit.jsonl import MAX_RECORD_BYTES, read_no_link, read_run_yaml
+from evalkit.jsonl import read_run_yaml
 from evalkit.specs import TrackingSpec, build
-from evalkit.summary import Summary, read_summary_record, validate_summary
+from evalkit.summary import MAX_SUMMARY_BYTES, Summary, read_json_record, read_summary_record, validate_summary
 from evalkit.tracking import MlflowObserver, ledger
 from evalkit.tracking.mlflow_tracking import artifact_root, is_server, tracking_uri
 
@@ -137,17 +137,34 @@ def observer_for(run_dir: Path, recorded: dict[str, Any], args: argparse.Namespa
     return MlflowObserver(uri, experiment, root, run.get("suite"), _sweep_of(run_dir, run), traces, max_traces, seed)
 
 
+#: the largest ``sweep.json`` read: it holds the sweep's id, directory, start time, command-line
+#: overrides, one override list per job (``points``) and its MLflow parent run — kilobytes for
+#: any real sweep; the bound a run's own ``summary.json`` has (which holds more per job) is ample.
+MAX_SWEEP_BYTES = MAX_SUMMARY_BYTES
+
+
 def _sweep_of(run_dir: Path, run: dict[str, Any]) -> dict[str, Any] | None:
     """``sweep.json`` of the sweep the run is a job of: only the run directory's own parent
-    (a job's directory is ``<sweep dir>/<job>``), read without following a link."""
+    (a job's directory is ``<sweep dir>/<job>``), read by :func:`~evalkit.summary.read_json_record`
+    (no link followed, a regular file of at most :data:`MAX_SWEEP_BYTES`). ``None``: not a
+    job of a sweep, or the sweep directory has no ``sweep.json`` (the run is logged without a
+    parent run).
+
+    Raises:
+        RunDirError (exit 2): ``sweep.json`` is a link, not a regular file, over the bound,
+            not JSON or not a JSON object (one line naming it).
+    """
     sweep_dir = run.get("sweep_dir")
     if not sweep_dir or Path(str(sweep_dir)).resolve() != Path(run_dir).resolve().parent:
         return None
+    path = Path(str(sweep_dir)) / "sweep.json"
     try:
-        sweep = json.loads(read_no_link(Path(str(sweep_dir)) / "sweep.json", MAX_RECORD_BYTES).decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
+        sweep = read_json_record(path, MAX_SWEEP_BYTES, "a sweep.json")
+    except FileNotFoundError:
         return None
-    return sweep if isinstance(sweep, dict) else None
+    if not isinstance(sweep, dict):
+        raise RunDirError(f"{printable(str(path))}: not a JSON object; not read")
+    return sweep
 
 
 def track(run_dir: Path, args: argparse.Namespace) -> str:

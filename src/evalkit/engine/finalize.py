@@ -25,7 +25,7 @@ from evalkit.images import EXTENSIONS, media_type_of
 from evalkit.journal import read_failures, read_journal, summary_view
 from evalkit.jsonl import write_unit_file
 from evalkit.report.figures import aggregation, category_counts, epoch_mean, plan_figures, worst_case_bounds
-from evalkit.report.summary import build_summary, spend_fields, write_report
+from evalkit.report.summary import build_summary, interval_methods, spend_fields, write_report
 from evalkit.summary import EngineFigures, Summary, write_summary
 from evalkit.tracking.base import Observer, RunInfo
 from evalkit.types import sha256_hex
@@ -121,6 +121,19 @@ def _spend(plan: RunPlan, state: RunState, records: list[dict[str, Any]], failur
     )
 
 
+def interval_line(summary: Summary, resamples: int) -> str:
+    """The console's line on the intervals the run computed: ``intervals (95%): exact
+    binomial (Clopper–Pearson) (13 metrics)``, the methods :func:`evalkit.stats.intervals`
+    chose by regime (as report.md lists them: :func:`interval_methods`); the number of
+    bootstrap ``resamples`` only when a method used the bootstrap (a small run's exact
+    intervals use none)."""
+    methods = interval_methods(summary.metrics_ci)
+    if not methods:
+        return "intervals: none computed" + (" (run.bootstrap_resamples=0)" if resamples <= 0 else "")
+    boot = f", from {counted(resamples, 'bootstrap resample')}" if "bootstrap" in methods else ""
+    return f"intervals ({round(100 * summary.ci_level)}%): {methods}{boot}"
+
+
 def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, observer: Observer,
              phases: Phases | None = None) -> Summary:  # fmt: skip
     """Write ``summary.json``, the plots and ``report.md``, then call the observer's
@@ -131,12 +144,13 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
     phases = phases or Phases()
     started = time.perf_counter()
     report = plan.specs.report
-    status.info("summary: %s × %s, intervals from %s; then report.md and the plots…", counted(len(plan.samples), "sample"),
-                counted(report.repeats, "epoch"), counted(report.bootstrap_resamples, "bootstrap resample"))  # fmt: skip
+    status.info("summary: %s × %s, intervals by each metric's regime; then report.md and the plots…",
+                counted(len(plan.samples), "sample"), counted(report.repeats, "epoch"))  # fmt: skip
     built, records = summarize(plan, state, engine)
     run_dir = state.run_dir
     store_images(run_dir, plan.images)  # once per run, by digest: traces, rescore and compare read them there
     summary = _write_summary(run_dir, built, phases, time.perf_counter() - started)
+    status.info("%s", interval_line(summary, report.bootstrap_resamples))
     try:
         plan.bench.write_plots(run_dir / "plots", summary.shown_metrics()[0], records)
     except Exception:  # noqa: BLE001 - a figure must never cost the run its summary

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 from tabulate import tabulate
 
+from evalkit.errors import counted
 from evalkit.report.markdown import md_cells, md_code, md_text
 from evalkit.specs import ReportSpec
 from evalkit.stats import with_interval
@@ -178,7 +179,9 @@ def write_report(run_dir: Path, summary: Summary, bench: Any, generates: bool = 
         lines.append(f"**Status: complete.** Headline `{headline_text(summary)}`")
     else:
         lines.append(
-            f"**Status: INCOMPLETE** — {summary.n_failed_rows} of {summary.n_requested} answers are not scored "
+            f"**Status: INCOMPLETE** — {summary.n_failed_rows} of "
+            f"{counted(summary.n_requested, 'answer') if summary.n_requested is not None else '? answers'} "
+            f"{'is' if summary.n_failed_rows == 1 else 'are'} not scored "
             f"(see `failed.jsonl`). No headline score is published; figures below are partial."
         )
     lines += _facts(summary, generates)
@@ -261,15 +264,16 @@ def _facts(summary: Summary, generates: bool) -> list[str]:
         f"- statuses of the scored answers: {_counts(summary.status_counts)}",
         *([f"- generation: `{summary.generation_params}`"] if generates else []),
         f"- intervals: {int(round(100 * summary.ci_level))}%, seed {summary.seed}, method by regime: "
-        + (_methods(summary.metrics_ci) or "none computed"),
+        + (interval_methods(summary.metrics_ci) or "none computed"),
         f"- wall time: {summary.wall_s} s; tokens: {summary.usage or 'n/a'}",
         "",
     ]
 
 
-def _methods(cis: dict[str, Any]) -> str:
+def interval_methods(cis: dict[str, Any]) -> str:
     """``percentile bootstrap (12 metrics), Wilson score (3 metrics)``: the interval methods
-    used (each method's name, before its reasons)."""
+    a run used (``cis``: a summary's ``metrics_ci``; each method's name, before its reasons,
+    as :func:`evalkit.stats.intervals` chose it by regime); ``""`` when none was computed."""
     counts: dict[str, int] = {}
     for ci in cis.values():
         name = str(ci.get("method", "")).split(":")[0]

@@ -235,7 +235,7 @@ def description(summary: Summary, run_dir: Path) -> str:
     else:
         kinds = ", ".join(f"{k}: {v}" for k, v in summary.failed_by_kind.items()) or "never ran"
         text = (
-            f"{who}: status **INCOMPLETE** — {summary.n_failed} of {n} samples failed ({kinds}); no headline is "
+            f"{who}: status **INCOMPLETE** — {summary.count_line()} ({kinds}); no headline is "
             f"published (figures are `partial_*`). Continue it by repeating its command with "
             f"`run.resume={Path(run_dir).resolve()}`."
         )
