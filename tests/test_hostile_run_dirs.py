@@ -313,3 +313,43 @@ def test_track_reads_a_sweeps_sweep_json_as_a_bounded_record(tmp_path: Path):
     path.write_text("[1, 2]")
     with pytest.raises(RunDirError, match="sweep.json: not a JSON object"):
         _sweep_of(job, run)
+
+
+def _refused_without_waiting(read, *args) -> str:
+    """``read(*args)``'s one-line refusal, asserted to come while nobody writes the FIFO (the
+    read runs in a thread: before the fix it waited for a writer for ever)."""
+    import threading
+
+    out: list = []
+
+    def target():
+        try:
+            out.append(("returned", read(*args)))
+        except Exception as exc:  # noqa: BLE001 - what it raised is the result
+            out.append(("raised", exc))
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), f"{read.__name__} waited on a FIFO"
+    (kind, value), = out
+    assert kind == "raised" and isinstance(value, RunDirError), (kind, value)
+    return str(value)
+
+
+def test_no_run_directory_reader_waits_on_a_planted_fifo(tmp_path: Path):
+    """``config.yaml``, ``tracking.json`` and ``predictions.jsonl`` replaced by FIFOs (the
+    readers ``track``, ``judge`` and ``rescore`` use): each is refused at once, naming what it
+    is, where opening it used to wait for a writer that never comes."""
+    from evalkit.jsonl import iter_tolerant, read_run_yaml
+    from evalkit.summary import read_summary_record
+
+    for name in ("config.yaml", "tracking.json", "predictions.jsonl", "summary.json"):
+        os.mkfifo(tmp_path / name)
+    assert "not a regular file but a FIFO" in _refused_without_waiting(read_run_yaml, tmp_path / "config.yaml")
+    assert "not a regular file but a FIFO" in _refused_without_waiting(read_file, tmp_path / FILE)
+    assert "not a regular file but a FIFO" in _refused_without_waiting(iter_tolerant, tmp_path / "predictions.jsonl")
+    assert "not a regular file but a FIFO" in _refused_without_waiting(read_summary_record, tmp_path / "summary.json")
+    (tmp_path / "sub").mkdir()
+    os.rename(tmp_path / "sub", tmp_path / "d.yaml")
+    assert "not a regular file but a directory" in _refused_without_waiting(read_run_yaml, tmp_path / "d.yaml")

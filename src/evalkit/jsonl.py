@@ -207,15 +207,18 @@ def iter_tolerant(path: Path, into: TolerantRead | None = None) -> Iterator[tupl
     empty) as the iteration passes them; they are complete once it is exhausted.
 
     Raises:
-        RunDirError: ``path`` is a symbolic link (at the call, before any row).
+        RunDirError: ``path`` is a symbolic link or not a regular file (at the call, before
+            any row).
     """
     path = Path(path)
     into = into if into is not None else TolerantRead()
     if not path.exists() and not path.is_symlink():
         return iter(())
     try:
-        fd = os.open(path, _open_flags(write=False))
+        fd = open_regular(path)
     except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            raise RunDirError(f"{printable(str(path))}: cannot be read ({exc.strerror})") from None
         raise _link_error(path) if exc.errno == errno.ELOOP else exc from None
     return _tolerant_rows(os.fdopen(fd, "rb"), into)
 
@@ -392,14 +395,34 @@ def write_unit_file(run_dir: Path, folder: str, name: str, data: bytes) -> str:
     return f"{folder}/{name}"
 
 
-def read_no_link(path: Path, limit: int) -> bytes:
-    """At most ``limit`` + 1 bytes of ``path``, opened without following a symbolic link.
+def open_regular(path: Path | str) -> int:
+    """A read-only descriptor of ``path``, opened without following a symbolic link and
+    without waiting (``O_NONBLOCK``: opening a FIFO no writer holds would wait for ever), and
+    only when it is a regular file (``fstat`` of what was opened, so nothing is swapped in
+    between): a FIFO, a device or a directory planted in a run directory is never read.
 
     Raises:
-        OSError: missing, unreadable, or a link (``ELOOP``).
+        OSError: missing, unreadable, a link (``ELOOP``), or not a regular file (``EINVAL``,
+            its ``strerror`` saying what it is instead).
     """
-    fd = os.open(path, _open_flags(write=False))
-    with os.fdopen(fd, "rb") as fh:
+    fd = os.open(path, _open_flags(write=False) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"not a regular file but {_file_kind(mode)}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_no_link(path: Path, limit: int) -> bytes:
+    """At most ``limit`` + 1 bytes of the regular file ``path`` (:func:`open_regular`).
+
+    Raises:
+        OSError: missing, unreadable, a link (``ELOOP``), or not a regular file.
+    """
+    with os.fdopen(open_regular(path), "rb") as fh:
         return fh.read(limit + 1)
 
 

@@ -32,14 +32,13 @@ import errno
 import json
 import logging
 import os
-import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from evalkit.errors import WRITE_FAULTS, EvalkitError, RunDirError, counted, write_failed
-from evalkit.jsonl import check_write, loads_bounded
+from evalkit.jsonl import check_write, loads_bounded, open_regular
 from evalkit.types import MAX_REPEATS
 
 log = logging.getLogger("evalkit")
@@ -285,15 +284,14 @@ def read_json_record(path: Path, limit: int, what: str, error: type[EvalkitError
     """
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = open_regular(path)
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise error(f"{path}: cannot be read ({'a symbolic link' if exc.errno == errno.ELOOP else type(exc).__name__})") from None
+        why = {errno.ELOOP: "a symbolic link", errno.EINVAL: exc.strerror}.get(exc.errno or 0, type(exc).__name__)
+        raise error(f"{path}: cannot be read ({why})") from None
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise error(f"{path}: cannot be read (not a regular file)")
         if st.st_size > limit:
             raise error(f"{path}: {st.st_size:,} bytes, more than {what} holds (at most {limit:,}); not read")
         try:

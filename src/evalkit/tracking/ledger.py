@@ -33,6 +33,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from evalkit.errors import RunDirError
+from evalkit.jsonl import open_regular
 
 FILE = "tracking.json"
 #: the MLflow tag holding the sha256 (hex) of the directory's ``run_key``
@@ -62,14 +63,15 @@ class LedgerFile(BaseModel):
 
 def read_file(path: Path) -> LedgerFile | None:
     """``tracking.json`` at ``path`` checked against :class:`LedgerFile`; ``None`` when there
-    is none. The file is opened without following a symbolic link.
+    is none. The file is opened without following a symbolic link, and read only when it is a
+    regular file (:func:`evalkit.jsonl.open_regular`).
 
     Raises:
         RunDirError: the file is a link, too large, not JSON, or breaks the schema (one
             line naming the file and the field).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = open_regular(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
