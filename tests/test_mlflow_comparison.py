@@ -289,7 +289,10 @@ def test_tracking_failure_is_one_line_naming_the_retry_and_the_exit_code_says_co
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 0, out + err
-    lines = [ln for ln in err.splitlines() if ln.startswith("evalkit:") and not ln.endswith("…")]  # status lines end with …
+    # status lines end with …; the one line on the intervals the run computed is a result, and is there once
+    said = [ln for ln in err.splitlines() if ln.startswith("evalkit:") and not ln.endswith("…")]
+    assert sum(ln.startswith("evalkit: intervals (95%): ") for ln in said) == 1, err
+    lines = [ln for ln in said if not ln.startswith("evalkit: intervals (95%): ")]
     assert len(lines) == 1 and lines[0].startswith("evalkit: warning: tracking: MLflow logging failed ("), err
     assert "Traceback" not in err
     uri = f"sqlite:///{root.resolve() / 'mlflow.db'}"
