@@ -22,6 +22,20 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``bash/test.sh`` runs ``-n 2 --dist loadgroup``), the groups that
+    decide which worker runs a test: a file's tests stay in one worker, so its module-scoped
+    fixtures (clusters, servers, whole runs) are built once; and every test of the embedded
+    model (marked ``llm`` or using ``llama_api_base``) runs in one worker, so one llama.cpp
+    server serves them and two never share the cores. Without xdist this adds nothing."""
+    if not config.pluginmanager.hasplugin("xdist") or config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        embedded = item.get_closest_marker("llm") is not None or "llama_api_base" in getattr(item, "fixturenames", ())
+        item.add_marker(pytest.mark.xdist_group("embedded-model" if embedded else item.nodeid.split("::")[0]))
+
+
 @pytest.fixture(scope="session")
 def shared_data_dir() -> Path:
     """``../shared/data`` (read-only test data; never copied into the project)."""
