@@ -6,19 +6,18 @@
 # Tests run in 2 processes (pytest-xdist, --dist loadgroup: a file's tests in one process,
 # the embedded model's tests in one; tests/conftest.py groups them). Most tests wait on a
 # process they started, so one pytest process keeps a 2-core host about half busy.
-# EVALKIT_TEST_WORKERS=N sets the count (0: one process, no xdist); a -n of yours wins.
+# EVALKIT_TEST_WORKERS=N sets the count (0: pytest's own process only); a -n of yours wins.
 # Tests read the benchmark data from ../shared/data (override with EVALKIT_SHARED_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 lane=(-m "not slow")
 workers=(-n "${EVALKIT_TEST_WORKERS:-2}" --dist loadgroup)
-[[ ${EVALKIT_TEST_WORKERS:-2} == 0 ]] && workers=()
 args=()
 for arg in "$@"; do
   case $arg in
     --all) lane=() ;;
-    -n|-n*|--numprocesses|--numprocesses=*) workers=(); args+=("$arg") ;;
+    -n*|--numprocesses*) workers=(); args+=("$arg") ;;
     *) args+=("$arg") ;;
   esac
 done
