@@ -434,7 +434,7 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
 
 # ---- what a finished run holds -----------------------------------------------------------------
 def run_record(run_dir: Path, tracking_uri: str) -> dict[str, Any]:
-    from evalkit.jsonl import read_tolerant
+    from evalkit.untrusted import read_tolerant
 
     def rows(name: str) -> list[dict[str, Any]]:
         path = run_dir / name

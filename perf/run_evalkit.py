@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from evalkit.benchmarks.base import Benchmark, BenchmarkSettings, register
-from evalkit.jsonl import read_objects
+from evalkit.untrusted import read_objects
 from evalkit.types import Request, Sample, SampleScore
 
 

@@ -57,10 +57,10 @@ def test_deeply_nested_records_are_one_line(shared_data_dir, tmp_path, name, dep
 def test_a_line_over_the_bound_is_refused_before_it_is_read_whole(shared_data_dir, tmp_path, monkeypatch, name):
     """The bound is 64 MiB (a 1.4 GB line once ended in MemoryError); it is lowered here so
     the test writes 2 MiB, not 65."""
-    import evalkit.jsonl
+    import evalkit.untrusted
 
-    assert evalkit.jsonl.MAX_LINE_BYTES == 64 * 2**20
-    monkeypatch.setattr(evalkit.jsonl, "MAX_LINE_BYTES", 2**20)
+    assert evalkit.untrusted.MAX_LINE_BYTES == 64 * 2**20
+    monkeypatch.setattr(evalkit.untrusted, "MAX_LINE_BYTES", 2**20)
     data = _copy(shared_data_dir, name, tmp_path)
     victim = data / LAYOUTS[name][0]
     _replace_line(victim, 3, json.dumps({"id": "x", "pad": "a" * (2 * 2**20)}))

@@ -16,7 +16,8 @@ import pytest
 from evalkit.engine.journal import read_journal
 from evalkit.engine.records import MAX_LINE_BYTES, cap_record, trajectory_of_row, write_transcript
 from evalkit.errors import DataError, RunDirError, printable
-from evalkit.jsonl import SideFileError, unit_file_name, with_side_file
+from evalkit.jsonl import unit_file_name
+from evalkit.untrusted import SideFileError, with_side_file
 from evalkit.report.markdown import md_code, md_text
 from evalkit.tracking.ledger import FILE, Ledger, key_digest, owner_problem, read_file
 from evalkit.types import Trajectory
@@ -341,7 +342,7 @@ def test_no_run_directory_reader_waits_on_a_planted_fifo(tmp_path: Path):
     """``config.yaml``, ``tracking.json`` and ``predictions.jsonl`` replaced by FIFOs (the
     readers ``track``, ``judge`` and ``rescore`` use): each is refused at once, naming what it
     is, where opening it used to wait for a writer that never comes."""
-    from evalkit.jsonl import iter_tolerant, read_run_yaml
+    from evalkit.untrusted import iter_tolerant, read_run_yaml
     from evalkit.summary import read_summary_record
 
     for name in ("config.yaml", "tracking.json", "predictions.jsonl", "summary.json"):

@@ -1,6 +1,6 @@
 """Hostile task files, templates and run directories' ``config.yaml`` (issue 35, items 1-4):
 one plain-name check for names from files that become paths, one bounded YAML loader
-(:func:`evalkit.jsonl.load_yaml`), one bounded renderer (:mod:`evalkit.benchmarks.task.template`:
+(:func:`evalkit.untrusted.load_yaml`), one bounded renderer (:mod:`evalkit.benchmarks.task.template`:
 in process, and in a child under kernel limits), and run-directory readers that refuse a
 crafted ``config.yaml`` in one line. In-process tests; the whole-command ones are marked slow."""
 
@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from evalkit.benchmarks.task import TaskSettings
 from evalkit.benchmarks.task.template import TemplateRefused, check_renders, render
 from evalkit.errors import ConfigError, DataError, RunDirError
-from evalkit.jsonl import MAX_YAML_ALIASES, MAX_YAML_DEPTH, load_yaml, read_run_yaml
+from evalkit.untrusted import MAX_YAML_ALIASES, MAX_YAML_DEPTH, load_yaml, read_run_yaml
 from evalkit.settings import plain_name
 from tests.conftest import REPO_ROOT
 from tests.test_tasks import _task
@@ -145,7 +145,19 @@ def test_the_child_renderer_is_held_to_its_memory_limit():
     jobs = [("{{ ('x' * 900000)|replace('x', 'y' * 900) }}", {}, 10**9, "s1")]
     with pytest.raises(TemplateRefused) as info:
         check_renders(jobs, "task t", memory_mb=64)
-    assert str(info.value).startswith("task t: ") and "MemoryError" in str(info.value) and "\n" not in str(info.value)
+    # issue 43: the line names the bound that was hit and the sample, never "MemoryError: (no message)"
+    assert str(info.value) == "task t: sample 's1': rendering its prompt template needs over 64 MiB (the bounded renderer's memory limit)"
+
+
+def test_a_template_that_grows_a_list_names_the_memory_bound():
+    """Issue 43: a template that grows a list until the child's address space is spent was
+    reported as ``prompt template: MemoryError: (no message)``; the line names the bound."""
+    jobs = [("{% set xs = [] %}{% for i in range(10**8) %}{% if xs.append('y' * 1000) %}{% endif %}{% endfor %}", {}, 10**9,
+             "s\n2")]  # fmt: skip
+    with pytest.raises(TemplateRefused) as info:
+        check_renders(jobs, "task t", memory_mb=64)
+    assert str(info.value) == ("task t: sample 's\\n2': rendering its prompt template needs over 64 MiB "
+                               "(the bounded renderer's memory limit)")  # fmt: skip
 
 
 def test_a_task_renders_every_prompt_in_the_bounded_child_when_it_loads(tmp_path: Path):

@@ -10,7 +10,8 @@ import pytest
 
 from evalkit.errors import RunDirError
 from evalkit.journal import read_journal
-from evalkit.jsonl import JsonlAppender, read_run_text, read_tolerant
+from evalkit.jsonl import JsonlAppender
+from evalkit.untrusted import read_run_text, read_tolerant
 
 
 @pytest.fixture

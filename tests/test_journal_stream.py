@@ -9,7 +9,7 @@ from pathlib import Path
 
 from evalkit.engine.budget import journal_spend
 from evalkit.journal import NOT_IN_SUMMARY, read_journal, summary_view
-from evalkit.jsonl import TolerantRead, iter_objects, iter_tolerant, read_tolerant
+from evalkit.untrusted import TolerantRead, iter_objects, iter_tolerant, read_tolerant
 
 
 def _row(sid: str, accuracy: float = 1.0, **extra: object) -> dict:

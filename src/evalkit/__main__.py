@@ -14,7 +14,7 @@ from evalkit import sweep
 from evalkit.cli import console_logging, hide_secret_overrides, precheck_sweep, report_crash, report_error, run_config
 from evalkit.compose import (CONF_DIR, benchmark_keys_addable, compose, help_additions, help_text, quote_numeric_groups,
                              register_entry_points, search_path_overrides)
-from evalkit.errors import ConfigError, EvalkitError, interrupted_line
+from evalkit.errors import ConfigError, EvalkitError, interrupted_line, shell_line
 
 _MULTIRUN_FLAGS = {"-m", "--multirun"}
 
@@ -30,8 +30,8 @@ def _precheck(argv: list[str]) -> None:
     for a in overrides:
         if a.lstrip("+~").partition("=")[0] == "suite":  # suites/ holds bash/run_suite.sh's lists
             raise ConfigError(
-                f"{a}: suites are not a config group; run one with: bash bash/run_suite.sh "
-                f"{a.partition('=')[2] or 'SUITE'} --model M (README: Suites)"
+                f"{a}: suites are not a config group; run one with: "
+                f"{shell_line('bash', 'bash/run_suite.sh', a.partition('=')[2] or 'SUITE', '--model', 'M')} (README: Suites)"
             )
     if flags:
         precheck_sweep(overrides)

@@ -25,7 +25,7 @@ from evalkit.benchmarks.ke.audit import audit_dirs, expand_dirs, verdict_table
 from evalkit.benchmarks.ke.data import load_ke
 from evalkit.benchmarks.ke.settings import KESettings
 from evalkit.errors import EvalkitError, RunDirError
-from evalkit.jsonl import read_run_yaml
+from evalkit.untrusted import read_run_yaml
 
 
 def _paths_from_config(run_dirs: list[Path]) -> tuple[Path | None, Path | None]:
@@ -33,7 +33,7 @@ def _paths_from_config(run_dirs: list[Path]) -> tuple[Path | None, Path | None]:
     for d in run_dirs:
         cfg_path = d / "config.yaml"
         if cfg_path.is_file():
-            recorded = read_run_yaml(cfg_path)  # bounded (evalkit.jsonl.load_yaml)
+            recorded = read_run_yaml(cfg_path)  # bounded (evalkit.untrusted.load_yaml)
             bench = (recorded.get("benchmark") if isinstance(recorded, dict) else None) or {}
             if bench.get("name") == "ke" and bench.get("pilot_path") and bench.get("icl_path"):
                 s = KESettings.model_construct(**{k: bench.get(k) for k in ("pilot_path", "icl_path", "data_dir")})

@@ -23,7 +23,7 @@ from evalkit.benchmarks import entry_point_names, get_benchmark_class
 from evalkit.benchmarks.base import Benchmark
 from evalkit.config import EvalConfig, resolve_layers, validate
 from evalkit.errors import ConfigError, DataError, RunDirError, printable
-from evalkit.jsonl import MAX_YAML_BYTES, check_yaml_file, load_yaml
+from evalkit.untrusted import MAX_YAML_BYTES, check_yaml_file, load_yaml, read_bytes
 from evalkit.providers import takes_images
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -59,7 +59,7 @@ _GROUP_CHOICE = re.compile(r"^[+~]*([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 def config_files(overrides: Sequence[str], environ: Any = None) -> list[Path]:
     """The YAML files Hydra may read for ``overrides``, each checked by
-    :func:`evalkit.jsonl.check_yaml_file` (bounds, a regular file) as it is found, before
+    :func:`evalkit.untrusted.check_yaml_file` (bounds, a regular file) as it is found, before
     Hydra reads any of them: ``conf/config.yaml``; each option a ``group=option`` override
     names (each option of a sweep's ``a,b``; ``judge=`` names model configs); and, file by
     file, each option a checked file's own ``defaults`` list names (``override`` entries,
@@ -106,15 +106,14 @@ def override_choices(overrides: Sequence[str]) -> dict[str, set[str]]:
 
 def defaults_named(path: Path, group: str) -> list[tuple[str, str]]:
     """``(group, option)`` of each entry of the ``defaults`` list of ``path`` (a config of
-    ``group``; already checked by :func:`evalkit.jsonl.check_yaml_file`), as Hydra's defaults
+    ``group``; already checked by :func:`evalkit.untrusted.check_yaml_file`), as Hydra's defaults
     list reads them: ``[override|optional] [/]group[@package]: option`` (an option or a list
     of them; a group without ``/`` is relative to ``group``) and a plain ``name`` (a config of
     ``group``); ``_self_``, ``null``, interpolations and Hydra's own groups are left out. A
     file that is not YAML names nothing (Hydra's message names its error next)."""
     try:
-        with open(path, "rb") as fh:
-            data = load_yaml(fh.read(MAX_YAML_BYTES + 1), str(path), ConfigError)
-    except (ConfigError, OSError):
+        data = load_yaml(read_bytes(path, MAX_YAML_BYTES, what="a YAML file", error=ConfigError), str(path), ConfigError)
+    except ConfigError:
         return []
     entries = data.get("defaults") if isinstance(data, dict) else None
     named = []
@@ -169,7 +168,7 @@ def without_hydra(cfg: DictConfig) -> DictConfig:
 
 def check_config_files(overrides: Sequence[str], environ: Any = None) -> None:
     """Every file of :func:`config_files` composed by the bounded YAML loader
-    (:func:`evalkit.jsonl.load_yaml`: alias count, depth, size and expanded size) before
+    (:func:`evalkit.untrusted.load_yaml`: alias count, depth, size and expanded size) before
     Hydra's OmegaConf reads it: a task file that is an alias bomb ("billion laughs") is one
     line, not a hang — a file a chosen config's own ``defaults`` picks too.
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from evalkit.settings import BenchmarkSettings, GenerationParams, plain_name
-from evalkit.errors import ConfigError
+from evalkit.errors import ConfigError, resume_arg
 from evalkit.providers import model_price, reasoning_problem, sampling_problem
 from evalkit.types import MAX_REPEATS
 
@@ -810,7 +810,7 @@ def _check_cross(cfg: EvalConfig, bench_cls: Any) -> None:
     if cfg.run.dir is not None and cfg.run.resume is not None:
         raise ConfigError("run.dir: give either run.dir (a new directory) or run.resume (an existing run), not both")
     if cfg.run.dir is not None and Path(cfg.run.dir).exists():
-        raise ConfigError(f"run.dir: {cfg.run.dir} already exists; pick a new directory or use run.resume={cfg.run.dir}")
+        raise ConfigError(f"run.dir: {cfg.run.dir} already exists; pick a new directory or use {resume_arg(cfg.run.dir)}")
     if not cfg.run.dry_run:
         _check_writable(cfg.run.output_root, "run.output_root")
 

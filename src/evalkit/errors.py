@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import shlex
 
 
 class EvalkitError(Exception):
@@ -51,7 +52,7 @@ class RunDirWriteError(EvalkitError):
         line = f"cannot write {self.path} ({self.reason})"
         if self.run_dir is None:
             return line
-        return f"{line}; the samples journaled before it are kept — resume with run.resume={self.run_dir}"
+        return f"{line}; the samples journaled before it are kept — resume with {resume_arg(self.run_dir)}"
 
 
 #: the errors of a write the file system or its device refused (full, over quota, too large,
@@ -115,5 +116,17 @@ class RunInterrupted(KeyboardInterrupt):
 def interrupted_line(exc: BaseException) -> str:
     """The one line printed when a run is interrupted: where to resume it, when known."""
     run_dir = getattr(exc, "run_dir", None)
-    target = str(run_dir) if run_dir is not None else "<run dir>"
-    return f"evalkit: interrupted; finished samples are journaled — resume with run.resume={target}"
+    target = resume_arg(run_dir) if run_dir is not None else "run.resume=<run dir>"
+    return f"evalkit: interrupted; finished samples are journaled — resume with {target}"
+
+
+def shell_line(*argv: object) -> str:
+    """``argv`` (each ``str()``-ed) as one command line a POSIX shell splits back into exactly
+    these words (:func:`shlex.join`): every command evalkit prints or records for a user to
+    paste. A run directory named ``x;touch PWNED;y`` is quoted, never run."""
+    return shlex.join(str(a) for a in argv)
+
+
+def resume_arg(run_dir: object) -> str:
+    """``run.resume=<run_dir>`` as one shell word (:func:`shlex.quote`d when it needs to be)."""
+    return shlex.quote(f"run.resume={run_dir}")

@@ -39,12 +39,14 @@ not decode (truncated or corrupt: ``.load()`` fails; truncated images are never 
 
 Metadata
 --------
-An image's EXIF, XMP, comments and text chunks never reach the prompt: a PNG's ancillary
-chunks other than colour and transparency ones (``tRNS gAMA cHRM sRGB sBIT bKGD pHYs iCCP``)
-are dropped, the pixel data left byte for byte; a JPEG with application segments other than
-JFIF (APP0) and Adobe (APP14), or with a comment, is re-encoded (quality 95, no metadata); a
-WebP with EXIF or XMP, an animated WebP and every GIF are re-encoded as PNG of their first
-frame. A clean PNG, JPEG or WebP is sent byte for byte as read. ``max_side`` (a task's
+An image's EXIF, XMP, comments, text and private chunks never reach the prompt: a PNG's
+chunks other than the standard critical ones and colour and transparency ones (``tRNS gAMA
+cHRM sRGB sBIT bKGD pHYs iCCP``) are dropped, private ones included, the pixel data left byte
+for byte; a JPEG with application segments other than JFIF (APP0) and Adobe (APP14), with a
+comment, or with bytes after its end marker is re-encoded (quality 95, no metadata); a WebP
+with any chunk but image data, alpha, the extended header and a colour profile (EXIF, XMP, a
+private chunk) or bytes after its RIFF size, an animated WebP and every GIF are re-encoded
+as PNG of their first frame. A clean PNG, JPEG or WebP is sent byte for byte as read. ``max_side`` (a task's
 ``prompt.image_max_side``) scales an image whose longer side is over it down to it (Lanczos,
 aspect kept) before it is sent.
 """
@@ -62,7 +64,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence, Union
 
-from evalkit.errors import DataError
+from evalkit.errors import DataError, printable
+from evalkit.untrusted import read_bytes
 
 #: the URL prefix of an image part in ``Request.messages`` (resolved by :func:`sendable`)
 REF_PREFIX = "evalkit-image:sha256:"
@@ -71,8 +74,14 @@ FACTS_KEY = "evalkit_image"
 #: Pillow's format name → the media type sent
 MEDIA_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
 EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif"}
-#: PNG chunks kept besides the critical ones (colour and transparency, no text, time or EXIF)
-_PNG_KEPT = frozenset({b"tRNS", b"gAMA", b"cHRM", b"sRGB", b"sBIT", b"bKGD", b"pHYs", b"iCCP"})
+#: PNG chunks kept: the critical ones of the standard and colour and transparency (no text,
+#: time or EXIF; no private chunk, critical-looking or not, whatever its name)
+_PNG_KEPT = frozenset({b"IHDR", b"PLTE", b"IDAT", b"IEND", b"tRNS", b"gAMA", b"cHRM", b"sRGB", b"sBIT", b"bKGD", b"pHYs",
+                       b"iCCP"})  # fmt: skip
+#: WebP (RIFF) chunks a still image sent byte for byte may hold: image data, alpha, the
+#: extended header and a colour profile; any other chunk (EXIF, XMP, a private one) makes
+#: it re-encoded
+_WEBP_KEPT = frozenset({b"VP8 ", b"VP8L", b"VP8X", b"ALPH", b"ICCP"})
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -263,30 +272,11 @@ def _read_path(value: str, base_dir: Path | None, limits: Limits, where: str) ->
     if rel.is_absolute() or ".." in rel.parts:
         raise DataError(f"{where}: {value[:80]!r} is outside the data file's folder (an image path is relative to it, without ..)")
     base = Path(os.path.abspath(base_dir))
-    current = base
-    for name in rel.parts:
-        current = current / name
-        if current.is_symlink():
-            raise DataError(f"{where}: {value[:80]!r}: {current.name!r} is a symbolic link; images are read only from plain "
-                            "files inside the data file's folder")  # fmt: skip
-    try:
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(current, flags)
-    except OSError as exc:
-        raise DataError(f"{where}: image {value[:80]!r} cannot be read ({exc.strerror or type(exc).__name__})") from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        import stat as stat_mod
-
-        if not stat_mod.S_ISREG(st.st_mode):
-            raise DataError(f"{where}: image {value[:80]!r} is not a regular file")
-        if st.st_size > limits.max_bytes:
-            raise DataError(f"{where}: image {value[:80]!r} has {st.st_size} bytes, over the limit of {limits.max_bytes} "
-                            "(image_limits.max_bytes)")  # fmt: skip
-        data = fh.read(limits.max_bytes + 1)
-    if len(data) > limits.max_bytes:
-        raise DataError(f"{where}: image {value[:80]!r} grew past {limits.max_bytes} bytes while read")
-    return data
+    try:  # no link anywhere below the data file's folder, a regular file, at most max_bytes
+        return read_bytes(base / rel, limits.max_bytes, root=base, follow=False,
+                          what="an image (image_limits.max_bytes)")  # fmt: skip
+    except DataError as exc:
+        raise DataError(f"{where}: image {printable(value, 80)}: {exc}") from None
 
 
 def undecoded(feature: Any) -> Any:
@@ -360,9 +350,9 @@ def _cleaned(img: Any, data: bytes, fmt: str, max_side: int | None) -> Image:
     if not scale:
         if fmt == "PNG":
             return Image(_png_without_metadata(data), "image/png", width, height)
-        if fmt == "JPEG" and _jpeg_clean(img):
+        if fmt == "JPEG" and _jpeg_clean(img) and data.endswith(b"\xff\xd9"):  # nothing after the end marker
             return Image(data, "image/jpeg", width, height)
-        if fmt == "WEBP" and not getattr(img, "is_animated", False) and not ({"exif", "xmp"} & set(img.info)):
+        if fmt == "WEBP" and not getattr(img, "is_animated", False) and _webp_clean(data):
             return Image(data, "image/webp", width, height)
     frame = img
     if scale:
@@ -395,8 +385,7 @@ def _png_without_metadata(data: bytes) -> bytes:
         (length,) = struct.unpack(">I", data[at : at + 4])
         kind = data[at + 4 : at + 8]
         end = at + 12 + length
-        critical = kind[:1].isupper()
-        if critical or kind in _PNG_KEPT:
+        if kind in _PNG_KEPT:
             out.append(data[at:end])
         else:
             dropped = True
@@ -405,6 +394,22 @@ def _png_without_metadata(data: bytes) -> bytes:
             break
     dropped = dropped or at < len(data)  # bytes after IEND are not sent either
     return b"".join(out) if dropped else data
+
+
+def _webp_clean(data: bytes) -> bool:
+    """True when a WebP's RIFF container holds only :data:`_WEBP_KEPT` chunks and nothing after
+    them (its RIFF size is the file's)."""
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WEBP":
+        return False
+    if struct.unpack("<I", data[4:8])[0] + 8 != len(data):
+        return False
+    at = 12
+    while at + 8 <= len(data):
+        kind, (length,) = data[at : at + 4], struct.unpack("<I", data[at + 4 : at + 8])
+        if kind not in _WEBP_KEPT:
+            return False
+        at += 8 + length + (length & 1)
+    return at == len(data)
 
 
 def _jpeg_clean(img: Any) -> bool:
@@ -475,9 +480,13 @@ def stored_image(run_dir: Path, digest: str, max_bytes: int = Limits.max_bytes) 
         return None
     for ext in EXTENSIONS.values():
         path = Path(run_dir) / "images" / f"{digest}.{ext}"
-        if path.is_file() and not path.is_symlink() and path.stat().st_size <= max_bytes:
-            data = path.read_bytes()
-            return data if hashlib.sha256(data).hexdigest() == digest else None
+        if not os.path.lexists(path):
+            continue
+        try:
+            data = read_bytes(path, max_bytes, root=run_dir, follow=False, what="a stored image")
+        except DataError:
+            return None
+        return data if hashlib.sha256(data).hexdigest() == digest else None
     return None
 
 

@@ -50,8 +50,8 @@ from evalkit.benchmarks.acebench.benchmark import AceBench
 from evalkit.benchmarks.acebench.categories import ALL_CATEGORIES, GROUPS, LANGUAGES, family
 from evalkit.benchmarks.acebench.metrics import dialogue_id, group_scores, overall_score
 from evalkit.benchmarks.acebench.settings import AceBenchSettings
-from evalkit.errors import DataError, EvalkitError, printable
-from evalkit.jsonl import read_objects, read_run_text, read_run_yaml
+from evalkit.errors import DataError, EvalkitError, printable, shell_line
+from evalkit.untrusted import read_objects, read_run_text, read_run_yaml
 
 BENCHMARK = "acebench"
 #: the note every import carries about the OVERALL it reproduces
@@ -302,10 +302,11 @@ def import_run(root: Path, out_dir: Path, model: str | None = None, language: st
         for row in replay:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     (out_dir / "sample_ids.txt").write_text("".join(f"{r['sample_id']}\n" for r in replay), encoding="utf-8")
-    base = (f"python -m evalkit benchmark=acebench model=replay model.path={out_dir / 'replay.jsonl'} "
-            f"benchmark.language={lang_setting} 'benchmark.subsets=[{','.join(categories)}]' "
-            f"run.sample_ids_file={out_dir / 'sample_ids.txt'}"
-            + (f" benchmark.data_dir={data_dir}" if data_dir is not None else ""))  # fmt: skip
+    words = ["python", "-m", "evalkit", "benchmark=acebench", "model=replay", f"model.path={out_dir / 'replay.jsonl'}",
+             f"benchmark.language={lang_setting}", f"benchmark.subsets=[{','.join(categories)}]",
+             f"run.sample_ids_file={out_dir / 'sample_ids.txt'}",
+             *([f"benchmark.data_dir={data_dir}"] if data_dir is not None else [])]  # fmt: skip
+    base = shell_line(*words)
     result = {
         "source": str(root), "model": run["model"], "language": lang_setting,
         "n_rows": len(run["samples"]) + len(run["unmatched"]), "n_replay": len(replay),

@@ -27,7 +27,7 @@ from evalkit.engine.rundir import PREDICTIONS, choose_run_dir
 from evalkit.engine.phases import Phases
 from evalkit.engine.run import RunResult, run_evaluation
 from evalkit.engine.session import Session
-from evalkit.errors import ConfigError, counted, printable
+from evalkit.errors import ConfigError, counted, printable, resume_arg
 from evalkit.providers import estimate_prompt_tokens
 from evalkit.report.summary import headline_text
 from evalkit.specs import build
@@ -74,7 +74,7 @@ def outcome_line(result: RunResult) -> str:
     if typed is None:  # a detached batch run: no summary yet
         s = result.summary
         return (f"evalkit: batch submitted: {s['benchmark']} × {s['model']}: batches {', '.join(s['batch_ids'])} left "
-                f"running at the provider; collect them with run.resume={result.run_dir} run.batch=true")  # fmt: skip
+                f"running at the provider; collect them with {resume_arg(result.run_dir)} run.batch=true")  # fmt: skip
     cost = f"cost ${typed.cost_usd:.4f}" if typed.cost_usd is not None else "cost unknown"
     cost += time_part(typed)
     if typed.complete and not _computed(typed.headline_value):
@@ -87,7 +87,7 @@ def outcome_line(result: RunResult) -> str:
     if typed.complete:
         return f"evalkit: complete: {typed.benchmark} × {typed.model}: {headline_text(typed)}; {cost} → {result.run_dir}"
     kinds = ", ".join(f"{k}: {v}" for k, v in typed.failed_by_kind.items()) or "never ran"
-    return f"evalkit: INCOMPLETE: {typed.count_line()} ({kinds}); no headline score; {cost}. Resume: run.resume={result.run_dir}"
+    return f"evalkit: INCOMPLETE: {typed.count_line()} ({kinds}); no headline score; {cost}. Resume: {resume_arg(result.run_dir)}"
 
 
 def _computed(value: Any) -> bool:

@@ -30,7 +30,7 @@ before repeats existed: epoch 0):
 
 A capped row (over 1 MiB of JSON) keeps only the first characters of the model's texts;
 :meth:`Journal.full` puts the whole texts back from its side file, through
-:func:`evalkit.jsonl.with_side_file` (the one side-file read).
+:func:`evalkit.untrusted.with_side_file` (the one side-file read).
 
 Sources: the first-row rule and the request-hash rule are the engine's since resume
 existed (``docs/architecture.md``); issue 26 item 13 made them the only ones.
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from evalkit.errors import RunDirError, printable
-from evalkit.jsonl import TolerantRead, iter_objects, iter_tolerant, with_side_file
+from evalkit.untrusted import TolerantRead, iter_objects, iter_tolerant, with_side_file
 from evalkit.types import LEGACY_AGENT_ACTOR, MAX_REPEATS, Actor
 
 log = logging.getLogger("evalkit")
@@ -157,7 +157,7 @@ class Journal:
 
     def full(self, row: dict[str, Any]) -> dict[str, Any]:
         """``row`` with the whole texts of a capped row read back from its side file
-        (:func:`evalkit.jsonl.with_side_file`); an uncapped row as it is.
+        (:func:`evalkit.untrusted.with_side_file`); an uncapped row as it is.
 
         Raises:
             SideFileError: the side file is missing, a link, or not what the row recorded.
@@ -210,7 +210,7 @@ def _numbers(lines: list[int]) -> str:
 def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_lines: Iterable[int] = (),
                  view: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Journal:  # fmt: skip
     """The journal at ``path`` as :class:`Journal`, by the rules of the module docstring,
-    read a line at a time (:func:`evalkit.jsonl.iter_tolerant`).
+    read a line at a time (:func:`evalkit.untrusted.iter_tolerant`).
 
     ``request_hashes`` (``{(sample_id, epoch): hash}`` of the current run): only rows whose
     ``request_hash`` matches count; the others are ``stale`` (or ``unselected``, outside the
@@ -250,7 +250,7 @@ def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_
 
 
 #: the fields of a journal row that :func:`summary_view` drops: the model's texts (kept in
-#: ``predictions.jsonl``; :data:`evalkit.jsonl.SIDE_FILE_FIELDS` and ``parsed``), the
+#: ``predictions.jsonl``; :data:`evalkit.untrusted.SIDE_FILE_FIELDS` and ``parsed``), the
 #: verdict's explanations (``detail``, ``failed_checks``) and the per-call bookkeeping
 #: (hashes, times, attempts, spend: the summary's spend is read from the journal by
 #: :func:`evalkit.engine.budget.journal_spend`)

@@ -50,9 +50,9 @@ from evalkit.engine.plan import load_unique, select_samples
 from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
 from evalkit.engine.sequential import GateSetup, Monitor
-from evalkit.errors import ConfigError, EvalkitError, RunDirError, counted, printable
+from evalkit.errors import ConfigError, EvalkitError, RunDirError, counted, printable, shell_line
 from evalkit.journal import FAILED, PREDICTIONS, damaged_journal, read_run_journal
-from evalkit.jsonl import SideFileError, load_yaml, read_run_yaml
+from evalkit.untrusted import MAX_RECORD_BYTES, copy_file, load_yaml, read_run_yaml, SideFileError
 from evalkit.report.figures import epoch_mean, plan_figures
 from evalkit.report.summary import instrument
 from evalkit.summary import read_summary, read_summary_record
@@ -321,11 +321,12 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
             for row in rows:
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
                 side = (row.get("large") or {}).get("file") if isinstance(row.get("large"), dict) else None
-                if isinstance(side, str) and (run_dir / side).is_file() and ".." not in Path(side).parts:
+                if isinstance(side, str) and os.path.lexists(run_dir / side) and ".." not in Path(side).parts:
                     (work / side).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(run_dir / side, work / side)
-        if (run_dir / FAILED).is_file():
-            shutil.copyfile(run_dir / FAILED, work / FAILED)
+                    copy_file(run_dir / side, work / side, MAX_RECORD_BYTES, root=run_dir, what="a side file",
+                              error=RunDirError)  # fmt: skip
+        if os.path.lexists(run_dir / FAILED):
+            copy_file(run_dir / FAILED, work / FAILED, MAX_RECORD_BYTES, root=run_dir, what="failed.jsonl", error=RunDirError)
         if isinstance(summary.get("sequential"), dict):  # a run.stop_when run: its gate under the new scores
             summary.update(regate(bench, cfg, work, result, summary))
         (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True), encoding="utf-8")
@@ -381,7 +382,7 @@ def load_benchmark(run_dir: Path, data_dir: Path | None = None, overrides: dict[
         RunDirError: the config cannot be read, names no known benchmark, or its settings
             do not validate (one line naming the key).
     """
-    cfg = read_run_yaml(Path(run_dir) / "config.yaml")  # bounded (evalkit.jsonl.load_yaml)
+    cfg = read_run_yaml(Path(run_dir) / "config.yaml")  # bounded (evalkit.untrusted.load_yaml)
     if not isinstance(cfg, dict) or not isinstance(cfg.get("benchmark"), dict) or "name" not in cfg["benchmark"]:
         raise RunDirError(f"{run_dir}/config.yaml is not an evalkit run config (no benchmark.name)")
     bench_raw = _benchmark_settings(run_dir, cfg)
@@ -446,8 +447,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{counted(len(result['unreadable']), 'sample')} not rescored (side file unreadable or not as recorded): "
               f"{printable(', '.join(result['unreadable'][:20]))}")  # fmt: skip
     if written is not None:
-        print(f"rescored run written to {printable(str(written))} (compare it with: python -m evalkit.compare "
-              f"{printable(str(args.run_dir))} {printable(str(written))})")  # fmt: skip
+        print(f"rescored run written to {printable(str(written))} (compare it with: "
+              f"{printable(shell_line('python', '-m', 'evalkit.compare', args.run_dir, written))})")  # fmt: skip
         return 0
     extra = result.get("extra") or {}
     differs = bool(result["changed"]) or bool(result["unreadable"]) or any(r[3] for r in rows) \

@@ -38,7 +38,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from evalkit.errors import WRITE_FAULTS, EvalkitError, RunDirError, counted, write_failed
-from evalkit.jsonl import check_write, loads_bounded, open_regular
+from evalkit.jsonl import check_write
+from evalkit.untrusted import read_json
 from evalkit.types import MAX_REPEATS
 
 log = logging.getLogger("evalkit")
@@ -274,7 +275,7 @@ def read_json_record(path: Path, limit: int, what: str, error: type[EvalkitError
     """The parsed JSON of a run directory's record file at ``path`` (``summary.json``, a
     sweep's ``sweep.json``): opened without following a symbolic link, a regular file of at
     most ``limit`` bytes (judged by ``fstat`` before a byte is read: a FIFO or a device is
-    never read), nested at most :data:`evalkit.jsonl.MAX_JSON_DEPTH` levels. ``what``: the
+    never read), nested at most :data:`evalkit.untrusted.MAX_JSON_DEPTH` levels. ``what``: the
     record in words (``"a summary"``), for the too-large line.
 
     Raises:
@@ -282,29 +283,9 @@ def read_json_record(path: Path, limit: int, what: str, error: type[EvalkitError
         ``error`` (default RunDirError, exit 2): a link, not a regular file, over ``limit``,
             or not JSON — one line naming the file.
     """
-    path = Path(path)
-    try:
-        fd = open_regular(path)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        why = {errno.ELOOP: "a symbolic link", errno.EINVAL: exc.strerror}.get(exc.errno or 0, type(exc).__name__)
-        raise error(f"{path}: cannot be read ({why})") from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if st.st_size > limit:
-            raise error(f"{path}: {st.st_size:,} bytes, more than {what} holds (at most {limit:,}); not read")
-        try:
-            raw = fh.read(limit + 1)
-        except OSError as exc:
-            raise error(f"{path}: cannot be read ({type(exc).__name__})") from None
-    if len(raw) > limit:  # grew since fstat
-        raise error(f"{path}: more than {limit:,} bytes, more than {what} holds; not read")
-    try:
-        return loads_bounded(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        why = str(exc) if str(exc).startswith("JSON nested too deeply") else type(exc).__name__
-        raise error(f"{path}: cannot be read as JSON ({why})") from None
+    if not os.path.lexists(path):
+        raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
+    return read_json(path, limit, follow=False, what=what, error=error, finite=False)
 
 
 def read_summary(path: Path, error: type[EvalkitError] = RunDirError) -> Summary:

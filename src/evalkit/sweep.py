@@ -39,12 +39,14 @@ from omegaconf import DictConfig, open_dict
 from evalkit import secrets
 from evalkit.compare import flips, load_run, paired_stats
 from evalkit.engine import session
-from evalkit.errors import EvalkitError, counted, first_line, printable
+from evalkit.errors import DataError, EvalkitError, counted, first_line, printable, resume_arg
 from evalkit.report.markdown import md_code, md_text
 from evalkit.specs import tracking_of
 from evalkit.stats import adjust, with_interval
 from evalkit.job import run_composed
+from evalkit.summary import MAX_SUMMARY_BYTES
 from evalkit.tracking import make_observer, sweep_observer
+from evalkit.untrusted import read_json
 
 log = logging.getLogger("evalkit")
 
@@ -139,8 +141,9 @@ def points_to_check(points: list[list[str]]) -> list[list[str]]:
 # ------------------------------------------------------------------------------------------
 def read_sweep_file(sweep_dir: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((Path(sweep_dir) / SWEEP_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_json(Path(sweep_dir) / SWEEP_FILE, MAX_SUMMARY_BYTES, root=sweep_dir, follow=False,
+                         what="a sweep.json", finite=False)  # fmt: skip
+    except DataError:
         return None
 
 
@@ -188,7 +191,7 @@ def _record_result(record: dict[str, Any], result: Any) -> None:
         n_failed=s.n_failed,
     )
     if not s.complete:
-        record["error"] = f"{s.count_line()}; resume with run.resume={result.run_dir}"
+        record["error"] = f"{s.count_line()}; resume with {resume_arg(result.run_dir)}"
 
 
 def run_job(cfg: DictConfig) -> None:
@@ -214,7 +217,7 @@ def run_job(cfg: DictConfig) -> None:
         target = cfg.run.resume or cfg.run.dir
         run_dir = Path(str(target))
         if target and (run_dir / "config.yaml").is_file():
-            record.update(run_dir=str(run_dir), error=f"interrupted; resume with run.resume={run_dir}")
+            record.update(run_dir=str(run_dir), error=f"interrupted; resume with {resume_arg(run_dir)}")
         record.update(status="interrupted", exit_code=130, error=record["error"] or "interrupted", finished_at=_now())
         _write_json(jobs / f"{record['num']}.json", record)
         raise
@@ -346,9 +349,9 @@ def summarize(sweep_dir: Path, info: dict[str, Any], interrupted: bool = False) 
     jobs: dict[int, dict[str, Any]] = {}
     for path in (sweep_dir / JOBS_DIR).glob("*.json"):
         try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
+            rec = read_json(path, MAX_SUMMARY_BYTES, root=sweep_dir, follow=False, what="a job record", finite=False)
             jobs[int(rec["num"])] = rec
-        except (OSError, ValueError, KeyError, TypeError):
+        except (DataError, ValueError, KeyError, TypeError):
             continue
     for num, point in enumerate(info.get("points") or []):
         if num not in jobs:

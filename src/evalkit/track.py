@@ -47,7 +47,7 @@ from evalkit.compose import recorded_run_config
 from evalkit.engine.plan import prepare
 from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.journal import read_run_journal
-from evalkit.jsonl import read_run_yaml
+from evalkit.untrusted import read_run_yaml
 from evalkit.specs import TrackingSpec, build
 from evalkit.summary import MAX_SUMMARY_BYTES, Summary, read_json_record, read_summary_record, validate_summary
 from evalkit.tracking import MlflowObserver, ledger

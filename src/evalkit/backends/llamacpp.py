@@ -10,7 +10,6 @@ when the context exits — normally, on Ctrl-C, or on error. Nothing is download
 from __future__ import annotations
 
 import atexit
-import hashlib
 import importlib.util
 import json
 import logging
@@ -25,7 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.backends.serve_fresh import KEEP_PREFIX
-from evalkit.errors import ConfigError
+from evalkit.errors import ConfigError, DataError
+from evalkit.untrusted import read_json, sha256_file
+
+#: the largest GGUF file hashed (bytes)
+MAX_GGUF_BYTES = 256 * 2**30
 
 status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main__ shows them)
 
@@ -177,19 +180,18 @@ def gguf_digest(path: Path) -> str:
         return memo[1]
     sidecar = path.with_name(path.name + ".sha256.json")
     try:
-        kept = json.loads(sidecar.read_text()) if sidecar.stat().st_size < 4096 else None
+        kept = read_json(sidecar, 4096, what="a digest sidecar")
         if isinstance(kept, dict) and tuple(kept.get("stamp", ())) == stamp and isinstance(kept.get("sha256"), str):
             _DIGESTS[key] = (stamp, kept["sha256"])
             return kept["sha256"]
-    except (OSError, ValueError):
+    except DataError:
         pass
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+    try:
+        digest = sha256_file(path, MAX_GGUF_BYTES, what="a GGUF model file")
+    except DataError as exc:
+        raise OSError(str(exc)) from None
     if _stamp(path.stat()) != stamp:  # changed while read: do not keep a digest of a mixture
         return gguf_digest(path)
-    digest = h.hexdigest()
     _DIGESTS[key] = (stamp, digest)
     try:
         tmp = sidecar.with_name(f"{sidecar.name}.{os.getpid()}.tmp")

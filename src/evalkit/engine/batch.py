@@ -71,12 +71,13 @@ from evalkit.engine.cache import cache_get, open_cache
 from evalkit.engine.protocol import Drained, ExecutorBase
 from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
-from evalkit.errors import ConfigError, EvalkitError, RunDirError, first_line
+from evalkit.errors import ConfigError, EvalkitError, RunDirError, first_line, resume_arg
 from evalkit.models.litellm_batch import (BATCH_CANCELLED, BATCH_EXPIRED, BATCH_FAILED, BatchAnswers, BatchClient, as_plain,
                                           batch_refusal, read_batch_files)
 from evalkit.providers import Price, batch_price, estimate_prompt_tokens
 from evalkit.specs import ActorSpec
 from evalkit.types import Completion, Failure, Trajectory, sha256_hex
+from evalkit.untrusted import MAX_RECORD_BYTES, read_json
 
 if TYPE_CHECKING:
     from evalkit.engine.budget import Budget
@@ -274,10 +275,7 @@ class BatchRecord:
             self.entries = self._read()
 
     def _read(self) -> list[dict[str, Any]]:
-        try:
-            obj = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise RunDirError(f"run.resume: {self.path} cannot be read ({type(exc).__name__})") from None
+        obj = read_json(self.path, MAX_RECORD_BYTES, root=self.dir, follow=False, what="a batch record", error=RunDirError)
         entries = obj.get("batches") if isinstance(obj, dict) else None
         if not isinstance(entries, list) or not all(_entry_ok(e) for e in entries):
             raise RunDirError(f"run.resume: {self.path} is not an evalkit batch record")
@@ -465,7 +463,7 @@ class BatchExecutor(ExecutorBase):
         running = [e["batch_id"] for e in self.record.entries if not e["collected"] and e["batch_id"]]
         if not running:
             return None
-        resume = f"run.resume={self.run_dir}"
+        resume = resume_arg(self.run_dir)
         status.info("batches left running at the provider: %s; collect them with %s run.batch=true "
                     "(cancel: %s run.batch=true run.batch_cancel=true)", ", ".join(running), resume, resume)  # fmt: skip
         if sys.stdin.isatty() and sys.stderr.isatty():
@@ -612,11 +610,11 @@ class BatchExecutor(ExecutorBase):
         except asyncio.TimeoutError:
             raise BatchError(f"run.batch: the provider's batch API did not answer ({what}) within {self.client.timeout_s:g} s "
                              f"(backend.timeout_s); what was submitted is recorded in {self.record.path}; resume with "
-                             f"run.resume={self.run_dir}") from None  # fmt: skip
+                             f"{resume_arg(self.run_dir)}") from None  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - one line; the record says what was sent
             raise BatchError(f"run.batch: the provider's batch API failed ({what}: {type(exc).__name__}: "
                              f"{secrets.scrub(first_line(exc, 200))}); what was submitted is recorded in {self.record.path}; "
-                             f"resume with run.resume={self.run_dir}") from None  # fmt: skip
+                             f"resume with {resume_arg(self.run_dir)}") from None  # fmt: skip
 
     def _record(self, entry: dict[str, Any], batch: dict[str, Any]) -> bool:
         """Copy the provider's view of a batch into its entry; True when it changed."""

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evalkit.errors import resume_arg
 from evalkit.config import RunSettings
 from evalkit.engine.solve import BUDGET_EXCEEDED
 from evalkit.engine.records import Prices, price_key, price_of, spend
@@ -210,7 +211,7 @@ class Budget:
             spent.append(f"${self.cost_usd:.6g} of run.max_cost_usd={self.max_cost_usd:g}")
         if self.max_total_tokens is not None:
             spent.append(f"{self.tokens} tokens of run.max_total_tokens={self.max_total_tokens}")
-        where = f"run.resume={self.run_dir}" if self.run_dir is not None else "run.resume=<run dir>"
+        where = resume_arg(self.run_dir) if self.run_dir is not None else "run.resume=<run dir>"
         return (f"not sent: the run's budget is spent (spent {' and '.join(spent)}; a request is sent only while its upper "
                 f"bound fits); raise it and resume with {where}")
 

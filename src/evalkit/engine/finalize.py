@@ -29,6 +29,10 @@ from evalkit.report.summary import build_summary, interval_methods, spend_fields
 from evalkit.summary import EngineFigures, Summary, write_summary
 from evalkit.tracking.base import Observer, RunInfo
 from evalkit.types import sha256_hex
+from evalkit.untrusted import sha256_file
+
+#: the largest source file of evalkit hashed into :func:`code_version` (bytes)
+MAX_SOURCE_BYTES = 16 * 2**20
 
 log = logging.getLogger("evalkit")
 status = logging.getLogger("evalkit.status")  # what the run is doing now, on the console (__main__)
@@ -53,7 +57,7 @@ def code_version() -> str:
     """``<version>+<sha256 of evalkit's sources, 12 hex>``: identifies the code that scored."""
     root = Path(__file__).resolve().parents[1]
     digest = sha256_hex(
-        "".join(f"{p.relative_to(root)}\0{sha256_hex(p.read_bytes())}\n" for p in sorted(root.rglob("*.py")))
+        "".join(f"{p.relative_to(root)}\0{sha256_file(p, MAX_SOURCE_BYTES, root=root)}\n" for p in sorted(root.rglob("*.py")))
     )
     return f"{__version__}+{digest[:12]}"
 

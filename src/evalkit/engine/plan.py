@@ -28,6 +28,7 @@ from evalkit.models.factory import Endpoints, ModelPlan, plan_models
 from evalkit.providers import Price, model_price
 from evalkit.specs import ModelsSpec, PromptSpec, RunSpecs
 from evalkit.types import Request, Sample, canonical_json
+from evalkit.untrusted import read_text
 
 log = logging.getLogger("evalkit")
 
@@ -228,14 +229,9 @@ def select_samples(samples: list[Sample], run: RunSettings, order: Callable[[lis
     if run.sample_ids is not None:
         wanted = list(run.sample_ids)
     if run.sample_ids_file is not None:
-        path = Path(run.sample_ids_file)
-        if path.is_file() and path.stat().st_size > MAX_SAMPLE_IDS_FILE_BYTES:
-            raise ConfigError(f"run.sample_ids_file: {path} is over {MAX_SAMPLE_IDS_FILE_BYTES // 2**20} MiB "
-                              "(one id per line, each at most 4096 characters)")  # fmt: skip
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except UnicodeDecodeError:
-            raise ConfigError(f"run.sample_ids_file: {run.sample_ids_file} is not UTF-8 text (one id per line)") from None
+        text = read_text(run.sample_ids_file, MAX_SAMPLE_IDS_FILE_BYTES, what="a sample-ids file (one id per line)",
+                         error=ConfigError)  # fmt: skip
+        lines = text.split("\n")
         stripped = (ln.strip() for ln in lines)
         wanted = (wanted or []) + [ln for ln in stripped if ln and not ln.startswith("#")]
     if wanted is not None:

@@ -36,7 +36,7 @@ A row is at most :data:`MAX_LINE_BYTES` of JSON: over it, the model's texts (``o
 ``raw_output``, ``output_unstripped``, ``reasoning``, ``trajectory``) move whole to
 ``large/<unit file name>`` and the row keeps their first :data:`KEPT_CHARS` characters
 plus ``large`` = ``{"file", "bytes", "sha256", "fields"}``;
-:func:`evalkit.jsonl.with_side_file` puts them back for every reader that scores
+:func:`evalkit.untrusted.with_side_file` puts them back for every reader that scores
 (``rescore``, ``model=replay`` of a ``predictions.jsonl``), checking size and sha256.
 A unit file name (:func:`evalkit.jsonl.unit_file_name`) is a digest of (sample id, epoch):
 any id, however long or strange, and every epoch of a repeated sample get files of their own.
@@ -54,7 +54,8 @@ from evalkit.benchmarks.base import Benchmark, strip_reasoning_prefix
 from evalkit.engine.work import WorkItem
 from evalkit.images import image_facts
 from evalkit.journal import read_jsonl
-from evalkit.jsonl import SIDE_FILE_FIELDS, dumps_line, unit_file_name, with_side_file, write_unit_file
+from evalkit.jsonl import dumps_line, unit_file_name, write_unit_file
+from evalkit.untrusted import SIDE_FILE_FIELDS, with_side_file
 from evalkit.providers import Price, add_usage, total_tokens
 from evalkit.types import Failure, SampleScore, Trajectory, sha256_hex
 

@@ -19,8 +19,8 @@ import yaml
 
 from evalkit import secrets
 from evalkit.config import CONFIG_FORMAT
-from evalkit.errors import RunDirError, RunDirWriteError, RunInterrupted, printable
-from evalkit.jsonl import read_run_yaml
+from evalkit.errors import RunDirError, RunDirWriteError, RunInterrupted, printable, resume_arg
+from evalkit.untrusted import read_run_yaml
 from evalkit.specs import RunDirSpec
 
 log = logging.getLogger("evalkit")
@@ -75,7 +75,7 @@ def recorded_config(spec: RunDirSpec) -> dict[str, Any]:
 def _check_resumable(run_dir: Path, spec: RunDirSpec) -> None:
     """Raises RunDirError unless ``run_dir`` is a run of the same settings as ``spec``'s."""
     try:
-        prev = read_run_yaml(run_dir / CONFIG)  # bounded (evalkit.jsonl.load_yaml): a crafted file is one line
+        prev = read_run_yaml(run_dir / CONFIG)  # bounded (evalkit.untrusted.load_yaml): a crafted file is one line
     except RunDirError as exc:
         raise RunDirError(f"run.resume: {exc}") from None
     if not isinstance(prev, dict) or not isinstance(prev.get("benchmark"), dict) or not isinstance(prev.get("model"), dict):
@@ -121,7 +121,7 @@ def choose_run_dir(spec: RunDirSpec) -> tuple[Path, bool]:
     if spec.dir is not None:
         run_dir = Path(spec.dir)
         if run_dir.exists():
-            raise RunDirError(f"run.dir: {run_dir} already exists; use run.resume={run_dir} to continue it")
+            raise RunDirError(f"run.dir: {run_dir} already exists; use {resume_arg(run_dir)} to continue it")
         return run_dir, False
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     parent = spec.output_root / "runs" / spec.benchmark / spec.model

@@ -34,6 +34,10 @@ from evalkit.images import sendable
 from evalkit.models.base import ModelCallError, endpoint_kwargs
 from evalkit.providers import litellm_module, usage_counts
 from evalkit.types import Completion, Failure, Request
+from evalkit.untrusted import open_file
+
+#: the largest batch output file read back (bytes; a provider's limit is 200 MB of input)
+MAX_BATCH_OUTPUT_BYTES = 4 * 2**30
 
 #: providers whose batches evalkit sends through litellm
 status = logging.getLogger("evalkit.status")
@@ -261,7 +265,9 @@ def read_batch_files(paths: list[Path], owned: set[str], chat: bool, batch_id: s
     for path in paths:
         if not path.is_file() or path.is_symlink():
             continue
-        for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        with open_file(path, MAX_BATCH_OUTPUT_BYTES, follow=False, what="a batch output file") as fh:
+            texts = [raw.decode("utf-8", errors="replace") for raw in fh]
+        for text in texts:
             try:
                 row = json.loads(text)
             except json.JSONDecodeError:

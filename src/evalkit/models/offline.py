@@ -11,7 +11,7 @@ from pathlib import Path
 
 from evalkit.errors import DataError, RunDirError, printable
 from evalkit.journal import FAILED, read_failures, read_run_journal
-from evalkit.jsonl import SideFileError, read_objects, with_side_file
+from evalkit.untrusted import MAX_JSONL_BYTES, read_objects, sha256_file, SideFileError, with_side_file
 from evalkit.models.base import ModelCallError
 from evalkit.summary import read_summary
 from evalkit.types import Completion, Failure, Request, canonical_json, sha256_hex
@@ -139,4 +139,4 @@ def table_digest(outputs: dict[tuple[str, int], str]) -> str:
 
 
 def file_digest(path: Path) -> str:
-    return sha256_hex(Path(path).read_bytes())[:16]
+    return sha256_file(path, MAX_JSONL_BYTES, what="a replay file")[:16]

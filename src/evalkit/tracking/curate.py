@@ -32,6 +32,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from evalkit.errors import resume_arg
 from evalkit.summary import Summary
 
 #: MLflow refuses more than this many characters in a metric or param name
@@ -237,7 +238,7 @@ def description(summary: Summary, run_dir: Path) -> str:
         text = (
             f"{who}: status **INCOMPLETE** — {summary.count_line()} ({kinds}); no headline is "
             f"published (figures are `partial_*`). Continue it by repeating its command with "
-            f"`run.resume={Path(run_dir).resolve()}`."
+            f"`{resume_arg(Path(run_dir).resolve())}`."
         )
     return (
         f"{text} Data fingerprint `{str(summary.data_fingerprint)[:16]}`, prompt hash "

@@ -33,7 +33,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from evalkit.errors import RunDirError
-from evalkit.jsonl import open_regular
+from evalkit.untrusted import read_json
 
 FILE = "tracking.json"
 #: the MLflow tag holding the sha256 (hex) of the directory's ``run_key``
@@ -64,26 +64,18 @@ class LedgerFile(BaseModel):
 def read_file(path: Path) -> LedgerFile | None:
     """``tracking.json`` at ``path`` checked against :class:`LedgerFile`; ``None`` when there
     is none. The file is opened without following a symbolic link, and read only when it is a
-    regular file (:func:`evalkit.jsonl.open_regular`).
+    regular file (:func:`evalkit.untrusted.open_regular`).
 
     Raises:
         RunDirError: the file is a link, too large, not JSON, or breaks the schema (one
             line naming the file and the field).
     """
-    try:
-        fd = open_regular(path)
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except OSError as exc:
-        raise RunDirError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__}; a symbolic link is never followed)") from None
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise RunDirError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
+    state = read_json(path, MAX_FILE_BYTES, follow=False, what="tracking.json", error=RunDirError)
     try:
-        state = json.loads(data.decode("utf-8"))
         return LedgerFile.model_validate(state)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:
         if isinstance(exc, ValidationError):
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"][:2]) or "(top level)"

@@ -59,7 +59,7 @@ from typing import Any
 from evalkit import secrets
 from evalkit.errors import RunDirError, TrackingError, first_line, printable
 from evalkit.images import image_facts
-from evalkit.jsonl import read_run_text, read_run_yaml
+from evalkit.untrusted import read_run_text, read_run_yaml
 from evalkit.summary import Summary
 import evalkit.tracking.curate as curate
 from evalkit.specs import TrackingSpec

@@ -65,7 +65,7 @@ from typing import Any
 
 from evalkit import secrets
 from evalkit.images import FACTS_KEY, REF_PREFIX, image_facts, image_parts, stored_image, text_of, thumbnail
-from evalkit.jsonl import SideFileError, with_side_file
+from evalkit.untrusted import SideFileError, with_side_file
 from evalkit.summary import Summary
 from evalkit.tracking.samples import Outcome, primary_score
 from evalkit.types import sha256_hex

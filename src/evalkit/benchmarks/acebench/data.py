@@ -13,7 +13,7 @@ from typing import Any
 
 from evalkit.benchmarks.acebench.categories import ALL_CATEGORIES
 from evalkit.errors import DataError
-from evalkit.jsonl import read_objects
+from evalkit.untrusted import MAX_JSONL_BYTES, read_objects, sha256_file
 
 
 def resolve_layout(data_dir: Path) -> tuple[Path, Path]:
@@ -122,9 +122,6 @@ def language_fingerprint(data_all: Path, language: str) -> str:
     lines = []
     for category in ALL_CATEGORIES:
         for path in category_files(data_all, language, category):
-            try:
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            except OSError:
-                raise DataError(f"ACEBench data file missing: {path}") from None
+            digest = sha256_file(path, MAX_JSONL_BYTES, root=data_all, what="an ACEBench data file")
             lines.append(f"{path.relative_to(data_all).as_posix()}\t{digest}\n")
     return hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()

@@ -8,11 +8,14 @@ The template texts are never part of evalkit's code: ``prompts.json`` maps
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 from evalkit.errors import DataError
+from evalkit.untrusted import read_json
+
+#: the largest ``prompts.json`` read (bytes; the official one is under 100 KiB)
+MAX_PROMPTS_BYTES = 16 * 2**20
 
 _EN = "model_inference/prompt_en.py::"
 _ZH = "model_inference/prompt_zh.py::"
@@ -77,12 +80,7 @@ class PromptTemplates:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        try:
-            doc = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DataError(f"ACEBench prompts file missing: {self.path}") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DataError(f"ACEBench prompts file unreadable: {self.path}: {exc}") from None
+        doc = read_json(self.path, MAX_PROMPTS_BYTES, what="an ACEBench prompts file")
         prompts = doc.get("prompts") if isinstance(doc, dict) else None
         if not isinstance(prompts, dict):
             raise DataError(f"{self.path}: no 'prompts' object")

@@ -29,7 +29,7 @@ from evalkit.benchmarks.ke.parser import MODES, PARSER_VERSION, parse_answer, st
 from evalkit.benchmarks.ke.prompts import ANSWER_PREFIX
 from evalkit.errors import RunDirError
 from evalkit.journal import FAILED, read_failures, read_run_journal
-from evalkit.jsonl import read_objects, read_run_text, read_run_yaml
+from evalkit.untrusted import read_objects, read_run_text, read_run_yaml
 from evalkit.summary import read_summary, read_summary_record
 
 TOL = 1e-6  # §10 A4/A5

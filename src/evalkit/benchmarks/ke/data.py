@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from evalkit.errors import DataError
-from evalkit.jsonl import read_objects
+from evalkit.untrusted import MAX_JSONL_BYTES, read_objects, sha256_file
 from evalkit.types import sha256_hex
 
 log = logging.getLogger("evalkit")
@@ -161,7 +161,7 @@ def read_ke_file(path: Path, role: str) -> KEFile:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"benchmark.{role}_path: {role} file {path} does not exist")
-    raw = path.read_bytes()
+    digest = sha256_file(path, MAX_JSONL_BYTES, what=f"a KE {role} file")
     samples: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     extras: set[str] = set()
@@ -177,7 +177,7 @@ def read_ke_file(path: Path, role: str) -> KEFile:
         seen[sid] = lineno
         extras |= set(obj) - DOCUMENTED_FIELDS
         samples.append(obj)
-    return KEFile(path=path, samples=samples, sha256=sha256_hex(raw), extra_fields=sorted(extras))
+    return KEFile(path=path, samples=samples, sha256=digest, extra_fields=sorted(extras))
 
 
 @dataclass

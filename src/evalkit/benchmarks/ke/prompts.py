@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -137,7 +138,7 @@ def parse_template(text: str) -> PlainTemplate:
 @lru_cache(maxsize=1)
 def load_template() -> PlainTemplate:
     """The parsed ``prompt_plain.txt`` (read once per process)."""
-    return parse_template(TEMPLATE_FILE.read_text(encoding="utf-8"))
+    return parse_template(resources.files(__package__).joinpath(TEMPLATE_FILE.name).read_text(encoding="utf-8"))
 
 
 def render_block(tpl: PlainTemplate, step: dict[str, Any], thought_limit: int, obs_limit: int) -> str:

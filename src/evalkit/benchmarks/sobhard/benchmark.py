@@ -3,8 +3,8 @@ notations, 31 deterministic constraints, no LLM judge (spec ``sobhard_spec.md``)
 
 from __future__ import annotations
 
-import json
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,10 @@ from evalkit.benchmarks.sobhard.settings import CELLS, DIFFICULTIES, FAMILIES, S
 from evalkit.errors import ConfigError, DataError
 from evalkit.stats import with_interval
 from evalkit.types import Request, Sample, SampleScore, sha256_hex
+from evalkit.untrusted import read_json
+
+#: the largest ``dataset_meta.json`` read (bytes)
+MAX_META_BYTES = 16 * 2**20
 
 log = logging.getLogger("evalkit.sobhard")
 _BACKTICK_RUN = re.compile(r"^[ \t]*(`{3,})", re.MULTILINE)
@@ -105,9 +109,10 @@ class SOBHard(Benchmark):
         if self.settings.data_dir is None:
             return None
         path = self.settings.data_dir / "dataset_meta.json"
-        if not path.is_file():
+        if not os.path.lexists(path):
             return None
-        prompts = json.loads(path.read_text(encoding="utf-8")).get("prompts")
+        meta = read_json(path, MAX_META_BYTES, root=self.settings.data_dir, what="a dataset_meta.json")
+        prompts = meta.get("prompts") if isinstance(meta, dict) else None
         return [p if isinstance(p, str) else p.get("template", "") for p in prompts] if isinstance(prompts, list) else None
 
     def _question(self, row: Row, where: str) -> Question:

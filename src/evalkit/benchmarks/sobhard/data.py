@@ -18,8 +18,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from evalkit.benchmarks.bounds import short_str
-from evalkit.errors import DataError, first_line
-from evalkit.jsonl import json_depth_over, loads_bounded, read_objects
+from evalkit.errors import DataError
+from evalkit.untrusted import MAX_JSONL_BYTES, iter_chunks, iter_parquet, json_depth_over, loads_bounded, read_objects
 
 log = logging.getLogger("evalkit.sobhard")
 
@@ -95,18 +95,10 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def _read_parquet(paths: list[Path]) -> list[dict[str, Any]]:
     try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow  # noqa: F401  (the untrusted layer reads Parquet with it)
     except ModuleNotFoundError:
         raise DataError(f"reading {paths[0]} needs pyarrow (pip install pyarrow)") from None
-    rows: list[dict[str, Any]] = []
-    for p in paths:
-        try:
-            rows.extend(pq.read_table(p).to_pylist())
-        except (pa.ArrowException, OSError) as exc:
-            first = first_line(exc, None)
-            raise DataError(f"{p}: not a readable parquet file ({first})") from None
-    return rows
+    return [row for p in paths for row in iter_parquet(p)]
 
 
 def split_files(data_dir: Path, split: str) -> list[Path]:
@@ -126,7 +118,8 @@ def read_local_split(data_dir: Path, split: str) -> tuple[list[dict[str, Any]], 
     files = split_files(data_dir, split)
     h = hashlib.sha256()
     for f in files:
-        h.update(f.read_bytes())
+        for chunk in iter_chunks(f, MAX_JSONL_BYTES, root=data_dir, what="a SOBHard data file"):
+            h.update(chunk)
     rows = _read_jsonl(files[0]) if files[0].suffix == ".jsonl" else _read_parquet(files)
     return rows, h.hexdigest()
 

@@ -24,7 +24,7 @@ import re
 from typing import Any, Callable
 
 from evalkit.errors import DataError
-from evalkit.jsonl import bounded_yaml_loader
+from evalkit.untrusted import bounded_yaml_loader
 
 #: typeless targets: values are read as strings and number-strings compare numerically (§6)
 TYPELESS = frozenset({"properties", "sqlinsert", "ini", "csv", "tsv"})
@@ -97,7 +97,7 @@ def read_jsonl(body: str, strict: bool = False) -> list[Any]:
 
 def _bounded_loader() -> type:
     """PyYAML's ``SafeLoader`` with the bounds of :func:`read_yaml`: evalkit's one bounded
-    YAML loader (:func:`evalkit.jsonl.bounded_yaml_loader`) with SOBHard's own bounds (no
+    YAML loader (:func:`evalkit.untrusted.bounded_yaml_loader`) with SOBHard's own bounds (no
     alias count or depth limit beyond Python's recursion limit: the spec's answers may use
     them freely within :data:`MAX_YAML_UNITS`). PyYAML is imported only when a YAML answer
     is read, as :func:`probe` expects."""
@@ -123,7 +123,11 @@ def read_yaml(body: str, strict: bool = False) -> Any:
     if not body:
         raise ParseError("empty body")
     try:
-        return yaml.load(body, Loader=_bounded_loader())  # noqa: S506 - a SafeLoader
+        loader = _bounded_loader()(body)  # a SafeLoader with bounds; model text, not a file
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         raise ParseError(f"YAML: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:  # unhashable keys; 1:2:…:3.5 over float range

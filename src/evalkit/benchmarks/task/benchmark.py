@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
+import itertools
 import json
 import random
 import re
@@ -24,7 +26,7 @@ from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_mess
 from evalkit.benchmarks.task.template import RenderJob, check_renders, render, template_variables
 from evalkit.errors import ConfigError, DataError
 from evalkit.images import Image, Text, load_image, message, read_source, text_of, undecoded
-from evalkit.jsonl import read_objects
+from evalkit.untrusted import MAX_JSONL_BYTES, iter_parquet, open_file, read_objects
 from evalkit.stats import BINARY, Column
 from evalkit.types import Request, Sample, SampleScore, Trajectory
 
@@ -600,21 +602,20 @@ def _read_file(path: Path, max_rows: int) -> tuple[list[dict[str, Any]], str]:
         what = "does not exist" if not path.exists() else "is not a regular file (a folder, a FIFO or a device)"
         raise DataError(f"benchmark.dataset.path: {path} {what}")
     try:
+        # one row past the bound is read, so that "more than max_rows" is known without the rest
         if path.suffix == ".jsonl":
-            rows = [obj for _, obj in read_objects(path)]
+            rows = [obj for _, obj in read_objects(path, max_rows=max_rows + 1)]
         elif path.suffix == ".csv":
-            with path.open(encoding="utf-8", newline="") as fh:
-                rows = list(csv.DictReader(fh))
+            with io.TextIOWrapper(open_file(path, MAX_JSONL_BYTES, what="a CSV file"), encoding="utf-8", newline="") as fh:
+                rows = list(itertools.islice(csv.DictReader(fh), max_rows + 1))
         else:
-            import pyarrow.parquet as pq  # deferred: only Parquet tasks need it
-
-            rows = pq.read_table(path).to_pylist()
+            rows = list(iter_parquet(path, max_rows=max_rows + 1))
     except DataError:
         raise
     except Exception as exc:  # noqa: BLE001 - any reader's failure is one line
         raise DataError(f"benchmark.dataset.path: {path} cannot be read ({type(exc).__name__}: {str(exc)[:200]})") from None
     if len(rows) > max_rows:
-        raise DataError(f"benchmark.dataset.path: {path} has {len(rows)} rows, more than dataset.max_rows={max_rows}")
+        raise DataError(f"benchmark.dataset.path: {path} has more than dataset.max_rows={max_rows} rows")
     return _plain(rows, f"benchmark.dataset.path: {path}")
 
 

@@ -301,7 +301,9 @@ def render(template: str, data: dict[str, Any], max_chars: int, sample_id: str) 
             if size > max_chars:
                 raise DataError(f"sample {sample_id!r}: the prompt is over prompt.max_chars={max_chars} characters")
             parts.append(chunk)
-    except (SecurityError, OverflowError, RecursionError, MemoryError) as exc:  # OverflowError: an int too large for C sizes
+    except MemoryError:  # the bound that was hit is the caller's to name (check_renders: its memory limit)
+        raise
+    except (SecurityError, OverflowError, RecursionError) as exc:  # OverflowError: an int too large for C sizes
         raise TemplateRefused(f"sample {sample_id!r}: prompt template: {type(exc).__name__}: {_one_line(exc)}") from None
     except TemplateError as exc:
         raise DataError(f"sample {sample_id!r}: prompt template: {type(exc).__name__}: {_one_line(exc)}") from None
@@ -408,8 +410,9 @@ def check_renders(jobs: list[RenderJob], where: str, timeout_s: float | None = N
         raise DataError(f"{where}: {answer[-1][6:]}")
     if done.returncode == 0 and answer and answer[-1].startswith("refused "):
         raise TemplateRefused(f"{where}: {answer[-1][8:]}")
-    if done.returncode == 0 and answer and answer[-1] == "memory":
-        raise TemplateRefused(f"{where}: rendering its templates needs over {memory_mb} MiB (the bounded renderer's limit)")
+    if done.returncode == 0 and answer and answer[-1].startswith("memory "):
+        raise TemplateRefused(f"{where}: sample {answer[-1][7:]}: rendering its prompt template needs over {memory_mb} MiB "
+                              "(the bounded renderer's memory limit)")  # fmt: skip
     why = f"signal {-done.returncode}" if done.returncode < 0 else f"exit {done.returncode}"
     tail = done.stderr.decode("utf-8", "replace").strip().splitlines()
     raise TemplateRefused(f"{where}: the bounded renderer stopped ({why}: over its time or memory limit; "
@@ -450,6 +453,6 @@ def _child_main(timeout_s: float, memory_mb: int) -> None:
         print(("refused " if isinstance(exc, TemplateRefused) else "error ") + " ".join(str(exc).split()), flush=True)
         return
     except MemoryError:
-        print("memory", flush=True)
+        print(f"memory {sample_id!r}", flush=True)  # repr: one line whatever the id holds
         return
     print("ok", flush=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.errors import DataError
-from evalkit.jsonl import read_objects
+from evalkit.untrusted import read_objects
 
 #: spec §5.7 MessageApi table: id -> (sender_id, receiver_id, time)
 INBOX_LAYOUT: dict[int, tuple[str, str, str]] = {
