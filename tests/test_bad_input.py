@@ -166,7 +166,7 @@ def test_unreachable_cluster_is_one_line_and_writes_nothing(tmp_path, acebench_d
     [
         ("test.jsonl", b'{"id": 1}\n\xff\xfe\x00garbage\n', "test.jsonl:2: not UTF-8 text"),
         ("shots.jsonl", b"\x89PNG\r\n\x1a\n\x00\x00", "shots.jsonl:1: not UTF-8 text"),
-        ("test.parquet", b"PAR1 this is not parquet PAR1", "test.parquet: not a readable parquet file"),
+        ("test.parquet", b"PAR1 this is not parquet PAR1", "test.parquet: not a Parquet file"),
     ],
 )
 def test_sobhard_data_that_is_not_text_or_parquet_is_one_line(shared_data_dir, tmp_path, run_eval, victim, content, message):

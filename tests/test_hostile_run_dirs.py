@@ -76,7 +76,7 @@ def test_a_side_file_that_is_not_what_its_row_recorded_is_an_error_never_the_cap
     with pytest.raises(SideFileError, match="sha256"):
         with_side_file(row, tmp_path)
     path.unlink()
-    with pytest.raises(SideFileError, match="cannot be read"):
+    with pytest.raises(SideFileError, match="does not exist; not read"):
         trajectory_of_row(row, tmp_path)
 
 
@@ -298,17 +298,17 @@ def test_track_reads_a_sweeps_sweep_json_as_a_bounded_record(tmp_path: Path):
     assert MAX_SWEEP_BYTES <= 32 << 20
     with open(path, "r+b") as fh:
         fh.truncate(MAX_SWEEP_BYTES + 1)  # sparse: over the bound without writing it
-    with pytest.raises(RunDirError, match=f"sweep.json: {MAX_SWEEP_BYTES + 1:,} bytes, more than a sweep.json holds") as info:
+    with pytest.raises(RunDirError, match=f"sweep.json: {MAX_SWEEP_BYTES + 1:,} bytes, over the {MAX_SWEEP_BYTES:,} allowed for a sweep.json; not read") as info:
         _sweep_of(job, run)
     assert info.value.exit_code == 2 and "\n" not in str(info.value)
     path.unlink()
     (tmp_path / "elsewhere.json").write_text("{}")
     path.symlink_to(tmp_path / "elsewhere.json")
-    with pytest.raises(RunDirError, match="sweep.json: cannot be read .a symbolic link"):
+    with pytest.raises(RunDirError, match="sweep.json: a symbolic link, never followed here; not read"):
         _sweep_of(job, run)
     path.unlink()
     os.mkfifo(path)
-    with pytest.raises(RunDirError, match="sweep.json: cannot be read .not a regular file"):
+    with pytest.raises(RunDirError, match="sweep.json: a FIFO, not a regular file; not read"):
         _sweep_of(job, run)
     path.unlink()
     path.write_text("[1, 2]")
@@ -347,10 +347,10 @@ def test_no_run_directory_reader_waits_on_a_planted_fifo(tmp_path: Path):
 
     for name in ("config.yaml", "tracking.json", "predictions.jsonl", "summary.json"):
         os.mkfifo(tmp_path / name)
-    assert "not a regular file but a FIFO" in _refused_without_waiting(read_run_yaml, tmp_path / "config.yaml")
-    assert "not a regular file but a FIFO" in _refused_without_waiting(read_file, tmp_path / FILE)
-    assert "not a regular file but a FIFO" in _refused_without_waiting(iter_tolerant, tmp_path / "predictions.jsonl")
-    assert "not a regular file but a FIFO" in _refused_without_waiting(read_summary_record, tmp_path / "summary.json")
+    assert "a FIFO, not a regular file; not read" in _refused_without_waiting(read_run_yaml, tmp_path / "config.yaml")
+    assert "a FIFO, not a regular file; not read" in _refused_without_waiting(read_file, tmp_path / FILE)
+    assert "a FIFO, not a regular file; not read" in _refused_without_waiting(iter_tolerant, tmp_path / "predictions.jsonl")
+    assert "a FIFO, not a regular file; not read" in _refused_without_waiting(read_summary_record, tmp_path / "summary.json")
     (tmp_path / "sub").mkdir()
     os.rename(tmp_path / "sub", tmp_path / "d.yaml")
-    assert "not a regular file but a directory" in _refused_without_waiting(read_run_yaml, tmp_path / "d.yaml")
+    assert "a directory, not a regular file; not read" in _refused_without_waiting(read_run_yaml, tmp_path / "d.yaml")

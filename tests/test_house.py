@@ -209,7 +209,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("run records", ["evalkit.journal", "evalkit.summary"]),
     ("basics", ["evalkit.settings", "evalkit.types", "evalkit.jsonl", "evalkit.stats", "evalkit.providers", "evalkit.secrets",
                 "evalkit.sequential", "evalkit.images"]),
-    ("untrusted input", ["evalkit.untrusted"]),
+    ("input", ["evalkit.untrusted"]),
     ("root", ["evalkit", "evalkit.errors"]),
 ]
 #: imports the layers would allow that the design still refuses: (importer, imported) prefixes

@@ -112,7 +112,7 @@ def test_a_summary_over_the_bound_is_refused_by_size_before_it_is_read(tmp_path)
 
     assert MAX_SUMMARY_BYTES == 32 * 1024 * 1024
     path = _big_summary(tmp_path / "run")
-    too_big = "67,108,864 bytes, more than a summary holds"
+    too_big = "67,108,864 bytes, over the 33,554,432 allowed for a summary; not read"
     with pytest.raises(RunDirError, match=too_big):
         read_summary(path)
     with pytest.raises(CompareError, match=too_big):
@@ -378,7 +378,7 @@ def test_rescore_refuses_a_linked_summary_even_dangling(ace_run, tmp_path, capsy
     assert rescore_mod.main([str(run), *sets]) == 2
     out = capsys.readouterr()
     errs = [ln for ln in out.err.splitlines() if ln.startswith("evalkit: error:")]
-    assert len(errs) == 1 and "summary.json: cannot be read (a symbolic link)" in errs[0]
+    assert len(errs) == 1 and "summary.json: a symbolic link, never followed here; not read" in errs[0]
     assert "did not finish" not in out.err
 
 

@@ -74,7 +74,7 @@ def test_an_unknown_id_of_a_sample_ids_file_is_named_cut_short_and_the_file_is_b
     assert "(100000 characters)" in str(info.value) and len(str(info.value)) < 400
     with open(ids, "wb") as fh:
         fh.truncate(MAX_SAMPLE_IDS_FILE_BYTES + 1)
-    with pytest.raises(ConfigError, match="is over 64 MiB"):
+    with pytest.raises(ConfigError, match="67,108,865 bytes, over the 67,108,864 allowed for a sample-ids file"):
         select_samples(_Loaded(["a"]).samples, run)
 
 

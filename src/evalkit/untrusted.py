@@ -96,7 +96,12 @@ def checked_path(path: object, root: object = None, error: type[EvalkitError] = 
     return Path(name)
 
 
-def _os_reason(exc: OSError) -> str:
+def _os_reason(exc: OSError, path: object = None) -> str:
+    if exc.errno == errno.ENXIO and path is not None:  # a socket (or a device with no driver) refuses open
+        try:
+            return f"{_file_kind(os.lstat(path).st_mode)}, not a regular file"  # type: ignore[arg-type]
+        except OSError:
+            pass
     if exc.errno == errno.ENOENT:
         return "does not exist"
     if exc.errno == errno.ELOOP:
@@ -171,7 +176,7 @@ def open_file(path: object, limit: int, *, root: object = None, follow: bool = T
     try:
         fd = os.open(where, flags)
     except OSError as exc:
-        raise refusal(where, _os_reason(exc), error) from None
+        raise refusal(where, _os_reason(exc, where), error) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -492,13 +497,7 @@ def iter_tolerant(path: Path, into: TolerantRead | None = None) -> Iterator[tupl
     into = into if into is not None else TolerantRead()
     if not path.exists() and not path.is_symlink():
         return iter(())
-    try:
-        fd = open_regular(path)
-    except OSError as exc:
-        if exc.errno == errno.EINVAL:
-            raise RunDirError(f"{printable(str(path))}: cannot be read ({exc.strerror})") from None
-        raise link_refusal(path) if exc.errno == errno.ELOOP else exc from None
-    return _tolerant_rows(os.fdopen(fd, "rb"), into)
+    return _tolerant_rows(open_file(path, MAX_JSONL_BYTES, follow=False, what="a journal", error=RunDirError), into)
 
 
 def _tolerant_rows(fh: Any, into: TolerantRead) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -546,58 +545,19 @@ class SideFileError(DataError):
 
 
 
-def open_regular(path: Path | str) -> int:
-    """A read-only descriptor of ``path``, opened without following a symbolic link and
-    without waiting (``O_NONBLOCK``: opening a FIFO no writer holds would wait for ever), and
-    only when it is a regular file (``fstat`` of what was opened, so nothing is swapped in
-    between): a FIFO, a device or a directory planted in a run directory is never read.
-
-    Raises:
-        OSError: missing, unreadable, a link (``ELOOP``), or not a regular file (``EINVAL``,
-            its ``strerror`` saying what it is instead).
-    """
-    fd = os.open(path, open_flags(write=False) | getattr(os, "O_NONBLOCK", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, f"not a regular file but {_file_kind(mode)}")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def read_no_link(path: Path, limit: int) -> bytes:
-    """At most ``limit`` + 1 bytes of the regular file ``path`` (:func:`open_regular`).
-
-    Raises:
-        OSError: missing, unreadable, a link (``ELOOP``), or not a regular file.
-    """
-    with os.fdopen(open_regular(path), "rb") as fh:
-        return fh.read(limit + 1)
-
-
 #: the largest record file of a run directory read whole (config.yaml, summary.json, …)
 MAX_RECORD_BYTES = 256 * 1024 * 1024
 
 
 def read_run_text(path: Path, limit: int = MAX_RECORD_BYTES) -> str:
-    """The text of a run directory's record file (``config.yaml``, …), read without following
-    a symbolic link and at most ``limit`` bytes.
+    """The text of a run directory's record file (``config.yaml``, …): :func:`read_text` with
+    no link followed, at most ``limit`` bytes.
 
     Raises:
-        RunDirError: missing, unreadable, a link, over ``limit`` bytes or not UTF-8 (one line).
+        RunDirError: missing, unreadable, a link, not a regular file, over ``limit`` bytes or
+            not UTF-8 (one line).
     """
-    try:
-        data = read_no_link(path, limit)
-        if len(data) > limit:
-            raise RunDirError(f"{printable(str(path))}: over {limit} bytes; not read")
-        return data.decode("utf-8")
-    except OSError as exc:
-        why = "a symbolic link, never followed" if exc.errno == errno.ELOOP else (exc.strerror or type(exc).__name__)
-        raise RunDirError(f"{printable(str(path))} cannot be read ({why})") from None
-    except UnicodeDecodeError:
-        raise RunDirError(f"{printable(str(path))} is not UTF-8 text") from None
+    return read_text(path, limit, follow=False, what="a run record", error=RunDirError)
 
 
 def with_side_file(row: dict[str, Any], base_dir: Path) -> dict[str, Any]:
@@ -622,13 +582,8 @@ def with_side_file(row: dict[str, Any], base_dir: Path) -> dict[str, Any]:
         raise SideFileError(f"sample {printable(row.get('sample_id'))}: its row's side-file record is malformed")
     base = Path(base_dir).resolve()
     path = Path(os.path.normpath(base / name))
-    try:
-        if not path.is_relative_to(base) or path.resolve() != path:
-            raise OSError(errno.ELOOP, "outside the run directory or reached through a symbolic link")
-        data = read_no_link(path, max(size, 0))
-    except OSError as exc:
-        raise SideFileError(f"{printable(str(path))}: side file of sample {printable(row.get('sample_id'))} "
-                            f"cannot be read ({exc.strerror or type(exc).__name__})") from None  # fmt: skip
+    data = read_bytes(path, max(size, 0), root=base, follow=False, error=SideFileError,
+                      what=f"the side file of sample {printable(row.get('sample_id'), 100)} (its row's size)")  # fmt: skip
     if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
         raise SideFileError(f"{printable(str(path))}: side file of sample {printable(row.get('sample_id'))} does not "
                             "match its row's size and sha256")  # fmt: skip

@@ -38,8 +38,8 @@ def test_digest_is_kept_and_redone_when_the_file_changes(tmp_path, monkeypatch):
     assert (tmp_path / "m.gguf.sha256.json").is_file()
     monkeypatch.setattr(llamacpp, "_DIGESTS", {})  # a new process: only the sidecar is left
     opened: list[str] = []
-    real_open = open
-    monkeypatch.setattr("builtins.open", lambda p, *a, **k: (opened.append(str(p)), real_open(p, *a, **k))[1])
+    real_open = os.open  # every read goes through evalkit.untrusted, which opens with os.open
+    monkeypatch.setattr(os, "open", lambda p, *a, **k: (opened.append(str(p)), real_open(p, *a, **k))[1])
     assert gguf_digest(f) == first and str(f) not in opened
     f.write_bytes(b"GGUF-two")
     os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))
