@@ -35,12 +35,23 @@ Written to ``--out`` (default ``outputs/evalscope_import/<name of the run direct
 
 Exit code: 0 written, 2 the directory is not a readable EvalScope ACEBench run (one line).
 Nothing of the EvalScope directory is changed; its texts are stored as they are.
+
+The directory is untrusted input, read through :mod:`evalkit.untrusted` with itself as the
+root: a file reached through a link out of it, a FIFO, a device or a directory where a file
+should be, an oversized file or line, an ``index`` that is not a JSON integer from 0 to
+2**53 - 1, or a verdict (``acc``, ``process_acc``) that is not a number in [0, 1] (NaN,
+Infinity) is refused in one line naming the file (and line), exit 2. Rows are read a line at
+a time, and of each only the answer text and the verdict's fields are kept. An ACEBench id
+that is not one line of printable text is listed as unmatched, never written to
+``sample_ids.txt``; ``import.json`` is strict JSON (no NaN or Infinity).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -51,7 +62,13 @@ from evalkit.benchmarks.acebench.categories import ALL_CATEGORIES, GROUPS, LANGU
 from evalkit.benchmarks.acebench.metrics import dialogue_id, group_scores, overall_score
 from evalkit.benchmarks.acebench.settings import AceBenchSettings
 from evalkit.errors import DataError, EvalkitError, printable, shell_line
-from evalkit.untrusted import read_objects, read_run_text, read_run_yaml
+from evalkit.untrusted import MAX_YAML_BYTES, iter_records, load_yaml, read_json, read_text
+
+#: the largest EvalScope report (``reports/<model>/acebench.json``, a few KiB) read, in bytes
+MAX_REPORT_BYTES = 16 * 2**20
+#: an ``index`` is a JSON integer from 0 to this (2**53 - 1: the largest every JSON reader
+#: holds exactly); EvalScope's are positions in a dataset of a few thousand samples
+MAX_INDEX = 2**53 - 1
 
 BENCHMARK = "acebench"
 #: the note every import carries about the OVERALL it reproduces
@@ -116,10 +133,16 @@ def _model_dir(root: Path, model: str | None) -> str:
 
 
 def _config_language(root: Path) -> str | None:
-    """``dataset_args.acebench.extra_params.language`` of the run's task config, if any."""
+    """``dataset_args.acebench.extra_params.language`` of the run's task config, if any (a
+    config that is not YAML or lacks the key is passed over).
+
+    Raises:
+        DataError: a config file that cannot be read: outside ``root``, not a regular file,
+            over :data:`~evalkit.untrusted.MAX_YAML_BYTES` or not UTF-8 (one line)."""
     for path in sorted((root / "configs").glob("*.yaml")) if (root / "configs").is_dir() else []:
+        text = read_text(path, MAX_YAML_BYTES, root=root, what="a YAML file")
         try:
-            cfg = read_run_yaml(path)
+            cfg = load_yaml(text, printable(str(path)))
             language = cfg["dataset_args"][BENCHMARK]["extra_params"]["language"]
         except (EvalkitError, KeyError, TypeError):
             continue
@@ -128,14 +151,67 @@ def _config_language(root: Path) -> str | None:
     return None
 
 
-def _read_rows(root: Path, kind: str, model: str) -> dict[str, list[tuple[int, dict[str, Any]]]]:
-    """``{category: [(line number, row)]}`` of ``<kind>/<model>/acebench_<category>.jsonl``."""
-    out: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+def _files(root: Path, kind: str, model: str) -> dict[str, Path]:
+    """``{category: path}`` of ``<kind>/<model>/acebench_<category>.jsonl`` (names only:
+    nothing is opened)."""
+    out: dict[str, Path] = {}
     for path in sorted((root / kind / model).glob(f"{BENCHMARK}_*.jsonl")):
         category = _category_of(path)
         if category is not None:
-            out[category] = read_objects(path)
+            out[category] = path
     return out
+
+
+def _shown(value: Any) -> str:
+    """``value`` of a row as its JSON text, short and printable (a container by its kind)."""
+    if isinstance(value, (dict, list)):
+        return f"a JSON {'object' if isinstance(value, dict) else 'array'}"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return printable(json.dumps(value[:40]), 44)
+    text = json.dumps(value)  # NaN / Infinity as the file spells them; an int has at most 4300 digits
+    return printable(text, 40) if len(text) <= 40 else f"{text[:20]}… ({len(text):,} characters)"
+
+
+def _index(row: dict[str, Any], path: Path, lineno: int) -> int:
+    """A row's ``index``: a JSON integer from 0 to :data:`MAX_INDEX` (``true`` and ``1.0``,
+    which Python takes for ``1``, are not).
+
+    Raises:
+        DataError: anything else, a missing one included (one line naming file and line)."""
+    index = row.get("index")
+    if isinstance(index, int) and not isinstance(index, bool) and 0 <= index <= MAX_INDEX:
+        return index
+    raise DataError(f"{printable(str(path))}:{lineno}: index is {'missing' if 'index' not in row else _shown(index)}, "
+                    f"not a JSON integer from 0 to {MAX_INDEX:,} (EvalScope's position of the sample); not imported")
+
+
+def _verdict(value: dict[str, Any], key: str, path: Path, lineno: int) -> float | None:
+    """``sample_score.score.value.<key>`` as a float in [0, 1]; ``None`` when it is not a
+    number (no verdict, as a missing one).
+
+    Raises:
+        DataError: a number outside [0, 1]: NaN, Infinity, ``1e999``, a negative or a huge
+            one (one line naming file and line)."""
+    number = value.get(key)
+    if not isinstance(number, (int, float)) or isinstance(number, bool):
+        return None
+    if not 0 <= number <= 1:  # NaN compares false
+        raise DataError(f"{printable(str(path))}:{lineno}: sample_score.score.value.{key} is {_shown(number)}, "
+                        "not a number from 0 to 1; not imported")  # fmt: skip
+    return float(number)
+
+
+def _id_problem(record_id: str) -> str | None:
+    """Why an ACEBench record id cannot be one line of ``sample_ids.txt`` (which is split on
+    newlines, each line stripped), or ``None`` when it can."""
+    if not record_id.isprintable():
+        return "its ACEBench id holds a character that is not printable (a newline, another control character, " \
+               "a line separator or a lone surrogate), and sample_ids.txt holds one id per line"
+    if record_id != record_id.strip():
+        return "its ACEBench id begins or ends with white space, which sample_ids.txt's reader strips"
+    return None
 
 
 def read_evalscope_run(root: Path, model: str | None = None, language: str | None = None,
@@ -151,38 +227,44 @@ def read_evalscope_run(root: Path, model: str | None = None, language: str | Non
     or given twice. The answer is the prediction's text, else the review's ``prediction``.
 
     Raises:
-        DataError: not such a directory, or a file that is not JSON Lines (one line naming it).
+        DataError: not such a directory, a file that is not JSON Lines, outside ``root``, not
+            a regular file or over a bound, an ``index`` or a verdict out of its range (one
+            line naming the file, and the line).
     """
     root = Path(root)
     if not root.is_dir():
         raise DataError(f"{root}: no such directory")
     model_dir = _model_dir(root, model)
     default_language = language or _config_language(root) or "en"
-    predictions = _read_rows(root, "predictions", model_dir)
-    reviews = _read_rows(root, "reviews", model_dir)
+    predictions = _files(root, "predictions", model_dir)
+    reviews = _files(root, "reviews", model_dir)
     samples: list[dict[str, Any]] = []
     unmatched: list[dict[str, Any]] = []
     seen: set[str] = set()
     for category in [c for c in ALL_CATEGORIES if c in predictions or c in reviews]:
-        by_index: dict[Any, tuple[int, dict[str, Any]]] = {}
-        for lineno, row in reviews.get(category, []):
-            by_index[row.get("index")] = (lineno, row)
         review_file = f"reviews/{model_dir}/{BENCHMARK}_{category}.jsonl"
         pred_file = f"predictions/{model_dir}/{BENCHMARK}_{category}.jsonl"
-        outputs = {row.get("index"): (lineno, _text(row.get("model_output"))) for lineno, row in predictions.get(category, [])}
+        # a row at a time, and of each only what the import uses: the answer text; the review's fields
+        outputs: dict[int, tuple[int, str | None]] = {}
+        for lineno, row in iter_records(predictions[category], root=root) if category in predictions else ():
+            outputs[_index(row, predictions[category], lineno)] = (lineno, _text(row.get("model_output")))
+        by_index: dict[int, tuple[int, dict[str, Any]]] = {}
+        for lineno, row in iter_records(reviews[category], root=root) if category in reviews else ():
+            index = _index(row, reviews[category], lineno)
+            no_text = outputs.get(index, (0, None))[1] is None  # the review's prediction is the answer then
+            by_index[index] = (lineno, _review(row, reviews[category], lineno, keep_prediction=no_text))
         for index, (lineno, _) in outputs.items():
             if index not in by_index:
                 unmatched.append({"file": pred_file, "line": lineno, "index": index, "why": "no review row holds its ACEBench id"})
-        for index, (lineno, row) in by_index.items():
-            score = (row.get("sample_score") or {}) if isinstance(row.get("sample_score"), dict) else {}
-            meta = score.get("sample_metadata") if isinstance(score.get("sample_metadata"), dict) else {}
-            inner = score.get("score") if isinstance(score.get("score"), dict) else {}
-            value = inner.get("value") if isinstance(inner.get("value"), dict) else {}
-            record_id = meta.get("id")
+        for index, (lineno, review) in by_index.items():
+            record_id, meta = review["id"], review["meta"]
             lang = meta.get("language") if meta.get("language") in LANGUAGES else default_language
             where = {"file": review_file, "line": lineno, "index": index}
             if not isinstance(record_id, str) or not record_id:
                 unmatched.append({**where, "why": "no sample_metadata.id"})
+                continue
+            if (problem := _id_problem(record_id)) is not None:
+                unmatched.append({**where, "id": record_id, "why": problem})
                 continue
             sample_id = f"{lang}/{record_id}"
             if known_ids is not None and sample_id not in known_ids:
@@ -193,31 +275,63 @@ def read_evalscope_run(root: Path, model: str | None = None, language: str | Non
                 continue
             seen.add(sample_id)
             output = outputs.get(index, (None, None))[1]
-            if output is None and isinstance(inner.get("prediction"), str):
-                output = inner["prediction"]
+            if output is None:
+                output = review["prediction"]
             samples.append({
                 "sample_id": sample_id, "category": meta.get("test_category") if meta.get("test_category") in ALL_CATEGORIES else category,
-                "output": output, "acc": _number(value.get("acc")), "process_acc": _number(value.get("process_acc")),
-                "has_end_state": meta.get("end_state") is not None,
+                "output": output, "acc": review["acc"], "process_acc": review["process_acc"],
+                "has_end_state": review["has_end_state"],
             })  # fmt: skip
     report_path = root / "reports" / model_dir / f"{BENCHMARK}.json"
-    report = read_report(report_path) if report_path.is_file() else None
+    # lexists: a FIFO, a directory or a link where the report belongs is refused, never passed over
+    report = read_report(report_path, root) if os.path.lexists(report_path) else None
     return {"model": model_dir, "language": default_language, "samples": samples, "unmatched": unmatched, "report": report}
 
 
+def _review(row: dict[str, Any], path: Path, lineno: int, keep_prediction: bool) -> dict[str, Any]:
+    """What the import keeps of a review row: ``id`` (``sample_metadata.id`` as written),
+    ``meta`` (its ``language`` and ``test_category``), ``acc`` and ``process_acc``
+    (:func:`_verdict`), ``has_end_state``, and ``prediction`` (``score.prediction`` when a
+    string and ``keep_prediction``: the prediction row has no answer text; else ``None``).
+
+    Raises:
+        DataError: a verdict outside [0, 1] (one line naming file and line)."""
+    score = (row.get("sample_score") or {}) if isinstance(row.get("sample_score"), dict) else {}
+    meta = score.get("sample_metadata") if isinstance(score.get("sample_metadata"), dict) else {}
+    inner = score.get("score") if isinstance(score.get("score"), dict) else {}
+    value = inner.get("value") if isinstance(inner.get("value"), dict) else {}
+    prediction = inner.get("prediction")
+    return {
+        "id": meta.get("id"),
+        "meta": {k: meta.get(k) for k in ("language", "test_category") if isinstance(meta.get(k), str)},
+        "acc": _verdict(value, "acc", path, lineno), "process_acc": _verdict(value, "process_acc", path, lineno),
+        "has_end_state": meta.get("end_state") is not None,
+        "prediction": prediction if keep_prediction and isinstance(prediction, str) else None,
+    }  # fmt: skip
+
+
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite number as a float; ``None`` for anything else (an int too large for a float
+    included)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
-def read_report(path: Path) -> dict[str, Any]:
+def read_report(path: Path, root: Path | None = None) -> dict[str, Any]:
     """``{"overall": weighted OVERALL or None, "groups": {ATOM…: score}, "categories":
     {category: score}, "score": the report's top-level score}`` of EvalScope's
     ``reports/<model>/acebench.json`` (metric ``acc``; the groups and ``OVERALL`` are the
-    subsets of category ``-``)."""
-    try:
-        data = json.loads(read_run_text(path))
-    except (EvalkitError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable EvalScope report ({printable(exc, 200)})") from None
+    subsets of category ``-``), read inside ``root``.
+
+    Raises:
+        DataError: outside ``root``, not a regular file, over :data:`MAX_REPORT_BYTES`, not
+            JSON, or holding NaN or Infinity (one line naming the file)."""
+    data = read_json(path, MAX_REPORT_BYTES, root=root, what="an EvalScope report")
     out: dict[str, Any] = {"overall": None, "groups": {}, "categories": {}, "score": _number(data.get("score")) if isinstance(data, dict) else None}
     metrics = data.get("metrics") if isinstance(data, dict) else None
     for metric in metrics if isinstance(metrics, list) else []:
@@ -299,8 +413,8 @@ def import_run(root: Path, out_dir: Path, model: str | None = None, language: st
     categories = sorted({s["category"] for s in run["samples"] if family(s["category"]) != "agent"}, key=ALL_CATEGORIES.index)
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "replay.jsonl", "w", encoding="utf-8") as fh:
-        for row in replay:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        for row in replay:  # ASCII: a lone surrogate in an answer is written as its escape, as it was read
+            fh.write(json.dumps(row) + "\n")
     (out_dir / "sample_ids.txt").write_text("".join(f"{r['sample_id']}\n" for r in replay), encoding="utf-8")
     words = ["python", "-m", "evalkit", "benchmark=acebench", "model=replay", f"model.path={out_dir / 'replay.jsonl'}",
              f"benchmark.language={lang_setting}", f"benchmark.subsets=[{','.join(categories)}]",
@@ -327,7 +441,8 @@ def import_run(root: Path, out_dir: Path, model: str | None = None, language: st
             "rescore_official": "python -m evalkit.rescore <RUN_DIR> --set benchmark.scoring=official",
         },
     }
-    (out_dir / "import.json").write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
+    # strict JSON (a NaN or Infinity is refused here, never written) and ASCII (a lone surrogate in a name is escaped)
+    (out_dir / "import.json").write_text(json.dumps(result, indent=2, allow_nan=False), encoding="utf-8")
     return result
 
 

@@ -40,6 +40,7 @@ import functools
 import hashlib
 import io
 import json
+import math
 import os
 import stat
 from dataclasses import dataclass, field
@@ -218,10 +219,19 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number a record may hold")
 
 
+def _finite_float(text: str) -> float:
+    """A JSON number's value, refused when it overflows to infinity (``1e999``: no ``NaN`` or
+    ``Infinity`` literal needed)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{printable(text, 40)} overflows to infinity, not a number a record may hold")
+    return value
+
+
 def read_json(path: object, limit: int, *, root: object = None, follow: bool = True, what: str = "a JSON record",
               error: type[EvalkitError] = DataError, finite: bool = True) -> Any:
     """One JSON document from ``path`` (:func:`read_text`), nested at most
-    :data:`MAX_JSON_DEPTH` levels, with ``NaN``, ``Infinity`` and ``-Infinity`` refused
+    :data:`MAX_JSON_DEPTH` levels, with ``NaN``, ``Infinity``, ``-Infinity`` and ``1e999`` refused
     (Python's :func:`json.loads` accepts them) unless ``finite=False`` (a record evalkit
     itself writes with :func:`json.dumps`, whose figures are recomputed, never believed).
 
@@ -371,7 +381,8 @@ def json_depth_over(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
 
 def loads_bounded(text: str, limit: int = MAX_JSON_DEPTH, finite: bool = False) -> Any:
     """``json.loads(text)`` of data, its nesting bounded; ``finite=True`` also refuses
-    ``NaN``, ``Infinity`` and ``-Infinity`` (which :func:`json.loads` accepts).
+    ``NaN``, ``Infinity``, ``-Infinity`` and numbers that overflow to infinity (``1e999``),
+    which :func:`json.loads` accepts.
 
     Raises:
         json.JSONDecodeError: not JSON.
@@ -379,7 +390,7 @@ def loads_bounded(text: str, limit: int = MAX_JSON_DEPTH, finite: bool = False) 
             or a non-finite number with ``finite``.
     """
     try:
-        obj = json.loads(text, parse_constant=_refuse_constant) if finite else json.loads(text)
+        obj = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float) if finite else json.loads(text)
     except RecursionError:
         raise ValueError(f"JSON nested too deeply (more than {limit} levels)") from None
     # fewer opening brackets than the limit cannot nest deeper (counting is C-fast; most records stop here)
@@ -392,8 +403,8 @@ def read_objects(path: object, error: type[EvalkitError] = DataError, *, root: o
                  limit: int = MAX_JSONL_BYTES, max_rows: int | None = None) -> list[tuple[int, dict[str, Any]]]:
     """Strict reading: ``(line number, object)`` for every non-blank line of ``path``, read a
     line at a time (at most :data:`MAX_LINE_BYTES` per line, nesting at most
-    :data:`MAX_JSON_DEPTH`). ``max_rows``: reading stops after that many objects (the rest of
-    the file is never read).
+    :data:`MAX_JSON_DEPTH`), every row held (:func:`iter_records` holds one at a time).
+    ``max_rows``: reading stops after that many objects (the rest of the file is never read).
 
     Raises:
         ``error`` (default DataError): the file is missing, unreadable or not UTF-8, or a
@@ -401,6 +412,23 @@ def read_objects(path: object, error: type[EvalkitError] = DataError, *, root: o
             and line.
     """
     rows: list[tuple[int, dict[str, Any]]] = []
+    for item in iter_records(path, error, root=root, limit=limit):
+        rows.append(item)
+        if max_rows is not None and len(rows) >= max_rows:
+            break
+    return rows
+
+
+def iter_records(path: object, error: type[EvalkitError] = DataError, *, root: object = None,
+                 limit: int = MAX_JSONL_BYTES) -> Iterator[tuple[int, dict[str, Any]]]:
+    """:func:`read_objects` a row at a time: ``(line number, object)`` for every non-blank
+    line of ``path``, by the same rules, one row in memory at once (whatever the file's size:
+    its caller keeps what it needs of each row). The file is opened at the first row.
+
+    Raises:
+        ``error`` (default DataError): as :func:`read_objects` (naming file and line; at the
+            row where it is met, after the rows before it were yielded).
+    """
     for lineno, line in iter_lines(path, error, root=root, limit=limit):
         try:
             obj = loads_bounded(line)
@@ -410,10 +438,7 @@ def read_objects(path: object, error: type[EvalkitError] = DataError, *, root: o
             raise error(f"{path}:{lineno}: {exc}") from None
         if not isinstance(obj, dict):
             raise error(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-        rows.append((lineno, obj))
-        if max_rows is not None and len(rows) >= max_rows:
-            break
-    return rows
+        yield lineno, obj
 
 
 def iter_lines(path: object, error: type[EvalkitError] = DataError, *, root: object = None,
