@@ -143,7 +143,8 @@ class ModelConfig(_Strict):
                                  "give the JSONL file of outputs or a run directory")  # fmt: skip
             return self
         if self.kind == "replay" and not Path(self.path).is_file():
-            raise ValueError(f"model.path: replay file {self.path} does not exist")
+            what = "does not exist" if not os.path.lexists(self.path) else "is not a regular file (a FIFO or a device?)"
+            raise ValueError(f"model.path: replay file {self.path} {what}")
         return self
 
 
@@ -423,7 +424,7 @@ class RunSettings(_Strict):
         if v is not None and Path(v).is_dir():
             raise ValueError(f"{v} is a directory, not a file of ids")
         if v is not None and not Path(v).is_file():
-            raise ValueError(f"file {v} does not exist")
+            raise ValueError(f"file {v} does not exist" if not os.path.lexists(v) else f"{v} is not a regular file (a FIFO or a device?)")
         return v
 
     @field_validator("cache_dir", "output_root")
