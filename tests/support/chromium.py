@@ -15,7 +15,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-SETUP_HINT = "run `bash bash/setup.sh` (it installs Debian's chromium package)"
+SETUP_HINT = "run `bash bash/setup.sh --with-browser` (it installs Debian's chromium package)"
 
 FLAGS = (
     "--headless=new",
