@@ -10,7 +10,7 @@ import contextlib
 import io
 import sys
 
-from evalkit import sweep
+from evalkit import catalog, sweep
 from evalkit.cli import console_logging, hide_secret_overrides, precheck_sweep, report_crash, report_error, run_config
 from evalkit.compose import (CONF_DIR, benchmark_keys_addable, compose, help_additions, help_text, quote_numeric_groups,
                              register_entry_points, search_path_overrides)
@@ -63,6 +63,8 @@ def main() -> None:
     import hydra
     from omegaconf import DictConfig
 
+    if sys.argv[1:2] in (["list"], ["show"]):  # what is there, and its knobs (evalkit.catalog)
+        sys.exit(catalog.main(sys.argv[1:]))
     console_logging()
 
     sys.argv[1:] = hide_secret_overrides(quote_numeric_groups(sys.argv[1:]))
