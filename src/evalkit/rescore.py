@@ -73,7 +73,7 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
     Returns ``{"metrics": {...}, "recorded": {...}, "changed": [sample ids], "unreadable": [sample ids],
     "rows": {(sample id, epoch): new row}, "bench", "samples": selected samples, "epochs": rows by epoch,
     "summary": the recorded Summary or None, "has_summary": bool, "loaded": the benchmark's samples,
-    "recorded_rows": the journal's rows that count, as recorded}`` (``has_summary`` false: an
+    "recorded_rows": the run's own rows of the journal, as recorded}`` (``has_summary`` false: an
     interrupted run, whose ``recorded`` is empty):
     ``unreadable`` are the samples whose side file is missing or does not match its row's
     sha256 (each warned about; they keep their recorded scores and count as differences).
@@ -137,7 +137,8 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
     recorded = recorded_summary.shown_metrics()[0] if recorded_summary else {}
     return {"metrics": metrics, "recorded": recorded, "changed": changed, "unreadable": unreadable,
             "rows": new_rows, "bench": bench, "samples": selected, "epochs": epochs, "summary": recorded_summary,
-            "has_summary": recorded_summary is not None, "extra": extra, "loaded": loaded, "recorded_rows": rows}  # fmt: skip
+            "has_summary": recorded_summary is not None, "extra": extra, "loaded": loaded,
+            "recorded_rows": {k: r for k, r in rows.items() if k[0] in own and k[1] < repeats}}  # fmt: skip
 
 
 def _run_file(run_dir: Path, name: str) -> None:
@@ -482,20 +483,15 @@ def _same(a: Any, b: Any) -> bool:
 def disagreement(field: str, recorded: Any, derived: Any) -> str:
     """``"n_scored is 40 in summary.json, its records give 38"``: one field that a summary
     records otherwise than its records give (values shortened and made printable)."""
-    shown = ("absent" if recorded is _ABSENT else printable(repr(recorded), 80),
-             "none" if derived is _ABSENT else printable(repr(derived), 80))  # fmt: skip
-    return f"{field} is {shown[0]} in summary.json, its records give {shown[1]}"
-
-
-#: a figure one side does not hold
-_ABSENT: Any = object()
+    return f"{field} is {printable(repr(recorded), 80)} in summary.json, its records give {printable(repr(derived), 80)}"
 
 
 def check_summary(summary: Summary, counted: Recount, where: Path | str, error: type[EvalkitError] = RunDirError) -> None:
     """Refuse a summary whose figures disagree with its records (:func:`recount`): its
     status (complete or not), counts, failed samples, headline and primary score (the
-    benchmark's), every metric (``metrics``, or an incomplete run's ``partial_metrics``)
-    and the worst-case bounds it records. A reader then shows and gates on the records'
+    benchmark's), every metric that both give (``metrics``, or an incomplete run's
+    ``partial_metrics``; a reader shows the records' only) and the worst-case bounds it
+    records. A reader then shows and gates on the records'
     figures only, and a summary edited to say otherwise never reaches a verdict.
 
     Raises:
@@ -503,7 +499,11 @@ def check_summary(summary: Summary, counted: Recount, where: Path | str, error: 
             field that disagrees, with both values.
     """
     def refuse(field: str, recorded: Any, derived: Any) -> None:
-        raise error(f"{printable(str(where))}: {disagreement(field, recorded, derived)}; the summary is not its run's record, not read")
+        why = "the summary is not its run's record, not read"
+        if summary.code_version and summary.code_version != code_version():  # or the rules changed since it was written
+            why += (f" (it was written by evalkit {printable(summary.code_version, 40)}, this is {code_version()}: "
+                    "python -m evalkit.rescore RUN shows what the code changed)")  # fmt: skip
+        raise error(f"{printable(str(where))}: {disagreement(field, recorded, derived)}; {why}")
 
     if summary.complete != counted.complete:
         refuse("status", summary.status, "complete" if counted.complete else "incomplete")
@@ -520,15 +520,15 @@ def check_summary(summary: Summary, counted: Recount, where: Path | str, error: 
     field, prefix = ("metrics", "") if counted.complete else ("partial_metrics", "partial_")
     recorded = dict(summary.metrics) if counted.complete else dict(summary.partial_metrics or {})
     derived = {prefix + k: v for k, v in counted.metrics.items()}
-    for name in list(recorded) + [n for n in derived if n not in recorded]:
-        if not _same(recorded.get(name, _ABSENT), derived.get(name, _ABSENT)):
-            refuse(f"{field}.{name}", recorded.get(name, _ABSENT), derived.get(name, _ABSENT))
+    for name in [n for n in recorded if n in derived]:  # a figure one side lacks is never shown (older or newer code)
+        if not _same(recorded[name], derived[name]):
+            refuse(f"{field}.{name}", recorded[name], derived[name])
     if counted.complete and summary.partial_metrics:
         refuse("partial_metrics", dict(summary.partial_metrics), "none (the run is complete)")
     bounds = {f"partial_{k}": v for k, v in counted.partial_bounds.items()}
     for name, value in summary.partial_bounds.items():
-        if not _same(list(value), bounds.get(name, _ABSENT)):
-            refuse(f"partial_bounds.{name}", list(value), bounds.get(name, _ABSENT))
+        if name in bounds and not _same(list(value), bounds[name]):
+            refuse(f"partial_bounds.{name}", list(value), bounds[name])
 
 
 #: the run settings :func:`plan_figures` reads, with intervals off (rescore compares metrics only)
