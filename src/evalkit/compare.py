@@ -69,8 +69,10 @@ from evalkit import stats
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.engine.sequential import interval_entry
 from evalkit.errors import EvalkitError, RunDirError, first_line, printable
+from evalkit.engine.plan import load_unique
 from evalkit.journal import Journal, damaged_journal, read_run_journal
-from evalkit.rescore import load_benchmark
+from evalkit.untrusted import read_run_yaml
+from evalkit.rescore import Recount, check_summary, disagreement, load_benchmark, recorded_run_settings, recount, replay_gate
 from evalkit.summary import Summary, read_summary
 from evalkit.tracking.ledger import FILE as LEDGER_FILE
 from evalkit.tracking.ledger import read_file as read_ledger_file
@@ -78,7 +80,14 @@ from evalkit.tracking.ledger import read_file as read_ledger_file
 
 
 class CompareError(EvalkitError):
-    """A run directory cannot be compared (not a run, unreadable summary, benchmarks differ)."""
+    """A run directory cannot be compared (not a run, unreadable summary, a summary that
+    disagrees with its records, benchmarks differ)."""
+
+
+class RecordsUnavailable(EvalkitError):
+    """A run's figures cannot be derived from its records here: its benchmark or the
+    benchmark's data cannot be loaded (``--data-dir``). Its paired statistics are then not
+    computed and the metric table shows its summary's figures, marked as such."""
 
 
 @dataclass
@@ -91,11 +100,15 @@ class Run:
             version-1 summary's counts read as version 2).
         journal: its ``predictions.jsonl`` as the engine counted it (:mod:`evalkit.journal`):
             ``journal.rows`` is ``{(sample_id, epoch): row}``.
+        figures: its figures derived from the journal (:func:`check_run`; ``None`` before,
+            or when they cannot be derived: ``unavailable`` says why).
     """
 
     path: Path
     summary: Summary
     journal: Journal
+    figures: Recount | None = None
+    unavailable: str | None = None
 
     @cached_property
     def rows(self) -> dict[str, dict[str, Any]]:
@@ -115,9 +128,12 @@ class Run:
         return self.summary.complete
 
     def metric_values(self) -> tuple[dict[str, float], bool]:
-        """``({metric name: value}, partial)``: ``metrics`` of a complete run, or the
-        ``partial_metrics`` of an incomplete one with the ``partial_`` prefix removed
-        (``partial`` is then True)."""
+        """``({metric name: value}, partial)``: the metrics derived from the journal
+        (:func:`check_run`; ``partial`` True for an incomplete run, its failed samples left
+        out); where they cannot be derived (``unavailable``), the summary's ``metrics`` of a
+        complete run or ``partial_metrics`` of an incomplete one, ``partial_`` removed."""
+        if self.figures is not None:
+            return dict(self.figures.metrics), not self.figures.complete
         return self.summary.shown_metrics()
 
 
@@ -148,6 +164,63 @@ def load_run(path: str | Path) -> Run:
     if damage:
         raise CompareError(damage)
     return Run(run_dir, typed, journal)
+
+
+def check_run(run: Run, data_dir: Path | None = None) -> Recount | None:
+    """Derive ``run``'s figures from its records and refuse a summary that disagrees: the
+    benchmark rebuilt from ``config.yaml`` (data from ``data_dir`` when given), every
+    journal score in the benchmark's range (:meth:`~evalkit.journal.Journal.check_scores`),
+    the counts, metrics and bounds recomputed (:func:`evalkit.rescore.recount`) and checked
+    against ``summary.json`` (:func:`evalkit.rescore.check_summary`), and a ``sequential``
+    block only where ``config.yaml`` set ``run.stop_when`` (its figures are checked by
+    replaying the gate, :func:`_sequential_headline`). Kept in ``run.figures``; computed
+    once per run.
+
+    Returns ``run.figures``, or ``None`` when the benchmark or its data cannot be loaded
+    (``run.unavailable`` says why, one line).
+
+    Raises:
+        CompareError: a score outside the benchmark's range, or a summary field that
+            disagrees with the records (one line naming the file and the field).
+    """
+    if run.figures is not None or run.unavailable is not None:
+        return run.figures
+    try:
+        bench = load_benchmark(run.path, data_dir)
+    except EvalkitError as exc:
+        run.unavailable = first_line(exc)
+        return None
+    run.journal.check_scores(bench.score_bounds, CompareError)
+    try:
+        loaded = load_unique(bench)
+    except EvalkitError as exc:
+        run.unavailable = first_line(exc)
+        return None
+    figures = recount(bench, loaded, run.journal.rows, run.summary.failed_ids, run.summary.repeats)
+    where = run.path / "summary.json"
+    check_summary(run.summary, figures, where, CompareError)
+    record = getattr(run.summary, "sequential", None)
+    stop_when = _gate_settings(run).get("stop_when")
+    if record is None and (stop_when or run.summary.status == "decided"):
+        why = "config.yaml sets run.stop_when" if stop_when else "its status is decided"
+        raise CompareError(f"{printable(str(where))}: {disagreement('sequential', None, 'a gate record')} ({why}); not read")
+    if record is not None and not stop_when:
+        raise CompareError(f"{printable(str(where))}: sequential: a gate record, but the run's config.yaml sets no "
+                           "run.stop_when; the summary is not its run's record, not read")  # fmt: skip
+    if record is not None and not isinstance(record, dict):
+        raise CompareError(f"{printable(str(where))}: sequential: a {type(record).__name__}, not a gate record; not read")
+    run.figures = figures
+    return figures
+
+
+def _gate_settings(run: Run) -> dict[str, Any]:
+    """The ``run`` settings of ``run``'s ``config.yaml`` as written (``{}`` when it has none)."""
+    try:
+        cfg = read_run_yaml(run.path / "config.yaml")
+    except EvalkitError:
+        return {}
+    raw = cfg.get("run") if isinstance(cfg, dict) else None
+    return raw if isinstance(raw, dict) else {}
 
 
 def primary_score_key(runs: Sequence[Run]) -> str:
@@ -295,15 +368,16 @@ def _judge_change(ja: dict[str, Any], jb: dict[str, Any]) -> list[str]:
 
 def run_plan(run: Run, data_dir: Path | None = None) -> Any:
     """The run's :class:`~evalkit.stats.StatPlan`: its benchmark rebuilt from ``config.yaml``
-    (data from ``data_dir`` when given), its journal by epoch.
+    (data from ``data_dir`` when given), its journal by epoch (:func:`check_run`).
 
     Raises:
-        EvalkitError: the benchmark or its data cannot be loaded (one line).
+        RecordsUnavailable: the benchmark or its data cannot be loaded (one line).
+        CompareError: its summary disagrees with its records (:func:`check_run`).
     """
-    bench = load_benchmark(run.path, data_dir)
-    chosen = {sid for sid, _ in run.journal.rows} | set(run.summary.failed_ids)
-    samples = [s for s in bench.load() if s.id in chosen]
-    return bench.stat_plan(samples, run.journal.epochs(samples, run.summary.repeats))
+    figures = check_run(run, data_dir)
+    if figures is None:
+        raise RecordsUnavailable(run.unavailable or "the benchmark cannot be loaded")
+    return figures.bench.stat_plan(figures.samples, figures.epochs)
 
 
 def paired_stats(a: Run, b: Run, level: float = 0.95, resamples: int = 2000, seed: int = 0,
@@ -318,7 +392,7 @@ def paired_stats(a: Run, b: Run, level: float = 0.95, resamples: int = 2000, see
         for run in (a, b):
             if run.path not in plans:
                 plans[run.path] = run_plan(run, data_dir)
-    except EvalkitError as exc:
+    except RecordsUnavailable as exc:
         out["error"] = f"paired statistics need the benchmark's data ({exc}); pass --data-dir"
         return out
     pa, pb = plans[a.path], plans[b.path]
@@ -345,46 +419,85 @@ def paired_stats(a: Run, b: Run, level: float = 0.95, resamples: int = 2000, see
 
 
 def _sequential_headline(a: Run, b: Run, head: str | None, metrics: dict[str, Any], out: dict[str, Any]) -> None:
-    """A run stopped by ``run.stop_when`` against ``a`` (its summary's ``sequential``,
-    :mod:`evalkit.engine.sequential`): the headline's Δ and interval become the run's
-    anytime-valid interval at its decision, labelled (a fixed-n interval on the units a
-    sequential run happened to stop at would not hold its level); the fixed-n entry is kept
-    under ``fixed_n``. A note says so."""
+    """A run stopped by ``run.stop_when`` against ``a`` (:mod:`evalkit.engine.sequential`):
+    the headline's Δ and interval become the run's anytime-valid interval at its decision,
+    labelled (a fixed-n interval on the units a sequential run happened to stop at would not
+    hold its level); the fixed-n entry is kept under ``fixed_n``. A note says so.
+
+    The interval is never read from the summary: the gate is replayed over ``b``'s journal
+    in the recorded order by the walk a resume makes (:func:`evalkit.rescore.replay_gate`,
+    the run's ``config.yaml`` settings, ``a``'s journal as the baseline), and the summary's
+    ``sequential`` block must agree with the replay, field by field.
+
+    Raises:
+        CompareError: the block disagrees with the replay (one line naming the field), or
+            the gate cannot be replayed (its settings no longer validate, the data does not
+            fit them).
+    """
     record = getattr(b.summary, "sequential", None)
-    if head is None or not isinstance(record, dict) or not record.get("interval"):
+    if head is None or record is None or b.figures is None:
         return
+    settings = _gate_settings(b)
+    baseline = settings.get("baseline")
     try:
-        same = Path(str(record.get("baseline"))).resolve() == a.path.resolve()
-    except OSError:
+        same = isinstance(baseline, str) and Path(baseline).resolve() == a.path.resolve()
+    except (OSError, ValueError, RuntimeError):
         same = False
     if not same:
-        out["notes"].append(f"{b.path} was gated sequentially against {record.get('baseline')}, not against {a.path}: "
+        out["notes"].append(f"{b.path} was gated sequentially against {printable(str(baseline))}, not against {a.path}: "
                             "its fixed-n paired statistics are shown")  # fmt: skip
         return
-    entry = interval_entry(record)
+    where = b.path / "summary.json"
+    try:
+        run = recorded_run_settings({"run": settings})
+        dispatched = {sid for sid, _ in b.journal.rows} | set(b.summary.failed_ids)
+        hashes = {key: row.get("request_hash") for key, row in b.journal.rows.items()}
+        monitor, block = replay_gate(b.figures.bench, run, b.path, hashes, dispatched)
+    except EvalkitError as exc:
+        raise CompareError(f"{printable(str(b.path))}: its gate (run.stop_when) cannot be replayed from its journal: {first_line(exc)}") from None
+    except (ValueError, KeyError, OSError) as exc:  # settings that no longer validate, data that does not fit them
+        raise CompareError(f"{printable(str(b.path))}: its gate (run.stop_when) cannot be replayed from its journal "
+                           f"({type(exc).__name__}: {printable(first_line(exc), 300)})") from None  # fmt: skip
+    first = ("verdict", "n_used", "interval")
+    for key in first + tuple(k for k in block if k not in first):
+        if record.get(key, _MISSING) != block[key]:
+            raise CompareError(f"{printable(str(where))}: "
+                               f"{disagreement(f'sequential.{key}', record.get(key, None), block[key])} "
+                               "(the gate replayed over its journal); the summary is not its run's record, not read")  # fmt: skip
+    if (b.summary.status == "decided") != monitor.decided:
+        raise CompareError(f"{printable(str(where))}: {disagreement('status', b.summary.status, 'decided' if monitor.decided else 'complete')} "
+                           "(the gate replayed over its journal); not read")  # fmt: skip
+    entry = interval_entry(block)
     fixed = metrics.get(head)
     if entry is None:
         return
     entry["fixed_n"] = fixed
-    entry["method"] = f"sequential (run.stop_when={record.get('gate')}, {record.get('verdict')} at n={record.get('n_used')}): {entry['method']}"
+    entry["method"] = f"sequential (run.stop_when={block['gate']}, {block['verdict']} at n={block['n_used']}): {entry['method']}"
     metrics[head] = {**{k: v for k, v in (fixed or {}).items() if k in ("a", "b", "n_paired", "n_excluded")}, **entry}
-    out["notes"].append(f"the headline's Δ interval is {b.path}'s anytime-valid one (run.stop_when={record.get('gate')}, "
-                        f"n={record.get('n_used')}), not a fixed-n interval")  # fmt: skip
+    out["notes"].append(f"the headline's Δ interval is {b.path}'s anytime-valid one (run.stop_when={block['gate']}, "
+                        f"n={block['n_used']}), replayed from its journal, not a fixed-n interval")  # fmt: skip
+
+
+#: a field a record does not hold
+_MISSING: Any = object()
 
 
 def _worst_case_delta(a: Run, b: Run, head: str | None) -> list[float] | None:
     """``[low, high]``: the headline's Δ (B − A) whatever the failed answers of either run
-    would have scored — from each run's worst-case bounds (``partial_bounds``; a complete
-    run's value is its own bound); ``None`` when neither run has failures or a bound is
-    unknown."""
+    would have scored — from each run's worst-case bounds derived from its journal
+    (:attr:`Recount.partial_bounds`; a complete run's value is its own bound); ``None`` when
+    neither run has failures or a bound is unknown."""
     if head is None or (a.complete and b.complete):
         return None
 
-    def bounds(run: Run) -> list[float] | None:
-        if run.complete:
-            value = run.summary.metrics.get(head)
+    def bounds(run: Run) -> list[float] | None:  # from the journal (check_run), never the summary's figures
+        figures = run.figures
+        if figures is None:
+            return None
+        if figures.complete:
+            value = figures.metrics.get(head)
             return [float(value)] * 2 if value is not None else None
-        got = run.summary.partial_bounds.get(f"partial_{head}")
+        got = figures.partial_bounds.get(head)
         return [float(got[0]), float(got[1])] if got is not None else None
 
     ba, bb = bounds(a), bounds(b)
@@ -447,13 +560,20 @@ def compare(paths: Sequence[str | Path], with_flips: bool = True, level: float =
     "paired": [paired_stats(a, b) for every pair], "flips": [flips(a, b) for every pair]}``
     (pairs in argument order; both ``[]`` with ``with_flips=False``).
 
+    Every figure is derived from the runs' journals (:func:`check_run`); a run whose
+    benchmark or data cannot be loaded shows its summary's figures, marked ``unverified``
+    in its ``runs`` entry, and has no paired statistics.
+
     Raises:
-        CompareError: fewer than two runs, a path is not a run directory, or (with flips)
-            the runs are of different benchmarks.
+        CompareError: fewer than two runs, a path is not a run directory, a summary that
+            disagrees with its journal (one line naming the field), a journal score outside
+            the benchmark's range, or (with flips) the runs are of different benchmarks.
     """
     if len(paths) < 2:
         raise CompareError("compare needs at least two run directories")
     runs = [load_run(p) for p in paths]
+    for run in runs:  # every figure shown or gated on is derived from the journal; a summary that disagrees is refused
+        check_run(run, data_dir)
     pairs: list[dict[str, Any]] = []
     paired: list[dict[str, Any]] = []
     if with_flips:
@@ -471,6 +591,7 @@ def compare(paths: Sequence[str | Path], with_flips: bool = True, level: float =
         {
             "dir": str(r.path),
             **r.summary.model_dump(include={"benchmark", "model", "status", "n_samples", "n_scored", "n_failed", "headline", "data_fingerprint"}),
+            **({"unverified": r.unavailable} if r.figures is None else {}),
         }
         for r in runs
     ]
@@ -491,6 +612,10 @@ def render(result: dict[str, Any]) -> str:
     for i, r in enumerate(runs, 1):
         state = r["status"] if r["status"] in ("complete", "decided") else f"INCOMPLETE, n_failed={r['n_failed']}"
         out.append(f"  [{i}] {printable(r['dir'])}  ({printable(r['benchmark'])} × {printable(r['model'])}, {state}, {r['n_scored']}/{r['n_samples']} scored)")
+    for i, r in enumerate(runs, 1):
+        if r.get("unverified"):
+            out.append(f"  note: [{i}]'s figures are its summary.json's, not derived from its journal ({printable(r['unverified'])}; "
+                       "--data-dir)")  # fmt: skip
     fps = {r["data_fingerprint"] for r in runs}
     if len({r["benchmark"] for r in runs}) == 1 and len(fps) > 1:
         out.append("  note: the runs' data fingerprints differ (different sample selections or data)")

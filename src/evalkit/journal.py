@@ -14,10 +14,13 @@ before repeats existed: epoch 0):
    number kept (``unreadable``; its sample is asked again on resume);
 2. a row whose key is unusable — ``sample_id`` not a string of at most
    :data:`MAX_SAMPLE_ID_CHARS` characters, ``epoch`` not an integer in
-   ``[0, MAX_REPEATS)``, ``scores`` not an object of numbers — is skipped, its line and
+   ``[0, MAX_REPEATS)``, ``scores`` not an object of finite numbers (``null`` allowed; a
+   bool, a string, NaN or Infinity — which Python's JSON parser accepts — are not) — is
+   skipped, its line and
    reason kept (``invalid``); the engine warns, the commands reading a finished run
    (``rescore``, ``compare``, ``evalkit.track``, ``evalkit.audit``) refuse the run with
-   one line (:meth:`Journal.raise_invalid`);
+   one line (:meth:`Journal.raise_invalid`); a reader with the benchmark at hand also
+   refuses a score outside the benchmark's range (:meth:`Journal.check_scores`);
 3. a *stale* row — recorded under another request than the run's (another prompt,
    parameter or model id: its ``request_hash`` is not the current request's) — does not
    count. With the run's request hashes at hand (the engine; ``evalkit.track``) they
@@ -39,6 +42,7 @@ existed (``docs/architecture.md``); issue 26 item 13 made them the only ones.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,8 +93,12 @@ def row_problem(row: dict[str, Any]) -> str | None:
         if not isinstance(scores, dict):
             return f"scores is {type(scores).__name__}, not an object"
         for name, value in scores.items():
-            if value is not None and not isinstance(value, (int, float)):
-                return f"scores.{_short(name)} is {type(value).__name__}, not a number"
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return f"scores.{_short(name)} is {type(value).__name__} {_short(value)}, not a number"
+            if isinstance(value, float) and not math.isfinite(value):
+                return f"scores.{_short(name)} is {value!r}, not a finite number"
     return None
 
 
@@ -126,6 +134,8 @@ class Journal:
     unselected: list[int] = field(default_factory=list)
     duplicates: list[tuple[Key, int]] = field(default_factory=list)
     conflicts: list[tuple[str, int, int, Any, Any]] = field(default_factory=list)
+    #: the line number of each row that counts
+    lines: dict[Key, int] = field(default_factory=dict)
 
     @property
     def run_dir(self) -> Path:
@@ -201,6 +211,26 @@ class Journal:
             more = f" (and {len(self.invalid) - 1} more invalid rows)" if len(self.invalid) > 1 else ""
             raise error(f"{self.path}:{line}: not a journal row: {why}{more}")
 
+    def check_scores(self, bounds: Callable[[str], tuple[float, float]], error: type[Exception] = RunDirError) -> None:
+        """Refuse a row that counts whose score lies outside its benchmark's range:
+        ``bounds(name)`` is ``(low, high)``, inclusive
+        (:meth:`evalkit.benchmarks.base.Benchmark.score_bounds`). Rule 2 already refused
+        what is not a finite number.
+
+        Raises:
+            ``error`` (default RunDirError, exit 2): one line naming the file, the line, the
+                score and its value.
+        """
+        for key, row in self.rows.items():
+            scores = row.get("scores")
+            for name, value in (scores.items() if isinstance(scores, dict) else ()):
+                if value is None:
+                    continue
+                low, high = bounds(str(name))
+                if not low <= value <= high:
+                    raise error(f"{self.path}:{self.lines.get(key, '?')}: scores.{_short(name)} is {_short(value)}, "
+                                f"outside the benchmark's range [{low:g}, {high:g}]")  # fmt: skip
+
 
 def _numbers(lines: list[int]) -> str:
     shown = ", ".join(str(n) for n in lines[:10])
@@ -245,6 +275,7 @@ def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_
             continue
         journal.rows[key] = row if view is None else view(row)
         first_line[key] = lineno
+    journal.lines = first_line
     journal.torn_last = read.torn_last
     return journal
 

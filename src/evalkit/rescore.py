@@ -29,15 +29,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import shutil
 import stat
 import sys
 import tempfile
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 from pydantic import ValidationError
@@ -51,11 +53,11 @@ from evalkit.engine.records import scored_view, trajectory_of_row
 from evalkit.engine.scoring import Scorer
 from evalkit.engine.sequential import GateSetup, Monitor
 from evalkit.errors import ConfigError, EvalkitError, RunDirError, counted, printable, shell_line
-from evalkit.journal import FAILED, PREDICTIONS, damaged_journal, read_run_journal
-from evalkit.untrusted import MAX_RECORD_BYTES, copy_file, load_yaml, read_run_yaml, SideFileError
-from evalkit.report.figures import epoch_mean, plan_figures
+from evalkit.journal import FAILED, PREDICTIONS, Journal, damaged_journal, read_run_journal
+from evalkit.untrusted import MAX_RECORD_BYTES, SideFileError, copy_file, load_yaml, read_run_yaml
+from evalkit.report.figures import epoch_mean, plan_figures, worst_case_bounds
 from evalkit.report.summary import instrument
-from evalkit.summary import read_summary, read_summary_record
+from evalkit.summary import Summary, read_summary, read_summary_record
 
 log = logging.getLogger("evalkit")
 
@@ -70,7 +72,8 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
 
     Returns ``{"metrics": {...}, "recorded": {...}, "changed": [sample ids], "unreadable": [sample ids],
     "rows": {(sample id, epoch): new row}, "bench", "samples": selected samples, "epochs": rows by epoch,
-    "summary": the recorded Summary or None, "has_summary": bool}`` (``has_summary`` false: an
+    "summary": the recorded Summary or None, "has_summary": bool, "loaded": the benchmark's samples,
+    "recorded_rows": the run's own rows of the journal, as recorded}`` (``has_summary`` false: an
     interrupted run, whose ``recorded`` is empty):
     ``unreadable`` are the samples whose side file is missing or does not match its row's
     sha256 (each warned about; they keep their recorded scores and count as differences).
@@ -78,16 +81,20 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
     Raises:
         RunDirError: no ``config.yaml`` / ``predictions.jsonl``, an unreadable or invalid
             ``summary.json`` (:class:`evalkit.summary.Summary`), a journal row that cannot
-            count (:mod:`evalkit.journal`), or fewer readable predictions than its ``n_scored_rows``.
+            count (:mod:`evalkit.journal`: a score that is not a finite number) or whose score
+            lies outside the benchmark's range, or fewer readable predictions than its
+            ``n_scored_rows``.
     """
     run_dir = Path(run_dir)
     for name in ("config.yaml", PREDICTIONS):
         _run_file(run_dir, name)
     bench = load_benchmark(run_dir, data_dir, overrides)
-    by_id = {s.id: s for s in bench.load()}
+    loaded = bench.load()
+    by_id = {s.id: s for s in loaded}
     summary_path = run_dir / "summary.json"  # lexists: a link, even dangling, is refused by the reader, not taken for "unfinished"
     recorded_summary = read_summary(summary_path) if os.path.lexists(summary_path) else None
     journal = read_run_journal(run_dir, recorded_summary.stale_lines if recorded_summary else ())
+    journal.check_scores(bench.score_bounds)  # a recorded score outside the benchmark's range is not a record
     rows = journal.rows
     damage = recorded_summary and damaged_journal(journal.path, len(rows), recorded_summary.n_scored_rows, "n_scored_rows")
     if damage:
@@ -130,7 +137,8 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
     recorded = recorded_summary.shown_metrics()[0] if recorded_summary else {}
     return {"metrics": metrics, "recorded": recorded, "changed": changed, "unreadable": unreadable,
             "rows": new_rows, "bench": bench, "samples": selected, "epochs": epochs, "summary": recorded_summary,
-            "has_summary": recorded_summary is not None, "extra": extra}  # fmt: skip
+            "has_summary": recorded_summary is not None, "extra": extra, "loaded": loaded,
+            "recorded_rows": {k: r for k, r in rows.items() if k[0] in own and k[1] < repeats}}  # fmt: skip
 
 
 def _run_file(run_dir: Path, name: str) -> None:
@@ -272,8 +280,13 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
     (a run directory that ``compare`` reads; replaced whole when it exists, written aside
     first so a failure leaves no half-written directory).
 
+    The run's ``summary.json`` must be its journal's record (:func:`check_summary`); the
+    rescored one's metrics, partial metrics and worst-case bounds are recounted from the
+    new rows (:func:`recount`).
+
     Raises:
-        RunDirError: the run has no valid ``summary.json`` to carry over, or the directory
+        RunDirError: the run has no valid ``summary.json`` to carry over, its summary
+            disagrees with its journal (one line naming the field), or the directory
             cannot be written (one line).
     """
     recorded = result["summary"]
@@ -291,6 +304,10 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
             raise RunDirError(f"{printable(str(path))}: a symbolic link; evalkit never writes through a symbolic link "
                               "in a run directory (remove it to write the rescored run)")  # fmt: skip
     bench = result["bench"]
+    # the summary carried over must be its journal's record; the new figures are recounted, never copied
+    check_summary(recorded, recount(bench, result["loaded"], result["recorded_rows"], recorded.failed_ids, recorded.repeats),
+                  run_dir / "summary.json")  # fmt: skip
+    counted = recount(bench, result["loaded"], result["rows"], recorded.failed_ids, recorded.repeats)
     try:
         cfg = read_run_yaml(run_dir / "config.yaml")
         cfg["benchmark"] = {**_benchmark_settings(run_dir, cfg), **overrides}
@@ -301,7 +318,7 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
         figs = plan_figures(bench, result["samples"], result["epochs"], settings,
                             prefix="" if recorded.complete else "partial_")  # fmt: skip
         summary = read_summary_record(run_dir / "summary.json")  # the fields as written; no link followed, bounded
-        metrics = dict(result["metrics"])
+        metrics = dict(counted.metrics)
         rows = list(result["rows"].values())
         summary.update(
             metrics=metrics if recorded.complete else {},
@@ -313,6 +330,7 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
         )  # fmt: skip
         if not recorded.complete:
             summary["partial_metrics"] = {f"partial_{k}": v for k, v in metrics.items()}
+            summary["partial_bounds"] = {f"partial_{k}": v for k, v in counted.partial_bounds.items()}  # the new scores' worst cases
         if figs["repeat_variance"]:
             summary["repeat_variance"] = figs["repeat_variance"]
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -353,14 +371,9 @@ def regate(bench: Any, cfg: dict[str, Any], work: Path, result: dict[str, Any], 
     recorded = summary["sequential"]
     try:
         run = recorded_run_settings(cfg)
-        setup = GateSetup(bench, run)
-        ordered = select_samples(bench.load(), run, order=setup.order)  # the gate's order and strata, as the run built them
         dispatched = {s.id for s in result["samples"]} | set(summary.get("failed_ids") or [])
-        keys = {(s.id, e): None for s in ordered for e in range(run.repeats)}  # the walk stops at the first unit not dispatched
-        keys.update({k: row.get("request_hash") for k, row in result["rows"].items() if k in keys})
-        plan = SimpleNamespace(samples=ordered, specs=SimpleNamespace(run=run), request_hashes=lambda: keys)
-        monitor = Monitor(setup, plan, work)
-        block = monitor.record(sum(s.id in dispatched for s in ordered))
+        hashes = {k: row.get("request_hash") for k, row in result["rows"].items()}
+        monitor, block = replay_gate(bench, run, work, hashes, dispatched)
     except (EvalkitError, ValueError, OSError, KeyError) as exc:  # the baseline gone, settings that no longer validate
         why = f"not walked again ({type(exc).__name__}: {printable(str(exc), 300)}); as recorded, under the run's own scores"
         log.warning("the rescored run's gate (run.stop_when) is %s", why)
@@ -368,6 +381,155 @@ def regate(bench: Any, cfg: dict[str, Any], work: Path, result: dict[str, Any], 
     block["regated"] = "walked again over the rescored answers (same order, seed and baseline)"
     status = "decided" if monitor.decided else "complete"
     return {"sequential": block, "status": status if summary.get("status") in ("decided", "complete") else summary.get("status")}
+
+
+def replay_gate(bench: Any, run: RunSettings, run_dir: Path, request_hashes: dict[tuple[str, int], Any],
+                dispatched: set[str]) -> tuple[Monitor, dict[str, Any]]:  # fmt: skip
+    """The gate of a finished ``run.stop_when`` run walked again over the journal in
+    ``run_dir``: its :class:`~evalkit.engine.sequential.GateSetup` (the run's order, strata,
+    seed and baseline, from ``run``) and the walk a resume makes
+    (:class:`~evalkit.engine.sequential.Monitor`, rebuilt from the journal: the same
+    confidence sequence fed in the recorded order, the same looks), over the rows whose
+    ``request_hash`` is ``request_hashes[(sample_id, epoch)]`` (the rows that count) and
+    the failures of ``failed.jsonl``. The walk stops at the first unit neither answered nor
+    failed. ``dispatched``: the sample ids the run dispatched (rows and failed samples), for
+    the block's ``n_answered``.
+
+    Returns ``(monitor, block)``: ``block`` is the summary's ``sequential`` record as the
+    run wrote it (:meth:`~evalkit.engine.sequential.Monitor.record`).
+
+    Raises:
+        ConfigError: the baseline is unusable (gone, another benchmark, a journal row that
+            cannot count; :meth:`GateSetup.order`), one line.
+        EvalkitError / ValueError / KeyError / OSError: the benchmark's data cannot be read
+            or the settings do not fit it.
+    """
+    setup = GateSetup(bench, run)
+    ordered = select_samples(load_unique(bench), run, order=setup.order)  # the gate's order and strata, as the run built them
+    keys: dict[tuple[str, int], Any] = {(s.id, e): None for s in ordered for e in range(run.repeats)}
+    keys.update({k: h for k, h in request_hashes.items() if k in keys})  # None: no row, the walk stops there
+    plan = SimpleNamespace(samples=ordered, specs=SimpleNamespace(run=run), request_hashes=lambda: keys)
+    monitor = Monitor(setup, plan, run_dir)
+    return monitor, monitor.record(sum(s.id in dispatched for s in ordered))
+
+
+@dataclass
+class Recount:
+    """A finished run's figures derived from its records alone (:func:`recount`): what a
+    reader shows and gates on, and what its ``summary.json`` must agree with
+    (:func:`check_summary`).
+
+    Attributes:
+        bench: the benchmark, rebuilt from the run's ``config.yaml``.
+        samples: the run's samples (those with a journal row, and the failed ones), in the
+            benchmark's order.
+        epochs: their rows, one list per epoch (:meth:`evalkit.journal.Journal.epochs`).
+        missing: ``(sample_id, epoch)`` of every answer without a row.
+        metrics: the metrics of every epoch by the benchmark's rules, averaged, with the
+            repeat figures (pass@k ...), as *finalize* computes them.
+        partial_bounds: ``{metric: [low, high]}`` with every missing answer counted as 0 and
+            as 1 (:func:`evalkit.report.figures.worst_case_bounds`; ``{}`` when complete).
+    """
+
+    bench: Any
+    samples: list[Any]
+    epochs: list[list[dict[str, Any]]]
+    missing: list[tuple[str, int]]
+    metrics: dict[str, float]
+    partial_bounds: dict[str, list[float]]
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    @property
+    def failed_ids(self) -> list[str]:
+        return list(dict.fromkeys(sid for sid, _ in self.missing))
+
+    def counts(self) -> dict[str, int]:
+        """The summary's counts (:mod:`evalkit.summary`) of these records."""
+        n_failed = len(self.failed_ids)
+        return {"n_samples": len(self.samples), "n_scored": len(self.samples) - n_failed, "n_failed": n_failed,
+                "n_scored_rows": sum(len(rows) for rows in self.epochs), "n_failed_rows": len(self.missing)}  # fmt: skip
+
+
+def recount(bench: Any, loaded: list[Any], rows: dict[tuple[str, int], dict[str, Any]], failed_ids: Iterable[str],
+            repeats: int) -> Recount:  # fmt: skip
+    """The figures of a run from its journal's ``rows`` (``{(sample_id, epoch): row}``, the
+    rows that count): its samples are those of ``loaded`` (the benchmark's samples) with a
+    row or among ``failed_ids`` (the samples it selected and could not score), its metrics
+    :func:`epoch_mean` of :meth:`aggregate` per epoch plus the repeat figures, as *finalize*
+    computes them (:func:`evalkit.engine.finalize.summarize`)."""
+    chosen = {sid for sid, _ in rows} | set(failed_ids)
+    samples = [s for s in loaded if s.id in chosen]
+    epochs = Journal(Path("."), rows=rows).epochs(samples, repeats)
+    missing = [(s.id, e) for s in samples for e in range(repeats) if (s.id, e) not in rows]
+    metrics = epoch_mean([bench.aggregate(samples, records) for records in epochs])
+    metrics.update(plan_figures(bench, samples, epochs, _NO_INTERVALS)["repeat"])
+    return Recount(bench, samples, epochs, missing, metrics, worst_case_bounds(bench, samples, epochs, missing))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Two recorded figures agree: equal, or numbers within float rounding (a sum taken in
+    another order), NaN agreeing with NaN."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def disagreement(field: str, recorded: Any, derived: Any) -> str:
+    """``"n_scored is 40 in summary.json, its records give 38"``: one field that a summary
+    records otherwise than its records give (values shortened and made printable)."""
+    return f"{field} is {printable(repr(recorded), 80)} in summary.json, its records give {printable(repr(derived), 80)}"
+
+
+def check_summary(summary: Summary, counted: Recount, where: Path | str, error: type[EvalkitError] = RunDirError) -> None:
+    """Refuse a summary whose figures disagree with its records (:func:`recount`): its
+    status (complete or not), counts, failed samples, headline and primary score (the
+    benchmark's), every metric that both give (``metrics``, or an incomplete run's
+    ``partial_metrics``; a reader shows the records' only) and the worst-case bounds it
+    records. A reader then shows and gates on the records'
+    figures only, and a summary edited to say otherwise never reaches a verdict.
+
+    Raises:
+        ``error`` (default RunDirError, exit 2): one line naming ``where`` and the first
+            field that disagrees, with both values.
+    """
+    def refuse(field: str, recorded: Any, derived: Any) -> None:
+        why = "the summary is not its run's record, not read"
+        if summary.code_version and summary.code_version != code_version():  # or the rules changed since it was written
+            why += (f" (it was written by evalkit {printable(summary.code_version, 40)}, this is {code_version()}: "
+                    "python -m evalkit.rescore RUN shows what the code changed)")  # fmt: skip
+        raise error(f"{printable(str(where))}: {disagreement(field, recorded, derived)}; {why}")
+
+    if summary.complete != counted.complete:
+        refuse("status", summary.status, "complete" if counted.complete else "incomplete")
+    for field, value in counted.counts().items():
+        if getattr(summary, field) != value:
+            refuse(field, getattr(summary, field), value)
+    if set(summary.failed_ids) != set(counted.failed_ids):
+        refuse("failed_ids", sorted(set(summary.failed_ids))[:5], sorted(counted.failed_ids)[:5])
+    bench = counted.bench
+    if summary.headline is not None and summary.headline != bench.headline_metric:
+        refuse("headline", summary.headline, bench.headline_metric)
+    if summary.primary_score is not None and summary.primary_score != bench.primary_score:
+        refuse("primary_score", summary.primary_score, bench.primary_score)
+    field, prefix = ("metrics", "") if counted.complete else ("partial_metrics", "partial_")
+    recorded = dict(summary.metrics) if counted.complete else dict(summary.partial_metrics or {})
+    derived = {prefix + k: v for k, v in counted.metrics.items()}
+    for name in [n for n in recorded if n in derived]:  # a figure one side lacks is never shown (older or newer code)
+        if not _same(recorded[name], derived[name]):
+            refuse(f"{field}.{name}", recorded[name], derived[name])
+    if counted.complete and summary.partial_metrics:
+        refuse("partial_metrics", dict(summary.partial_metrics), "none (the run is complete)")
+    bounds = {f"partial_{k}": v for k, v in counted.partial_bounds.items()}
+    for name, value in summary.partial_bounds.items():
+        if name in bounds and not _same(list(value), bounds[name]):
+            refuse(f"partial_bounds.{name}", list(value), bounds[name])
 
 
 #: the run settings :func:`plan_figures` reads, with intervals off (rescore compares metrics only)

@@ -83,9 +83,12 @@ class StratumCS:
         """One more draw ``d`` (in [−1, 1]; clipped) of this stratum.
 
         Raises:
-            ValueError: the stratum is already exhausted (all ``N_k`` drawn)."""
+            ValueError: the stratum is already exhausted (all ``N_k`` drawn), or ``d`` is
+                not a finite number (NaN would be clipped to an answer nobody gave)."""
         if self.n >= self.size:
             raise ValueError("stratum exhausted: every unit was drawn")
+        if not math.isfinite(d):
+            raise ValueError(f"a draw must be a finite number in [-1, 1], got {d!r}")
         y = min(1.0, max(0.0, (float(d) + 1.0) / 2.0))
         t = self.n + 1
         var_hat = self._var_sum / t  # σ̂²_{t−1} (WSR: (¼ + Σ (y_i − μ̂_i)²)/t)

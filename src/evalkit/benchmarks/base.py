@@ -67,6 +67,10 @@ class Benchmark(ABC):
     #: what the benchmark's own scorer does with reasoning text in an answer (its spec's
     #: rule), stated in every journal row as ``reasoning_rule``
     reasoning_rule: ClassVar[str] = "none: the answer is scored as returned"
+    #: the inclusive ``(low, high)`` every per-sample score of a journal row must lie in (a
+    #: 0/1 verdict or a fraction for every built-in score); the readers of a journal refuse a
+    #: row outside it (:meth:`score_bounds`, :meth:`evalkit.journal.Journal.check_scores`)
+    score_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
 
     def __init__(self, settings: BenchmarkSettings):
         self.settings = settings
@@ -84,6 +88,11 @@ class Benchmark(ABC):
         values = self.settings.model_dump(mode="json")
         where = next((str(v) for k, v in values.items() if v and (k == "dataset" or k.endswith(("_dir", "_path", "_url")))), "")
         return {"primary_score": self.primary_score, "tracked_metrics": self.tracked_metrics, "data_source": where}
+
+    def score_bounds(self, name: str) -> tuple[float, float]:
+        """``(low, high)``, inclusive: the range of the per-sample score ``name`` in a journal
+        row (:data:`score_range` unless a benchmark says otherwise for a score)."""
+        return self.score_range
 
     def instrument(self) -> dict[str, Any]:
         """The benchmark's part of the run's instrument (what measured it, beside the model):

@@ -41,8 +41,8 @@ import numpy as np
 from evalkit import stats
 from evalkit.config import RunSettings
 from evalkit.engine.work import WorkList
-from evalkit.errors import ConfigError
-from evalkit.journal import read_failures, read_journal
+from evalkit.errors import ConfigError, RunDirError
+from evalkit.journal import damaged_journal, read_failures, read_journal
 from evalkit.sequential import ConfidenceSequence, Look, decide, stratified_order
 from evalkit.summary import read_summary
 from evalkit.types import Failure, Trajectory
@@ -134,13 +134,28 @@ class GateSetup:
 
     def _baseline(self, samples: list[Any]) -> tuple[dict[str, float] | None, Any]:
         """Read the baseline run: its headline, how the headline splits (a column, or the
-        ``{column: weight}`` of a linear one) and each unit's baseline value."""
+        ``{column: weight}`` of a linear one) and each unit's baseline value — from its
+        journal's rows, never its summary's figures.
+
+        Raises:
+            ConfigError: ``run.baseline: …`` in one line — the baseline is of another
+                benchmark, a row of its journal cannot count (a score that is not a finite
+                number: NaN, Infinity, a string, a bool) or lies outside the benchmark's
+                range, or the journal holds fewer rows than its summary counts."""
         bench = self.bench
         summary = read_summary(self.baseline / "summary.json", ConfigError)
         if summary.benchmark != bench.name:
             raise ConfigError(f"run.baseline: {self.baseline} is a {summary.benchmark} run, this run is {bench.name}")
         self.headline = summary.headline or bench.headline_metric
         journal = read_journal(self.baseline / "predictions.jsonl", skip_lines=summary.stale_lines)
+        try:  # the gate's numbers come from these rows: every one finite and in the benchmark's range
+            journal.raise_invalid()
+            journal.check_scores(bench.score_bounds)
+        except RunDirError as exc:
+            raise ConfigError(f"run.baseline: {exc}") from None
+        damage = damaged_journal(journal.path, len(journal.rows), summary.n_scored_rows, "n_scored_rows")
+        if damage:
+            raise ConfigError(f"run.baseline: {damage}")
         chosen = {sid for sid, _ in journal.rows}
         base_samples = [s for s in samples if s.id in chosen]
         if not base_samples:

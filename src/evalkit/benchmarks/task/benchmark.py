@@ -385,6 +385,12 @@ class TaskBenchmark(Benchmark):
 
         return safe_score(compute, {n: 0.0 for n in names})
 
+    def score_bounds(self, name: str) -> tuple[float, float]:
+        """A judge scorer's ``<name>_invalid`` counts the panel's judges without a valid
+        verdict (``[0, ∞)``, finite); every other score is in :data:`score_range` ([0, 1])."""
+        judged = {f"{s.score_name}_invalid" for s in self.settings.scorers if s.kind == "llm_judge"}
+        return (0.0, float("inf")) if name in judged else self.score_range
+
     def _score_names(self) -> list[str]:
         """Every per-sample score: each scorer's, and ``<name>_invalid`` of each judge scorer."""
         names = [s.score_name for s in self.settings.scorers]
