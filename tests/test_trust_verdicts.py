@@ -132,7 +132,7 @@ def test_the_honest_runs_gate_as_before_and_the_interval_is_the_replayed_one(run
     (evalkit.rescore.replay_gate, the walk a resume makes), equal to the one the run
     recorded, number for number; the honest gate still FAILs."""
     from evalkit.rescore import recorded_run_settings, replay_gate
-    from evalkit.jsonl import read_run_yaml
+    from evalkit.untrusted import read_run_yaml
 
     gated, base = runs["gated"], runs["base"]
     recorded = json.loads((gated / "summary.json").read_text(encoding="utf-8"))["sequential"]
