@@ -657,6 +657,14 @@ def written_values(cfg: DictConfig) -> dict[tuple[str, str, Any], str]:
     return written
 
 
+def _app_overrides() -> list[str] | None:
+    """The overrides of the job Hydra's running app composed (``hydra.overrides.task``), or
+    ``None`` outside a running app."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return [str(o) for o in HydraConfig.get().overrides.task] if HydraConfig.initialized() else None
+
+
 def _compose_in_context(overrides: list[str]) -> DictConfig:
     """Compose another config of the same tree, inside Hydra's running app if there is one.
     The user's config directories (:data:`CONFIG_DIR_ENV`) are on its search path there too:
@@ -687,6 +695,9 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
     Raises:
         ConfigError: one line naming the key.
     """
+    given = _app_overrides()
+    if given is not None:  # a job of Hydra's app (a sweep's may run in a process of its own): its files checked here too
+        check_config_files(given)
     raw = to_plain(cfg)
     written = written_values(cfg)
     bench = resolve_layers(raw, get_benchmark_class)["benchmark"]
