@@ -12,21 +12,37 @@ import sys
 
 from evalkit import catalog, sweep
 from evalkit.cli import console_logging, hide_secret_overrides, precheck_sweep, report_crash, report_error, run_config
-from evalkit.compose import (CONF_DIR, benchmark_keys_addable, compose, help_additions, help_text, quote_numeric_groups,
-                             register_entry_points, search_path_overrides)
-from evalkit.errors import ConfigError, EvalkitError, interrupted_line, shell_line
+from evalkit.compose import (CONF_DIR, CONFIG_DIR_ENV, benchmark_keys_addable, check_config_files, compose, help_additions,
+                             help_text, quote_numeric_groups, register_entry_points, search_path_overrides)
+from evalkit.errors import ConfigError, EvalkitError, interrupted_line, printable, shell_line
 
 _MULTIRUN_FLAGS = {"-m", "--multirun"}
+#: Hydra's flags that would compose another primary config or read configs from elsewhere
+#: than evalkit's ``conf/`` and the checked directories of ``EVALKIT_CONFIG_DIR``
+#: (``--config-dir``, ``--config-path``, ``--config-name``), or unpickle a file
+#: (``--experimental-rerun``): their short forms and their prefixes (argparse takes
+#: ``--config-d``, ``--exp``, ``-cdDIR``)
+_ELSEWHERE_PREFIXES = ("--config", "--e", "-cd", "-cp", "-cn")
 
 
 def _precheck(argv: list[str]) -> None:
     """Compose once with the compose API so that a bad override is one line and exit 2
     (Hydra itself would print a multi-line message and exit 1). A sweep (``-m``) has
-    every point composed and validated (see :func:`evalkit.cli.precheck_sweep`)."""
+    every point composed and validated (see :func:`evalkit.cli.precheck_sweep`). With
+    Hydra's other flags (``--help``, ``--cfg``, ``--info`` …) the files Hydra would read are
+    still checked (:func:`evalkit.compose.check_config_files`: data, not code) before Hydra
+    runs; a flag or ``hydra.searchpath`` that would read configs from elsewhere is refused."""
+    for a in argv:
+        flag = a.partition("=")[0]
+        if flag.startswith(_ELSEWHERE_PREFIXES) or a.lstrip("+~").startswith("hydra.searchpath"):
+            raise ConfigError(f"{printable(flag, 100)}: evalkit composes its own conf/ and the directories of "
+                              f"{CONFIG_DIR_ENV} (checked as data before Hydra reads them); add a config directory "
+                              f"there (README: Trust)")  # fmt: skip
     flags = [a for a in argv if a.startswith("-")]
-    if any(a not in _MULTIRUN_FLAGS for a in flags):
-        return  # --help, --cfg, --info, -c ...: Hydra's own handling
     overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra.")]
+    if any(a not in _MULTIRUN_FLAGS for a in flags):
+        check_config_files(overrides)
+        return  # --help, --cfg, --info, -c ...: Hydra's own handling
     for a in overrides:
         if a.lstrip("+~").partition("=")[0] == "suite":  # suites/ holds bash/run_suite.sh's lists
             raise ConfigError(

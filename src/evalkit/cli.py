@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from omegaconf import DictConfig
 
 from evalkit import secrets
-from evalkit.compose import bad_override, compose, hydra_error_line, quote_numeric_groups, resolve
+from evalkit.compose import compose, composition_error, quote_numeric_groups, resolve
 from evalkit.errors import ConfigError, EvalkitError, first_line, printable
 from evalkit.job import run_composed
 from evalkit.specs import tracking_of
@@ -134,9 +134,7 @@ def _sweep_points(overrides: Sequence[str]) -> list[list[str]]:
     try:
         return expand_sweep(quote_numeric_groups(overrides))
     except Exception as exc:  # noqa: BLE001 - parse errors and unsupported sweep types
-        if type(exc).__name__ == "OverrideParseException":
-            raise ConfigError(bad_override(overrides, exc)) from None
-        raise ConfigError(hydra_error_line(exc)) from None
+        raise ConfigError(composition_error(overrides, exc)) from None
 
 
 def precheck_sweep(overrides: Sequence[str]) -> int:

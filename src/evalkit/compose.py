@@ -18,7 +18,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from evalkit import config
+from evalkit import config, secrets
 from evalkit.benchmarks import entry_point_names, get_benchmark_class
 from evalkit.benchmarks.base import Benchmark
 from evalkit.config import EvalConfig, resolve_layers, validate
@@ -58,21 +58,31 @@ _GROUP_CHOICE = re.compile(r"^[+~]*([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
 def config_files(overrides: Sequence[str], environ: Any = None) -> list[Path]:
-    """The YAML files Hydra may read for ``overrides``, each checked by
-    :func:`evalkit.untrusted.check_yaml_file` (bounds, a regular file) as it is found, before
+    """The YAML files Hydra may read for ``overrides``, each checked as it is found, before
     Hydra reads any of them: ``conf/config.yaml``; each option a ``group=option`` override
     names (each option of a sweep's ``a,b``; ``judge=`` names model configs); and, file by
     file, each option a checked file's own ``defaults`` list names (``override`` entries,
-    nested groups and the options of ``conf/config.yaml``'s defaults that an override
-    replaces included: a superset of what Hydra reads) — in ``conf/`` and in every directory
-    of :data:`CONFIG_DIR_ENV` (the paths that exist, whatever their file type). Which options
-    the run chooses is Hydra's answer, read after composing (:func:`check_chosen`).
+    nested groups, configs at the root (``/name``) and the options of ``conf/config.yaml``'s
+    defaults that an override replaces included: a superset of what Hydra reads) — in
+    ``conf/`` and in every directory of :data:`CONFIG_DIR_ENV` (the paths that exist,
+    whatever their file type). Each file is checked by :func:`evalkit.untrusted.check_yaml_file`
+    (bounds, a regular file) and, unless it is Hydra's own settings in evalkit's ``conf/``
+    (:func:`hydra_own`), by :func:`check_data_only` (data, not code). Which options the run
+    chooses is Hydra's answer, read after composing (:func:`check_chosen`).
 
     Raises:
-        ConfigError: a file that is not a regular file, over a bound or unreadable (one line
-            naming it).
+        ConfigError: a config directory holding Hydra's own group (``hydra/``); a file that
+            is not a regular file, over a bound, unreadable, or that is not data only (one
+            line naming the file and the key).
     """
-    dirs = [CONF_DIR, *config_dirs(environ)]
+    extra = config_dirs(environ)
+    for d in extra:
+        for name in ("hydra", "hydra.yaml"):
+            if os.path.lexists(d / name):
+                raise ConfigError(f"{printable(str(d / name))}: a config directory of {CONFIG_DIR_ENV} holds no hydra group "
+                                  f"(Hydra's own settings, whose callbacks and launchers are code, are evalkit's conf/); "
+                                  f"remove it (README: Trust)")  # fmt: skip
+    dirs = [CONF_DIR, *extra]
     todo = [("", "config"), *((g, o) for g, opts in sorted(override_choices(overrides).items()) for o in sorted(opts))]
     seen: set[tuple[str, str]] = set()
     files = []
@@ -83,13 +93,142 @@ def config_files(overrides: Sequence[str], environ: Any = None) -> list[Path]:
         seen.add((group, option))
         rel = Path(group, f"{option}.yaml")
         # every file that is there, links and non-regular files too: the check refuses
-        # those by name (Hydra would skip them, and say "unknown <group>")
-        for path in [CONF_DIR / rel] if not group else [d / rel for d in dirs]:
+        # those by name (Hydra would skip them, and say "unknown <group>"); the primary
+        # config is conf/config.yaml (Hydra finds it first on the search path)
+        for path in [CONF_DIR / rel] if (group, option) == ("", "config") else [d / rel for d in dirs]:
             if os.path.lexists(path):
-                check_yaml_file(path, ConfigError)
+                read = check_yaml_file(path, ConfigError)
+                if read is not None and not hydra_own(path):
+                    check_data_only(path, group, *read)
                 files.append(path)
                 todo += defaults_named(path, group)
     return files
+
+
+def hydra_own(path: Path) -> bool:
+    """True for the files of evalkit's ``conf/`` that are Hydra's own settings: the primary
+    config (``conf/config.yaml``: its ``hydra`` block, the sweep callback) and the launchers
+    (``conf/hydra/``). Every other config file — a file of :data:`CONFIG_DIR_ENV`, a task
+    YAML, any other group file of ``conf/`` — is data (:func:`check_data_only`)."""
+    conf = CONF_DIR.resolve()
+    where = Path(os.path.abspath(path))
+    return where == conf / "config.yaml" or (conf / "hydra") in where.parents
+
+
+#: the keys Hydra's ``instantiate`` acts on (a node holding ``_target_`` is a call)
+INSTANTIATE_KEYS = ("_target_", "_partial_", "_args_", "_recursive_", "_convert_")
+#: the interpolation-bearing strings (``${...}``) of every data-only config file checked in
+#: this process (:func:`check_data_only`): an environment variable that one of them reads is
+#: recorded as written (:func:`written_values`)
+UNTRUSTED_TEXTS: set[str] = set()
+
+
+def check_data_only(path: Path, group: str, text: str, node: Any) -> None:
+    """A config file of :data:`CONFIG_DIR_ENV`, a task YAML or any group file of evalkit's
+    ``conf/`` but Hydra's own (:func:`hydra_own`) is data, not code: it may set its group's
+    keys and name other configs, never reach Hydra's machinery. ``text``: the file's text
+    (its header, as Hydra reads it); ``node``: PyYAML's composed node graph of it (``None``:
+    not YAML, which Hydra refuses next), walked whole (aliases and merge keys included).
+    Refused:
+
+    * a ``# @package`` header other than the file's own group (``group`` dotted, or
+      ``_global_.group``): ``_global_`` or ``hydra`` would move its keys to the root or into
+      Hydra's settings;
+    * a ``hydra`` key (or ``hydra.*``) at the top;
+    * a key of :data:`INSTANTIATE_KEYS` at any depth (``_target_`` names a callable Hydra calls);
+    * a ``defaults`` entry that names a ``hydra/…`` group (``override hydra/…`` too), puts a
+      config into the root package (``@_global_``) or into ``hydra``, or holds an
+      interpolation (``${...}``: the option it picks is not known before Hydra composes, so
+      no check would read its file).
+
+    Its interpolation-bearing strings are remembered (:data:`UNTRUSTED_TEXTS`): an
+    environment variable they read is recorded as written (:func:`written_values`).
+
+    Raises:
+        ConfigError: one line naming the file and the key.
+    """
+    from hydra.plugins.config_source import ConfigSource
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    where = printable(str(path))
+    own = group.replace("/", ".")
+    try:
+        package = ConfigSource._get_header_dict(text).get("package")  # Hydra's own reading of the header
+    except ValueError as exc:
+        raise ConfigError(f"{where}: its header cannot be read ({printable(str(exc), 200)})") from None
+    if package is not None and package not in {own, f"_global_.{own}"}:  # (Hydra 1.3 takes _group_ as a literal key)
+        raise ConfigError(f"{where}: # @package {printable(package, 100)}: a config file stays in its group's package "
+                          f"({own or 'the root'}); _global_ would move its keys to the root, hydra into Hydra's settings "
+                          f"(a config file is data, not code: README, Trust)")  # fmt: skip
+    if node is None:
+        return
+    seen: set[tuple[int, str]] = set()  # an alias's target is walked at each place it is used (load_yaml bounded that size)
+    stack: list[tuple[Any, str]] = [(node, "")]
+    while stack:
+        current, key = stack.pop()
+        if (id(current), key) in seen:
+            continue
+        seen.add((id(current), key))
+        if isinstance(current, ScalarNode):
+            if "${" in current.value:
+                UNTRUSTED_TEXTS.add(current.value)
+        elif isinstance(current, SequenceNode):
+            stack += [(child, f"{key}.{i}" if key else str(i)) for i, child in reversed(list(enumerate(current.value)))]
+        elif isinstance(current, MappingNode):
+            children: list[tuple[Any, str]] = []
+            for k, v in current.value:  # in the file's order: the first key refused is named
+                name = k.value if isinstance(k, ScalarNode) else "?"
+                full = f"{key}.{name}" if key else str(name)
+                if name in INSTANTIATE_KEYS:
+                    raise ConfigError(f"{where}: {printable(full, 200)}: {name} is Hydra's instantiate key (a call); a config file "
+                                      f"names no callable (a config file is data, not code: README, Trust)")  # fmt: skip
+                if not key and (name == "hydra" or str(name).startswith("hydra.")):
+                    raise ConfigError(f"{where}: {printable(full, 200)}: a config file sets no hydra key (Hydra's own settings, "
+                                      f"whose callbacks are code, are evalkit's conf/config.yaml; README, Trust)")  # fmt: skip
+                if not key and name == "defaults" and isinstance(v, SequenceNode):
+                    for i, entry in enumerate(v.value):
+                        _check_default(where, i, entry)
+                if name == "<<":  # a merge key: the merged mappings' keys are this mapping's own
+                    children += [(m, key) for m in (v.value if isinstance(v, SequenceNode) else [v])]
+                else:
+                    children += [(k, full), (v, full)]
+            stack += reversed(children)
+
+
+def _check_default(where: str, index: int, entry: Any) -> None:
+    """One entry of a data-only file's ``defaults`` list (:func:`check_data_only`): a string
+    (``name``, ``/name``, ``group/name``, with ``@package``) or a one-key mapping
+    (``[override|optional] [/]group[@package]: option`` or a list of options).
+
+    Raises:
+        ConfigError: naming the file and the entry.
+    """
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    if isinstance(entry, ScalarNode):
+        path, options = entry.value, []
+    elif isinstance(entry, MappingNode) and len(entry.value) == 1 and isinstance(entry.value[0][0], ScalarNode):
+        key, value = entry.value[0]
+        path = key.value
+        values = value.value if isinstance(value, SequenceNode) else [value]
+        options = [v.value for v in values if isinstance(v, ScalarNode)]
+    else:
+        return  # not an entry Hydra's defaults list takes: Hydra refuses it
+    shown = printable(path if not options else f"{path}: {', '.join(options)}", 200)
+    what = f"{where}: defaults.{index} ({shown})"
+    if any("${" in text for text in (path, *options)):
+        raise ConfigError(f"{what}: an interpolation in a defaults entry of a config file (the config it picks would be read "
+                          f"unchecked); name the option")  # fmt: skip
+    words = path.split()
+    group, _, package = (words[-1] if words else "").partition("@")
+    if group.lstrip("/").split("/")[0] == "hydra":
+        raise ConfigError(f"{what}: a config file picks no hydra group (Hydra's own settings, whose callbacks and launchers "
+                          f"are code, are evalkit's conf/; README, Trust)")  # fmt: skip
+    for part in package.split(":") if package else []:
+        inside = part.split(".")
+        if part == "_global_" or (inside[1:2] if inside[0] == "_global_" else inside[:1]) == ["hydra"]:
+            raise ConfigError(f"{what}: @{printable(part, 100)}: a config file puts no config into the root package or into "
+                              f"Hydra's settings (a config file is data, not code: README, Trust)")  # fmt: skip
 
 
 def override_choices(overrides: Sequence[str]) -> dict[str, set[str]]:
@@ -108,8 +247,10 @@ def defaults_named(path: Path, group: str) -> list[tuple[str, str]]:
     """``(group, option)`` of each entry of the ``defaults`` list of ``path`` (a config of
     ``group``; already checked by :func:`evalkit.untrusted.check_yaml_file`), as Hydra's defaults
     list reads them: ``[override|optional] [/]group[@package]: option`` (an option or a list
-    of them; a group without ``/`` is relative to ``group``) and a plain ``name`` (a config of
-    ``group``); ``_self_``, ``null``, interpolations and Hydra's own groups are left out. A
+    of them; a group without ``/`` is relative to ``group``) and a plain ``name[@package]`` (a
+    config of ``group``; ``/name``: at the root); ``_self_``, ``null``, interpolations and
+    Hydra's own groups are left out (:func:`check_data_only` refuses the last two in any file
+    but evalkit's own Hydra settings). A
     file that is not YAML names nothing (Hydra's message names its error next)."""
     try:
         data = load_yaml(read_bytes(path, MAX_YAML_BYTES, what="a YAML file", error=ConfigError), str(path), ConfigError)
@@ -119,7 +260,9 @@ def defaults_named(path: Path, group: str) -> list[tuple[str, str]]:
     named = []
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, str):
-            key, options = entry.rpartition("/")[0], [entry.rpartition("/")[2]]
+            name = entry.partition("@")[0].strip()  # name@package: the file is name's
+            key, _, option = name.rpartition("/")
+            key, options = "/" if name.startswith("/") and not key else key, [option]  # /name: a config at the root
         elif isinstance(entry, dict) and len(entry) == 1:
             (key, value), = entry.items()
             options = value if isinstance(value, list) else [value]
@@ -404,15 +547,23 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
             args = benchmark_keys_addable(quote_numeric_groups(overrides)) + search_path_overrides()
             cfg = hydra_compose("config", overrides=args, return_hydra_config=True)
     except Exception as exc:  # noqa: BLE001 - hydra raises many types; all become one line
-        if type(exc).__name__ == "OverrideParseException":
-            raise ConfigError(bad_override(overrides, exc)) from None
-        raise ConfigError(hydra_error_line(exc)) from None
+        raise ConfigError(composition_error(overrides, exc)) from None
     check_chosen(cfg)
     return without_hydra(cfg)
 
 
+def composition_error(overrides: Sequence[str], exc: BaseException) -> str:
+    """The one line of a composition error of ``overrides`` (:func:`bad_override` for one the
+    grammar rejected, else :func:`hydra_error_line`), never with a secret: the value of any
+    secret-looking ``key=value`` quoted (``judge_overrides=['backend.api_key=…']`` too) and
+    the overrides' secret values are scrubbed (:func:`evalkit.secrets.redact_line`)."""
+    line = bad_override(overrides, exc) if type(exc).__name__ == "OverrideParseException" else hydra_error_line(exc)
+    return secrets.redact_line(line, overrides)
+
+
 def bad_override(overrides: Sequence[str], exc: BaseException) -> str:
-    """Name the override Hydra's grammar rejected."""
+    """Name the override Hydra's grammar rejected (secrets not yet redacted: see
+    :func:`composition_error`)."""
     parser = OverridesParser.create()
     for ov in overrides:
         try:
@@ -441,6 +592,78 @@ def to_plain(cfg: DictConfig) -> dict[str, Any]:
         raise ConfigError(f"{key or 'config'}: {str(exc).splitlines()[0]}") from None
 
 
+def written_values(cfg: DictConfig) -> dict[tuple[str, str, Any], str]:
+    """What the record of ``cfg`` (a composed config) writes as written: ``{(key name, type
+    name, resolved value): text as written}`` of each value whose resolution reads the
+    environment (``${oc.env:NAME}``, OmegaConf's one resolver that does; directly or through
+    the node it refers to) by an interpolation written in a data-only config file
+    (:data:`UNTRUSTED_TEXTS`: a file of :data:`CONFIG_DIR_ENV`, a task YAML) or that such a
+    file's interpolation resolves. The
+    values sent are the resolved ones; ``config.yaml``, the MLflow params and artifacts and
+    the report show the text (:meth:`evalkit.config.EvalConfig.as_written`). An
+    interpolation of evalkit's own ``conf/config.yaml`` (``run.suite``) or of the command
+    line is the user's and resolves as before. A value so read from a variable whose name
+    looks secret (``OPENAI_API_KEY``: :func:`evalkit.secrets.is_secret_key`) is registered as
+    a secret too: scrubbed wherever it would be written (a prompt in a trace).
+
+    Each such value is resolved once more with ``oc.env`` watched (OmegaConf's own resolver
+    is registered again after); an interpolation that fails is left out (:func:`to_plain`
+    named it first).
+    """
+    from omegaconf import ListConfig
+    from omegaconf.resolvers import oc
+
+    if not UNTRUSTED_TEXTS:
+        return {}
+    reads: list[tuple[str, Any, Any]] = []
+
+    def watched(key: str, *default: Any, _node_: Any = None) -> Any:
+        value = oc.env(key, *default)
+        reads.append((key, value, _node_))
+        return value
+
+    def untrusted(text: Any) -> bool:
+        return isinstance(text, str) and "${" in text and any(text in u for u in UNTRUSTED_TEXTS)
+
+    written: dict[tuple[str, str, Any], str] = {}
+
+    def visit(node: Any, name: str | None) -> None:
+        keys = range(len(node)) if isinstance(node, ListConfig) else [k for k in node.keys() if name is not None or k != "hydra"]
+        for key in keys:
+            child = node._get_node(key)
+            here = name if isinstance(node, ListConfig) else str(key)
+            raw = child._value() if child is not None else None
+            if isinstance(raw, str) and "${" in raw:
+                reads.clear()
+                try:
+                    value = node[key]
+                except Exception:  # noqa: BLE001 - to_plain named the failing interpolation first
+                    continue
+                tainted = [(var, v) for var, v, at in reads if untrusted(raw) or untrusted(getattr(at, "_value", lambda: None)())]
+                for var, v in tainted:
+                    if secrets.is_secret_key(var) and isinstance(v, str):
+                        secrets.register(v)
+                if tainted and here is not None and not isinstance(value, (DictConfig, ListConfig)):
+                    written[(here, type(value).__name__, value)] = raw
+            elif isinstance(child, (DictConfig, ListConfig)) and not child._is_none() and not child._is_missing():
+                visit(child, here)
+
+    OmegaConf.register_new_resolver("oc.env", watched, replace=True)
+    try:
+        visit(cfg, None)
+    finally:
+        OmegaConf.register_new_resolver("oc.env", oc.env, replace=True)  # OmegaConf's own (register_default_resolvers)
+    return written
+
+
+def _app_overrides() -> list[str] | None:
+    """The overrides of the job Hydra's running app composed (``hydra.overrides.task``), or
+    ``None`` outside a running app."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return [str(o) for o in HydraConfig.get().overrides.task] if HydraConfig.initialized() else None
+
+
 def _compose_in_context(overrides: list[str]) -> DictConfig:
     """Compose another config of the same tree, inside Hydra's running app if there is one.
     The user's config directories (:data:`CONFIG_DIR_ENV`) are on its search path there too:
@@ -451,7 +674,7 @@ def _compose_in_context(overrides: list[str]) -> DictConfig:
         try:
             cfg = hydra_compose("config", overrides=[*overrides, *search_path_overrides()], return_hydra_config=True)
         except Exception as exc:  # noqa: BLE001
-            raise ConfigError(hydra_error_line(exc)) from None
+            raise ConfigError(composition_error(overrides, exc)) from None
         check_chosen(cfg)
         return without_hydra(cfg)
     return compose(overrides)
@@ -471,14 +694,21 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
     Raises:
         ConfigError: one line naming the key.
     """
+    given = _app_overrides()
+    if given is not None:  # a job of Hydra's app (a sweep's may run in a process of its own): its files checked here too
+        check_config_files(given)
     raw = to_plain(cfg)
+    written = written_values(cfg)
     bench = resolve_layers(raw, get_benchmark_class)["benchmark"]
     user_name = bench.get("user_model")
+    check_nested_overrides(bench.get("user_overrides"), "benchmark.user_overrides")
     if user_name:
         try:
-            user_raw = to_plain(_compose_in_context([f"model={user_name}", *list(bench.get("user_overrides") or [])]))
+            user_cfg = _compose_in_context([f"model={user_name}", *list(bench.get("user_overrides") or [])])
+            user_raw = to_plain(user_cfg)
         except ConfigError as exc:
             raise ConfigError(f"benchmark.user_model: {exc}") from None
+        written.update(written_values(user_cfg))
         raw["user"] = {"model": user_raw["model"], "backend": user_raw["backend"]}
     elif "user_model" in _settings_fields(bench) and (raw.get("model") or {}).get("kind", "litellm") == "litellm":
         if bench.get("user_overrides"):
@@ -488,9 +718,9 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
             )
         # the default user simulator: the model under test as configured (its model and backend nodes)
         raw["user"] = {"model": copy.deepcopy(raw["model"]), "backend": copy.deepcopy(raw["backend"])}
-    raw["judge"] = compose_judges(raw.pop("judge", None), raw.pop("judge_overrides", None))
+    raw["judge"] = compose_judges(raw.pop("judge", None), raw.pop("judge_overrides", None), written)
     try:
-        validated = validate(raw, get_benchmark_class)
+        validated = validate(raw, get_benchmark_class).with_written(written)
     except ConfigError as exc:
         if "environment variable" in str(exc):  # a key not set in the environment: no file holds it
             raise
@@ -543,10 +773,11 @@ def check_images_taken(cfg: EvalConfig) -> None:
                           f"({why}); set model.vision=true if it does")  # fmt: skip
 
 
-def compose_judges(names: Any, overrides: Any) -> list[dict[str, Any]]:
+def compose_judges(names: Any, overrides: Any, written: dict[tuple[str, str, Any], str] | None = None) -> list[dict[str, Any]]:
     """The ``judge`` nodes of ``judge=<name>`` (or a panel ``judge=[a,b]``): each
     ``conf/model/<name>.yaml`` with ``judge_overrides`` (applied to every judge) and its own
-    backend, composed like the user simulator (``{"model", "backend"}``).
+    backend, composed like the user simulator (``{"model", "backend"}``). ``written``, when
+    given, gets each judge config's values recorded as written (:func:`written_values`).
 
     Raises:
         ConfigError: a name that is not a model config, overrides without a judge, or
@@ -561,14 +792,37 @@ def compose_judges(names: Any, overrides: Any) -> list[dict[str, Any]]:
         raise ConfigError("judge: expected a model config name (judge=gpt4o) or a list of them (judge=[gpt4o,smollm2])")
     if overrides is not None and (not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides)):
         raise ConfigError("judge_overrides: expected a list of overrides (judge_overrides=['backend.api_base=...'])")
+    check_nested_overrides(overrides, "judge_overrides")
     judges = []
     for name in names:
         try:
-            judge_raw = to_plain(_compose_in_context([f"model={name}", *list(overrides or [])]))
+            judge_cfg = _compose_in_context([f"model={name}", *list(overrides or [])])
+            judge_raw = to_plain(judge_cfg)
         except ConfigError as exc:
             raise ConfigError(f"judge: {exc}") from None
+        if written is not None:
+            written.update(written_values(judge_cfg))
         judges.append({"model": judge_raw["model"], "backend": judge_raw["backend"]})
     return judges
+
+
+def check_nested_overrides(overrides: Any, key: str) -> None:
+    """The overrides a config applies to another one it composes (``benchmark.user_overrides``,
+    which a task file may hold, and ``judge_overrides``: ``key``) set that config's keys,
+    never Hydra's own (``hydra.searchpath`` would read configs no check has read) nor a key
+    of :data:`INSTANTIATE_KEYS`. Anything that is not a list of strings is left to the
+    caller's own check.
+
+    Raises:
+        ConfigError: one line naming ``key`` and the override (secrets redacted).
+    """
+    for ov in overrides if isinstance(overrides, list) else []:
+        if not isinstance(ov, str):
+            continue
+        parts = re.split(r"[./@\s]+", ov.lstrip("+~").partition("=")[0].strip())
+        if parts[0] == "hydra" or any(k in ov for k in INSTANTIATE_KEYS):
+            raise ConfigError(f"{key}: {printable(secrets.redact_line(ov, [ov]), 200)}: an override of a composed config sets "
+                              f"its own keys, no hydra key and no callable (a config is data, not code: README, Trust)")  # fmt: skip
 
 
 def _settings_fields(bench: dict[str, Any]) -> dict[str, Any]:
@@ -612,7 +866,8 @@ def judged_config(run: Path, recorded: dict[str, Any], overrides: Sequence[str])
     for ov in overrides:
         key = ov.lstrip("+~").partition("=")[0]
         if key.split(".")[0] not in JUDGE_ACCEPTED or "=" not in ov:
-            raise ConfigError(f"{printable(ov, 200)}: evalkit.judge takes judge=, judge_overrides=, run.*, tracking and backend.* "
+            shown = printable(secrets.redact_line(ov, [ov]), 200)
+            raise ConfigError(f"{shown}: evalkit.judge takes judge=, judge_overrides=, run.*, tracking and backend.* "
                               "overrides; what was asked (benchmark, model, shots, generation) comes from RUN")  # fmt: skip
     bench = recorded.get("benchmark") if isinstance(recorded.get("benchmark"), dict) else {}
     bench = {k: v for k, v in bench.items() if k != "module"}  # a run directory never makes evalkit import a module
@@ -626,7 +881,8 @@ def judged_config(run: Path, recorded: dict[str, Any], overrides: Sequence[str])
     raw = to_plain(composed)
     if not raw.get("judge"):
         raise ConfigError("judge: name the judge: python -m evalkit.judge RUN judge=<model config name> (or a panel judge=[a,b])")
-    raw["judge"] = compose_judges(raw.pop("judge"), raw.pop("judge_overrides", None))
+    written = written_values(composed)
+    raw["judge"] = compose_judges(raw.pop("judge"), raw.pop("judge_overrides", None), written)
     names = [re.sub(r"[^A-Za-z0-9._-]", "_", str(j["model"].get("name"))) for j in raw["judge"]]  # a directory name's part
     raw["benchmark"], raw["shots"] = bench, recorded.get("shots") or raw.get("shots")
     given = {ov.lstrip("+~").partition("=")[0] for ov in overrides}
@@ -640,7 +896,7 @@ def judged_config(run: Path, recorded: dict[str, Any], overrides: Sequence[str])
         if target.is_symlink():
             raise RunDirError(f"{printable(str(target), 300)}: a symbolic link; evalkit never writes through links (remove it)")
         raw["run"]["resume" if target.exists() else "dir"] = str(target)
-    cfg = validate(raw, get_benchmark_class)
+    cfg = validate(raw, get_benchmark_class).with_written(written)
     check_benchmark(cfg, run / "config.yaml")  # the task checked whole before anything starts
     _refuse_writes_into(run, cfg)
     return cfg

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Protocol, Union
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from evalkit import secrets
 from evalkit.settings import BenchmarkSettings, GenerationParams, plain_name
 from evalkit.errors import ConfigError, resume_arg
 from evalkit.providers import model_price, reasoning_problem, sampling_problem
@@ -487,6 +488,24 @@ class EvalConfig(_Strict):
     #: the judges of a task's ``llm_judge`` scorers (several: a panel), in the order named
     judge: list[JudgeConfig] = Field(default_factory=list)
     layers: dict[str, Any] = Field(default_factory=dict)
+    #: what :meth:`record` writes in place of a value read from the environment by a config
+    #: file's interpolation: ``{(key name, type name, value): text as written}`` (:meth:`as_written`)
+    _written: dict[tuple[str, str, Any], str] = PrivateAttr(default_factory=dict)
+
+    def with_written(self, written: dict[tuple[str, str, Any], str]) -> "EvalConfig":
+        """This config, recording each value of ``written`` as written (``${oc.env:NAME}``,
+        never its value): ``{(key name, type name, resolved value): text as written}``, from
+        :func:`evalkit.compose.written_values`. Returns ``self``."""
+        self._written = dict(written)
+        return self
+
+    def as_written(self, obj: Any) -> Any:
+        """``obj`` (a record: dicts, lists, scalars) with each value this config read from the
+        environment through a config file's interpolation (:meth:`with_written`) replaced by
+        its text as written, wherever it lies under a key of the same name (a list's items
+        under the list's key): ``config.yaml``, the MLflow params and artifacts and the
+        report record what the file says, never the variable's value."""
+        return _as_written(obj, self._written, None) if self._written else obj
 
     # ---- derived values -------------------------------------------------------------
     def generation_params(self) -> dict[str, Any]:
@@ -532,7 +551,7 @@ class EvalConfig(_Strict):
         if self.judge:
             out["judge"] = [{**j.model_dump(mode="json"), "generation": j.generation.as_params()} for j in self.judge]
         out["layers"] = self.layers
-        return out
+        return self.as_written(out)
 
     def user_api_key(self) -> str | None:
         return _key_of(self.user) if self.user is not None else None
@@ -548,6 +567,18 @@ class EvalConfig(_Strict):
         if self.model.api_key_env:
             return os.environ.get(self.model.api_key_env)
         return None
+
+
+def _as_written(obj: Any, written: dict[tuple[str, str, Any], str], name: str | None) -> Any:
+    """:meth:`EvalConfig.as_written` of ``obj``, under the key ``name``."""
+    if isinstance(obj, dict):
+        return {k: _as_written(v, written, str(k)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_as_written(v, written, name) for v in obj]
+    try:
+        return written.get((str(name), type(obj).__name__, obj), obj) if name is not None else obj
+    except TypeError:  # unhashable: not a recorded scalar
+        return obj
 
 
 def _key_of(actor: UserConfig) -> str | None:
@@ -620,7 +651,8 @@ def _first_error_line(exc: ValidationError, prefix: str = "", model: type[BaseMo
         return msg
     inp = err.get("input")
     hidden = {"extra_forbidden", "missing", "credentials_in_url"}  # the last one: the input holds a password
-    shown = "" if err["type"] in hidden or isinstance(inp, (dict, list)) else f" (got {inp!r})"
+    secret = bool(loc) and secrets.is_secret_key(loc[-1])  # a credential of the wrong type is never echoed
+    shown = "" if err["type"] in hidden or secret or isinstance(inp, (dict, list)) else f" (got {inp!r})"
     return f"{key}: {msg}{shown}"
 
 

@@ -41,6 +41,40 @@ def register_url_password(url: str | None) -> None:
         register(password)
 
 
+#: ``key=`` in an override's text, also nested (``judge_overrides=[backend.api_key=…]``) or in
+#: an error line quoting one (the key's last part and the sign); its value runs to the first
+#: space, comma, quote or closing bracket (:data:`_VALUE_END`)
+_ASSIGNMENT = re.compile(r"([A-Za-z0-9_-]+)\s*=\s*")
+_VALUE_END = re.compile(r"[\s,'\"\]})]|$")
+
+
+def _secret_spans(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of the value of each ``key=value`` of ``text`` whose key looks secret."""
+    spans = []
+    for m in _ASSIGNMENT.finditer(text):
+        if is_secret_key(m.group(1)):
+            end = _VALUE_END.search(text, m.end() + 1 if text[m.end() : m.end() + 1] in ("[", "{", "(") else m.end())
+            spans.append((m.end(), end.start() if end else len(text)))
+    return spans
+
+
+def redact_line(text: str, overrides: Any = ()) -> str:
+    """``text`` (an override, or an error line that may quote overrides) as it may be shown:
+    the value of each ``key=value`` in it whose key looks secret (:func:`is_secret_key`) is
+    ``***``, and every registered secret is scrubbed (:func:`scrub`) — the secret values of
+    ``overrides`` (the overrides the line is about, ``key=value`` strings) registered first,
+    so that a parser's message that quotes a value without its key is scrubbed too."""
+    for override in map(str, overrides or ()):
+        for start, end in _secret_spans(override):
+            register(override[start:end].strip("[{('\""))
+    out, last = [], 0
+    for start, end in _secret_spans(text):
+        if end > start and start >= last:
+            out += [text[last:start], REDACTED]
+            last = end
+    return scrub("".join(out) + text[last:])
+
+
 def scrub(text: str) -> str:
     """``text`` with every registered secret replaced by ``***``."""
     for value in _values:

@@ -233,9 +233,10 @@ def build(cfg: EvalConfig) -> RunSpecs:
     )  # fmt: skip
     replayed = cfg.model.path if cfg.model.kind == "replay" and cfg.model.path is not None and Path(cfg.model.path).is_dir() else None
     scorers = tuple(s for s in getattr(cfg.benchmark, "scorers", None) or [] if getattr(s, "kind", None) == "llm_judge")
+    recorded_generation = cfg.as_written({"generation": cfg.generation_params()})["generation"]  # ${oc.env:…} as written
     report = ReportSpec(
         cfg.benchmark.name, cfg.model.name, cfg.user.model.name if cfg.user is not None else None, cfg.shots.n, cfg.model.api,
-        run.repeats, cfg.generation_params(), run.ci_level, run.bootstrap_resamples, run.seed, run.max_cost_usd,
+        run.repeats, recorded_generation, run.ci_level, run.bootstrap_resamples, run.seed, run.max_cost_usd,
         run.max_total_tokens, tuple(j.model for j in cfg.judge), scorers, str(replayed) if replayed is not None else None,
     )  # fmt: skip
     run_dir = RunDirSpec(run.resume, run.dir, run.output_root, cfg.benchmark.name, cfg.model.name, cfg.record())

@@ -82,12 +82,13 @@ def _write_json(path: Path, obj: Any) -> None:
 # ------------------------------------------------------------------------------------------
 def redact_overrides(overrides: Sequence[str]) -> list[str]:
     """Overrides as they may be written down: secret-looking keys get ``***`` (also when
-    their value is the ``${oc.env:EVALKIT_SECRET_n}`` left by ``hide_secret_overrides``)."""
+    their value is the ``${oc.env:EVALKIT_SECRET_n}`` left by ``hide_secret_overrides``, and
+    nested: ``judge_overrides=['backend.api_key=***']``; :func:`evalkit.secrets.redact_line`)."""
     out = []
     for ov in overrides:
         key, sep, value = ov.partition("=")
         leaf = key.lstrip("+~").rsplit(".", 1)[-1]
-        out.append(f"{key}={secrets.REDACTED}" if sep and value and secrets.is_secret_key(leaf) else secrets.scrub(ov))
+        out.append(f"{key}={secrets.REDACTED}" if sep and value and secrets.is_secret_key(leaf) else secrets.redact_line(ov))
     return out
 
 

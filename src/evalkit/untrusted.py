@@ -748,7 +748,8 @@ def load_yaml(text: str | bytes, where: str, error: type[EvalkitError] = DataErr
     ``max_bytes`` bytes (UTF-8). ``construct=False`` only composes and checks it (for a file
     another loader reads next, as Hydra's OmegaConf does with task files: its own tags,
     interpolations and syntax errors — which Hydra's messages name — are left to it) and
-    returns ``None``: only a bound refuses then. The one YAML reader of task files
+    returns PyYAML's composed node graph (``None`` for an empty document or a syntax error):
+    only a bound refuses then. The one YAML reader of task files
     (:func:`check_yaml_file`) and of run directories' ``config.yaml`` (:func:`read_run_yaml`).
 
     Raises:
@@ -764,7 +765,7 @@ def load_yaml(text: str | bytes, where: str, error: type[EvalkitError] = DataErr
         body = text.decode("utf-8") if isinstance(text, bytes) else text
         loader = loader_class(body)
         try:
-            return loader.get_single_data() if construct else (loader.get_single_node() and None)
+            return loader.get_single_data() if construct else loader.get_single_node()
         finally:
             loader.dispose()
     except UnicodeDecodeError:
@@ -781,9 +782,12 @@ def load_yaml(text: str | bytes, where: str, error: type[EvalkitError] = DataErr
         raise error(f"{where}: refused as YAML: {type(exc).__name__}: {printable(str(exc), 200)}") from None
 
 
-def check_yaml_file(path: Path, error: type[EvalkitError] = DataError) -> None:
+def check_yaml_file(path: Path, error: type[EvalkitError] = DataError) -> tuple[str, Any] | None:
     """Compose ``path`` (a task file, any Hydra config-group entry) with the bounds of
-    :func:`load_yaml` before another loader reads it; a missing file is left to that loader.
+    :func:`load_yaml` before another loader reads it; a missing file is left to that loader
+    (``None``). Returns the file's text and its composed node graph (``None`` when the text
+    is not YAML: the next loader names its error), for the caller's own checks of what the
+    file says (:func:`evalkit.compose.check_data_only`).
 
     The file must be a regular file (a symbolic link to one is read through, as Hydra reads
     it) of at most :data:`MAX_YAML_BYTES`, judged by ``stat`` before it is opened: a link to
@@ -796,7 +800,7 @@ def check_yaml_file(path: Path, error: type[EvalkitError] = DataError) -> None:
     """
     where = printable(str(path))
     if not os.path.lexists(path):
-        return
+        return None
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -808,7 +812,8 @@ def check_yaml_file(path: Path, error: type[EvalkitError] = DataError) -> None:
     if st.st_size > MAX_YAML_BYTES:
         raise error(f"{where}: {st.st_size:,} bytes, over the {MAX_YAML_BYTES:,} a YAML file may have; not read")
     data = read_bytes(path, MAX_YAML_BYTES, what="a YAML file", error=error)
-    load_yaml(data, where, error, construct=False)
+    node = load_yaml(data, where, error, construct=False)
+    return data.decode("utf-8"), node  # load_yaml refused anything that is not UTF-8
 
 
 def read_run_yaml(path: Path) -> Any:
