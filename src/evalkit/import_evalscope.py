@@ -2,48 +2,62 @@
 
     python -m evalkit.import_evalscope EVALSCOPE_OUTPUT_DIR [--out DIR] [--model NAME] [--data-dir DIR]
 
-Reads the run directory EvalScope (1.x, ``evalscope eval --datasets acebench``) writes:
+Reads the run directory EvalScope's ACEBench adapter (``evalscope eval --datasets acebench``;
+the adapter of ACEBench's official protocol, 1.14.1 and the releases around it) writes:
 
-- ``predictions/<model>/acebench_<category>.jsonl``: one object per sample, ``index`` (the
-  sample's position in EvalScope's dataset), ``model_output.choices[0].message.content``
-  (a string, or a list of content parts whose ``text`` parts are the answer) and
-  ``messages``;
-- ``reviews/<model>/acebench_<category>.jsonl``: one object per scored sample, ``index`` and
+- ``predictions/<model>/acebench_<category>.jsonl``: one object per sample and repeat,
+  ``index`` (its position in EvalScope's dataset, repeats included),
+  ``model_output.choices[0].message.content`` (a string, or a list of content parts whose
+  ``text`` parts, joined by newlines, are the answer; a ``reasoning`` part is what EvalScope
+  cut out of it) and ``messages``;
+- ``reviews/<model>/acebench_<category>.jsonl``: one object per scored row, ``index`` and
   ``sample_score``: ``score.value.acc`` (and ``process_acc``), ``score.prediction`` (the
-  answer as scored), ``sample_metadata`` (ACEBench's record ``id``, ``test_category``,
-  ``language``, ``dialogue_id``; ``end_state`` / ``process`` for agent rollouts);
-- ``reports/<model>/acebench.json``: the report; metric ``acc``, category ``-`` holds the
-  groups and the weighted ``OVERALL`` (EvalScope's console row "OVERALL" is a plain mean
-  over units, not this);
+  answer as scored), ``generation_index`` (the repeat), ``sample_metadata`` (ACEBench's
+  record ``id``, ``test_category``, ``language``, ``dialogue_id``; ``end_state`` /
+  ``process`` for agent rollouts);
+- ``reports/<model>/acebench.json``: the report, schema 2 (1.14: each metric an
+  ``identity``, accuracy ``{"name": "accuracy", ...}``) or schema 1 (before: each metric a
+  ``name``, ``acc``), told apart by their own fields (:func:`read_report`); category ``-``
+  holds the groups and the weighted ``OVERALL``;
 - ``configs/*.yaml``: the task config (``dataset_args.acebench.extra_params.language``).
 
 Written to ``--out`` (default ``outputs/evalscope_import/<name of the run directory>``):
 
 - ``replay.jsonl``: ``{"sample_id": "en/normal_atom_bool_3", "output": ...}`` for every
-  normal and special sample whose ACEBench id is known (evalkit's ``model=replay`` file),
-  and ``sample_ids.txt``, their ids (``run.sample_ids_file``: the replay run selects what
-  EvalScope ran, a limited run included);
-- ``import.json``: the mapping's counts; ``unmatched`` (rows whose id is missing, unknown to
-  the data with ``--data-dir``, or given twice), ``not_rescorable`` (agent samples: rollouts,
-  which a replay of strings cannot carry), ``empty`` (empty answers: EvalScope scored them 0,
-  evalkit makes them failures); EvalScope's own figures (the report's weighted OVERALL and
-  categories) and ``reproduced``: EvalScope's per-sample verdicts aggregated by ACEBench's
-  rules over normal + special only, the weights renormalised (as EvalScope renormalises over
-  the groups evaluated) — the figure a replay of ``replay.jsonl`` scored with
-  ``benchmark.scoring=evalscope`` gives (with empty answers, ``reproduced_without_empty``:
-  the figure without them, which that run's ``partial_overall`` gives); and the commands.
+  normal and special sample whose ACEBench id is known (evalkit's ``model=replay`` file;
+  with repeats, each row names its ``epoch``), and ``sample_ids.txt``, their ids
+  (``run.sample_ids_file``: the replay run selects what EvalScope ran, a limited run
+  included);
+- ``import.json``: the mapping's counts; ``overall``: EvalScope's OVERALL (its report's,
+  and the groups it covers) beside ``reproduced`` and what the replay gives;
+  ``unmatched`` (rows whose id is missing, unknown to the data with ``--data-dir``, or in
+  two category files), ``duplicates`` (a second row of an index: named, never imported),
+  ``torn`` (the torn last line of a file an interrupted run left: skipped),
+  ``not_rescorable`` (agent samples: rollouts, which a replay of strings cannot carry),
+  ``empty`` (empty answers: EvalScope scored them 0, evalkit makes them failures);
+  EvalScope's own figures (``evalscope_report``) and ``reproduced``: EvalScope's per-row
+  verdicts aggregated as EvalScope aggregates them over normal + special only, the weights
+  renormalised (as EvalScope renormalises over the groups evaluated) — the figure a replay
+  of ``replay.jsonl`` scored with ``benchmark.scoring=evalscope`` gives (with empty answers,
+  ``reproduced_without_empty``: the figure without them, which that run's
+  ``partial_overall`` gives; with duplicated review rows, ``reproduced_with_duplicates``:
+  every row counted, as EvalScope's report counts them; with repeats,
+  ``reproduced_per_repeat``: each repeat's figure averaged, as evalkit's ``run.repeats``
+  averages, which the replay gives); and the commands.
 
-Exit code: 0 written, 2 the directory is not a readable EvalScope ACEBench run (one line).
-Nothing of the EvalScope directory is changed; its texts are stored as they are.
+Exit code: 0 written, 2 the directory is not a readable EvalScope ACEBench run, holds no
+review (nothing EvalScope scored) or nothing to replay (one line). Nothing of the EvalScope
+directory is changed; its texts are stored as they are.
 
 The directory is untrusted input, read through :mod:`evalkit.untrusted` with itself as the
 root: a file reached through a link out of it, a FIFO, a device or a directory where a file
-should be, an oversized file or line, an ``index`` that is not a JSON integer from 0 to
-2**53 - 1, or a verdict (``acc``, ``process_acc``) that is not a number in [0, 1] (NaN,
-Infinity) is refused in one line naming the file (and line), exit 2. Rows are read a line at
-a time, and of each only the answer text and the verdict's fields are kept. An ACEBench id
-that is not one line of printable text is listed as unmatched, never written to
-``sample_ids.txt``; ``import.json`` is strict JSON (no NaN or Infinity).
+should be, an oversized file or line, a damaged line other than a torn last one, an
+``index`` that is not a JSON integer from 0 to 2**53 - 1, or a verdict (``acc``,
+``process_acc``) that is not a number in [0, 1] (NaN, Infinity) is refused in one line
+naming the file (and line), exit 2. Rows are read a line at a time, and of each only the
+answer text and the verdict's fields are kept. An ACEBench id that is not one line of
+printable text is listed as unmatched, never written to ``sample_ids.txt``; ``import.json``
+is strict JSON (no NaN or Infinity).
 """
 
 from __future__ import annotations
@@ -77,8 +91,9 @@ OVERALL_NOTE = (
     "carry agent rollouts, so 'reproduced' is EvalScope's own verdicts aggregated over normal + special "
     "only, the weights 0.578 / 0.2676 renormalised (as EvalScope renormalises over the groups evaluated). "
     "A replay of replay.jsonl with benchmark.scoring=evalscope gives this figure; with the default "
-    "benchmark.scoring=official it gives the official one. EvalScope's console row 'OVERALL' is a plain "
-    "mean over units, not the weighted OVERALL."
+    "benchmark.scoring=official it gives the official one. EvalScope's report rounds each category, group and "
+    "its OVERALL to 4 decimals, so without agent categories the two OVERALLs agree to about 0.0001. "
+    "EvalScope's console row 'OVERALL' is a plain mean over units, not the weighted OVERALL."
 )
 
 
