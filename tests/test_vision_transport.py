@@ -233,6 +233,11 @@ def test_ray_workers_get_each_image_once_by_reference_and_the_server_the_same_by
                 assert stored[hashlib.sha256(data).hexdigest()] == data
                 sent_images += 1
     assert sent_images > len(stored)  # the images went in several calls each, put once each
+    # resumed with nothing left to send: no image is put, and the figure says so (issue 49: it was null)
+    _, cfg = resolve(compose(args + [f"run.resume={res.run_dir}"]))
+    again = run_validated(cfg)
+    assert again.summary["status"] == "complete" and len(fake_openai.log) == 24
+    assert again.summary["engine"]["images_by_reference"] == {"put": 0, "bytes": 0}
 
 
 # ---- run.batch with images: input files cut by bytes -------------------------------------------

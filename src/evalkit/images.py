@@ -37,9 +37,12 @@ everything else is refused); when its header's width × height is over ``max_pix
 own decompression-bomb guard, ``Image.MAX_IMAGE_PIXELS``, stays on beneath it); when it does
 not decode (truncated or corrupt: ``.load()`` fails; truncated images are never accepted).
 
-Metadata
---------
-An image's EXIF, XMP, comments, text and private chunks never reach the prompt: a PNG's
+Metadata, orientation, colour
+-----------------------------
+An image whose EXIF orientation is not 1 (a phone's photo taken sideways) is turned as the
+tag says before anything else, and re-encoded upright without the tag. A JPEG in CMYK or
+YCCK, which providers refuse or show wrongly, is converted to RGB and re-encoded. An image's
+EXIF, XMP, comments, text and private chunks never reach the prompt: a PNG's
 chunks other than the standard critical ones and colour and transparency ones (``tRNS gAMA
 cHRM sRGB sBIT bKGD pHYs iCCP``) are dropped, private ones included, the pixel data left byte
 for byte; a JPEG with application segments other than JFIF (APP0) and Adobe (APP14), with a
@@ -62,7 +65,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Sequence, Union
+from typing import Any, Awaitable, Callable, Mapping, Sequence, Union
 
 from evalkit.errors import DataError, printable
 from evalkit.untrusted import read_bytes
@@ -90,14 +93,18 @@ class Limits:
     """What one image and one request may cost. ``max_bytes``: bytes of one image (as read,
     and as sent); ``max_pixels``: width × height of one image (its header's, before any
     decoding); ``max_per_sample``: images of one row; ``max_request_bytes``: bytes of all the
-    images of one request (its demonstrations' too). Defaults: 5 MiB (Anthropic's API limit
-    per image), 25 megapixels (under Pillow's own 89 MP guard), 20 images, 20 MiB (Gemini's
-    limit on an inline request; OpenAI's and Anthropic's are larger)."""
+    images of one request (its demonstrations' too); ``max_held_bytes``: bytes of images the
+    run holds at once, in the driver and in Ray's object store each (:class:`ImageStore`).
+    Defaults: 5 MiB (Anthropic's API limit per image), 25 megapixels (under Pillow's own
+    89 MP guard), 20 images, 20 MiB (Gemini's limit on an inline request; OpenAI's and
+    Anthropic's are larger), 256 MiB."""
 
     max_bytes: int = 5 * 1024 * 1024
     max_pixels: int = 25_000_000
     max_per_sample: int = 20
     max_request_bytes: int = 20 * 1024 * 1024
+    #: the most bytes of images a run holds at once (:class:`ImageStore`, :class:`ImageRefs`)
+    max_held_bytes: int = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -132,8 +139,30 @@ class Image:
         return {"type": "image_url", "image_url": {"url": REF_PREFIX + facts["sha256"]}, FACTS_KEY: facts}
 
 
-#: one part of a chat turn: text or an image
-ContentPart = Union[Text, Image]
+@dataclass(frozen=True)
+class ImageFacts:
+    """A checked image by its facts alone (its bytes are in an :class:`ImageStore`): what a
+    request's message holds of it (:meth:`part`) and what a journal row records."""
+
+    sha256: str
+    media_type: str
+    bytes: int
+    width: int
+    height: int
+
+    @classmethod
+    def of(cls, image: Image) -> "ImageFacts":
+        return cls(image.sha256, image.media_type, len(image.data), image.width, image.height)
+
+    def facts(self) -> dict[str, Any]:
+        return {"sha256": self.sha256, "media_type": self.media_type, "bytes": self.bytes, "width": self.width, "height": self.height}
+
+    def part(self) -> dict[str, Any]:
+        return {"type": "image_url", "image_url": {"url": REF_PREFIX + self.sha256}, FACTS_KEY: self.facts()}
+
+
+#: one part of a chat turn: text or an image (its bytes, or its facts with the bytes in a store)
+ContentPart = Union[Text, Image, ImageFacts]
 
 
 def message(role: str, parts: str | Sequence[ContentPart]) -> dict[str, Any]:
@@ -146,10 +175,10 @@ def message(role: str, parts: str | Sequence[ContentPart]) -> dict[str, Any]:
     for p in parts:
         if isinstance(p, Text):
             content.append({"type": "text", "text": p.text})
-        elif isinstance(p, Image):
+        elif isinstance(p, (Image, ImageFacts)):
             content.append(p.part())
         else:
-            raise TypeError(f"a content part is Text or Image, not {type(p).__name__}")
+            raise TypeError(f"a content part is Text, Image or ImageFacts, not {type(p).__name__}")
     return {"role": role, "content": content}
 
 
@@ -340,14 +369,38 @@ def load_image(data: bytes, limits: Limits, where: str, max_side: int | None = N
         return _cleaned(img, data, fmt, max_side)
 
 
-def _cleaned(img: Any, data: bytes, fmt: str, max_side: int | None) -> Image:
-    """The bytes to send: ``data`` itself when it is clean and needs no scaling, else the
-    image re-encoded (PNG chunks dropped without re-encoding)."""
-    from PIL import Image as PILImage
+#: the EXIF tag holding an image's orientation (1: upright; 2–8: mirrored and/or rotated)
+EXIF_ORIENTATION = 0x0112
+#: the pixel modes a JPEG is sent in as it was read (greyscale and RGB, which every provider
+#: decodes); any other (CMYK, YCCK) is converted to RGB and re-encoded
+_JPEG_SENT_MODES = frozenset({"L", "RGB"})
 
+
+def orientation(img: Any) -> int:
+    """The EXIF orientation of an open image (JPEG APP1, PNG eXIf, WebP EXIF), 1 when it has
+    none or an unreadable one."""
+    try:
+        value = img.getexif().get(EXIF_ORIENTATION, 1)
+    except Exception:  # noqa: BLE001 - a malformed EXIF block: as if upright (the block is dropped anyway)
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def _cleaned(img: Any, data: bytes, fmt: str, max_side: int | None) -> Image:
+    """The bytes to send: ``data`` itself when it is clean, upright, in a colour space every
+    provider takes and needs no scaling; else the image re-encoded (PNG chunks dropped
+    without re-encoding). An EXIF orientation other than 1 is applied to the pixels first
+    (a phone's photo is sent the way it is shown), then the metadata is dropped with the
+    rest; a CMYK (or YCCK) JPEG is converted to RGB."""
+    from PIL import Image as PILImage
+    from PIL import ImageOps
+
+    turn = orientation(img)
+    if turn != 1:
+        img = ImageOps.exif_transpose(img)  # the pixels turned as the tag says; the tag gone
     width, height = img.size
     scale = max_side is not None and max(width, height) > max_side
-    if not scale:
+    if not scale and turn == 1 and (fmt != "JPEG" or img.mode in _JPEG_SENT_MODES):
         if fmt == "PNG":
             return Image(_png_without_metadata(data), "image/png", width, height)
         if fmt == "JPEG" and _jpeg_clean(img) and data.endswith(b"\xff\xd9"):  # nothing after the end marker
@@ -363,7 +416,7 @@ def _cleaned(img: Any, data: bytes, fmt: str, max_side: int | None) -> Image:
     frame.info = {k: v for k, v in frame.info.items() if k == "transparency"}  # Pillow writes a comment, ICC or EXIF kept in info
     out = io.BytesIO()
     if fmt == "JPEG":
-        rgb = frame.convert("RGB")
+        rgb = frame.convert("RGB") if frame.mode != "L" else frame
         rgb.info = {}
         rgb.save(out, format="JPEG", quality=95)
         media = "image/jpeg"
@@ -420,6 +473,129 @@ def _jpeg_clean(img: Any) -> bool:
     return all(marker in ("APP0", "APP14") for marker, _ in getattr(img, "applist", []))
 
 
+# ---- holding a run's images: a bounded store, read again when needed -----------------------
+class ImageStore:
+    """The checked images of a run's data, at most ``max_bytes`` of them held at once.
+
+    Each image is registered once (:meth:`register`) with how to get it again: ``reload``
+    reads its file and cleans it as the first time (:func:`load_image`), or ``None`` for an
+    image that lives only in the data (a ``data:`` URI, a Parquet or Hugging Face cell),
+    whose bytes are kept (``pinned``: the data held them anyway). :meth:`get` gives an
+    image's bytes: from the cache, or read again, checked against the digest it was
+    registered under and cached, the least recently used re-readable images dropped once the
+    cache is over ``max_bytes``. So a run holds about ``max_bytes`` of re-readable images
+    whatever the size of its data (plus the images only its data holds).
+
+    Figures: ``total`` (bytes of all registered images), ``pinned`` (those kept),
+    ``reloads`` (images read again), ``peak`` (the most bytes held at once)."""
+
+    def __init__(self, max_bytes: int = Limits.max_held_bytes):
+        from collections import OrderedDict
+
+        self.max_bytes = max_bytes
+        self._reload: dict[str, Callable[[], Image] | None] = {}
+        self._pinned: dict[str, bytes] = {}
+        self._cache: "OrderedDict[str, bytes]" = OrderedDict()
+        self._held = 0
+        self.total = self.pinned = self.reloads = self.peak = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("an ImageStore stays in the driver; requests leave it as bytes (LazyImages) or references")
+
+    def register(self, image: Image, reload: Callable[[], Image] | None) -> ImageFacts:
+        """Record ``image`` (its bytes cached, or pinned without ``reload``); its facts."""
+        facts = ImageFacts.of(image)
+        if facts.sha256 in self._reload or facts.sha256 in self._pinned:
+            return facts
+        self.total += facts.bytes
+        if reload is None:
+            self._pinned[facts.sha256] = image.data
+            self.pinned += facts.bytes
+            self._reload[facts.sha256] = None
+        else:
+            self._reload[facts.sha256] = reload
+            self._keep(facts.sha256, image.data)
+        return facts
+
+    def __contains__(self, digest: object) -> bool:
+        return digest in self._reload
+
+    def get(self, digest: str) -> bytes:
+        """The bytes of image ``digest``.
+
+        Raises:
+            KeyError: not registered.
+            DataError: its file no longer reads to those bytes (changed or gone since the run
+                read it), one line."""
+        data = self._pinned.get(digest)
+        if data is not None:
+            return data
+        data = self._cache.get(digest)
+        if data is not None:
+            self._cache.move_to_end(digest)
+            return data
+        reload = self._reload[digest]
+        assert reload is not None
+        image = reload()
+        self.reloads += 1
+        if image.sha256 != digest:
+            raise DataError(f"image {digest[:12]}: its file changed since the run read it (now {image.sha256[:12]}); "
+                            "resume the run to ask again with the new image")  # fmt: skip
+        self._keep(digest, image.data)
+        return image.data
+
+    def _keep(self, digest: str, data: bytes) -> None:
+        self._cache[digest] = data
+        self._held += len(data)
+        while self._held > self.max_bytes and len(self._cache) > 1:
+            _, dropped = self._cache.popitem(last=False)
+            self._held -= len(dropped)
+        self.peak = max(self.peak, self._held + self.pinned)
+
+    def images(self, digests: Sequence[str]) -> "LazyImages":
+        """A request's ``images``: ``digests`` whose bytes this store gives when read."""
+        return LazyImages(self, tuple(dict.fromkeys(digests)))
+
+
+class LazyImages(Mapping[str, bytes]):
+    """A request's ``images`` (``{sha256: bytes}``) whose bytes come from an
+    :class:`ImageStore` when a value is read (when the request is sent, put into Ray's
+    object store, written into a batch line or stored in the run directory), so a built
+    request holds digests, not bytes. Pickled, it is a plain dict of its bytes."""
+
+    def __init__(self, store: ImageStore, digests: tuple[str, ...]):
+        self._store, self._digests = store, digests
+
+    def __getitem__(self, digest: str) -> bytes:
+        if digest not in self._digests:
+            raise KeyError(digest)
+        return self._store.get(digest)
+
+    def __iter__(self) -> Any:
+        return iter(self._digests)
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+    def __reduce__(self) -> Any:
+        return dict, (dict(self.items()),)
+
+    def loader(self, digest: str) -> Callable[[], bytes]:
+        """A call that gives ``digest``'s bytes when made (not now)."""
+        if digest not in self._digests:
+            raise KeyError(digest)
+        store = self._store
+        return lambda: store.get(digest)
+
+
+def image_loaders(images: Mapping[str, Any]) -> dict[str, Any]:
+    """``{digest: bytes or a call giving them}`` of a request's images, nothing read: what a
+    run keeps of every image to store it later (:func:`evalkit.engine.finalize.store_images`)."""
+    if isinstance(images, LazyImages):
+        return {d: images.loader(d) for d in images}
+    return dict(images)
+
+
 # ---- images to model workers by reference --------------------------------------------------
 class ImageRefs:
     """A run's images put once each into an object store (Ray's, ``put``: bytes → a reference
@@ -432,21 +608,37 @@ class ImageRefs:
     gets them back with :func:`resolve_images`. ``n_put``: the images put; ``bytes_put``:
     their bytes (each image counted once)."""
 
-    def __init__(self, put: Callable[[bytes], Any]):
-        self._put = put
-        self.refs: dict[str, Any] = {}
+    def __init__(self, put: Callable[[bytes], Any], max_bytes: int = Limits.max_held_bytes):
+        from collections import OrderedDict
+
+        self._put, self.max_bytes = put, max_bytes
+        self.refs: "OrderedDict[str, tuple[Any, int]]" = OrderedDict()
+        self._held = 0
         self.n_put = self.bytes_put = 0
 
-    def by_reference(self, images: dict[str, bytes]) -> dict[str, Any]:
-        """``images`` with each value its reference (its bytes put once, on first use)."""
+    def by_reference(self, images: Mapping[str, bytes]) -> dict[str, Any]:
+        """``images`` with each value its reference (its bytes put on first use, each image
+        read only then). The run keeps references to at most ``max_bytes`` of images, the
+        least recently used dropped past it (Ray frees an image once no call in flight holds
+        its reference; one needed again is put again, and counted again)."""
         out = {}
-        for digest, data in images.items():
-            ref = self.refs.get(digest)
-            if ref is None:
-                ref = self.refs[digest] = self._put(data)
+        for digest in images:
+            kept = self.refs.get(digest)
+            if kept is None:
+                data = images[digest]
+                kept = self.refs[digest] = (self._put(data), len(data))
                 self.n_put += 1
                 self.bytes_put += len(data)
-            out[digest] = ref
+                self._held += len(data)
+            else:
+                self.refs.move_to_end(digest)
+            out[digest] = kept[0]
+        while self._held > self.max_bytes and len(self.refs) > len(out):
+            digest, (_, size) = next(iter(self.refs.items()))
+            if digest in out:  # this call's own: kept (they are the most recent anyway)
+                break
+            del self.refs[digest]
+            self._held -= size
         return out
 
 

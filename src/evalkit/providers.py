@@ -173,16 +173,85 @@ def image_tokens(provider_model: str, width: int, height: int, detail: str = "hi
         return anthropic_image_tokens(width, height)
     if family == "gemini":
         return gemini_image_tokens(width, height)
-    return openai_image_tokens(width, height, detail, mini="gpt-4o-mini" in provider_model.lower())
+    rule = openai_image_rule(provider_model)
+    if rule[0] == "patches":
+        return openai_patch_tokens(width, height, rule[1])
+    return openai_image_tokens(width, height, detail, base=rule[1], tile=rule[2])
 
 
-def openai_image_tokens(width: int, height: int, detail: str = "high", mini: bool = False) -> int:
-    """OpenAI's rule for GPT-4o-class models (platform.openai.com, "Images and vision",
-    calculating costs): ``low`` detail costs the base alone; ``high`` scales the image to fit
-    2048×2048, then its shorter side to 768 (never up), and costs base + per-tile × the
-    512-px tiles it covers. Base 85 and 170 per tile; gpt-4o-mini 2833 and 5667. Documented
-    examples: 1024×1024 high 765, 2048×4096 high 1105, 4096×8192 low 85."""
-    base, tile = (2833, 5667) if mini else (85, 170)
+#: OpenAI's documented image rule per model (platform.openai.com, "Images and vision",
+#: calculating costs), matched on the model's name (after any ``provider/`` route) by prefix,
+#: the longest first: ``("patches", multiplier)`` — 32-px patches, at most 1536, times the
+#: model's multiplier — or ``("tiles", base, per tile)`` — 512-px tiles after scaling. A model
+#: not listed gets GPT-4o's tiles (85 / 170), the estimate of last resort.
+OPENAI_IMAGE_RULES: tuple[tuple[str, tuple[Any, ...]], ...] = (
+    ("gpt-4.1-mini", ("patches", 1.62)),
+    ("gpt-4.1-nano", ("patches", 2.46)),
+    ("gpt-5-mini", ("patches", 1.62)),
+    ("gpt-5-nano", ("patches", 2.46)),
+    ("o4-mini", ("patches", 1.72)),
+    ("gpt-4o-mini", ("tiles", 2833, 5667)),
+    ("computer-use-preview", ("tiles", 65, 129)),
+    ("gpt-5-chat-latest", ("tiles", 70, 140)),
+    ("gpt-5", ("tiles", 70, 140)),
+    ("gpt-4.5", ("tiles", 85, 170)),
+    ("gpt-4.1", ("tiles", 85, 170)),
+    ("gpt-4o", ("tiles", 85, 170)),
+    ("o1-pro", ("tiles", 75, 150)),
+    ("o1", ("tiles", 75, 150)),
+    ("o3", ("tiles", 75, 150)),
+)
+#: the rule of a model OpenAI documents none for: GPT-4o's
+OPENAI_DEFAULT_RULE: tuple[Any, ...] = ("tiles", 85, 170)
+
+
+def openai_image_rule(provider_model: str) -> tuple[Any, ...]:
+    """The :data:`OPENAI_IMAGE_RULES` entry of ``provider_model`` (``openai/gpt-4.1-mini-2025-04-14``
+    → ``("patches", 1.62)``): the first name that the model's name (after its last ``/``)
+    equals or begins with followed by ``-`` (a dated snapshot); :data:`OPENAI_DEFAULT_RULE`
+    else (``gpt-5.1``, not documented, included)."""
+    name = provider_model.lower().rsplit("/", 1)[-1]
+    for prefix, rule in OPENAI_IMAGE_RULES:
+        if name == prefix or name.startswith(prefix + "-"):
+            return rule
+    return OPENAI_DEFAULT_RULE
+
+
+#: OpenAI's patch rule: patches of 32 px, at most 1536 per image
+OPENAI_PATCH, OPENAI_MAX_PATCHES = 32, 1536
+
+
+def openai_patch_tokens(width: int, height: int, multiplier: float) -> int:
+    """OpenAI's patch rule (gpt-4.1-mini and -nano, gpt-5-mini and -nano, o4-mini;
+    platform.openai.com, "Images and vision", calculating costs): the 32×32-px patches that
+    cover the image; over 1536, the image is first scaled down (aspect kept) to the largest
+    size whose whole patches number at most 1536; the patches (at most 1536) times the
+    model's multiplier, rounded up (an estimate's upper side). ``detail`` does not apply.
+    Documented examples: 1024×1024 → 1024 patches; 1800×2400 → 1056×1408 → 1452 patches."""
+    import math
+
+    if width <= 0 or height <= 0:
+        return 0
+    w, h = float(width), float(height)
+    patches = math.ceil(w / OPENAI_PATCH) * math.ceil(h / OPENAI_PATCH)
+    if patches > OPENAI_MAX_PATCHES:
+        r = math.sqrt(OPENAI_PATCH * OPENAI_PATCH * OPENAI_MAX_PATCHES / (w * h))
+        r *= min(math.floor(w * r / OPENAI_PATCH) / (w * r / OPENAI_PATCH), math.floor(h * r / OPENAI_PATCH) / (h * r / OPENAI_PATCH))
+        # the scaled sides are whole patches on the side r was fitted to: a float's last bit never adds a patch
+        patches = math.ceil(w * r / OPENAI_PATCH - 1e-9) * math.ceil(h * r / OPENAI_PATCH - 1e-9)
+    return math.ceil(min(patches, OPENAI_MAX_PATCHES) * multiplier)
+
+
+def openai_image_tokens(width: int, height: int, detail: str = "high", mini: bool = False,
+                        base: int | None = None, tile: int | None = None) -> int:  # fmt: skip
+    """OpenAI's tile rule (platform.openai.com, "Images and vision", calculating costs):
+    ``low`` detail costs the base alone; ``high`` scales the image to fit 2048×2048, then its
+    shorter side to 768 (never up), and costs base + per-tile × the 512-px tiles it covers.
+    Base 85 and 170 per tile (GPT-4o, GPT-4.1, GPT-4.5), unless given (``base``, ``tile``:
+    :data:`OPENAI_IMAGE_RULES`); ``mini``: gpt-4o-mini's 2833 and 5667. Documented examples:
+    1024×1024 high 765, 2048×4096 high 1105, 4096×8192 low 85."""
+    if base is None or tile is None:
+        base, tile = (2833, 5667) if mini else (85, 170)
     if detail == "low" or width <= 0 or height <= 0:
         return base
     import math

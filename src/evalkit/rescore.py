@@ -16,7 +16,7 @@ no prompt and no selection) the answers are scored under the changed settings an
 as a run directory of their own, ``RUN_DIR/rescored/<value>/`` (:func:`write_rescored`:
 ``config.yaml`` with the setting changed, ``predictions.jsonl`` with the new verdicts and
 each row's ``scoring_rule``, ``failed.jsonl`` copied, ``summary.json`` with the new
-metrics, intervals and ``instrument``; a ``run.stop_when`` run's gate walked again over
+metrics, intervals, ``instrument`` and ``scoring_rules`` (rows per rule that decided); a ``run.stop_when`` run's gate walked again over
 the new scores, :func:`regate`), which ``compare`` reads like any run; no model is asked.
 Exit code 0 when written, 2 when it cannot be.
 
@@ -124,12 +124,14 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
                 epochs[epoch].append(row)
                 new_rows[(sid, epoch)] = row
                 continue
-            view, _ = scored_view(bench, trajectory)  # the run's reasoning rule, as it ran
+            view, rule = scored_view(bench, trajectory)  # the run's reasoning rule, as it ran
             scored = scorer.score_sync(by_id[sid], view)
             if scored.scores != row.get("scores"):
                 changed.append(sid if repeats == 1 else f"{sid}@{epoch}")
             row["scores"] = scored.scores
             _verdict_fields(row, scored)
+            if "reasoning_rule" in row:  # the rules that scored it now (benchmark.scoring may change it)
+                row["reasoning_rule"] = rule["reasoning_rule"]
             epochs[epoch].append(row)
             new_rows[(sid, epoch)] = row
     metrics = epoch_mean([bench.aggregate(selected, records) for records in epochs])
@@ -138,7 +140,24 @@ def rescore(run_dir: Path, data_dir: Path | None = None, overrides: dict[str, An
     return {"metrics": metrics, "recorded": recorded, "changed": changed, "unreadable": unreadable,
             "rows": new_rows, "bench": bench, "samples": selected, "epochs": epochs, "summary": recorded_summary,
             "has_summary": recorded_summary is not None, "extra": extra, "loaded": loaded,
-            "recorded_rows": {k: r for k, r in rows.items() if k[0] in own and k[1] < repeats}}  # fmt: skip
+            "recorded_rows": {k: r for k, r in rows.items() if k[0] in own and k[1] < repeats},
+            "scoring_rules": scoring_rule_counts(new_rows.values())}  # fmt: skip
+
+
+def scoring_rule_counts(rows: Any) -> dict[str, int]:
+    """``{scoring_rule: rows}`` over journal rows that carry one (a benchmark with several
+    scoring rules, such as ACEBench's ``benchmark.scoring``), most frequent first, then by
+    name: how many verdicts each rule decided (under ``evalscope``, every rule on which it
+    differs from the official scoring has its own name)."""
+    counts = Counter(r["scoring_rule"] for r in rows if isinstance(r.get("scoring_rule"), str))
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def rules_line(counts: dict[str, int]) -> str:
+    """One line naming each scoring rule with its count (``""`` when no row has one)."""
+    if not counts:
+        return ""
+    return "scoring rules: " + ", ".join(f"{name} {n:,}" for name, n in counts.items())
 
 
 def _run_file(run_dir: Path, name: str) -> None:
@@ -327,6 +346,7 @@ def write_rescored(run_dir: Path, result: dict[str, Any], overrides: dict[str, A
             status_counts=dict(Counter(r.get("status", "ok") for r in rows)), n_scored_rows=len(rows),
             scorer_limit_ids=[r["sample_id"] for r in rows if r.get("status") == "scorer_limit"],
             rescored_from=str(run_dir), rescored_with={f"benchmark.{k}": v for k, v in overrides.items()},
+            scoring_rules=result.get("scoring_rules") or scoring_rule_counts(rows),
         )  # fmt: skip
         if not recorded.complete:
             summary["partial_metrics"] = {f"partial_{k}": v for k, v in metrics.items()}
@@ -605,6 +625,8 @@ def main(argv: list[str] | None = None) -> int:
     print(tabulate(rows, headers=["metric", "recorded", "rescored", ""], tablefmt="github", floatfmt=".4f"))
     if result["changed"]:
         print(f"{counted(len(result['changed']), 'sample verdict')} changed: {printable(', '.join(result['changed'][:20]))}")
+    if rules_line(result.get("scoring_rules") or {}):
+        print(printable(rules_line(result["scoring_rules"]), 2000))
     if result["unreadable"]:
         print(f"{counted(len(result['unreadable']), 'sample')} not rescored (side file unreadable or not as recorded): "
               f"{printable(', '.join(result['unreadable'][:20]))}")  # fmt: skip

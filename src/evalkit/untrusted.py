@@ -420,19 +420,27 @@ def read_objects(path: object, error: type[EvalkitError] = DataError, *, root: o
 
 
 def iter_records(path: object, error: type[EvalkitError] = DataError, *, root: object = None,
-                 limit: int = MAX_JSONL_BYTES) -> Iterator[tuple[int, dict[str, Any]]]:
+                 limit: int = MAX_JSONL_BYTES, torn_last: list[int] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """:func:`read_objects` a row at a time: ``(line number, object)`` for every non-blank
     line of ``path``, by the same rules, one row in memory at once (whatever the file's size:
     its caller keeps what it needs of each row). The file is opened at the first row.
+
+    ``torn_last``: a list that receives the number of a torn last line — the file's last
+    line, without a newline, that is not JSON or not UTF-8: what a writer killed mid-row
+    leaves — which is then skipped instead of refused (a damaged line anywhere else is
+    still refused).
 
     Raises:
         ``error`` (default DataError): as :func:`read_objects` (naming file and line; at the
             row where it is met, after the rows before it were yielded).
     """
-    for lineno, line in iter_lines(path, error, root=root, limit=limit):
+    for lineno, line in iter_lines(path, error, root=root, limit=limit, torn_last=torn_last):
         try:
             obj = loads_bounded(line)
         except json.JSONDecodeError as exc:
+            if torn_last is not None and not line.endswith("\n"):  # the last line, cut short
+                torn_last.append(lineno)
+                return
             raise error(f"{path}:{lineno}: not JSON ({exc.msg})") from None
         except ValueError as exc:
             raise error(f"{path}:{lineno}: {exc}") from None
@@ -442,10 +450,12 @@ def iter_records(path: object, error: type[EvalkitError] = DataError, *, root: o
 
 
 def iter_lines(path: object, error: type[EvalkitError] = DataError, *, root: object = None,
-               limit: int = MAX_JSONL_BYTES) -> Iterator[tuple[int, str]]:
+               limit: int = MAX_JSONL_BYTES, torn_last: list[int] | None = None) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` of ``path`` (:func:`open_file`'s rules, at most ``limit``
     bytes in all), read a line at a time, split on ``\n`` only, blank lines skipped, each
-    line decoded as UTF-8 and at most :data:`MAX_LINE_BYTES` long.
+    line decoded as UTF-8 and at most :data:`MAX_LINE_BYTES` long. ``torn_last``: as
+    :func:`iter_records` (a last line without a newline that is not UTF-8 is skipped, its
+    number appended).
 
     Raises:
         error: as :func:`open_file`, a line too long or not UTF-8 (naming file and line).
@@ -466,6 +476,9 @@ def iter_lines(path: object, error: type[EvalkitError] = DataError, *, root: obj
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
+                if torn_last is not None and not raw.endswith(b"\n"):  # the last line, cut inside a character
+                    torn_last.append(lineno)
+                    return
                 raise error(f"{path}:{lineno}: not UTF-8 text ({exc.reason} at byte {offset + exc.start})") from None
             offset += len(raw)
             if text.strip():

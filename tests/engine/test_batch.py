@@ -63,6 +63,23 @@ def test_a_line_over_the_byte_limit_is_one_line_error() -> None:
         input_files(_lines([2000]), max_requests=10, max_bytes=1024)
 
 
+def test_a_line_over_the_byte_limit_names_its_sample() -> None:
+    """The planner is told who each request hash is (issue 49: the message named the hash
+    only): the refusal names the sample, its epoch and its images."""
+    from evalkit.engine.batch import _sample_words
+    from evalkit.engine.work import WorkItem
+    from evalkit.types import Request, Sample
+
+    unit = WorkItem(Sample(id="photos/IMG_0042", subset="all", data={}),
+                    Request("photos/IMG_0042", "all", messages=[], images={"a" * 64: b"x", "b" * 64: b"y"}, epoch=1))  # fmt: skip
+    assert _sample_words(unit) == "sample 'photos/IMG_0042', epoch 1, with 2 images"
+    with pytest.raises(ConfigError) as info:
+        input_files(_lines([100, 2000]), max_requests=10, max_bytes=1024, who=lambda h: _sample_words(unit) if h.endswith("1") else "?")
+    text = str(info.value)
+    assert text.startswith("run.batch_max_bytes: sample 'photos/IMG_0042', epoch 1, with 2 images (request 000000000000) alone is 2000 bytes")
+    assert "\n" not in text and "prompt.image_max_side" in text
+
+
 def test_the_configured_limits_never_pass_the_provider_s_documented_ones() -> None:
     assert batch_limits("openai", 10**6, 10**12) == (50_000, 200_000_000)
     assert batch_limits("anthropic", 10**6, 10**12) == (100_000, 256_000_000)

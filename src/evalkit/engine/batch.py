@@ -63,7 +63,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Iterable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
 
 from evalkit import secrets
 from evalkit.config import RunSettings
@@ -71,7 +71,7 @@ from evalkit.engine.cache import cache_get, open_cache
 from evalkit.engine.protocol import Drained, ExecutorBase
 from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
-from evalkit.errors import ConfigError, EvalkitError, RunDirError, first_line, resume_arg
+from evalkit.errors import ConfigError, EvalkitError, RunDirError, first_line, printable, resume_arg
 from evalkit.models.litellm_batch import (BATCH_CANCELLED, BATCH_EXPIRED, BATCH_FAILED, BatchAnswers, BatchClient, as_plain,
                                           batch_refusal, read_batch_files)
 from evalkit.providers import Price, batch_price, estimate_prompt_tokens
@@ -211,23 +211,30 @@ class InputFile:
     sha256: str
 
 
-def input_files(lines: Iterable[tuple[str, bytes]], max_requests: int, max_bytes: int) -> list[InputFile]:
+def input_files(lines: Iterable[tuple[str, bytes]], max_requests: int, max_bytes: int,
+                who: Callable[[str], str] | None = None) -> list[InputFile]:  # fmt: skip
     """``(request hash, line)`` pairs, in order, cut into input files of at most
     ``max_requests`` lines and ``max_bytes`` bytes each (a file ends before the line that
     would pass either). Each line is read once and let go, only its size and its file's
     running digest kept: a batch whose lines carry images (base64, in each line) is planned
     one line at a time, and each file is built again, alone, when it is uploaded.
 
+    ``who``: the words naming a request hash's sample in a refusal (``sample 'en/x',
+    epoch 0``); the hash alone without it.
+
     Raises:
         ConfigError: one line alone is over ``max_bytes`` (a request whose images pass the
-            provider's file limit cannot be batched).
+            provider's file limit cannot be batched), naming its sample.
     """
     files: list[InputFile] = []
     digest = hashlib.sha256()
     for h, line in lines:
         if len(line) > max_bytes:
-            raise ConfigError(f"run.batch_max_bytes: request {h[:12]} alone is {len(line)} bytes, over the "
-                              f"{max_bytes} bytes an input file may hold (run.batch_max_bytes, the provider's limit)")  # fmt: skip
+            named = f"{who(h)} (request {h[:12]})" if who is not None else f"request {h[:12]}"
+            raise ConfigError(f"run.batch_max_bytes: {named} alone is {len(line)} bytes as a batch line, over the "
+                              f"{max_bytes} bytes an input file may hold (run.batch_max_bytes, the provider's limit); "
+                              "its images are sent inline, base64: shrink them (prompt.image_max_side) or run it "
+                              "without run.batch")  # fmt: skip
         if not files or len(files[-1].request_hashes) >= max_requests or files[-1].bytes + len(line) > max_bytes:
             if files:
                 files[-1].sha256 = digest.hexdigest()
@@ -239,6 +246,14 @@ def input_files(lines: Iterable[tuple[str, bytes]], max_requests: int, max_bytes
     if files:
         files[-1].sha256 = digest.hexdigest()
     return files
+
+
+def _sample_words(unit: WorkItem) -> str:
+    """``sample 'en/x'`` (``, epoch 2`` after a first epoch; ``, and its N images`` with
+    images): a work item as a console line names it."""
+    images = len(unit.request.images or {})
+    return (f"sample {printable(repr(unit.sample.id), 120)}" + (f", epoch {unit.request.epoch}" if unit.request.epoch else "")
+            + (f", with {images} image{'s' if images != 1 else ''}" if images else ""))  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------
@@ -533,7 +548,8 @@ class BatchExecutor(ExecutorBase):
             distinct.setdefault(self._hash(unit), unit)
         run = self.run
         max_requests, max_bytes = batch_limits(self.client.provider, run.batch_max_requests, run.batch_max_bytes)
-        files = input_files(((h, self.client.line(h, u.request)) for h, u in distinct.items()), max_requests, max_bytes)
+        files = input_files(((h, self.client.line(h, u.request)) for h, u in distinct.items()), max_requests, max_bytes,
+                            who=lambda h: _sample_words(distinct[h]))  # fmt: skip
         if len(files) > 1:
             status.info("batch input split into %d files (at most %d requests and %d bytes each)", len(files), max_requests, max_bytes)
         price = self.plan.prices.get("agent")

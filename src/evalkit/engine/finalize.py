@@ -38,17 +38,19 @@ log = logging.getLogger("evalkit")
 status = logging.getLogger("evalkit.status")  # what the run is doing now, on the console (__main__)
 
 
-def store_images(run_dir: Path, images: dict[str, bytes]) -> int:
+def store_images(run_dir: Path, images: dict[str, Any]) -> int:
     """Write each image of the run once into ``<run_dir>/images/<sha256>.<ext>`` (an existing
     file of that name is kept; a link planted there is refused by
     :func:`evalkit.jsonl.write_unit_file`); traces, ``report.md`` and readers of the run find
-    them there by digest. Returns the number written."""
+    them there by digest. ``images``: ``{sha256: bytes, or a call giving them}`` (read one at
+    a time, each only when its file is not there yet). Returns the number written."""
     written = 0
+    folder = Path(run_dir) / "images"
     for digest, data in images.items():
-        name = f"{digest}.{EXTENSIONS.get(media_type_of(data), 'bin')}"
-        if (Path(run_dir) / "images" / name).is_file():
+        if any((folder / f"{digest}.{ext}").is_file() for ext in EXTENSIONS.values()):
             continue
-        write_unit_file(Path(run_dir), "images", name, data)
+        data = data() if callable(data) else data
+        write_unit_file(Path(run_dir), "images", f"{digest}.{EXTENSIONS.get(media_type_of(data), 'bin')}", data)
         written += 1
     return written
 
@@ -107,6 +109,9 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None,
     summary.update(_spend(plan, state, records, failures))
     if engine is not None:
         summary["engine"] = engine
+    if plan.images and plan.specs.models.networked and not plan.specs.execution.batch:
+        # images go to Ray's model workers by reference: a count even when nothing was sent (a resume)
+        summary.setdefault("engine", {}).setdefault("images_by_reference", {"put": 0, "bytes": 0})
     summary = sequential.annotate(plan, summary, state.run_dir)  # run.stop_when: the gate's record, status decided
     return secrets.scrub_obj(summary), records
 

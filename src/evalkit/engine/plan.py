@@ -23,6 +23,7 @@ from evalkit.config import RunSettings
 from evalkit.engine.sequential import GateSetup
 from evalkit.engine.work import WorkList
 from evalkit.errors import ConfigError, DataError
+from evalkit.images import image_loaders
 from evalkit.journal import MAX_SAMPLE_ID_CHARS
 from evalkit.models.factory import Endpoints, ModelPlan, plan_models
 from evalkit.providers import Price, model_price
@@ -58,9 +59,10 @@ class RunPlan:
     with_user: bool = False
     #: ``run.stop_when``'s gate (:class:`evalkit.engine.sequential.GateSetup`), else ``None``
     gate: Any = None
-    #: ``{sha256: bytes}`` of every image the selected samples' requests carry (stored once
-    #: per run in ``images/`` by :func:`evalkit.engine.finalize.store_images`)
-    images: dict[str, bytes] = field(default_factory=dict)
+    #: ``{sha256: bytes, or a call giving them}`` of every image the selected samples'
+    #: requests carry (stored once per run in ``images/`` by
+    #: :func:`evalkit.engine.finalize.store_images`, one at a time)
+    images: dict[str, Any] = field(default_factory=dict)
 
     def request_hashes(self) -> dict[tuple[str, int], str]:
         """``{(sample id, epoch): request hash}``: what identifies each result (resume)."""
@@ -118,24 +120,26 @@ def prepare(specs: RunSpecs, priced: bool = True, endpoints: Endpoints | None = 
         log.warning("run.repeats=%d at temperature 0: the repeats measure only the provider's nondeterminism", run.repeats)
     with_user = models.user is not None and bool(rollouts)
     planned = plan_models(models, bench, samples, with_user=with_user, endpoints=endpoints)
-    images: dict[str, bytes] = {}
+    images: dict[str, Any] = {}
     hashes, prompts_sha256 = identify(samples, build, run.repeats, planned.model_id, images)
     prices = run_prices(models, with_user, max_cost_usd=run.max_cost_usd) if priced else {}
     return RunPlan(specs, bench, samples, units, planned, hashes, prompts_sha256, prices, with_user, gate, images)
 
 
 def identify(samples: list[Sample], build: Callable[[Sample], Request], repeats: int,
-             model_id: str, images: dict[str, bytes] | None = None) -> tuple[dict[tuple[str, int], str], str]:  # fmt: skip
+             model_id: str, images: dict[str, Any] | None = None) -> tuple[dict[tuple[str, int], str], str]:  # fmt: skip
     """Each sample's request built once (a sample the benchmark cannot build fails here,
     before anything is written) and dropped: ``({(sample id, epoch): request hash}`` epoch by
     epoch in selection order, ``SHA-256 over each sample's id and prompt hash)``; the
-    requests' images are added to ``images`` (``{sha256: bytes}``) when given."""
+    requests' images are added to ``images`` when given: ``{sha256: bytes}``, or a call that
+    gives them for an image held in a bounded store (:func:`evalkit.images.image_loaders`:
+    nothing is read here)."""
     per_sample: list[list[str]] = []
     prompts = hashlib.sha256()
     for sample in samples:
         request = build(sample)
         if images is not None:
-            images.update(request.images)
+            images.update(image_loaders(request.images))
         prompts.update(f"{sample.id}\0{request.prompt_hash()}\n".encode("utf-8", errors="surrogatepass"))
         per_sample.append([])
         for epoch in range(repeats):

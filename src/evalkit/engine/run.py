@@ -45,6 +45,7 @@ from evalkit.engine.scheduling import run_units
 from evalkit.engine import sequential
 from evalkit.engine.scoring import Scorer
 from evalkit.engine.session import Session
+from evalkit.images import ImageRefs
 from evalkit.models.factory import Endpoints, network_endpoints, serverless_agents
 from evalkit.journal import read_journal
 from evalkit.jsonl import JsonlAppender
@@ -236,6 +237,9 @@ def execute(plan: RunPlan, state: RunState, phases: Phases, early: Executor | No
     with ExitStack() as stack:
         scorer = stack.enter_context(Scorer(plan.bench, budget_s=plan.bench.settings.score_budget_s))
         executor = early or _open_executor(plan, state, stack, pending, shared)
+        store = getattr(plan.bench, "image_store", None)  # a task's images: Ray's store holds as much as the driver
+        if store is not None and isinstance(getattr(executor, "images", None), ImageRefs):
+            executor.images.max_bytes = store.max_bytes
         budget = Budget.of_run(plan.specs.run, plan.prices, state.run_dir)
         if budget.limited:
             executor.set_budget(budget)

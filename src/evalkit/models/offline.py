@@ -6,6 +6,7 @@ they go through exactly the same engine path (journal, scoring, resume) as a rea
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -60,9 +61,16 @@ class ReferenceJudge:
         return Completion(text=text, finish_reason="stop", attempts=1)
 
 
-def load_replay_file(path: Path, continuation: bool = False) -> dict[str, str]:
+#: the largest ``epoch`` a replay file's row may name (a run has at most this many repeats)
+MAX_REPLAY_EPOCH = 10_000
+
+
+def load_replay_file(path: Path, continuation: bool = False) -> dict[str, str] | dict[tuple[str, int], str]:
     """Read a replay file: JSONL of ``{"sample_id": str, "output": str}`` (an integer
-    ``sample_id`` is its decimal text, as SOBHard's data and ``run.sample_ids`` have it).
+    ``sample_id`` is its decimal text, as SOBHard's data and ``run.sample_ids`` have it),
+    keyed by sample id. A row may name its repeat, ``"epoch"`` (a JSON integer from 0 to
+    :data:`MAX_REPLAY_EPOCH`, as an import of a run with repeats writes it): the table is
+    then keyed by ``(sample id, epoch)``, a row without one being epoch 0.
 
     ``continuation`` (``model.api=completion``): each answer is the model's continuation of a
     completion-mode prompt, which the engine puts after the benchmark's answer prefix as a
@@ -71,14 +79,16 @@ def load_replay_file(path: Path, continuation: bool = False) -> dict[str, str]:
     ``output``), else its ``output`` — so the prefix is never added twice.
 
     Raises:
-        DataError: a line that is not such an object (names file and line) or a sample id
-            given twice with different outputs (the id printed escaped).
+        DataError: a line that is not such an object, an ``epoch`` that is not such an
+            integer (names file and line) or a sample id (and epoch) given twice with
+            different outputs (the id printed escaped).
 
     A capped ``predictions.jsonl`` row whose side file is missing or not what the row
     recorded (size, sha256) is left out with one warning: its sample then fails as
     ``missing_output``, never replays the row's first characters.
     """
-    outputs: dict[str, str] = {}
+    outputs: dict[tuple[str, int], str] = {}
+    by_epoch = False
     for lineno, row in read_objects(path):
         try:
             row = with_side_file(row, Path(path).parent)  # a predictions.jsonl row capped by evalkit
@@ -91,10 +101,18 @@ def load_replay_file(path: Path, continuation: bool = False) -> dict[str, str]:
         if not isinstance(sid, str) or not isinstance(row.get("output"), str):
             raise DataError(f"{path}:{lineno}: expected an object with fields sample_id (text or integer) and output (text)")
         text = row["raw_output"] if continuation and isinstance(row.get("raw_output"), str) else row["output"]
-        if sid in outputs and outputs[sid] != text:
-            raise DataError(f"{path}:{lineno}: sample {printable(sid, 200)} appears twice with different outputs")
-        outputs[sid] = text
-    return outputs
+        epoch = row.get("epoch", 0)
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch <= MAX_REPLAY_EPOCH:
+            raise DataError(f"{path}:{lineno}: epoch is {printable(json.dumps(epoch), 40)}, not a JSON integer from 0 "
+                            f"to {MAX_REPLAY_EPOCH:,} (the repeat the row answers)")  # fmt: skip
+        by_epoch = by_epoch or "epoch" in row
+        if (sid, epoch) in outputs and outputs[(sid, epoch)] != text:
+            raise DataError(f"{path}:{lineno}: sample {printable(sid, 200)}" + (f" epoch {epoch}" if "epoch" in row else "")
+                            + " appears twice with different outputs")  # fmt: skip
+        outputs[(sid, epoch)] = text
+    if by_epoch:
+        return outputs
+    return {sid: text for (sid, _), text in outputs.items()}
 
 
 def load_run_outputs(run_dir: Path, continuation: bool = False) -> dict[tuple[str, int], str]:

@@ -19,7 +19,13 @@ from evalkit.benchmarks.acebench.categories import (
     MULTI_TURN_CATEGORIES,
     family,
 )
-from evalkit.benchmarks.acebench.checker import RULE_OFFICIAL, check_special, score_normal, score_normal_evalscope
+from evalkit.benchmarks.acebench.checker import (
+    RULE_OFFICIAL,
+    check_special,
+    check_special_evalscope,
+    score_normal,
+    score_normal_evalscope,
+)
 from evalkit.benchmarks.acebench.data import category_files, language_fingerprint, load_category, resolve_layout
 from evalkit.benchmarks.acebench.download import ensure_downloaded
 from evalkit.benchmarks.acebench.jsonsafe import json_safe
@@ -46,7 +52,18 @@ class AceBench(Benchmark):
     name = "acebench"
     settings_model = AceBenchSettings
     headline_metric = "overall"
-    reasoning_rule = "acebench: the text after the first </think> (spec §9.6)"
+    #: the reasoning rule of each ``benchmark.scoring`` (``reasoning_rule`` of the run's rows)
+    reasoning_rules = {
+        "official": "acebench: the text after the first </think> (spec §9.6)",
+        "evalscope": "acebench, EvalScope's rule: the first <think>…</think> block cut out wherever it stands; "
+                     "a bare </think> stays",
+    }  # fmt: skip
+
+    @property
+    def reasoning_rule(self) -> str:  # type: ignore[override]
+        """The rule of this run's ``benchmark.scoring`` (:attr:`reasoning_rules`)."""
+        return self.reasoning_rules.get(self.settings.scoring, self.reasoning_rules["official"])
+
     all_subsets = ALL_CATEGORIES
     default_subsets = DEFAULT_CATEGORIES
     supported_shots = (0,)
@@ -171,10 +188,13 @@ class AceBench(Benchmark):
         if family(sample.subset) == "agent":
             return SampleScore(scores={"accuracy": 0.0, "process_acc": 0.0}, detail="agent samples are scored from their trajectory")
         ground_truth = sample.data["answer"]["ground_truth"]
-        if family(sample.subset) == "special":  # EvalScope scores special categories as upstream does
-            verdict = check_special(sample.subset, output, ground_truth)
+        if family(sample.subset) == "special":  # EvalScope tests as upstream does, after its own reasoning cut
+            if self.settings.scoring == "evalscope":
+                verdict, rule = check_special_evalscope(sample.subset, output, ground_truth)
+            else:
+                verdict, rule = check_special(sample.subset, output, ground_truth), RULE_OFFICIAL
             return SampleScore(scores={"accuracy": float(verdict.passed)}, parsed=None, detail=verdict.detail,
-                               scoring_rule=RULE_OFFICIAL)  # fmt: skip
+                               scoring_rule=rule)  # fmt: skip
         if self.settings.scoring == "evalscope":
             verdict, calls, rule = score_normal_evalscope(sample.data["prompt"]["function"], output, ground_truth, sample.subset)
         else:

@@ -47,9 +47,13 @@ LANGUAGES: tuple[str, ...] = ("en", "zh")
 
 
 #: names ``benchmark.subsets`` may give instead of categories (case-insensitive): the three
-#: families (``normal``, ``special``, ``agent``, as EvalScope's ``subset_list`` takes them)
-#: and the report groups of :data:`GROUPS` (``ATOM``, ``SINGLE_TURN``, ``MULTI_TURN``, ...)
-SUBSET_FAMILIES: dict[str, tuple[str, ...]] = {name.lower(): members for name, members in GROUPS.items()}
+#: families (``normal``, ``special``, ``agent``, as EvalScope's ``subset_list`` takes them),
+#: the report groups of :data:`GROUPS` (``ATOM``, ``SINGLE_TURN``, ``MULTI_TURN``, ...) and
+#: ``test_all`` (every category, as EvalScope and upstream's ``--category test_all`` take it)
+SUBSET_FAMILIES: dict[str, tuple[str, ...]] = {
+    **{name.lower(): members for name, members in GROUPS.items()},
+    "test_all": ALL_CATEGORIES,
+}
 
 
 def expand_subsets(names: list[str]) -> tuple[list[str], dict[str, list[str]]]:

@@ -100,21 +100,29 @@ def score_normal(functions: list[dict[str, Any]], output: str, ground_truth: Any
     return _decode_and_check(functions, strip_think(output), ground_truth, keep_whitespace=False)
 
 
-def _decode_and_check(functions: list[dict[str, Any]], text: str, ground_truth: Any, keep_whitespace: bool) -> tuple[Verdict, Any]:
+def _decode_and_check(functions: list[dict[str, Any]], text: str, ground_truth: Any, keep_whitespace: bool,
+                      drop_splat: bool = False, source_values: bool = False) -> tuple[Verdict, Any]:  # fmt: skip
     try:
-        calls = decode_calls(text, keep_whitespace=keep_whitespace)
+        calls = decode_calls(text, keep_whitespace=keep_whitespace, drop_splat=drop_splat, source_values=source_values)
     except DecodeError as exc:
         return _fail(f"wrong_output_format: {exc}"), None
     return check_normal(functions, calls, ground_truth), calls
 
 
 # ---- EvalScope's rules (benchmark.scoring=evalscope) ------------------------------------------
+#
+# Where the two scorings differ, the ``scoring_rule`` of a row names the EvalScope rule that
+# decided its verdict; ``rescore`` counts them. Every name is in :data:`EVALSCOPE_RULES`.
 
 #: ``scoring_rule`` of a verdict given by the official rules (scoring=official, and under
-#: scoring=evalscope every category EvalScope scores as upstream does)
+#: scoring=evalscope a multi-turn or special answer both rules give the same verdict)
 RULE_OFFICIAL = "official"
 #: scoring=evalscope, and the official rules give the same verdict
 RULE_EVALSCOPE_SAME = "evalscope:same_as_official"
+#: scoring=evalscope decided by EvalScope's reasoning rule: it cuts the first
+#: ``<think>…</think>`` block wherever it stands and leaves a bare ``</think>`` (no opening
+#: tag) in place, where the official scorer keeps the text after the first ``</think>``
+RULE_EVALSCOPE_THINK = "evalscope:think_block"
 #: scoring=evalscope decided by scoring the first ``[...]`` block of an answer that is not
 #: only that block (text, a code fence or more calls around it, or no block at all); the
 #: official verdict differs
@@ -122,6 +130,71 @@ RULE_EVALSCOPE_BLOCK = "evalscope:first_block"
 #: scoring=evalscope decided by keeping the whitespace the official scorer deletes; the
 #: official verdict differs
 RULE_EVALSCOPE_WHITESPACE = "evalscope:whitespace_kept"
+#: scoring=evalscope decided by ignoring a ``**mapping`` argument of a call, which the
+#: official scorer reads as a parameter named ``None``
+RULE_EVALSCOPE_KWARGS = "evalscope:kwargs_ignored"
+#: scoring=evalscope decided by EvalScope's value resolution, which evaluates no arithmetic
+#: (:func:`evalkit.benchmarks.acebench.decoder.source_value`: ``N-1+1`` is its source text,
+#: ``--N`` is N, ``+N`` is N) and takes a list or a tuple of calls only, where the official
+#: scorer computes literal arithmetic (and negates the constant of any unary operator)
+RULE_EVALSCOPE_ARITHMETIC = "evalscope:no_arithmetic"
+#: every ``scoring_rule`` a row scored under benchmark.scoring=evalscope can carry, in the
+#: order the rules are applied when one is named (:func:`score_normal_evalscope`)
+EVALSCOPE_RULES = (RULE_EVALSCOPE_SAME, RULE_OFFICIAL, RULE_EVALSCOPE_THINK, RULE_EVALSCOPE_BLOCK,
+                   RULE_EVALSCOPE_WHITESPACE, RULE_EVALSCOPE_KWARGS, RULE_EVALSCOPE_ARITHMETIC)  # fmt: skip
+
+_THINK_OPEN = "<think"
+_THINK_CLOSE = "</think>"
+
+
+def evalscope_think_cut(output: str) -> str:
+    """The answer as EvalScope scores it: the first ``<think>…</think>`` block removed,
+    wherever it stands, and the rest stripped of surrounding white space; unchanged when no
+    opening tag is followed by a closing one (a bare ``</think>`` stays in place).
+
+    The opening tag is ``<think`` with an optional ``signature="…"`` then an optional
+    ``redacted="true"`` attribute (each after white space), optional white space and ``>``;
+    the block ends at the first ``</think>`` after it (so a nested block leaves its outer
+    tail). Linear in the answer's length."""
+    at = 0
+    quote_cache: tuple[int, int] = (len(output) + 1, -1)  # (searched from, first '"' found), for one scan
+
+    def next_quote(i: int) -> int:
+        nonlocal quote_cache
+        start, found = quote_cache
+        if not (start <= i and (found == -1 or i <= found)):
+            quote_cache = (i, output.find('"', i))
+        return quote_cache[1]
+
+    while (i := output.find(_THINK_OPEN, at)) >= 0:
+        end = _opening_tag_end(output, i + len(_THINK_OPEN), next_quote)
+        if end is not None:
+            close = output.find(_THINK_CLOSE, end)
+            if close < 0:  # no closing tag after the first opening one: none after a later one either
+                return output
+            return (output[:i] + output[close + len(_THINK_CLOSE):]).strip()
+        at = i + 1
+    return output
+
+
+def _opening_tag_end(text: str, j: int, next_quote: Any) -> int | None:
+    """Index just past an opening think tag whose name ends at ``j``, or ``None``."""
+
+    def spaces(k: int) -> int:
+        while k < len(text) and text[k].isspace():
+            k += 1
+        return k
+
+    k = spaces(j)
+    if k > j and text.startswith('signature="', k):
+        q = next_quote(k + len('signature="'))
+        if q >= 0:
+            j = q + 1
+    k = spaces(j)
+    if k > j and text.startswith('redacted="true"', k):
+        j = k + len('redacted="true"')
+    k = spaces(j)
+    return k + 1 if text.startswith(">", k) else None
 
 
 def first_bracket_block(text: str) -> str | None:
@@ -146,38 +219,57 @@ def score_normal_evalscope(functions: list[dict[str, Any]], output: str, ground_
                            category: str) -> tuple[Verdict, Any, str]:  # fmt: skip
     """``(verdict, decoded calls or None, scoring_rule)`` by EvalScope 1.14.1's ACEBench rules.
 
-    Source: EvalScope's ACEBench adapter (documented output contract, and the differential
-    study of issue 36 on 22,462 outputs: it passes 1,478 the official scorer fails, never the
-    other way). Two rules differ from the official scorer, and only outside the
-    ``normal_multi_turn_*`` categories (which EvalScope scores as upstream does):
+    Source: EvalScope's ACEBench adapter (its parser and the message model that cuts
+    reasoning out of an answer), and the differential study of issue 36 on 22,462 outputs.
+    The rules that differ from the official scorer, applied in this order:
 
-    1. the first ``[...]`` block anywhere in the answer is decoded (:func:`first_bracket_block`),
-       so prose or a code fence around the call list still passes; no block is
-       ``wrong_output_format``;
-    2. whitespace is not deleted before decoding, so strings keep their spaces
-       (``{'first name': ...}`` keeps its key; ``[['New York']]`` matches ``'New York'``).
+    1. reasoning (:func:`evalscope_think_cut`): the first ``<think>…</think>`` block is cut
+       out wherever it stands, a bare ``</think>`` stays; the official scorer keeps the
+       text after the first ``</think>``;
+    2. outside the ``normal_multi_turn_*`` categories, the first ``[...]`` block anywhere in
+       the answer is decoded (:func:`first_bracket_block`; none is ``wrong_output_format``)
+       and its whitespace kept (``{'first name': ...}`` keeps its key; ``[['New York']]``
+       matches ``'New York'``); multi-turn answers are read whole, whitespace deleted, as
+       upstream reads them;
+    3. a ``**mapping`` argument of a call is ignored;
+    4. values are resolved without arithmetic
+       (:func:`evalkit.benchmarks.acebench.decoder.source_value`), and a set of calls is
+       not a call list.
 
     Comparison after decoding is the official :func:`check_normal`. ``scoring_rule`` says
-    what decided: :data:`RULE_OFFICIAL` (multi-turn), :data:`RULE_EVALSCOPE_SAME` when the
-    official rules agree, else :data:`RULE_EVALSCOPE_BLOCK` when the answer is more than its
-    first block (text around it: the official scorer reads the whole answer) or
-    :data:`RULE_EVALSCOPE_WHITESPACE` when the answer is the block and keeping its
-    whitespace changed the verdict.
+    what decided: :data:`RULE_EVALSCOPE_SAME` when the official rules give the same verdict
+    (:data:`RULE_OFFICIAL` in a multi-turn category), else the rule whose step last changed
+    the verdict on the way from the official rules to EvalScope's, one step at a time: :data:`RULE_EVALSCOPE_THINK`,
+    step 2's :data:`RULE_EVALSCOPE_BLOCK` (the answer is more than its first block: text
+    around it, which the official scorer reads) or :data:`RULE_EVALSCOPE_WHITESPACE` (the
+    answer is the block), :data:`RULE_EVALSCOPE_KWARGS`, :data:`RULE_EVALSCOPE_ARITHMETIC`.
     """
-    text = strip_think(output)
-    official, official_calls = _decode_and_check(functions, text, ground_truth, keep_whitespace=False)
-    if category.startswith("normal_multi_turn_"):
-        return official, official_calls, RULE_OFFICIAL
-    block = first_bracket_block(text)
-    if block is None:
-        verdict, calls = _fail("wrong_output_format: no [...] block in the answer (EvalScope rules)"), None
-    else:
-        verdict, calls = _decode_and_check(functions, block, ground_truth, keep_whitespace=True)
+    multi_turn = category.startswith("normal_multi_turn_")
+    official_text, text = strip_think(output), evalscope_think_cut(output)
+    official, official_calls = _decode_and_check(functions, official_text, ground_truth, keep_whitespace=False)
+
+    def step(think_text: str, block_rule: bool, splat: bool, values: bool) -> tuple[Verdict, Any]:
+        if multi_turn or not block_rule:
+            return _decode_and_check(functions, think_text, ground_truth, False, splat, values)
+        block = first_bracket_block(think_text)
+        if block is None:
+            return _fail("wrong_output_format: no [...] block in the answer (EvalScope rules)"), None
+        return _decode_and_check(functions, block, ground_truth, True, splat, values)
+
+    verdict, calls = step(text, True, True, True)
     if verdict.passed == official.passed:
-        return verdict, calls, RULE_EVALSCOPE_SAME
-    # the answer is more than its block: the official scorer's verdict is on the whole text
-    surrounded = block is None or block != text.strip()
-    return verdict, calls, RULE_EVALSCOPE_BLOCK if surrounded else RULE_EVALSCOPE_WHITESPACE
+        return verdict, calls, RULE_OFFICIAL if multi_turn else RULE_EVALSCOPE_SAME
+    block = None if multi_turn else first_bracket_block(text)
+    block_name = RULE_EVALSCOPE_BLOCK if block is None or block != text.strip() else RULE_EVALSCOPE_WHITESPACE
+    chain: list[tuple[str, tuple[str, bool, bool, bool]]] = [(RULE_EVALSCOPE_THINK, (text, False, False, False))]
+    if not multi_turn:
+        chain.append((block_name, (text, True, False, False)))
+    chain.append((RULE_EVALSCOPE_KWARGS, (text, True, True, False)))
+    passed, rule = official.passed, RULE_EVALSCOPE_ARITHMETIC
+    for name, now in [(name, step(*args)[0].passed) for name, args in chain] + [(RULE_EVALSCOPE_ARITHMETIC, verdict.passed)]:
+        if now != passed:  # this step changed the verdict; the last such step decided it
+            passed, rule = now, name
+    return verdict, calls, rule
 
 
 def check_normal(functions: list[dict[str, Any]], calls: list[dict[Any, Any]], ground_truth: Any) -> Verdict:
@@ -369,8 +461,22 @@ def _check_object(func_name: str, param: str, value: Any, gold: Any) -> Verdict:
 
 
 def check_special(category: str, output: str, ground_truth: Any) -> Verdict:
-    """Spec §4.3: case-sensitive substring tests on the raw text (English phrases for zh too)."""
-    text = strip_think(output)
+    """Spec §4.3: case-sensitive substring tests on the raw text (English phrases for zh too),
+    after the first ``</think>`` when there is one."""
+    return _check_special_text(category, strip_think(output), ground_truth)
+
+
+def check_special_evalscope(category: str, output: str, ground_truth: Any) -> tuple[Verdict, str]:
+    """``(verdict, scoring_rule)`` by EvalScope 1.14.1's rules: the official tests on the
+    answer with its reasoning cut as EvalScope cuts it (:func:`evalscope_think_cut`).
+    ``scoring_rule`` is :data:`RULE_OFFICIAL` when the official rules give the same verdict,
+    else :data:`RULE_EVALSCOPE_THINK` (the only rule on which they differ here)."""
+    verdict = _check_special_text(category, evalscope_think_cut(output), ground_truth)
+    same = verdict.passed == check_special(category, output, ground_truth).passed
+    return verdict, RULE_OFFICIAL if same else RULE_EVALSCOPE_THINK
+
+
+def _check_special_text(category: str, text: str, ground_truth: Any) -> Verdict:
     try:
         if "incomplete" in category:
             first = None

@@ -49,13 +49,21 @@ def delete_whitespace(text: str) -> str:
     return "".join(text.split())
 
 
-def decode_calls(text: str, keep_whitespace: bool = False) -> list[dict[str, dict[Any, Any]]]:
+def decode_calls(text: str, keep_whitespace: bool = False, drop_splat: bool = False,
+                 source_values: bool = False) -> list[dict[str, dict[Any, Any]]]:  # fmt: skip
     """Decode a raw normal-category answer into ``[{call_name: {keyword: value}}]``.
 
     Steps of spec §3.1: whitespace deletion, one expression, a list/tuple/set display whose
     elements are all calls, keyword arguments only (``**x`` gives the key ``None``).
-    ``keep_whitespace``: skip the deletion (EvalScope 1.14.1's rule: ``'New York'`` stays
-    ``'New York'``, where the official scorer reads ``'NewYork'``); the bounds apply alike.
+    EvalScope 1.14.1's decoder differs in three rules, each a switch here (the bounds apply
+    alike):
+
+    - ``keep_whitespace``: skip the deletion (``'New York'`` stays ``'New York'``, where the
+      official scorer reads ``'NewYork'``);
+    - ``drop_splat``: a ``**mapping`` argument of a call is ignored, not the key ``None``;
+    - ``source_values``: values are resolved as EvalScope resolves them
+      (:func:`source_value`: no arithmetic), and the answer must be a list or a tuple of
+      calls (a set of calls is a format error).
     Raises DecodeError for anything else, and for an answer over the bounds of the module
     docstring; never raises another exception but ``MemoryError`` when memory runs out
     (CPython's parser reports a too deeply nested answer as a ``MemoryError`` "too complex
@@ -65,7 +73,7 @@ def decode_calls(text: str, keep_whitespace: bool = False) -> list[dict[str, dic
         source = text if keep_whitespace else delete_whitespace(text)
         if len(source) > MAX_SOURCE_CHARS:
             raise DecodeError(f"answer of {len(source):,} characters is over the {MAX_SOURCE_CHARS:,}-character limit")
-        return _decode(source, ArithmeticAllowance())
+        return _decode(source, ArithmeticAllowance(), drop_splat, source_values)
     except DecodeError:
         raise
     except MemoryError as exc:
@@ -76,7 +84,8 @@ def decode_calls(text: str, keep_whitespace: bool = False) -> list[dict[str, dic
         raise DecodeError(f"{type(exc).__name__}: {exc}") from None
 
 
-def _decode(source: str, allowance: ArithmeticAllowance) -> list[dict[str, dict[Any, Any]]]:
+def _decode(source: str, allowance: ArithmeticAllowance, drop_splat: bool = False,
+            source_values: bool = False) -> list[dict[str, dict[Any, Any]]]:  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -84,13 +93,14 @@ def _decode(source: str, allowance: ArithmeticAllowance) -> list[dict[str, dict[
         except SyntaxError as exc:
             raise DecodeError(f"invalid syntax: {exc.msg}") from None
     body = tree.body
-    if not isinstance(body, (ast.List, ast.Tuple, ast.Set)):
-        raise DecodeError(f"expected a list of calls, got {type(body).__name__}")
+    if not isinstance(body, (ast.List, ast.Tuple) if source_values else (ast.List, ast.Tuple, ast.Set)):
+        raise DecodeError(f"expected a list of calls, got {type(body).__name__}"
+                          + (" (EvalScope rules: a list or a tuple)" if isinstance(body, ast.Set) else ""))  # fmt: skip
     calls = []
     for element in body.elts:
         if not isinstance(element, ast.Call):
             raise DecodeError(f"list element is {type(element).__name__}, not a call")
-        calls.append(_call_value(element, allowance))
+        calls.append(_source_call(element) if source_values else _call_value(element, allowance, drop_splat=drop_splat))
     return calls
 
 
@@ -106,10 +116,13 @@ def call_name(node: ast.Call) -> str:
     return ".".join(reversed(parts))
 
 
-def _call_value(node: ast.Call, allowance: ArithmeticAllowance, bare_call: Callable[[ast.Call], Any] | None = None) -> dict[str, dict[Any, Any]]:
+def _call_value(node: ast.Call, allowance: ArithmeticAllowance, bare_call: Callable[[ast.Call], Any] | None = None,
+                drop_splat: bool = False) -> dict[str, dict[Any, Any]]:  # fmt: skip
     args: dict[Any, Any] = {}
     for kw in node.keywords:  # positional arguments are ignored (never looked at)
-        args[kw.arg] = decode_value(kw.value, allowance, bare_call)
+        if kw.arg is None and drop_splat:
+            continue
+        args[kw.arg] = decode_value(kw.value, allowance, bare_call, drop_splat)
     return {call_name(node): args}
 
 
@@ -117,12 +130,14 @@ def _empty_call(node: ast.Call) -> dict[str, dict[Any, Any]]:
     return {call_name(node): {}}
 
 
-def decode_value(node: ast.AST, allowance: ArithmeticAllowance, bare_call: Callable[[ast.Call], Any] | None = None) -> Any:
+def decode_value(node: ast.AST, allowance: ArithmeticAllowance, bare_call: Callable[[ast.Call], Any] | None = None,
+                 drop_splat: bool = False) -> Any:  # fmt: skip
     """Decoded value of an argument node (the table of spec §3.1 step 7).
 
     ``bare_call`` decodes a keyword-less call: the strict decoder's ``{name: {}}`` by
     default; the agent dispatcher passes :func:`ast.unparse` (its source text, spec §3.3
-    step 5). Raises :class:`DecodeError` for a value the table does not accept.
+    step 5). ``drop_splat``: a nested call's ``**mapping`` is ignored (EvalScope's rule).
+    Raises :class:`DecodeError` for a value the table does not accept.
     """
     if isinstance(node, ast.Constant):
         return "..." if node.value is Ellipsis else node.value
@@ -133,14 +148,14 @@ def decode_value(node: ast.AST, allowance: ArithmeticAllowance, bare_call: Calla
             return -operand.value
         raise DecodeError("unary operator on a non-numeric operand")
     if isinstance(node, ast.List):
-        return [decode_value(v, allowance, bare_call) for v in node.elts]
+        return [decode_value(v, allowance, bare_call, drop_splat) for v in node.elts]
     if isinstance(node, ast.Dict):
         out = {}
         for k, v in zip(node.keys, node.values):
             if k is None:
                 raise DecodeError("dict unpacking (**) is not supported")
-            key = decode_value(k, allowance, bare_call)
-            out[key] = decode_value(v, allowance, bare_call)
+            key = decode_value(k, allowance, bare_call, drop_splat)
+            out[key] = decode_value(v, allowance, bare_call, drop_splat)
         return out
     if isinstance(node, ast.BinOp):
         return literal_eval_node(node, allowance)
@@ -148,13 +163,64 @@ def decode_value(node: ast.AST, allowance: ArithmeticAllowance, bare_call: Calla
         return node.id
     if isinstance(node, ast.Call):
         if node.keywords:
-            return _call_value(node, allowance, bare_call)
+            return _call_value(node, allowance, bare_call, drop_splat)
         return (bare_call or _empty_call)(node)
     if isinstance(node, ast.Tuple):
-        return tuple(decode_value(v, allowance, bare_call) for v in node.elts)
+        return tuple(decode_value(v, allowance, bare_call, drop_splat) for v in node.elts)
     if isinstance(node, ast.Subscript):
         return ast.unparse(node.value) + "[" + ast.unparse(node.slice) + "]"
     raise DecodeError(f"unsupported value {type(node).__name__}")
+
+
+# ---- EvalScope's value resolution (benchmark.scoring=evalscope) -----------------------------
+
+
+def _source_call(node: ast.Call) -> dict[str, dict[Any, Any]]:
+    """A call as EvalScope resolves it: its keyword arguments by :func:`source_value`, a
+    ``**mapping`` argument ignored, positional ones never looked at."""
+    return {call_name(node): {kw.arg: source_value(kw.value) for kw in node.keywords if kw.arg is not None}}
+
+
+def source_value(node: ast.AST) -> Any:
+    """An argument node as EvalScope 1.14.1's ACEBench decoder resolves it, which evaluates
+    no arithmetic:
+
+    - a constant is its value (``...`` is the string ``"..."``), a name its text, a list, a
+      tuple or a dict display its items resolved alike, a call with keywords a nested call
+      and one without ``{name: {}}``;
+    - a unary operator resolves its operand, then only a minus on a number (``bool``
+      included) negates it: ``-5`` is -5, ``--5`` is 5, ``+5`` is 5, ``not x`` is ``"x"``,
+      ``-(1+2)`` is ``"1 + 2"``;
+    - anything else (``N-1+1``, ``2*3``, an f-string, a subscript, an attribute, a set) is
+      Python's literal value where :func:`ast.literal_eval` gives one (a set of constants,
+      ``1+2j``), else its source text as :func:`ast.unparse` writes it (``"N - 1 + 1"``).
+
+    Raises:
+        DecodeError: a ``**mapping`` inside a dict display, on which EvalScope's scorer
+            raises and records no verdict.
+    """
+    if isinstance(node, ast.Constant):
+        return "..." if node.value is Ellipsis else node.value
+    if isinstance(node, ast.UnaryOp):
+        operand = source_value(node.operand)
+        negate = isinstance(node.op, ast.USub) and isinstance(operand, (int, float))
+        return -operand if negate else operand
+    if isinstance(node, ast.List):
+        return [source_value(v) for v in node.elts]
+    if isinstance(node, ast.Tuple):
+        return tuple(source_value(v) for v in node.elts)
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise DecodeError("dict unpacking (**) in a value: EvalScope's scorer raises on it and records no verdict")
+        return {source_value(k): source_value(v) for k, v in zip(node.keys, node.values)}  # type: ignore[arg-type]
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Call):
+        return _source_call(node) if node.keywords else {call_name(node): {}}
+    try:  # literal_eval computes no operator but + and - of a complex literal (bounded by the answer's length)
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError):
+        return ast.unparse(node)
 
 
 # ---- literal arithmetic ---------------------------------------------------------------------

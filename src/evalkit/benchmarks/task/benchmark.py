@@ -12,10 +12,11 @@ import hashlib
 import io
 import itertools
 import json
+import logging
 import random
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from evalkit.benchmarks.base import Benchmark, Generate, Solver, score_means_plan
 from evalkit.benchmarks.bounds import safe_score
@@ -25,10 +26,25 @@ from evalkit.benchmarks.task.settings import Dataset, TaskSettings
 from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_messages
 from evalkit.benchmarks.task.template import RenderJob, check_renders, render, template_variables
 from evalkit.errors import ConfigError, DataError
-from evalkit.images import Image, Text, load_image, message, read_source, text_of, undecoded
+from evalkit.images import Image, ImageFacts, ImageStore, Limits, Text, load_image, message, read_source, text_of, undecoded
 from evalkit.untrusted import MAX_JSONL_BYTES, iter_parquet, open_file, read_objects
 from evalkit.stats import BINARY, Column
 from evalkit.types import Request, Sample, SampleScore, Trajectory
+
+log = logging.getLogger("evalkit")
+
+
+def _is_path(value: Any) -> bool:
+    """True when an image value of a row is a path to a file (read again when needed), not
+    its bytes (a ``data:`` URI, a binary cell, a Hugging Face cell holding bytes)."""
+    if isinstance(value, dict):
+        value = value.get("bytes") if value.get("bytes") is not None else value.get("path")
+    return isinstance(value, str) and not value.startswith("data:")
+
+
+def _reloader(value: Any, base: Path | None, limits: Limits, where: str, max_side: int | None) -> Callable[[], Image]:
+    """How an image file of the data is read and cleaned again (as the first time)."""
+    return lambda: load_image(read_source(value, base, limits, where), limits, where, max_side)
 
 
 class TaskBenchmark(Benchmark):
@@ -59,12 +75,14 @@ class TaskBenchmark(Benchmark):
         self._digests: dict[str, str] = {}
         self._pools: dict[str, list[dict[str, Any]]] = {}
         self._bases: dict[str, Path | None] = {}  # where -> the folder image paths are relative to
-        self._images: dict[str, list[Image]] = {}  # sample id -> its images, checked (dataset.fields.images)
-        self._demo_images: dict[str, list[Image]] = {}  # demonstration id -> its images
+        self._images: dict[str, list[ImageFacts]] = {}  # sample id -> its images, checked (dataset.fields.images)
+        self._demo_images: dict[str, list[ImageFacts]] = {}  # demonstration id -> its images
+        #: the images' bytes, at most dataset.image_limits.max_held_bytes of them at once
+        self.image_store = ImageStore(settings.dataset.image_limits.max_held_bytes)
 
     def __getstate__(self) -> dict[str, Any]:
         # demonstrations and images are not needed to score (a worker never builds a request)
-        return {**self.__dict__, "_pools": {}, "_images": {}, "_demo_images": {}}
+        return {**self.__dict__, "_pools": {}, "_images": {}, "_demo_images": {}, "image_store": None}
 
     def sends_images(self) -> bool:
         """True when the task's requests carry images (``dataset.fields.images``)."""
@@ -83,9 +101,10 @@ class TaskBenchmark(Benchmark):
         if col is None:
             return {}
         limits, base, max_side = self.settings.dataset.image_limits.limits(), self._bases.get(where), self.settings.prompt.image_max_side
-        out: dict[str, list[Image]] = {}
+        out: dict[str, list[ImageFacts]] = {}
         digest = hashlib.sha256()
-        seen: dict[bytes, Image] = {}
+        seen: dict[bytes, ImageFacts] = {}
+        store, before = self.image_store, self.image_store.total
         for n, sample in enumerate(samples):
             value = sample.data.get(col)
             values = [] if value is None else value if isinstance(value, list) else [value]
@@ -97,14 +116,20 @@ class TaskBenchmark(Benchmark):
                 here = at if len(values) == 1 else f"{at}[{i}]"
                 data = read_source(v, base, limits, here)
                 key = hashlib.sha256(data).digest()
-                if key not in seen:
-                    seen[key] = load_image(data, limits, here, max_side)
+                if key not in seen:  # a file is read again when needed (at most max_held_bytes held); inline bytes are kept
+                    reload = _reloader(v, base, limits, here, max_side) if _is_path(v) else None
+                    seen[key] = store.register(load_image(data, limits, here, max_side), reload)
                 images.append(seen[key])
                 digest.update(key)
+                del data
             digest.update(b"\n")
             out[sample.id] = images
             sample.data[col] = [im.sha256 for im in images]
         self._digests[f"{where}#images"] = digest.hexdigest()
+        if store.total > store.max_bytes and before <= store.max_bytes:
+            log.warning("task %s: its images are %.1f MiB, over dataset.image_limits.max_held_bytes (%.1f MiB): the run "
+                        "holds at most that much at once and reads an image file again when a request needs it",
+                        self.name, store.total / 2**20, store.max_bytes / 2**20)  # fmt: skip
         return out
 
     # ---- data -----------------------------------------------------------------------------
@@ -290,7 +315,7 @@ class TaskBenchmark(Benchmark):
         messages: list[dict[str, Any]] = []
         if p.system:
             messages.append({"role": "system", "content": render(p.system, sample.data, p.max_chars, sample.id)})
-        images: dict[str, bytes] = {}
+        images: dict[str, int] = {}  # digest -> bytes, of the request's images in order (their bytes in image_store)
         if shots:
             pool = [d for d in self._pool() if d["id"] != sample.id and d["input"] != sample.data["input"]]
             if len(pool) < shots:
@@ -303,8 +328,8 @@ class TaskBenchmark(Benchmark):
         if sum(len(text_of(m["content"])) for m in messages) > p.max_chars:
             raise DataError(f"task {self.name}: sample {sample.id!r}: the prompt is over prompt.max_chars={p.max_chars} characters")
         limit = self.settings.dataset.image_limits.max_request_bytes
-        if sum(len(b) for b in images.values()) > limit:
-            raise DataError(f"task {self.name}: sample {sample.id!r}: the request's images have {sum(len(b) for b in images.values())} "
+        if sum(images.values()) > limit:
+            raise DataError(f"task {self.name}: sample {sample.id!r}: the request's images have {sum(images.values())} "
                             f"bytes, over the limit of {limit} (dataset.image_limits.max_request_bytes)")  # fmt: skip
         for scorer in self.settings.scorers:  # a judge's template that cannot render: one line now, not a failure per sample
             if scorer.kind != "llm_judge" or scorer.judge_setting("mode") != "pairwise":
@@ -314,9 +339,9 @@ class TaskBenchmark(Benchmark):
                 raise DataError(f"task {self.name}: sample {sample.id!r}: no field {scorer.judge_setting('against')!r} "
                                 f"to judge the answer against, or it is empty (scorer {scorer.score_name}: against)")  # fmt: skip
         self.judge_prompts(sample)
-        return Request(sample.id, sample.subset, messages=messages, images=images)
+        return Request(sample.id, sample.subset, messages=messages, images=self.image_store.images(list(images)) if images else {})
 
-    def _sample_images(self, sample: Sample) -> list[Image] | None:
+    def _sample_images(self, sample: Sample) -> list[ImageFacts] | None:
         """The checked images of ``sample`` (``None`` for a task without images).
 
         Raises:
@@ -328,12 +353,13 @@ class TaskBenchmark(Benchmark):
         return self._images[sample.id]
 
     @staticmethod
-    def _user_turn(text: str, pictures: list[Image] | None, images: dict[str, bytes]) -> dict[str, Any]:
+    def _user_turn(text: str, pictures: list[ImageFacts] | None, images: dict[str, int]) -> dict[str, Any]:
         """A user turn: the rendered ``text`` alone (a task without images), else the text
-        part then each image part in order; the images' bytes are added to ``images``."""
+        part then each image part in order; the images' digests (and sizes) are added to
+        ``images``."""
         if pictures is None:
             return {"role": "user", "content": text}
-        images.update({im.sha256: im.data for im in pictures})
+        images.update({im.sha256: im.bytes for im in pictures})
         return message("user", [Text(text), *pictures])
 
     # ---- solving --------------------------------------------------------------------------

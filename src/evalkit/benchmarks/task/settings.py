@@ -42,16 +42,26 @@ class ImageLimits(_Strict):
     """Bounds on a task's images (:class:`evalkit.images.Limits`, whose defaults
     these are): ``max_bytes`` per image, ``max_pixels`` (width × height, read from the header
     before decoding; at most Pillow's own 89,478,485-pixel guard), ``max_per_sample`` images
-    per row, ``max_request_bytes`` of all the images of one request."""
+    per row, ``max_request_bytes`` of all the images of one request, ``max_held_bytes`` of
+    the images the run holds at once (in the driver, and in Ray's object store: image files
+    beyond it are read again when a request needs them; at least ``max_request_bytes``)."""
 
     max_bytes: int = Field(default=Limits.max_bytes, ge=1)
     max_pixels: int = Field(default=Limits.max_pixels, ge=1, le=89_478_485)
     max_per_sample: int = Field(default=Limits.max_per_sample, ge=1)
     max_request_bytes: int = Field(default=Limits.max_request_bytes, ge=1)
+    max_held_bytes: int = Field(default=Limits.max_held_bytes, ge=1)
+
+    @model_validator(mode="after")
+    def _held_covers_a_request(self) -> "ImageLimits":
+        if self.max_held_bytes < self.max_request_bytes:
+            raise ValueError(f"max_held_bytes={self.max_held_bytes} is under max_request_bytes={self.max_request_bytes}: "
+                             "the images of one request are held at once")  # fmt: skip
+        return self
 
     def limits(self) -> Limits:
         """These bounds as :class:`evalkit.images.Limits`."""
-        return Limits(self.max_bytes, self.max_pixels, self.max_per_sample, self.max_request_bytes)
+        return Limits(self.max_bytes, self.max_pixels, self.max_per_sample, self.max_request_bytes, self.max_held_bytes)
 
 
 class Dataset(_Strict):
