@@ -309,6 +309,7 @@ def test_config_imports_no_benchmark():
 LOCAL_IMPORTS = {
     "evalkit.models.factory": {"evalkit.models.litellm_client"},  # litellm, in a worker
     "evalkit.compare": {"evalkit.tracking.mlflow_tracking"},  # MLflow, for a run id only
+    "evalkit.tracking.store": {"evalkit.tracking.http_bounds"},  # requests and urllib3, for a tracking server only
     "evalkit.engine.executor": {"evalkit.providers"},  # a Ray worker's price call
     "evalkit.config": {"evalkit.stats"},  # run.stop_when's gate parsed (numpy), only when set
     "evalkit.benchmarks.acebench.metrics": {"evalkit.stats"},  # numpy, in stat_plan

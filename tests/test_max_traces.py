@@ -45,7 +45,7 @@ def _traces(uri: str, run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
     from evalkit.tracking.mlflow_tracking import MlflowObserver, client, trace_client
 
     run = client(uri).get_run(json.loads((run_dir / "tracking.json").read_text())["mlflow_run_id"])
-    return MlflowObserver.logged_traces(trace_client(uri), run.info.experiment_id, run.info.run_id), run.data.tags
+    return MlflowObserver.logged_traces(trace_client(uri), run.info.experiment_id, run.info.run_id, uri), run.data.tags
 
 
 @pytest.mark.slow  # whole runs into an MLflow store

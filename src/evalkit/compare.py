@@ -4,6 +4,7 @@ per-sample flips between them.
     python -m evalkit.compare RUN_A RUN_B [RUN_C ...] [--json] [--metrics-only]
         [--ci-level 0.95] [--resamples 2000] [--seed 0] [--data-dir DIR] [--tracking-uri URI]
         [--gate noninferior:MARGIN | superior | equivalent:MARGIN] [--log]
+        [--request-deadline-s S] [--max-response-bytes N]
 
 A run is a run directory, or an MLflow run id (found through the run's ``run_dir`` tag in
 ``--tracking-uri``, default the project's store ``outputs/mlflow.db``).
@@ -28,7 +29,11 @@ A run is a run directory, or an MLflow run id (found through the run's ``run_dir
 - **In MLflow** (``--log``): each comparison becomes an MLflow run (``evalkit.kind=comparison``)
   in the compared runs' store (:func:`log_comparisons`), named by what it compares and what
   it found (``Δ overall acebench: reference → replay −0.28 (p 0.0003, worse)``), linked to
-  both, and both link back to it (tag ``evalkit.compared_in``, a description line).
+  both, and both link back to it (tag ``evalkit.compared_in``, a description line). Each
+  HTTP call to a tracking server ends within ``--request-deadline-s`` and reads at most
+  ``--max-response-bytes`` of its answer (``tracking.request_deadline_s`` /
+  ``tracking.max_response_bytes``' defaults): a server that trickles or floods is one error
+  line naming the bound, exit 2.
 - **Instrument**: two runs measured differently (another judge, rubric or scoring rules:
   ``summary.json`` → ``instrument``) get a note, and the headline's verdict says the
   difference is the instrument's, never "no difference detected".
@@ -65,7 +70,7 @@ from typing import Any, Sequence
 
 from tabulate import tabulate
 
-from evalkit import stats
+from evalkit import secrets, stats
 from evalkit.benchmarks import get_benchmark_class
 from evalkit.engine.sequential import interval_entry
 from evalkit.errors import EvalkitError, RunDirError, first_line, printable
@@ -76,6 +81,7 @@ from evalkit.rescore import Recount, check_summary, disagreement, load_benchmark
 from evalkit.summary import Summary, read_summary
 from evalkit.tracking.ledger import FILE as LEDGER_FILE
 from evalkit.tracking.ledger import read_file as read_ledger_file
+from evalkit.tracking.store import add_http_bound_options, use_http_bound_options
 
 
 
@@ -768,13 +774,14 @@ def resolve_run(arg: str, tracking_uri: str | None) -> Path:
     path = Path(arg)
     if path.is_dir() or not (len(arg) == 32 and all(c in "0123456789abcdef" for c in arg)):
         return path
-    from evalkit.tracking.mlflow_tracking import client
+    from evalkit.tracking.mlflow_tracking import bound_hit, client
 
     uri = tracking_uri or f"sqlite:///{Path('outputs').resolve() / 'mlflow.db'}"
     try:
         run_dir = client(uri).get_run(arg).data.tags.get("run_dir")
     except Exception as exc:  # noqa: BLE001 - any store error is one line
-        raise CompareError(f"{arg}: not a run directory, and no MLflow run with that id in {uri} ({type(exc).__name__})") from None
+        why = bound_hit(exc) or type(exc).__name__  # a server that trickles or floods: its bound
+        raise CompareError(f"{arg}: not a run directory, and no MLflow run with that id in {secrets.scrub(uri)} ({why})") from None
     if not run_dir:
         raise CompareError(f"{arg}: the MLflow run has no run_dir tag")
     return Path(run_dir)
@@ -797,7 +804,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "PASS exits 0, FAIL 1, INCONCLUSIVE 3")  # fmt: skip
     parser.add_argument("--log", action="store_true",
                         help="record each comparison as an MLflow run (evalkit.kind=comparison) in the compared runs' store")  # fmt: skip
+    add_http_bound_options(parser)
     args = parser.parse_args(argv)
+    use_http_bound_options(args)
     try:
         if args.log and args.metrics_only:
             raise CompareError("--log records paired comparisons: it cannot go with --metrics-only")
@@ -820,7 +829,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"evalkit: error: {exc}", file=sys.stderr)
             return 2
         except Exception as exc:  # noqa: BLE001 - a store that fails is one line; the comparison is still printed
-            print(f"evalkit: error: --log: MLflow failed ({type(exc).__name__}: {first_line(exc)})", file=sys.stderr)
+            from evalkit.tracking.mlflow_tracking import bound_hit  # MLflow's module, as log_comparisons'
+
+            why = bound_hit(exc) or f"{type(exc).__name__}: {first_line(exc)}"  # a server that trickles or floods: its bound
+            print(f"evalkit: error: --log: MLflow failed ({printable(secrets.scrub(why))})", file=sys.stderr)
             return 2
     try:
         text = json.dumps(result, indent=2, ensure_ascii=False) if args.json else render(result) + (f"\n\n{verdict['line']}" if verdict else "")

@@ -292,6 +292,20 @@ class RunnerConfig(_Strict):
         return self
 
 
+#: ``tracking.request_deadline_s``'s default: seconds one HTTP call to a tracking server may
+#: take in all (connection, retries and their waits, the whole response). Uploading a run's
+#: files through ``--serve-artifacts`` is one call per file: at 10 MB/s this passes a file
+#: of about 1 GB; raise it for larger files or slower links.
+REQUEST_DEADLINE_S = 120.0
+#: ``tracking.max_response_bytes``'s default: 32 MiB. The largest answers evalkit asks for
+#: are pages of 500 traces without their spans: 1.3 KB a trace for arith_mini, and up to
+#: about 50 KB for a trace with three judges' rationales in CJK (previews and rationales are
+#: cut at 1,000 characters, each escaped to 6 bytes in JSON), so 25 MB a page at most. A
+#: crafted body of this size parses (``json.loads``) into at most about 0.85 GB (measured:
+#: 32 MiB of ``{},{},…``; 0.18 GB of ``0,0,…``); lower the bound where that is too much.
+MAX_RESPONSE_BYTES = 32 << 20
+
+
 class TrackingConfig(_Strict):
     """``tracking.*``: MLflow store (``None`` tracking_uri = ``sqlite:///<output_root>/mlflow.db``).
     ``traces``: one MLflow trace per selected sample (``false``: runs, tables and the dataset
@@ -306,6 +320,10 @@ class TrackingConfig(_Strict):
     artifact_root: str | None = None
     traces: bool = True
     max_traces: int | None = Field(default=None, ge=1, description="traces logged at most (null: all)")
+    request_deadline_s: float = Field(default=REQUEST_DEADLINE_S, gt=0, le=86_400, allow_inf_nan=False,
+                                      description="seconds one HTTP call to a tracking server may take, retries included")
+    max_response_bytes: int = Field(default=MAX_RESPONSE_BYTES, ge=1024, le=1 << 40, strict=True,
+                                     description="bytes of one response's body from a tracking server, at most")
 
 
 class RunSettings(_Strict):

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalkit.config import BackendConfig, EvalConfig, JudgeConfig, ModelConfig, RunSettings
+from evalkit.config import MAX_RESPONSE_BYTES, REQUEST_DEADLINE_S, BackendConfig, EvalConfig, JudgeConfig, ModelConfig, RunSettings
 from evalkit.settings import BenchmarkSettings
 
 if TYPE_CHECKING:  # a sweep's composed config; omegaconf is not imported for the annotation
@@ -159,9 +159,9 @@ class ReportSpec:
 @dataclass(frozen=True)
 class TrackingSpec:
     """What a tracker needs (:mod:`evalkit.tracking`): ``tracking.*`` (``kind``,
-    ``tracking_uri``, ``experiment``, ``artifact_root``, ``traces``, ``max_traces``),
-    ``run.output_root`` (the default store lies under it), ``run.suite`` and ``run.seed``
-    (which traces are kept)."""
+    ``tracking_uri``, ``experiment``, ``artifact_root``, ``traces``, ``max_traces``,
+    ``request_deadline_s``, ``max_response_bytes``), ``run.output_root`` (the default store
+    lies under it), ``run.suite`` and ``run.seed`` (which traces are kept)."""
 
     kind: str = "mlflow"
     tracking_uri: str | None = None
@@ -172,6 +172,8 @@ class TrackingSpec:
     output_root: str = "outputs"
     suite: str | None = None
     seed: int = 0
+    request_deadline_s: float = REQUEST_DEADLINE_S
+    max_response_bytes: int = MAX_RESPONSE_BYTES
 
     @classmethod
     def of(cls, tracking: Any, run: Any) -> "TrackingSpec":
@@ -186,7 +188,9 @@ class TrackingSpec:
         return cls(str(get(tracking, "kind", "mlflow")), str(uri) if uri else None, str(get(tracking, "experiment", "evalkit")),
                    str(root) if root else None, bool(get(tracking, "traces", True)),
                    int(max_traces) if max_traces is not None else None, str(get(run, "output_root", "outputs")),
-                   get(run, "suite", None), int(get(run, "seed", 0)))  # fmt: skip
+                   get(run, "suite", None), int(get(run, "seed", 0)),
+                   float(get(tracking, "request_deadline_s", REQUEST_DEADLINE_S)),
+                   int(get(tracking, "max_response_bytes", MAX_RESPONSE_BYTES)))  # fmt: skip
 
 
 @dataclass(frozen=True)

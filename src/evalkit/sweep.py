@@ -46,6 +46,7 @@ from evalkit.stats import adjust, with_interval
 from evalkit.job import run_composed
 from evalkit.summary import MAX_SUMMARY_BYTES
 from evalkit.tracking import make_observer, sweep_observer
+from evalkit.tracking.mlflow_tracking import bound_hit
 from evalkit.untrusted import read_json
 
 log = logging.getLogger("evalkit")
@@ -324,7 +325,8 @@ def _finish(sweep_dir: Path, interrupted: bool = False) -> dict[str, Any]:
     try:
         sweep_observer(info).sweep_finished(sweep_dir, info, summary, status)
     except Exception as exc:  # noqa: BLE001 - the sweep's results are on disk regardless
-        print(f"evalkit: warning: MLflow logging of the sweep failed ({type(exc).__name__}: {first_line(exc)})", file=sys.stderr)
+        why = bound_hit(exc) or f"{type(exc).__name__}: {first_line(exc)}"  # a server that trickles or floods: its bound
+        print(f"evalkit: warning: MLflow logging of the sweep failed ({printable(secrets.scrub(why))})", file=sys.stderr)
     return summary
 
 

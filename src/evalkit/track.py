@@ -3,6 +3,7 @@
 
     python -m evalkit.track RUN_DIR [RUN_DIR ...] [--tracking-uri URI] [--experiment NAME]
                             [--artifact-root URI] [--no-traces]
+                            [--request-deadline-s S] [--max-response-bytes N]
 
 Each run is logged by the same observer a run uses (:class:`~evalkit.tracking.MlflowObserver`).
 
@@ -26,9 +27,16 @@ more, the traces carry no prompt (one note line says so). Which samples get a tr
 ``tracking.traces`` and ``tracking.max_traces`` with its ``run.seed``: the same seeded sample
 the run logged.
 
+Each HTTP call to a tracking server ends within ``--request-deadline-s`` (retries and waits
+included) and reads at most ``--max-response-bytes`` of its answer (the defaults of
+``tracking.request_deadline_s`` / ``tracking.max_response_bytes``; never the run directory's
+values): :mod:`evalkit.tracking.http_bounds`.
+
 Output: one line per run (``evalkit: tracked <dir> → MLflow run <id> (<store>)``) or one
-error line. Exit code: 0 every run logged, 1 some run's logging failed (or its tracking server
-cannot be reached), 2 a directory that
+error line; when the logging failed or the server cannot be reached (down, or a bound hit:
+one that trickles or floods), the line ends with the command that logs the run later,
+shell-quoted. Exit code: 0 every run logged, 1 some run's logging failed (or its tracking server
+cannot be reached, or a bound was hit), 2 a directory that
 is not a finished run (no ``config.yaml`` or ``summary.json``), a bad ``tracking.json`` or ``sweep.json``, an
 MLflow run of another directory, or a bad store.
 """
@@ -51,7 +59,8 @@ from evalkit.untrusted import read_run_yaml
 from evalkit.specs import TrackingSpec, build
 from evalkit.summary import MAX_SUMMARY_BYTES, Summary, read_json_record, read_summary_record, validate_summary
 from evalkit.tracking import MlflowObserver, ledger
-from evalkit.tracking.mlflow_tracking import artifact_root, is_server, tracking_uri
+from evalkit.tracking.store import add_http_bound_options
+from evalkit.tracking.mlflow_tracking import artifact_root, bound_hit, is_server, track_command, tracking_uri
 
 
 def read_run(run_dir: Path) -> tuple[dict[str, Any], Summary]:
@@ -111,15 +120,23 @@ def beside_store(uri: str, default: str) -> str:
     return default
 
 
-def observer_for(run_dir: Path, recorded: dict[str, Any], args: argparse.Namespace) -> MlflowObserver:
-    """The observer of the store ``--tracking-uri`` names, or of the project default
-    (:func:`default_store`) — never of an address read from the run directory (a note line
-    names the one its ``config.yaml`` holds, when it differs)."""
-    tracking = recorded.get("tracking") if isinstance(recorded.get("tracking"), dict) else {}
+def chosen_store(args: argparse.Namespace) -> tuple[str, str]:
+    """``(tracking URI, artifact root)`` the command line chooses: ``--tracking-uri`` (with
+    ``--artifact-root``), else the project default (:func:`default_store`)."""
     uri, root = default_store()
     if args.tracking_uri:
         uri, root = args.tracking_uri, ("" if is_server(args.tracking_uri) else beside_store(args.tracking_uri, root))
-    root = args.artifact_root or root
+    return uri, args.artifact_root or root
+
+
+def observer_for(run_dir: Path, recorded: dict[str, Any], args: argparse.Namespace) -> MlflowObserver:
+    """The observer of the store ``--tracking-uri`` names, or of the project default
+    (:func:`chosen_store`) — never of an address read from the run directory (a note line
+    names the one its ``config.yaml`` holds, when it differs), with the HTTP bounds of
+    ``--request-deadline-s`` / ``--max-response-bytes`` (never the directory's: a run
+    directory cannot lift them)."""
+    tracking = recorded.get("tracking") if isinstance(recorded.get("tracking"), dict) else {}
+    uri, root = chosen_store(args)
     named = tracking.get("tracking_uri")
     if named and str(named) != uri:
         print(f"evalkit: note: {run_dir}: its config.yaml names the tracking store {printable(secrets.scrub(str(named)), 300)}, "
@@ -134,7 +151,8 @@ def observer_for(run_dir: Path, recorded: dict[str, Any], args: argparse.Namespa
         raise RunDirError(f"{run_dir}/config.yaml: tracking.max_traces: not a positive integer or null")
     if type(seed) is not int:
         raise RunDirError(f"{run_dir}/config.yaml: run.seed: not an integer")
-    return MlflowObserver(uri, experiment, root, run.get("suite"), _sweep_of(run_dir, run), traces, max_traces, seed)
+    return MlflowObserver(uri, experiment, root, run.get("suite"), _sweep_of(run_dir, run), traces, max_traces, seed,
+                          args.request_deadline_s, args.max_response_bytes)  # fmt: skip
 
 
 #: the largest ``sweep.json`` read: it holds the sweep's id, directory, start time, command-line
@@ -189,7 +207,9 @@ STORE_RULE = (
     "The store is --tracking-uri, or the project default; never an address read from the run directory's "
     "config.yaml (a note names it when it differs). An MLflow run named by the directory's tracking.json is "
     "written only if its run key or run_dir tag matches the directory; otherwise exit 2 and nothing is written. "
-    "Symbolic links in the directory are never followed or uploaded."
+    "Symbolic links in the directory are never followed or uploaded. Each HTTP call to a tracking server ends within "
+    "--request-deadline-s and reads at most --max-response-bytes of its answer; a server that trickles or floods is "
+    "one error line naming the bound and the command that logs the run later (exit 1)."
 )
 
 
@@ -205,16 +225,20 @@ def main(argv: list[str] | None = None) -> int:
                              "a --tracking-uri sqlite database; "
                              "a tracking server's own, for an http(s) --tracking-uri)")  # fmt: skip
     parser.add_argument("--no-traces", action="store_true", help="no per-sample traces (as tracking.traces=false)")
+    add_http_bound_options(parser)
     args = parser.parse_args(argv)
     code = 0
     for run_dir in args.run_dirs:
+        later = f"log {printable(str(run_dir))} later with: {printable(track_command(chosen_store(args)[0], run_dir))}"
         try:
             print(track(run_dir, args))
-        except EvalkitError as exc:
-            print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
-            code = max(code, exc.exit_code)  # 2; 1 for a server that cannot be reached (try again later)
+        except EvalkitError as exc:  # exit 1: a server down, trickling, flooding or answering garbage: the same command, later
+            print(f"evalkit: error: {printable(exc)}{f'; {later}' if exc.exit_code == 1 else ''}", file=sys.stderr)
+            code = max(code, exc.exit_code)
         except Exception as exc:  # noqa: BLE001 - one line per run; the others are still logged
-            print(f"evalkit: error: {run_dir}: MLflow logging failed ({type(exc).__name__}: {printable(secrets.scrub(first_line(exc)))})", file=sys.stderr)
+            why = bound_hit(exc) or f"{type(exc).__name__}: {first_line(exc)}"
+            print(f"evalkit: error: {printable(str(run_dir))}: MLflow logging failed ({printable(secrets.scrub(why))}); {later}",
+                  file=sys.stderr)  # fmt: skip
             code = max(code, 1)
     return code
 

@@ -32,7 +32,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from evalkit.errors import RunDirError
+from evalkit import secrets
+from evalkit.errors import RunDirError, TrackingError, printable
 from evalkit.untrusted import read_json
 
 FILE = "tracking.json"
@@ -61,6 +62,41 @@ class LedgerFile(BaseModel):
                       Field(max_length=10_000_000)] | None = None  # fmt: skip
 
 
+class StoreAnswerRefused(TrackingError):
+    """The tracking store answered an id that :class:`LedgerFile` refuses (a run, experiment
+    or trace id that is not one: a server answering garbage): ``tracking.json`` is left as it
+    was, so the directory stays loggable. The logging failed, exit 1 (try again later)."""
+
+    exit_code = 1
+
+
+def _where(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in err['loc'][:2]) or '(top level)'}: {err['msg']}"
+
+
+def _check_answer(state: dict[str, Any], tracking_uri: str, path: Path | None) -> None:
+    """Raise :class:`StoreAnswerRefused` (one line naming the store and the field) unless
+    ``state`` passes :class:`LedgerFile`."""
+    try:
+        LedgerFile.model_validate(state)
+    except ValidationError as exc:
+        kept = f"; {printable(str(path))} is left as it was" if path else ""
+        raise StoreAnswerRefused(f"tracking: the MLflow store {printable(secrets.scrub(tracking_uri), 300)} answered what is "
+                                 f"not an MLflow id ({printable(_where(exc), 300)}){kept}") from None  # fmt: skip
+
+
+def checked_traces(traces: dict[str, str], tracking_uri: str) -> dict[str, str]:
+    """``traces`` (``{sample key: trace id}`` as the store lists them) once they pass
+    :class:`LedgerFile`'s bounds.
+
+    Raises:
+        StoreAnswerRefused: a key or trace id the store answered breaks them.
+    """
+    _check_answer({"tracking_uri": tracking_uri, "traces": traces}, tracking_uri, None)
+    return traces
+
+
 def read_file(path: Path) -> LedgerFile | None:
     """``tracking.json`` at ``path`` checked against :class:`LedgerFile`; ``None`` when there
     is none. The file is opened without following a symbolic link, and read only when it is a
@@ -77,9 +113,7 @@ def read_file(path: Path) -> LedgerFile | None:
         return LedgerFile.model_validate(state)
     except (ValueError, RecursionError) as exc:
         if isinstance(exc, ValidationError):
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"][:2]) or "(top level)"
-            raise RunDirError(f"{path}: {where}: {err['msg']}") from None
+            raise RunDirError(f"{path}: {_where(exc)}") from None
         raise RunDirError(f"{path}: not JSON ({type(exc).__name__})") from None
 
 
@@ -124,9 +158,16 @@ class Ledger:
         return self.run_key
 
     def save(self) -> None:
-        """Write the file atomically (a temporary file renamed over it)."""
+        """Write the file atomically (a temporary file renamed over it), once its run and
+        experiment ids — the store's answers — pass :class:`LedgerFile` (its traces are the
+        store's only through :func:`checked_traces`).
+
+        Raises:
+            StoreAnswerRefused: an id the store answered is not one; nothing is written.
+        """
         state = {"mlflow_run_id": self.run_id, "tracking_uri": self.tracking_uri, "experiment_id": self.experiment_id,
                  "summary_sha256": self.summary_sha256, "run_key": self.run_key, "traces": self.traces}  # fmt: skip
+        _check_answer({**state, "traces": None}, self.tracking_uri, self.path)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(state, ensure_ascii=False) + "\n", encoding="utf-8", errors="backslashreplace")
         os.replace(tmp, self.path)

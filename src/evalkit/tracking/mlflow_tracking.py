@@ -48,7 +48,6 @@ import hashlib
 import json
 import logging
 import os
-import shlex
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -57,7 +56,7 @@ from typing import Any
 
 
 from evalkit import secrets
-from evalkit.errors import RunDirError, TrackingError, first_line, printable
+from evalkit.errors import RunDirError, TrackingError, first_line, printable, shell_line
 from evalkit.images import image_facts
 from evalkit.untrusted import read_run_text, read_run_yaml
 from evalkit.summary import Summary
@@ -65,10 +64,10 @@ import evalkit.tracking.curate as curate
 from evalkit.specs import TrackingSpec
 from evalkit.tracking.base import Observer, RunInfo
 from evalkit.tracking.ledger import FILE as LEDGER_FILE
-from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, key_digest, owner_problem
+from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, checked_traces, key_digest, owner_problem
 from evalkit.tracking.ledger import read_file as read_ledger_file
 from evalkit.tracking.samples import Outcome, outcomes, primary_score
-from evalkit.tracking.store import open_client, register_credentials
+from evalkit.tracking.store import current_http_bounds, open_client, register_credentials, use_http_bounds
 from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of, traced_sample, upload_attachments
 
 log = logging.getLogger(__name__)
@@ -97,29 +96,49 @@ EXPERIMENT_NOTE = (
 
 
 class StoreUnreachable(TrackingError):
-    """The tracking server could not be reached (refused, timed out, or answered 5xx until
-    MLflow's retries ran out): a run goes on and logs at its end if it can (else its one
+    """The tracking server could not be reached (refused, timed out, answered 5xx until
+    MLflow's retries ran out, or hit a bound of :mod:`~evalkit.tracking.http_bounds`:
+    trickled past ``tracking.request_deadline_s`` or sent more than
+    ``tracking.max_response_bytes``): a run goes on and logs at its end if it can (else its one
     retry line, :func:`retry_line`); ``python -m evalkit.track`` exits 1, a retryable failure."""
 
     exit_code = 1
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from (``__cause__``, else ``__context__``)."""
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and all(cur is not e for e in seen):
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return seen
+
+
+def bound_hit(exc: BaseException) -> str | None:
+    """The one line of the bound that stopped ``exc`` — or an exception it was raised from —
+    (:mod:`evalkit.tracking.http_bounds`: ``tracking.request_deadline_s`` or
+    ``tracking.max_response_bytes``, naming the server), or ``None``."""
+    return next((str(e) for e in _chain(exc) if getattr(e, "evalkit_bound", False)), None)
+
+
 def is_unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` — or an exception it was raised from (MLflow's REST client re-raises
     ``requests``' errors as ``MlflowException`` inside the ``except``) — is a transport failure:
-    ``requests``' ``ConnectionError``, ``Timeout`` or ``RetryError``. A refusal by the server
-    (401, 403, 400, 404) or a malformed address is not."""
+    ``requests``' ``ConnectionError``, ``Timeout`` or ``RetryError``, or a bound of
+    :mod:`evalkit.tracking.http_bounds` (:func:`bound_hit`). A refusal by the server (401,
+    403, 400, 404) or a malformed address is not."""
     import requests  # MLflow's own HTTP client, present wherever MLflow is
 
     transport = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, requests.exceptions.RetryError)
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, transport):
-            return True
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return False
+    return any(isinstance(e, transport) or getattr(e, "evalkit_bound", False) for e in _chain(exc))
+
+
+def track_command(uri: str, run_dir: Path | str) -> str:
+    """The command that logs ``run_dir`` into the store ``uri`` later, shell-quoted
+    (:func:`~evalkit.errors.shell_line`: a directory named ``x;touch PWNED;y`` stays one
+    argument); credentials in ``uri`` scrubbed."""
+    return shell_line("python", "-m", "evalkit.track", "--tracking-uri", secrets.scrub(uri), run_dir)
 
 
 def tracking_uri(spec: TrackingSpec) -> str:
@@ -310,12 +329,17 @@ class MlflowObserver(Observer):
     from a :class:`~evalkit.specs.TrackingSpec`); ``suite``: the ``suite`` tag; ``sweep``: the ``sweep.json`` of the sweep
     this run is a job of (``None`` outside a sweep); ``traces``: log one trace per sample;
     ``max_traces``: at most this many (``None``: all), chosen with ``seed`` (``run.seed``).
+    ``request_deadline_s`` / ``max_response_bytes``: the bounds of each HTTP call to a tracking
+    server (:func:`~evalkit.tracking.store.use_http_bounds`; ``None``: those in force).
     """
 
     def __init__(self, uri: str, experiment: str, artifact_root: str, suite: str | None = None,
                  sweep: dict[str, Any] | None = None, traces: bool = True, max_traces: int | None = None,
-                 seed: int = 0):  # fmt: skip
+                 seed: int = 0, request_deadline_s: float | None = None, max_response_bytes: int | None = None):  # fmt: skip
         register_credentials(uri)  # before the run writes anything: they are scrubbed from it
+        if request_deadline_s is not None or max_response_bytes is not None:
+            deadline, size = current_http_bounds()
+            use_http_bounds(request_deadline_s or deadline, max_response_bytes or size)
         self.uri = uri
         self.experiment = experiment
         self.artifact_root = artifact_root
@@ -329,7 +353,7 @@ class MlflowObserver(Observer):
     def from_spec(cls, spec: TrackingSpec, sweep: dict[str, Any] | None = None) -> "MlflowObserver":
         """The observer of a run's (or a sweep's) ``tracking.*`` settings."""
         return cls(tracking_uri(spec), spec.experiment, artifact_root(spec), spec.suite, sweep, spec.traces, spec.max_traces,
-                   spec.seed)  # fmt: skip
+                   spec.seed, spec.request_deadline_s, spec.max_response_bytes)  # fmt: skip
 
     # ---- runs ---------------------------------------------------------------------------
     def run_started(self, run: RunInfo) -> None:
@@ -354,6 +378,9 @@ class MlflowObserver(Observer):
             mlflow_client = client(self.uri)
             exp = mlflow_client.get_experiment_by_name(self.experiment)
         except Exception as exc:  # noqa: BLE001 - any store error becomes one line
+            bound = bound_hit(exc)
+            if bound:  # a server that trickles or floods: as one that cannot be reached (try again later)
+                raise StoreUnreachable(f"tracking: {secrets.scrub(bound)}") from None
             if is_unreachable(exc):
                 raise StoreUnreachable(f"tracking: the MLflow server {secrets.scrub(self.uri)} cannot be reached "
                                        f"({type(exc).__name__}: {secrets.scrub(first_line(exc))})") from None  # fmt: skip
@@ -537,7 +564,7 @@ class MlflowObserver(Observer):
         not hold as it is now (see the module docstring); traces of samples no longer
         selected or chosen, or whose outcome changed, are deleted. The ledger is saved after every batch."""
         tracer, run_id, exp_id = trace_client(self.uri), str(ledger.run_id), str(ledger.experiment_id)
-        ledger.traces = self.logged_traces(tracer, exp_id, run_id)  # the store's, never ids read from the directory
+        ledger.traces = self.logged_traces(tracer, exp_id, run_id, self.uri)  # the store's, never ids read from the directory
         wanted = {mlflow_text(o.key): (o, trace_id_of(run_id, o)) for o in outs}  # keys as the store's evalkit.key tags
         stale = [tid for key, tid in ledger.traces.items() if key not in wanted or wanted[key][1] != tid]
         for i in range(0, len(stale), 100):
@@ -556,7 +583,7 @@ class MlflowObserver(Observer):
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
-        held = self.logged_traces(tracer, exp_id, run_id)
+        held = self.logged_traces(tracer, exp_id, run_id, self.uri)
         if held != ledger.traces:
             raise TrackingError(f"tracking: the store holds {len(held)} traces of the run, {len(wanted)} expected")
 
@@ -579,8 +606,13 @@ class MlflowObserver(Observer):
             ledger.save()
 
     @staticmethod
-    def logged_traces(tracer: Any, exp_id: str, run_id: str) -> dict[str, str]:
-        """``{sample key: trace id}`` of the traces the store links to MLflow run ``run_id``."""
+    def logged_traces(tracer: Any, exp_id: str, run_id: str, uri: str) -> dict[str, str]:
+        """``{sample key: trace id}`` of the traces the store ``uri`` links to MLflow run
+        ``run_id``.
+
+        Raises:
+            StoreAnswerRefused: a key or id it lists breaks ``tracking.json``'s bounds.
+        """
         found: dict[str, str] = {}
         token = None
         while True:
@@ -589,7 +621,7 @@ class MlflowObserver(Observer):
                 found[trace.info.tags.get("evalkit.key", trace.info.trace_id)] = trace.info.trace_id
             token = page.token
             if not token:
-                return found
+                return checked_traces(found, uri)  # the store's answers, bound for tracking.json
 
     # ---- sweeps -------------------------------------------------------------------------
     def sweep_started(self, sweep_dir: Path, info: dict[str, Any]) -> dict[str, Any]:
@@ -689,16 +721,22 @@ def run_files(run_dir: Path) -> list[tuple[Path, str | None]]:
 
 
 def retry_line(run_dir: Path, exc: BaseException, uri: str) -> str:
-    """The one line a run prints when its MLflow logging fails: the cause and the command
-    that logs the run again into the same store ``uri`` (``track`` never takes the store
-    from the directory)."""
-    if is_unreachable(exc):  # MLflow's message is the whole urllib3 chain: the server's state says it
+    """The one line a run prints when its MLflow logging fails: the cause (the bound hit,
+    :func:`bound_hit`, naming the server) and the command that logs the run again into the
+    same store ``uri`` (``track`` never takes the store from the directory), shell-quoted
+    (:func:`track_command`)."""
+    bound = bound_hit(exc)
+    if bound:
+        what = printable(secrets.scrub(bound))
+    elif is_unreachable(exc):  # MLflow's message is the whole urllib3 chain: the server's state says it
         what = f"the server {secrets.scrub(uri)} cannot be reached"
+    elif isinstance(exc, TrackingError):  # evalkit's own line (a store's answer refused, a count that differs)
+        what = printable(secrets.scrub(first_line(exc).removeprefix("tracking: ")))
     else:
         what = printable(secrets.scrub(f"{type(exc).__name__}: {first_line(exc)}"))
     return (
-        f"evalkit: warning: tracking: MLflow logging failed ({what}); the run's results are in {run_dir} — "
-        f"log them with: python -m evalkit.track --tracking-uri {shlex.quote(secrets.scrub(uri))} {run_dir}"
+        f"evalkit: warning: tracking: MLflow logging failed ({what}); the run's results are in {printable(str(run_dir))} — "
+        f"log them with: {printable(track_command(uri, run_dir))}"
     )
 
 

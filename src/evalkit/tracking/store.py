@@ -17,20 +17,75 @@ from pathlib import Path
 from typing import Any
 
 from evalkit import secrets
+from evalkit.specs import TrackingSpec
 
 #: MLflow's HTTP client settings evalkit sets for a tracking server, unless the environment
 #: already sets them (MLflow's own variables, read at each request by
 #: ``mlflow.utils.rest_utils.http_request``). MLflow's defaults (7 retries, backoff factor 2,
-#: 120 s per request) make a server that is down hold a finished run for about 4 minutes
+#: 120 s per read) make a server that is down hold a finished run for about 4 minutes
 #: before its one warning line; with these a refused connection fails within about 4 s
-#: (retries after 0 s and 2 s, plus up to 1 s of MLflow's jitter each) and a server that
-#: accepts but never answers within 3 x 30 s. A run's results are on disk either way and
-#: ``python -m evalkit.track`` logs them later; set the variables to wait longer.
+#: (retries after 0 s and 2 s, plus up to 1 s of MLflow's jitter each). The timeout is per
+#: read: a server that trickles a byte at a time never meets it. What bounds a call in
+#: total is :data:`HTTP_BOUNDS` (:mod:`evalkit.tracking.http_bounds`): its deadline, retries
+#: and their sleeps included, and the size of its response.
 HTTP_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
 }
+
+#: ``(deadline_s, max_bytes)`` of every HTTP call to a tracking server in this process:
+#: ``tracking.request_deadline_s`` and ``tracking.max_response_bytes`` of the latest
+#: :func:`use_http_bounds` (a run's, or ``python -m evalkit.track``'s options), else their
+#: defaults (:class:`~evalkit.specs.TrackingSpec`)
+HTTP_BOUNDS: list[tuple[float, int]] = []
+
+
+def use_http_bounds(deadline_s: float, max_bytes: int) -> None:
+    """Bound the HTTP calls to a tracking server from now on (see :data:`HTTP_BOUNDS`)."""
+    HTTP_BOUNDS[:] = [(float(deadline_s), int(max_bytes))]
+
+
+def current_http_bounds() -> tuple[float, int]:
+    """The bounds in force: the latest :func:`use_http_bounds`, else the defaults."""
+    if HTTP_BOUNDS:
+        return HTTP_BOUNDS[-1]
+    spec = TrackingSpec()
+    return spec.request_deadline_s, spec.max_response_bytes
+
+
+def add_http_bound_options(parser: Any) -> None:
+    """``--request-deadline-s`` and ``--max-response-bytes`` on an ``argparse`` parser (a
+    command that talks to a tracking server: ``track``, ``compare --log``), defaulting to
+    ``tracking.request_deadline_s`` / ``tracking.max_response_bytes``'s defaults; apply them
+    with :func:`use_http_bound_options`."""
+    import argparse
+
+    def seconds(text: str) -> float:
+        value = float(text)
+        if not 0 < value <= 86_400:
+            raise argparse.ArgumentTypeError(f"{text}: not a number of seconds in (0, 86400]")
+        return value
+
+    def size(text: str) -> int:
+        value = int(text)
+        if not 1024 <= value <= 1 << 40:
+            raise argparse.ArgumentTypeError(f"{text}: not a number of bytes in [1024, 2**40]")
+        return value
+
+    spec = TrackingSpec()
+    parser.add_argument("--request-deadline-s", dest="request_deadline_s", type=seconds, default=spec.request_deadline_s,
+                        help="seconds one HTTP call to a tracking server may take in all, retries and waits included "
+                             f"(default {spec.request_deadline_s:g}, as tracking.request_deadline_s)")  # fmt: skip
+    parser.add_argument("--max-response-bytes", dest="max_response_bytes", type=size, default=spec.max_response_bytes,
+                        help="bytes of one answer of a tracking server at most "
+                             f"(default {spec.max_response_bytes}, as tracking.max_response_bytes)")  # fmt: skip
+
+
+def use_http_bound_options(args: Any) -> None:
+    """Bound the HTTP calls by the options of :func:`add_http_bound_options`."""
+    use_http_bounds(args.request_deadline_s, args.max_response_bytes)
+
 
 #: seconds to wait for another process's store creation or migration (a fresh store takes
 #: about a second; a long wait means a stuck process holding the lock)
@@ -68,13 +123,16 @@ def open_client(uri: str) -> Any:
     at a time: for a SQLite store the client is opened holding an exclusive lock on
     ``<database>.lock`` (the database's directory is created first). Other stores (a
     tracking server, PostgreSQL, MySQL) are opened directly; for a tracking server
-    (``http(s)://``) MLflow's retries and timeout are bounded first (:data:`HTTP_DEFAULTS`).
+    (``http(s)://``) MLflow's retries and timeout are set first (:data:`HTTP_DEFAULTS`), and
+    each HTTP call is bounded in time and size (:data:`HTTP_BOUNDS`,
+    :func:`evalkit.tracking.http_bounds.install`).
     Credentials for a server come from MLflow's own variables (``MLFLOW_TRACKING_USERNAME`` /
     ``_PASSWORD`` / ``_TOKEN``), read by MLflow at each request; evalkit never copies them.
 
     Raises:
         filelock.Timeout: another process held the lock longer than ``LOCK_TIMEOUT_S``.
         OSError: the database's directory cannot be created.
+        TrackingError: a tracking server, and this MLflow's HTTP client cannot be bounded.
         Any MLflow error opening the store.
     """
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
@@ -91,6 +149,9 @@ def open_client(uri: str) -> Any:
         if uri.startswith(("http:", "https:")):
             for key, value in HTTP_DEFAULTS.items():
                 os.environ.setdefault(key, value)
+            from evalkit.tracking.http_bounds import HttpBounds, install  # deferred: requests and urllib3, for a server only
+
+            install(HttpBounds(*current_http_bounds()))
             # urllib3 warns once per retry ("Retrying (Retry(total=1…)) after connection broken"):
             # the failure is evalkit's one line, the retries are not the user's business
             logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
