@@ -152,7 +152,9 @@ def test_run_traces_compare_log_and_track_on_a_server(server, mode, tmp_path):
     assert not (root / "mlartifacts").exists(), "artifacts written beside the run instead of the server's store"
 
     # compare --log: the comparison run on the server, linked to both runs
-    assert compare([str(base.run_dir), str(new.run_dir), "--log"]) == 0
+    # a run directory never chooses the server that gets the credentials: the address is given (issue 43)
+    assert compare([str(base.run_dir), str(new.run_dir), "--log"]) == 2
+    assert compare([str(base.run_dir), str(new.run_dir), "--log", "--tracking-uri", url]) == 0
     exp = client.get_experiment_by_name(f"paths-{mode}").experiment_id
     (comparison,) = client.search_runs([exp], "tags.`evalkit.kind` = 'comparison'")
     tags = comparison.data.tags
@@ -290,7 +292,7 @@ def test_evalkit_judge_logs_the_judged_run_and_its_comparison_to_a_server(server
         (verdict,) = [a for a in trace.info.assessments if a.name.startswith("judge:")]
         assert verdict.name == "judge:judge_a/quality" and verdict.value == pytest.approx(0.25)
 
-    assert compare([str(first.run_dir), str(judged), "--log"]) == 0
+    assert compare([str(first.run_dir), str(judged), "--log", "--tracking-uri", srv.url]) == 0
     exp = client.get_experiment_by_name("judged").experiment_id
     (comparison,) = client.search_runs([exp], "tags.`evalkit.kind` = 'comparison'")
     assert comparison.info.run_name.startswith("Δ quality judged: reference → replay −0.75 (p ")

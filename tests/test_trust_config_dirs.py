@@ -216,26 +216,33 @@ def test_an_environment_variable_a_task_reads_is_sent_resolved_and_recorded_as_w
 
 
 @pytest.mark.slow
-def test_a_secret_a_shared_task_reads_from_the_environment_is_recorded_nowhere(conf, tmp_path):
-    """A real run (``model=reference``, tracked to a local SQLite store): the variable's value
-    is in no file of the run directory, the store or its artifacts (a variable named like a
-    secret is scrubbed from the traces too); a variable of another name is in none of
+def test_a_secret_a_shared_task_reads_from_the_environment_is_refused_and_a_note_recorded_as_written(conf, tmp_path):
+    """A shared task that reads a variable named like a secret is refused in one line (a
+    prompt holding a key would send it, reversed or cut so no scrubbing finds it), the value
+    in no line and no file. A variable of another name is sent, and a real run
+    (``model=reference``, tracked to a local SQLite store) records the text as written in
     ``config.yaml``, ``summary.json``, ``report.md``, the MLflow params and the ``config.yaml``
-    artifact; each records the text as written."""
+    artifact, the value in none of them."""
     secret, note = "tsv-9f8e7d6c5b4a3210", "note-1234abcd5678"
     rows = REPO / "examples" / "tasks" / "arith_mini.jsonl"
-    system = "Key ${oc.env:TEAM_SECRET}; note ${oc.env:TEAM_NOTE}"
-    (conf / "benchmark" / "leaky.yaml").write_text(TASK.format(name="leaky", rows=rows, system=system), encoding="utf-8")
+    (conf / "benchmark" / "leaky.yaml").write_text(TASK.format(name="leaky", rows=rows, system="Key ${oc.env:TEAM_SECRET}"),
+                                                   encoding="utf-8")  # fmt: skip
     out = tmp_path / "out"
+    refused = _cli(tmp_path, "benchmark=leaky", "model=reference", f"run.dir={out / 'run'}", f"run.output_root={out}",
+                   "run.progress=false", TEAM_SECRET=secret, TEAM_NOTE=note)  # fmt: skip
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert refused.stderr.startswith(f"evalkit: error: {conf / 'benchmark' / 'leaky.yaml'}: prompt.system: ${{oc.env:TEAM_SECRET}} "
+                                     "reads a variable named like a secret")  # fmt: skip
+    assert secret not in refused.stdout + refused.stderr and not out.exists()
+    system = "Note ${oc.env:TEAM_NOTE}"
+    (conf / "benchmark" / "leaky.yaml").write_text(TASK.format(name="leaky", rows=rows, system=system), encoding="utf-8")
     done = _cli(tmp_path, "benchmark=leaky", "model=reference", f"run.dir={out / 'run'}", f"run.output_root={out}",
                 "run.progress=false", TEAM_SECRET=secret, TEAM_NOTE=note)  # fmt: skip
     assert done.returncode == 0, done.stderr
     files = [p for p in out.rglob("*") if p.is_file()]
     assert any(p.name == "mlflow.db" for p in files) and any("artifacts" in p.parts for p in files)
-    assert [p for p in files if secret.encode() in p.read_bytes()] == []
-    assert secret not in done.stdout + done.stderr
     recorded = (out / "run" / "config.yaml").read_text(encoding="utf-8")
-    assert "system: Key ${oc.env:TEAM_SECRET}; note ${oc.env:TEAM_NOTE}" in recorded
+    assert "system: Note ${oc.env:TEAM_NOTE}" in recorded
     artifacts = [p for p in files if p.name == "config.yaml" and "artifacts" in p.parts]
     assert len(artifacts) == 1 and artifacts[0].read_text(encoding="utf-8") == recorded
     with sqlite3.connect(out / "mlflow.db") as db:
@@ -243,3 +250,36 @@ def test_a_secret_a_shared_task_reads_from_the_environment_is_recorded_nowhere(c
     assert "${oc.env:TEAM_NOTE}" in params["benchmark.prompt"]
     for text in (recorded, json.dumps(params), (out / "run" / "summary.json").read_text(), (out / "run" / "report.md").read_text()):
         assert note not in text
+
+
+@pytest.mark.parametrize("where, value", [
+    ("fields", "{id: id, input: '${oc.env:OPENAI_API_KEY}', target: answer}"),
+    ("fields", "{id: id, input: '${oc.env:${oc.env:WHICH}}', target: answer}"),
+    ("path", "'data/${oc.env:HF_TOKEN}.jsonl'"),
+])  # fmt: skip
+def test_a_config_file_never_reads_a_secret_named_variable(conf, tmp_path, monkeypatch, where, value):
+    """Issue 43's review: a task whose ``dataset.fields`` or ``dataset.path`` read
+    ``${oc.env:OPENAI_API_KEY}`` echoed the key in its error line (``no column 'sk-…'``).
+    Such a read, or one of a computed name, is refused before Hydra composes, naming the file."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET123")
+    monkeypatch.setenv("HF_TOKEN", "hf-test-SECRET456")
+    monkeypatch.setenv("WHICH", "OPENAI_API_KEY")
+    rows = REPO / "examples" / "tasks" / "arith_mini.jsonl"
+    text = TASK.format(name="sly", rows=rows, system="S")
+    text = text.replace("  fields: {id: id, input: question, target: answer}", f"  fields: {value}") if where == "fields" \
+        else text.replace(f"  path: {rows}", f"  path: {value}")  # fmt: skip
+    (conf / "benchmark" / "sly.yaml").write_text(text, encoding="utf-8")
+    line = _refusal("benchmark=sly", "model=reference")
+    assert line.startswith(f"{conf / 'benchmark' / 'sly.yaml'}: dataset.") and "${oc.env:" in line
+    assert "SECRET" not in line
+
+
+def test_a_secret_named_variables_value_is_never_printed_in_an_error_line(tmp_path):
+    """The command line's own ``${oc.env:…}`` is the user's, resolved: a parser's message that
+    quotes the value (``(got 'sk-…')``) prints ``***`` (every printed line is scrubbed of the
+    environment's secret-named values)."""
+    done = _cli(tmp_path, "benchmark=arith_mini", "model=gpt4o", "backend.api_base=${oc.env:OPENAI_API_KEY}", "run.dry_run=true",
+                OPENAI_API_KEY="sk-test-SECRET123")  # fmt: skip
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("evalkit: error: backend.api_base: not a server address") and "(got '***')" in done.stderr
+    assert "SECRET123" not in done.stdout + done.stderr

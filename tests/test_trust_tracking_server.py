@@ -322,3 +322,26 @@ def test_a_server_asking_for_an_hours_wait_is_left_at_the_deadline(tmp_path):
         _hint(line, srv.url, run_dir, " later with: ")
     assert len(srv.held) == 1  # asked once: no retry was waited for
     _complete(run_dir)
+
+
+def test_compare_log_never_takes_its_server_from_a_run_directory(tmp_path, monkeypatch):
+    """Attack found in issue 43's review: ``tracking.json`` of both runs edited to name a
+    listener, ``compare --log`` sent the user's MLflow credentials there (and a ``sqlite:``
+    address outside every root made a database there). Now such a store is refused in one
+    line before any request; the runs' own output-root SQLite store still works."""
+    from evalkit.compare import CompareError, _store_a_run_may_name
+
+    runs = (tmp_path / "out" / "runs" / "a", tmp_path / "out" / "runs" / "b")
+    for d in runs:
+        d.mkdir(parents=True)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    own = f"sqlite:///{tmp_path / 'out' / 'mlflow.db'}"
+    assert _store_a_run_may_name(own, runs) == own
+    for named in ("http://127.0.0.1:18777", f"sqlite:///{tmp_path / 'elsewhere' / 'evil.db'}", "file:///tmp/x"):
+        with pytest.raises(CompareError) as info:
+            _store_a_run_may_name(named, runs)
+        assert str(info.value) == (f"--log: the runs' tracking.json names {named}; a run directory never chooses the store "
+                                   "evalkit logs to (or sends credentials to): pass --tracking-uri to log there")  # fmt: skip
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:18777")  # the user's own choice
+    assert _store_a_run_may_name("http://127.0.0.1:18777", runs) == "http://127.0.0.1:18777"
+    assert not (tmp_path / "elsewhere").exists()

@@ -248,6 +248,6 @@ def main(argv: list[str]) -> int:
             raise ConfigError(USAGE)
         sys.stdout.write(list_items(argv[1]) if argv[0] == "list" else show(argv[1]))
     except EvalkitError as exc:
-        print(f"evalkit: error: {exc}", file=sys.stderr)
+        print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
         return exc.exit_code
     return 0

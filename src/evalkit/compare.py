@@ -27,7 +27,9 @@ A run is a run directory, or an MLflow run id (found through the run's ``run_dir
   This needs the benchmark's data (as ``rescore`` does; ``--data-dir`` when it moved);
   without it the section says why and the rest is shown.
 - **In MLflow** (``--log``): each comparison becomes an MLflow run (``evalkit.kind=comparison``)
-  in the compared runs' store (:func:`log_comparisons`), named by what it compares and what
+  in the store ``--tracking-uri`` names, else the compared runs' own when a run directory may
+  choose it (:func:`log_comparisons`: ``MLFLOW_TRACKING_URI``'s, or their output root's SQLite
+  file; never a server a run directory names alone), named by what it compares and what
   it found (``Δ overall acebench: reference → replay −0.28 (p 0.0003, worse)``), linked to
   both, and both link back to it (tag ``evalkit.compared_in``, a description line). Each
   HTTP call to a tracking server ends within ``--request-deadline-s`` and reads at most
@@ -756,13 +758,33 @@ def log_comparisons(result: dict[str, Any], tracking_uri: str | None = None) -> 
         if tracking_uri is None and len(stores) != 1:
             why = "live in different MLflow stores" if stores else "were not logged to MLflow"
             raise CompareError(f"--log: the compared runs {why} ({', '.join(sorted(stores)) or 'none'}): pass --tracking-uri")
-        uri = tracking_uri or next(iter(stores))
+        uri = tracking_uri or _store_a_run_may_name(next(iter(stores)), (Path(a["dir"]), Path(b["dir"])))
         ends = tuple({"dir": r["dir"], "name": f"{r['benchmark']} × {r['model']}", "label": r["model"], "benchmark": r["benchmark"],
                       **({k: v for k, v in led.items() if k != "tracking_uri"} if led.get("tracking_uri") == uri else {})}
                      for r, led in ((a, la), (b, lb)))  # fmt: skip
         rid = log_comparison(uri, pair, flip, ends, verdict=result.get("gate") if pair is result["paired"][0] else None)  # type: ignore[arg-type]
         lines.append(f"comparison [{pair['ia']}] → [{pair['ib']}] recorded in MLflow: run {rid} in {uri}")
     return lines
+
+
+def _store_a_run_may_name(uri: str, run_dirs: tuple[Path, ...]) -> str:
+    """``uri``, the store both runs' ``tracking.json`` name, when a run directory may choose
+    it: the one ``MLFLOW_TRACKING_URI`` names, or a SQLite file in a folder holding both runs
+    (their own output root, ``sqlite:///<run.output_root>/mlflow.db``). A run directory is
+    untrusted: it never picks the server evalkit sends the user's MLflow credentials to, nor
+    where a new SQLite file is written (issue 43).
+
+    Raises:
+        CompareError: any other store (one line naming it, and how to choose it).
+    """
+    if uri == os.environ.get("MLFLOW_TRACKING_URI"):
+        return uri
+    if uri.startswith("sqlite:///"):
+        folder = Path(uri.removeprefix("sqlite:///")).parent.resolve()
+        if all(Path(d).resolve().is_relative_to(folder) for d in run_dirs):
+            return uri
+    raise CompareError(f"--log: the runs' tracking.json names {printable(secrets.scrub(uri), 200)}; a run directory never chooses "
+                       f"the store evalkit logs to (or sends credentials to): pass --tracking-uri to log there")  # fmt: skip
 
 
 def resolve_run(arg: str, tracking_uri: str | None) -> Path:
@@ -826,7 +848,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             result["logged"] = log_comparisons(result, args.tracking_uri)
         except EvalkitError as exc:
-            print(f"evalkit: error: {exc}", file=sys.stderr)
+            print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
             return 2
         except Exception as exc:  # noqa: BLE001 - a store that fails is one line; the comparison is still printed
             from evalkit.tracking.mlflow_tracking import bound_hit  # MLflow's module, as log_comparisons'

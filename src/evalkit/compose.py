@@ -123,6 +123,28 @@ INSTANTIATE_KEYS = ("_target_", "_partial_", "_args_", "_recursive_", "_convert_
 UNTRUSTED_TEXTS: set[str] = set()
 
 
+#: ``${oc.env:NAME…}`` (or ``${env:NAME}``) in a config value: the variable's name as written
+_ENV_READ = re.compile(r"\$\{\s*(?:oc\.env|env)\s*:\s*([^,}]*)")
+
+
+def _refuse_secret_reads(where: str, key: str, value: str) -> None:
+    """A config file never reads a secret's value (issue 43): ``${oc.env:NAME}`` of a variable
+    named like a secret (:func:`evalkit.secrets.is_secret_key`: ``OPENAI_API_KEY``, ``HF_TOKEN``)
+    or of a name that is itself computed (``${oc.env:${…}}``) is refused, since a prompt or an
+    endpoint holding it would send the key (reversed, cut or upper-cased, no scrubbing finds it).
+    A model names its key's variable instead (``model.api_key_env``).
+
+    Raises:
+        ConfigError: one line naming the file, the key and the variable."""
+    for name in _ENV_READ.findall(value):
+        name = name.strip()
+        if "$" in name or secrets.is_secret_key(name):
+            raise ConfigError(f"{where}: {printable(key or '(top)', 200)}: ${{oc.env:{printable(name, 80)}}} reads "
+                              f"{'a variable whose name is computed' if '$' in name else 'a variable named like a secret'}; "
+                              "a config file never reads a key's value (a model names its key's variable with "
+                              "model.api_key_env; README, Trust)")  # fmt: skip
+
+
 def check_data_only(path: Path, group: str, text: str, node: Any) -> None:
     """A config file of :data:`CONFIG_DIR_ENV`, a task YAML or any group file of evalkit's
     ``conf/`` but Hydra's own (:func:`hydra_own`) is data, not code: it may set its group's
@@ -136,6 +158,7 @@ def check_data_only(path: Path, group: str, text: str, node: Any) -> None:
       Hydra's settings;
     * a ``hydra`` key (or ``hydra.*``) at the top;
     * a key of :data:`INSTANTIATE_KEYS` at any depth (``_target_`` names a callable Hydra calls);
+    * ``${oc.env:NAME}`` of a variable named like a secret (:func:`_refuse_secret_reads`);
     * a ``defaults`` entry that names a ``hydra/…`` group (``override hydra/…`` too), puts a
       config into the root package (``@_global_``) or into ``hydra``, or holds an
       interpolation (``${...}``: the option it picks is not known before Hydra composes, so
@@ -171,6 +194,7 @@ def check_data_only(path: Path, group: str, text: str, node: Any) -> None:
         seen.add((id(current), key))
         if isinstance(current, ScalarNode):
             if "${" in current.value:
+                _refuse_secret_reads(where, key, current.value)
                 UNTRUSTED_TEXTS.add(current.value)
         elif isinstance(current, SequenceNode):
             stack += [(child, f"{key}.{i}" if key else str(i)) for i, child in reversed(list(enumerate(current.value)))]

@@ -79,6 +79,12 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else (plural or noun + 's')}"
 
 
+#: functions every :func:`printable` text passes through first: :mod:`evalkit.secrets` adds its
+#: ``scrub`` when imported, so that a registered secret is never printed, whichever error line
+#: quotes it (a value a config read from ``${oc.env:…}``, an override echoed by a parser)
+line_filters: list = []
+
+
 def printable(text: object, limit: int | None = None) -> str:
     """``text`` (``str()`` of anything else) safe to print on a terminal as part of one line:
     every character that is not printable (Python's :meth:`str.isprintable`: controls such as
@@ -88,6 +94,8 @@ def printable(text: object, limit: int | None = None) -> str:
     moves the cursor, recolours, or splits a line. ``limit``: at most that many characters of
     ``text`` are shown, then ``…``. Linear in the length of ``text``."""
     text = text if isinstance(text, str) else str(text)
+    for line_filter in line_filters:
+        text = line_filter(text)
     if limit is not None and len(text) > limit:
         text = text[:limit] + "…"
     if text.isprintable():

@@ -7,8 +7,11 @@ whose name looks secret (``api_key``, ``token``, ``secret``, ``password``) are r
 from __future__ import annotations
 
 import logging
+import os
 import re
 from typing import Any
+
+from evalkit import errors
 
 REDACTED = "***"
 # whole key names (or their last ``_``-part): ``api_key``, ``hf_token``, ``client_secret``;
@@ -122,3 +125,20 @@ class ScrubFilter(logging.Filter):
             record.msg = scrub(record.getMessage())
             record.args = ()
         return True
+
+
+def register_environment(environ: Any = None) -> None:
+    """Register the value of every environment variable whose name looks secret
+    (:func:`is_secret_key`: ``OPENAI_API_KEY``, ``HF_TOKEN``, ``MLFLOW_TRACKING_PASSWORD`` …),
+    so that it is scrubbed wherever a line or record quotes it, however it got there (a
+    config's ``${oc.env:…}``, a parser's message, a server's echo)."""
+    for name, value in (os.environ if environ is None else environ).items():
+        if is_secret_key(name):
+            register(value)
+
+
+# every process that can print or record a line registers the environment's secrets, and
+# every printable() line (evalkit.errors) is scrubbed
+register_environment()
+if scrub not in errors.line_filters:
+    errors.line_filters.append(scrub)
