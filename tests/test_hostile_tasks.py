@@ -235,3 +235,52 @@ def test_track_and_judge_on_a_crafted_run_dir_are_one_line_exit_2(tmp_path: Path
             assert done.returncode == 2 and len(errors) == 1 and lines[-1] == errors[0], (cmd, done.stderr)
             assert "Traceback" not in done.stderr and ("aliases expand" in errors[0] or "steps" in errors[0]), errors
     assert not (tmp_path / "m.db").exists() and not (tmp_path / "judged").exists()
+
+
+# ---- issue 43's review: what an attacker found in templates and data files ------------------
+@pytest.mark.parametrize("template, line", [
+    ("{{ input }}{{ 1 + [] }}", "task t: sample 's1': prompt template: TypeError: unsupported operand type(s) for +: 'int' and 'list'"),
+    ("{{ 1 // 0 }}", "task t: sample 's1': prompt template: ZeroDivisionError: integer division or modulo by zero"),
+    ("{{ [1, 2, 3]|random }}", "task t: sample 's1': prompt template: TemplateAssertionError: No filter named 'random'."),
+    ("{{ lipsum() }}", "task t: sample 's1': prompt template: UndefinedError: 'lipsum' is undefined"),
+    ("{{ input|attr('format_map') }}", "task t: sample 's1': prompt template: SecurityError: a template turns a Python object "
+                                       "(function) into text; a prompt is made of the row's values (its text would differ "
+                                       "from one process to the next)"),
+    ("{% for x in [1] %}{{ 'n' ~ loop }}{% endfor %}", "task t: sample 's1': prompt template: SecurityError: a template turns a "
+                                                      "Python object (LoopContext) into text; a prompt is made of the row's "
+                                                      "values (its text would differ from one process to the next)"),
+])  # fmt: skip
+def test_a_template_that_fails_or_is_not_a_function_of_its_row_is_one_line(template, line):
+    """A runtime error was an "unexpected error" with a traceback (exit 1); a random filter, or
+    a method's text holding its address, passed the check and then no run could complete
+    (every prompt hashed differently from one process to the next)."""
+    with pytest.raises(DataError) as info:
+        check_renders([(template, {"input": "q"}, 50_000, "s1")], "task t")
+    assert str(info.value) == line
+
+
+def test_a_row_with_too_many_columns_or_too_long_a_line_is_refused_by_its_bound(tmp_path):
+    """100,003 CSV columns took 1.8 GB and were blamed on the template; a 300 MB field was read
+    whole. Each is now one line naming the bound, before rows are rendered."""
+    from evalkit.benchmarks.task.benchmark import MAX_COLUMNS, _read_file
+
+    wide = tmp_path / "wide.csv"
+    wide.write_text("id,q," + ",".join(f"c{i}" for i in range(MAX_COLUMNS)) + "\na,b," + ",".join("1" * MAX_COLUMNS) + "\n")
+    with pytest.raises(DataError) as info:
+        _read_file(wide, 100)
+    assert str(info.value) == f"benchmark.dataset.path: {wide}: row 1 has 1,002 columns, over the 1,000 a task's row may have"
+    wide_jsonl = tmp_path / "wide.jsonl"
+    wide_jsonl.write_text(json.dumps({f"c{i}": 1 for i in range(MAX_COLUMNS + 1)}) + "\n")
+    with pytest.raises(DataError, match="row 1 has 1,001 columns, over the 1,000"):
+        _read_file(wide_jsonl, 100)
+
+
+def test_a_csv_line_over_the_bound_is_refused_before_it_is_held(tmp_path, monkeypatch):
+    import evalkit.benchmarks.task.benchmark as task_benchmark
+
+    monkeypatch.setattr(task_benchmark, "MAX_LINE_BYTES", 1000)
+    long = tmp_path / "long.csv"
+    long.write_text("id,q\na," + "x" * 5000 + "\n")
+    with pytest.raises(DataError) as info:
+        task_benchmark._read_file(long, 100)
+    assert str(info.value) == f"benchmark.dataset.path: {long}:2: a line longer than 1,000 characters; not a row evalkit reads"

@@ -27,7 +27,7 @@ from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_mess
 from evalkit.benchmarks.task.template import RenderJob, check_renders, render, template_variables
 from evalkit.errors import ConfigError, DataError
 from evalkit.images import Image, ImageFacts, ImageStore, Limits, Text, load_image, message, read_source, text_of, undecoded
-from evalkit.untrusted import MAX_JSONL_BYTES, iter_parquet, open_file, read_objects
+from evalkit.untrusted import MAX_JSONL_BYTES, MAX_LINE_BYTES, iter_parquet, open_file, read_objects
 from evalkit.stats import BINARY, Column
 from evalkit.types import Request, Sample, SampleScore, Trajectory
 
@@ -624,6 +624,36 @@ def _unencodable(text: str) -> bool:
     return False
 
 
+#: the most columns a task's row may have: a prompt names a handful; every column of every row
+#: is sent to the bounded renderer, so 100,000 columns once took 1.8 GB before any bound named it
+MAX_COLUMNS = 1000
+
+
+def _short_lines(fh: Any, path: Path) -> Any:
+    """The lines of the text file ``fh``, each at most :data:`evalkit.untrusted.MAX_LINE_BYTES`
+    characters (a line is read no further than that: a 300 MB CSV field is never held whole).
+
+    Raises:
+        DataError: a longer line (one line naming the file and the bound)."""
+    for n, line in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), ""), 1):
+        if len(line) > MAX_LINE_BYTES:
+            raise DataError(f"benchmark.dataset.path: {path}:{n}: a line longer than {MAX_LINE_BYTES:,} characters; "
+                            "not a row evalkit reads")  # fmt: skip
+        yield line
+
+
+def _narrow(rows: Any, path: Path) -> Any:
+    """``rows`` as they come, each checked to have at most :data:`MAX_COLUMNS` columns.
+
+    Raises:
+        DataError: a row over the bound (one line naming the file, the row and the bound)."""
+    for n, row in enumerate(rows, 1):
+        if isinstance(row, dict) and len(row) > MAX_COLUMNS:
+            raise DataError(f"benchmark.dataset.path: {path}: row {n} has {len(row):,} columns, over the {MAX_COLUMNS:,} "
+                            "a task's row may have")  # fmt: skip
+        yield row
+
+
 def _read_file(path: Path, max_rows: int) -> tuple[list[dict[str, Any]], str]:
     """Rows of a ``.jsonl``, ``.csv`` or ``.parquet`` file (at most ``max_rows``).
 
@@ -639,9 +669,10 @@ def _read_file(path: Path, max_rows: int) -> tuple[list[dict[str, Any]], str]:
             rows = [obj for _, obj in read_objects(path, max_rows=max_rows + 1)]
         elif path.suffix == ".csv":
             with io.TextIOWrapper(open_file(path, MAX_JSONL_BYTES, what="a CSV file"), encoding="utf-8", newline="") as fh:
-                rows = list(itertools.islice(csv.DictReader(fh), max_rows + 1))
+                rows = list(itertools.islice(_narrow(csv.DictReader(_short_lines(fh, path)), path), max_rows + 1))
         else:
             rows = list(iter_parquet(path, max_rows=max_rows + 1))
+        rows = list(_narrow(rows, path))
     except DataError:
         raise
     except Exception as exc:  # noqa: BLE001 - any reader's failure is one line

@@ -56,9 +56,13 @@ def _step(n: int = 1) -> None:
 
 def text_size_over(value: Any, limit: int) -> bool:
     """True when ``str(value)`` would be longer than ``limit`` characters, estimated without
-    building it: a string's length, a container's items' sizes plus 2 each, another
-    value's ``str``; stops as soon as the sum passes ``limit`` (each item costs at least 1,
-    so at most ``limit`` items are visited)."""
+    building it: a string's length, a container's items' sizes plus 2 each; stops as soon as
+    the sum passes ``limit`` (each item costs at least 1, so at most ``limit`` items are
+    visited).
+
+    Raises:
+        jinja2.exceptions.SecurityError: the value holds something that is not data (a
+            method, a loop object): its text is Python's own, often with an address."""
     total, stack = 0, [value]
     while stack:
         v = stack.pop()
@@ -75,8 +79,15 @@ def text_size_over(value: Any, limit: int) -> bool:
                 stack.extend(v)
         elif isinstance(v, (int, float, bool)) or v is None:
             total += 24 if not isinstance(v, int) or abs(v) < 10**24 else len(str(v))
-        else:
-            total += len(str(v)) if not hasattr(v, "__iter__") else 2
+        else:  # a method, a loop, a namespace: its text is Python's, with an address, not the row's
+            from jinja2 import Undefined
+            from jinja2.exceptions import SecurityError
+
+            if isinstance(v, Undefined):  # StrictUndefined names the missing variable itself
+                total += len(str(v))
+                continue
+            raise SecurityError(f"a template turns a Python object ({type(v).__name__}) into text; a prompt is made of "
+                                "the row's values (its text would differ from one process to the next)")  # fmt: skip
         if total > limit:
             return True
     return False
@@ -91,6 +102,10 @@ _NO_TEXT_FILTERS = frozenset({"length", "count", "first", "last", "random", "bat
                               "default", "d", "attr", "items", "dictsort", "abs", "int", "float", "round", "bool"})  # fmt: skip
 #: the filter every ``{% for %}``'s iterable goes through (not a name a template can write)
 LOOP_FILTER = "evalkit_loop_bound"
+
+
+#: Jinja2's filters and globals whose output is drawn at random
+NONDETERMINISTIC = ("random", "shuffle", "lipsum")
 
 
 def _env(max_chars: int) -> Any:
@@ -275,8 +290,12 @@ def _env(max_chars: int) -> Any:
             return update_wrapper(wrapper, value)
 
     env = Bounded(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True, finalize=finalize)
-    env.filters = {name: bounded_filter(name, fn) for name, fn in env.filters.items()}
+    # a prompt is a function of its row: no filter or global that draws at random (its hash,
+    # the cache and the journal's identity of a request would change at every render)
+    env.filters = {name: bounded_filter(name, fn) for name, fn in env.filters.items() if name not in NONDETERMINISTIC}
     env.filters[LOOP_FILTER] = loop_bound
+    for name in NONDETERMINISTIC:
+        env.globals.pop(name, None)
     env.globals["range"] = bounded_range
     _ENVS[max_chars] = env
     return env
@@ -306,6 +325,10 @@ def render(template: str, data: dict[str, Any], max_chars: int, sample_id: str) 
     except (SecurityError, OverflowError, RecursionError) as exc:  # OverflowError: an int too large for C sizes
         raise TemplateRefused(f"sample {sample_id!r}: prompt template: {type(exc).__name__}: {_one_line(exc)}") from None
     except TemplateError as exc:
+        raise DataError(f"sample {sample_id!r}: prompt template: {type(exc).__name__}: {_one_line(exc)}") from None
+    except DataError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - {{ 1 + [] }}, {{ x / 2 }}, {{ 1 // 0 }}: the template's error on this row
         raise DataError(f"sample {sample_id!r}: prompt template: {type(exc).__name__}: {_one_line(exc)}") from None
     finally:
         _STEPS.reset(token)
@@ -448,7 +471,9 @@ def _child_main(timeout_s: float, memory_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     try:
         for template, data, max_chars, sample_id in jobs:
-            render(template, data, max_chars, sample_id)
+            if render(template, data, max_chars, sample_id) != render(template, data, max_chars, sample_id):
+                raise TemplateRefused(f"sample {sample_id!r}: the prompt template renders differently each time (an "
+                                      "object's address, a time?); a prompt must be a function of its row")  # fmt: skip
     except DataError as exc:
         print(("refused " if isinstance(exc, TemplateRefused) else "error ") + " ".join(str(exc).split()), flush=True)
         return
