@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import re
 import shlex
 
 
@@ -135,6 +136,22 @@ def shell_line(*argv: object) -> str:
     return shlex.join(str(a) for a in argv)
 
 
+#: a value Hydra's override grammar reads as it is, unquoted (a conservative subset)
+_HYDRA_PLAIN = re.compile(r"^[A-Za-z0-9_./:@%+~-]+$")
+
+
+def hydra_value(value: object) -> str:
+    """``value`` as Hydra's override grammar reads it back exactly: as it is when plain, else
+    single-quoted, a quote escaped and the backslashes before a quote or at the end doubled
+    (Hydra unescapes only those)."""
+    text = str(value)
+    if _HYDRA_PLAIN.match(text):
+        return text
+    return "'" + re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), text) + "'"
+
+
 def resume_arg(run_dir: object) -> str:
-    """``run.resume=<run_dir>`` as one shell word (:func:`shlex.quote`d when it needs to be)."""
-    return shlex.quote(f"run.resume={run_dir}")
+    """``run.resume=<run_dir>`` as one shell word that Hydra reads back as that directory
+    (:func:`hydra_value`, then :func:`shlex.quote`d when it needs to be): pasted as printed, a
+    directory named ``x $(touch PWN);`id``` resumes, and runs nothing."""
+    return shlex.quote(f"run.resume={hydra_value(run_dir)}")
