@@ -283,3 +283,15 @@ def test_a_secret_named_variables_value_is_never_printed_in_an_error_line(tmp_pa
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith("evalkit: error: backend.api_base: not a server address") and "(got '***')" in done.stderr
     assert "SECRET123" not in done.stdout + done.stderr
+
+
+def test_a_defaults_entry_puts_a_config_only_at_its_own_place(conf):
+    """Issue 43's review: ``- /benchmark@_global_.run: x`` composed (a benchmark config put over
+    the run's settings); ``/backend@_global_.backend``, a config at its own place, still works."""
+    (conf / "benchmark" / "x.yaml").write_text("name: x\n", encoding="utf-8")
+    (conf / "model" / "m.yaml").write_text("defaults:\n  - /benchmark@_global_.run: x\nname: m\nkind: reference\n",
+                                           encoding="utf-8")  # fmt: skip
+    line = _refusal("benchmark=arith_mini", "model=m")
+    assert line == (f"{conf / 'model' / 'm.yaml'}: defaults.0 (/benchmark@_global_.run: x): @_global_.run: a config file puts "
+                    "a benchmark config only at its own place (@_global_.benchmark), never into another group's keys "
+                    "(README, Trust)")  # fmt: skip

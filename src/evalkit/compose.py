@@ -253,6 +253,10 @@ def _check_default(where: str, index: int, entry: Any) -> None:
         if part == "_global_" or (inside[1:2] if inside[0] == "_global_" else inside[:1]) == ["hydra"]:
             raise ConfigError(f"{what}: @{printable(part, 100)}: a config file puts no config into the root package or into "
                               f"Hydra's settings (a config file is data, not code: README, Trust)")  # fmt: skip
+        if inside[0] == "_global_" and inside[1:] != group.lstrip("/").split("/"):  # /backend@_global_.backend: its own place
+            raise ConfigError(f"{what}: @{printable(part, 100)}: a config file puts a {printable(group.lstrip('/'), 60)} config "
+                              f"only at its own place (@_global_.{printable(group.lstrip('/').replace('/', '.'), 60)}), never "
+                              f"into another group's keys (README, Trust)")  # fmt: skip
 
 
 def override_choices(overrides: Sequence[str]) -> dict[str, set[str]]:
