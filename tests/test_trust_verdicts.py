@@ -283,3 +283,19 @@ def test_a_baseline_with_one_nan_row_is_refused_on_the_command_line(runs, tmp_pa
     assert proc.returncode == 2, proc.stderr
     line = _one_error_line(proc.stderr)
     assert f"{poisoned / 'predictions.jsonl'}:1: not a journal row: scores.'sample_pass' is nan, not a finite number" in line
+
+
+def test_an_incomplete_run_never_passes_a_gate():
+    """Issue 43's review: a run's ``stale_lines`` decide which journal lines count, so wrong
+    answers marked stale (and their samples listed as failed) leave an incomplete run whose
+    scored part may look fine. A gate never PASSes an incomplete run; FAIL stands."""
+    from evalkit.compare import gate_verdict
+
+    entry = {"delta": 0.0, "low": -0.01, "high": 0.01, "n": 400, "test": "Tango"}
+    result = {"paired": [{"primary": "acc", "metrics": {"acc": entry}, "level": 0.95}],
+              "runs": [{"dir": "base", "status": "complete", "n_failed": 0}, {"dir": "new", "status": "incomplete", "n_failed": 7}]}
+    verdict = gate_verdict(result, "noninferior:0.05")
+    assert (verdict["verdict"], verdict["exit"]) == ("INCONCLUSIVE", 3)
+    assert verdict["line"].endswith("; but INCONCLUSIVE: an incomplete run never passes a gate (new (7 failed); resume it)")
+    result["runs"][1]["status"] = "complete"
+    assert gate_verdict(result, "noninferior:0.05")["verdict"] == "PASS"

@@ -534,7 +534,13 @@ def gate_verdict(result: dict[str, Any], spec: str) -> dict[str, Any]:
     entry = (pair.get("metrics") or {}).get(head)
     if entry is None and "error" in pair:
         entry = {"note": pair["error"]}
-    return stats.gate(entry, kind, margin, pair.get("level", 0.95), str(head))
+    verdict = stats.gate(entry, kind, margin, pair.get("level", 0.95), str(head))
+    partial = [r for r in result["runs"][:2] if r.get("status") not in ("complete", "decided")]
+    if verdict["verdict"] == "PASS" and partial:  # the samples it lacks could be its failures (or marked stale by hand)
+        names = ", ".join(f"{printable(r['dir'], 200)} ({r.get('n_failed')} failed)" for r in partial)
+        verdict = {**verdict, "verdict": "INCONCLUSIVE", "exit": stats.GATE_EXIT["INCONCLUSIVE"],
+                   "line": f"{verdict['line']}; but INCONCLUSIVE: an incomplete run never passes a gate ({names}; resume it)"}  # fmt: skip
+    return verdict
 
 
 def metric_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
