@@ -468,9 +468,11 @@ def plot(record: dict[str, Any], path: Path) -> Path | None:
 
 def interval_entry(record: dict[str, Any]) -> dict[str, Any] | None:
     """A decided run's interval as a paired entry for ``compare`` / :func:`evalkit.stats.gate`
-    (labelled: the anytime-valid interval, not a fixed-n one)."""
+    (labelled: the anytime-valid interval, not a fixed-n one); ``stopped``: the run's gate,
+    verdict and why, so that ``compare --gate`` of the same gate reads a FUTILE stop as FUTILE."""
     look = record.get("interval")
     if not look:
         return None
     return {"delta": look["delta"], "low": look["low"], "high": look["high"], "n": look["n"], "p": None,
-            "test": "anytime-valid confidence sequence (run.stop_when)", "method": record.get("method")}  # fmt: skip
+            "test": "anytime-valid confidence sequence (run.stop_when)", "method": record.get("method"),
+            "stopped": {k: record.get(k) for k in ("gate", "verdict", "why")}}  # fmt: skip
