@@ -564,6 +564,47 @@ def grid_cell(cell: Cell, reps: int, seed: int, level: float = LEVEL) -> dict[st
     return out
 
 
+def betting_fixed_n(values: np.ndarray, level: float = LEVEL, grid: int = 2001, c: float = 0.5) -> np.ndarray:
+    """Widths ``(reps,)`` of the fixed-n hedged betting interval for a bounded mean
+    (Waudby-Smith & Ramdas, JRSS-B 2024, §4: capital ½K⁺ + ½K⁻ below 1/α, bets
+    λ_i = √(2 log(2/α) / (n σ̂²_{i−1})) truncated at c/m and c/(1 − m)) of one stratum of
+    differences ``(reps, n)`` — the candidate the issue suggested, measured for the choice."""
+    alpha = 1 - level
+    y = (values + 1) / 2
+    reps, n = y.shape
+    m = np.linspace(0, 1, grid)
+    steps = np.arange(1, n + 1)
+    mu = np.concatenate([np.full((reps, 1), 0.5), (0.5 + np.cumsum(y, 1)) / (steps + 1)], 1)[:, :-1]
+    var = np.concatenate([np.full((reps, 1), 0.25), (0.25 + np.cumsum((y - mu) ** 2, 1)) / (steps + 1)], 1)[:, :-1]
+    lam = np.sqrt(2 * math.log(2 / alpha) / (n * var))
+    widths = np.empty(reps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for r in range(reps):
+            lp, lm = np.minimum(lam[r][:, None], c / m), np.minimum(lam[r][:, None], c / (1 - m))
+            dev = y[r][:, None] - m
+            log_k = np.logaddexp(np.log1p(lp * dev).sum(0), np.log1p(-lm * dev).sum(0)) - math.log(2)
+            kept = m[log_k < math.log(1 / alpha)]
+            widths[r] = 2 * (kept.max() - kept.min()) if kept.size else 0.0
+    return widths
+
+
+def betting_table(reps: int, seed: int) -> list[dict[str, Any]]:
+    """Mean widths on the balanced cells of ≥ 200 units (equal weights ∝ sizes): today's, the
+    score interval's and the fixed-n betting interval's (:func:`betting_fixed_n` on the
+    pooled differences, in a random order) — why the score interval was chosen."""
+    out = []
+    for i, cell in enumerate(c for c in grid_cells() if c.width):
+        rng = np.random.default_rng(seed + i)
+        values = [cell.draw(rng, reps, size, k) for k, size in enumerate(cell.sizes)]
+        zero_one = cell.kind == "0/1"
+        t_low, t_high = _today(values, cell.weights, zero_one, LEVEL)
+        low, high = score_bounds(batch(values, cell.weights), LEVEL)
+        pooled = betting_fixed_n(rng.permutation(np.concatenate(values, axis=1), axis=1))  # equal weights ∝ sizes: the plain mean
+        out.append({"cell": cell.name, "reps": reps, "today": float(np.mean(t_high - t_low)), "score": float(np.mean(high - low)),
+                    "betting": float(np.mean(pooled))})  # fmt: skip
+    return out
+
+
 def grid_table(reps: int, seed: int, only: str | None = None) -> list[dict[str, Any]]:
     return [grid_cell(c, reps, seed + i) for i, c in enumerate(grid_cells()) if not only or only in c.name]
 
@@ -595,8 +636,8 @@ def two_point_exact(ns: tuple[int, ...] = (12, 30, 100, 300, 1000, 2000), level:
     return out
 
 
-def grid_markdown(grid: list[dict[str, Any]], exact: list[dict[str, Any]], args: argparse.Namespace, took: float | None,
-                  cpu: float | None) -> str:  # fmt: skip
+def grid_markdown(grid: list[dict[str, Any]], exact: list[dict[str, Any]], betting: list[dict[str, Any]], args: argparse.Namespace,
+                  took: float | None, cpu: float | None) -> str:  # fmt: skip
     """The grid (and the two-point cells computed exactly) as the markdown tables of
     docs/performance.md."""
 
@@ -623,6 +664,12 @@ def grid_markdown(grid: list[dict[str, Any]], exact: list[dict[str, Any]], args:
         lines += ["", "Two-point cells, computed exactly (every count of the rarer value weighed by its binomial probability):", "",
                   "| cell | n | false PASS | coverage |", "|---|---|---|---|"]  # fmt: skip
         lines += [f"| {r['cell']} | {r['n']} | {pct(r['false_pass'])} | {pct(r['coverage'], 1)} |" for r in exact]
+    if betting:
+        lines += ["", f"Mean width on the balanced cells ({betting[0]['reps']} simulated comparisons each): today's, the score "
+                      "interval's and the fixed-n betting interval's (WSR 2024), and their ratios to today's:", "",
+                  "| cell | today | score | betting | score / today | betting / today |", "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {r['cell']} | {r['today']:.4f} | {r['score']:.4f} | {r['betting']:.4f} | {r['score'] / r['today']:.3f} "
+                  f"| {r['betting'] / r['today']:.3f} |" for r in betting]  # fmt: skip
     if took is not None:
         lines.append(f"{took:.1f} s wall, {cpu:.1f} s CPU")
     return "\n".join(lines)
@@ -639,15 +686,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid-reps", type=int, default=2000, help="simulated comparisons per cell of the grid (default 2000; 0: no grid)")
     parser.add_argument("--grid-only", default=None, help="only the grid's cells whose name holds this text")
     parser.add_argument("--only-grid", action="store_true", help="the grid alone (none of the other tables)")
+    parser.add_argument("--betting-reps", type=int, default=200, help="simulated comparisons per balanced cell for the betting widths (default 200)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     t0, cpu0 = time.perf_counter(), time.process_time()
     grid = grid_table(args.grid_reps, args.seed, args.grid_only) if args.grid_reps > 0 else []
     exact = two_point_exact() if args.grid_reps > 0 and not args.grid_only else []
+    betting = betting_table(args.betting_reps, args.seed) if args.grid_reps > 0 and args.betting_reps > 0 and not args.grid_only else []
     if args.only_grid:
         took, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-        print(json.dumps({"grid": grid, "two_point": exact, "seconds": took, "cpu_seconds": cpu}, indent=2) if args.json
-              else grid_markdown(grid, exact, args, took, cpu))  # fmt: skip
+        print(json.dumps({"grid": grid, "two_point": exact, "betting": betting, "seconds": took, "cpu_seconds": cpu}, indent=2) if args.json
+              else grid_markdown(grid, exact, betting, args, took, cpu))  # fmt: skip
         return 0
     cov = coverage_table(args.sims, args.boot_sims, args.resamples, args.seed)
     sizes = size_table(args.sims, args.resamples, args.seed)
@@ -656,11 +705,11 @@ def main(argv: list[str] | None = None) -> int:
     gate_sim = gate_simulated(200, 0.05, 0.05, 0.0, args.sims, args.seed)
     took, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if args.json:
-        print(json.dumps({"grid": grid, "two_point": exact, "coverage": cov, "size": sizes, "sweep": sweep, "gates": gates, "gate_simulated": gate_sim,
+        print(json.dumps({"grid": grid, "two_point": exact, "betting": betting, "coverage": cov, "size": sizes, "sweep": sweep, "gates": gates, "gate_simulated": gate_sim,
                           "seconds": took, "cpu_seconds": cpu}, indent=2))  # fmt: skip
         return 0
     if grid:
-        print(grid_markdown(grid, exact, args, None, None) + "\n")
+        print(grid_markdown(grid, exact, betting, args, None, None) + "\n")
 
     def pct(x: float | None) -> str:
         return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f} %"

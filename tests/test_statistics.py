@@ -189,10 +189,13 @@ def test_95_percent_intervals_cover_the_rate_95_percent_of_the_time():
 
 
 @pytest.mark.slow
-def test_a_reference_run_has_an_exact_interval_below_one_not_nan(run_eval):
+def test_a_reference_run_has_an_interval_below_one_not_nan(run_eval):
+    """Every unit right: the category's exact binomial bound; OVERALL (a weighted mean of
+    categories) the score interval (issue 44), below 1 too, never [1, 1]."""
     res = run_eval(["model=reference", "benchmark.subsets=[normal_atom_bool,special_irrelevant]", "run.limit=40"])
     ci = res.summary["metrics_ci"]
-    assert ci["overall"]["low"] < ci["overall"]["high"] == 1.0 and "Clopper–Pearson" in ci["overall"]["method"]
+    assert ci["overall"]["low"] < ci["overall"]["high"] == 1.0 and ci["overall"]["method"].startswith("score interval")
+    assert "Clopper–Pearson" in ci["accuracy/normal_atom_bool"]["method"]
     assert not any("warning" in c for c in ci.values())
     assert set(ci) == set(res.summary["metrics"]) - {"overall_upstream_rounded"} or set(ci) == set(res.summary["metrics"])
 
@@ -416,12 +419,13 @@ def test_the_coverage_script_runs_reduced(capsys):
     spec = importlib.util.spec_from_file_location("coverage_script", REPO_ROOT / "perf" / "coverage.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.main(["--sims", "20", "--boot-sims", "4", "--resamples", "200", "--gate-n", "50", "1000", "--grid-reps", "20", "--json"]) == 0
+    assert module.main(["--sims", "20", "--boot-sims", "4", "--resamples", "200", "--gate-n", "50", "1000", "--grid-reps", "20", "--betting-reps", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     grid = {r["cell"]: r for r in out["grid"]}
     assert len(grid) == len(module.grid_cells()) >= 40 and sum(r["source"] == "issue" for r in grid.values()) == 5
     assert {r["source"] for r in grid.values()} == {"issue", "derived", "docs"} and all(r["reps"] == 20 for r in grid.values())
     assert all(r["width_ratio"] is not None for r in grid.values() if r["cell"].startswith("balanced"))
+    assert len(out["two_point"]) == 18 and len(out["betting"]) == 6 and all(b["betting"] > b["score"] for b in out["betting"])
     rows = {r["scenario"]: r for r in out["coverage"]}
     assert len(rows) == 11 and all(r["zero_width"] in (0.0, None) for r in rows.values())
     assert len(out["gates"]) == 8 and all(g["false_pass"] <= 0.025 for g in out["gates"])
@@ -450,7 +454,7 @@ def test_the_reduced_grid_holds_its_targets():
 
 
 @pytest.mark.slow
-def test_compare_pairs_runs_with_repeats_and_gates_the_headline(run_eval, capsys, shared_data_dir):
+def test_compare_pairs_runs_with_repeats_and_gates_the_headline(run_eval, capsys, shared_data_dir, fake_openai, ray_address):
     """Issue 22: compare refused every run with run.repeats ≥ 2, even against itself."""
     from evalkit.compare import main
 
@@ -474,10 +478,17 @@ def test_compare_pairs_runs_with_repeats_and_gates_the_headline(run_eval, capsys
     ke_opts = ["benchmark=ke", f"benchmark.pilot_path={ke / 'pilot.jsonl'}", f"benchmark.icl_path={ke / 'icl_examples.jsonl'}"]
     ref = run_eval(["model=reference", *ke_opts]).run_dir
     worse = run_eval(["model=baseline_first_k", *ke_opts]).run_dir
-    assert main([str(ref), str(worse), "--gate", "noninferior:0.02"]) == 1
+    # issue 44: 12 graded items, every one worse by 0.14–0.67, do not show Δ < −0.02 for scores
+    # in [0, 1] — a +1 on 11 % of items, unseen in 12 (25 % likely), would make Δ −0.02: the
+    # paired t's FAIL rested on normality; the bounded score interval says INCONCLUSIVE
+    assert main([str(ref), str(worse), "--gate", "noninferior:0.02"]) == 3
     text = capsys.readouterr().out
-    assert text.rstrip().splitlines()[-1].startswith("gate noninferior:0.02: FAIL")
-    assert "f1_macro: a difference, Δ -" in text
+    assert text.rstrip().splitlines()[-1].startswith("gate noninferior:0.02: INCONCLUSIVE — the interval [-0.5959, +0.0268] holds −0.02")
+    # a total loss FAILs (issue 44): every ACEBench unit right in the reference, wrong in a model answering "[]"
+    fake_openai.set_plan({"default": {"content": "[]"}})
+    empty = run_eval(["model=openai_compatible", "model.provider_model=openai/fake", f"backend.api_base={fake_openai.api_base}", *opts]).run_dir
+    assert main([str(once), str(empty), "--gate", "noninferior:0.02"]) == 1
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("gate noninferior:0.02: FAIL — upper bound -0.")
 
 
 def test_dry_run_prints_the_power_of_a_comparison(tmp_path, acebench_dir):

@@ -302,13 +302,6 @@ def weight_chunks(strata: np.ndarray, resamples: int, rng: np.random.Generator, 
         yield chunk
 
 
-def stratified_weights(strata: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """All ``(resamples, U)`` draw counts at once (:func:`weight_chunks` concatenated; for
-    small plans — the engine evaluates chunk by chunk)."""
-    chunks = list(weight_chunks(strata, resamples, rng))
-    return np.concatenate(chunks) if chunks else np.zeros((0, len(strata)))
-
-
 def bootstrap_draws(plans: list[StatPlan], strata: np.ndarray, resamples: int, seed: int) -> list[dict[str, np.ndarray]]:
     """Every metric of each plan on the same ``resamples`` stratified resamples (plans over
     the same units, in one order): ``[{name: (resamples,)}]``, evaluated chunk by chunk."""
@@ -718,8 +711,7 @@ def _paired_binary(only_a: int, only_b: int, n: int, level: float) -> dict[str, 
 END_UNITS = 0.25
 #: bisection steps on the tilt's logarithm (over e^±30: the ends exact to ~1e-10)
 TILT_STEPS = 40
-#: relative tolerance of every comparison with a margin (a census's Δ of exactly −0.1 is not
-#: above −0.1 by round-off)
+#: relative tolerance of every comparison with a margin (no verdict by round-off)
 MARGIN_RTOL = 1e-9
 
 
@@ -759,13 +751,12 @@ def _tilt(x: np.ndarray, n: np.ndarray, s: np.ndarray, lo: np.ndarray, hi: np.nd
 
 @dataclass
 class BoundedMeans:
-    """A weighted stratified mean of bounded per-unit values, as :func:`score_bounds` reads it,
-    for ``B`` problems at once (a leading axis: the metrics of a comparison, or simulated
-    runs). Per stratum ``K``: the distinct values ``x`` and their counts ``n`` (``(B, K, L)``,
-    padded with count 0), the stratum's weight ``w`` in Δ = Σ w·μ, the estimate's stratum
-    mean ``m``, and Σ c², Σ c³ over its units' weights c (``w/N`` each: Δ̂ = Σ c·value);
-    ``cc`` ``(B,)``: the continuity correction; values in [``lo``, ``hi``] (``(B, 1)``). A
-    padded stratum has ``w`` = ``c2`` = ``c3`` = 0."""
+    """``B`` weighted stratified means of bounded per-unit values (the metrics of a comparison,
+    or simulated runs), as :func:`score_bounds` reads them. Per stratum: the distinct values
+    ``x`` and their counts ``n`` ``(B, K, L)`` (padded with count 0), its weight ``w`` in
+    Δ = Σ w·μ, the estimate's stratum mean ``m``, Σ c² and Σ c³ over its units' weights c
+    (Δ̂ = Σ c·value) ``(B, K)`` (0 where padded); ``cc`` ``(B,)``, the continuity correction;
+    values in [``lo``, ``hi``] ``(B, 1)``."""
 
     x: np.ndarray
     n: np.ndarray
@@ -787,8 +778,7 @@ class BoundedMeans:
         return np.maximum((self.n.sum(-1) - 1).clip(0).sum(-1), 1)
 
     def statistic(self, eta: np.ndarray, a: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-        """At tilt ``eta`` ``(B,)`` (η·w per stratum): the null Δ0 it fits, the score
-        statistic Z of Δ̂ against it, the null's skewness γ and standard error, and ``a``."""
+        """At tilt η·w ``(B,)``: the null's Δ0, the score statistic Z, γ, se, and ``a``."""
         mean, var, k3, a = _tilt(self.x, self.n, eta[..., None] * self.w, self.lo, self.hi, a)
         size = self.n.sum(-1)
         widest = (self.hi - mean) * (mean - self.lo)  # a lone unit's variance: the largest possible
@@ -807,9 +797,8 @@ class BoundedMeans:
         return delta0, z, skew, se, a
 
     def solve(self, side: np.ndarray, done: Callable[..., np.ndarray]) -> tuple[np.ndarray, ...]:
-        """The tilt on ``side`` ``(B,)`` (+1: towards ``lo``) where ``done(Δ0, u, g)`` turns true
-        — ``u`` = side·Z and ``g`` = max(side·γ, 0), the statistic and the adverse skewness on
-        that side —, by bisection on log η over e^±30 times Σ units / Σ |w|: ``(Δ0, u, g)``."""
+        """``(Δ0, u, g)`` where ``done(Δ0, u, g)`` turns true on ``side`` (+1: towards ``lo``),
+        u = side·Z, g = max(side·γ, 0); bisection on log η over e^±30 × Σ units / Σ |w|."""
         scale = side * self.n.sum((-1, -2)) / np.maximum(np.abs(self.w).sum(-1), 1e-300)
         left, right = np.full(scale.shape, -30.0), np.full(scale.shape, 30.0)
         a = None
@@ -972,18 +961,14 @@ def _linear_strata(plans: list[StatPlan], name: str) -> tuple[dict[str, float], 
     return weights, covered
 
 
-def _bounded_entries(jobs: list[tuple[list[np.ndarray], list[float], tuple[float, float]]], level: float,
-                     with_p: bool) -> list[dict[str, Any]]:  # fmt: skip
-    """:func:`score_bounds` (and :func:`score_p`) of every job at once: ``[{low, high, se[, p],
-    note}]``, ``se`` the standard error at Δ̂."""
-    if not jobs:
+def _bounded_entries(jobs: list[tuple[list[np.ndarray], list[float], tuple[float, float]]], level: float, with_p: bool) -> list[dict[str, Any]]:
+    """:func:`score_bounds` (and :func:`score_p`) of every job at once: ``[{low, high, se, p, note}]``."""
+    data, notes = bounded_means(jobs) if jobs else (None, [])
+    if data is None:
         return []
-    data, notes = bounded_means(jobs)
-    low, high = score_bounds(data, level)
-    se = data.statistic(np.zeros(len(jobs)))[3]
+    (low, high), se = score_bounds(data, level), data.statistic(np.zeros(len(jobs)))[3]
     p = score_p(data) if with_p else np.full(len(jobs), np.nan)
-    return [{"low": float(lo), "high": float(hi), "se": float(e), "p": float(q), "note": nt}
-            for lo, hi, e, q, nt in zip(low, high, se, p, notes)]  # fmt: skip
+    return [{"low": float(lo), "high": float(hi), "se": float(e), "p": float(q), "note": nt} for lo, hi, e, q, nt in zip(low, high, se, p, notes)]
 
 
 #: the score interval's test, as a paired entry names it
