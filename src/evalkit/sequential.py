@@ -245,7 +245,8 @@ def fixed_n(margin: float, discordance: float, level: float = 0.95, power: float
 VERDICTS = ("PASS", "FAIL", "FUTILE", "CONTINUE")
 
 
-def decide(look: Look, kind: str, margin: float, n_cap: int, min_samples: int = 0, population: int | None = None) -> tuple[str, str]:
+def decide(look: Look, kind: str, margin: float, n_cap: int, min_samples: int = 0, population: int | None = None,
+           span: float = 1.0) -> tuple[str, str]:  # fmt: skip
     """``(verdict, why)`` of the gate at one look: PASS / FAIL as :func:`evalkit.stats.gate`
     reads an interval (:func:`evalkit.stats.gate_reading`: ``noninferior:δ`` PASS when
     low > −δ, FAIL when high < −δ — a stop whose interval lies below −δ is a FAIL —;
@@ -255,8 +256,8 @@ def decide(look: Look, kind: str, margin: float, n_cap: int, min_samples: int = 
     reach by ``n_cap`` units: with the half-width projected to the cap as ``h·√(n/n_cap)``
     (the rate of a CS's width), an estimate at the interval's favourable end would still not
     clear the margin (FUTILE never PASSes, so it cannot raise the false-PASS rate); its
-    ``why`` says what the interval excludes and what it still holds. CONTINUE otherwise, and
-    always before ``min_samples``."""
+    ``why`` says what the interval excludes (within Δ's range ±``span``) and what it still
+    holds. CONTINUE otherwise, and always before ``min_samples``."""
     if look.n < min_samples:
         return "CONTINUE", f"below run.min_samples={min_samples}"
     if population is not None and n_cap >= population:
@@ -269,20 +270,22 @@ def decide(look: Look, kind: str, margin: float, n_cap: int, min_samples: int = 
     h_cap = half * math.sqrt(look.n / max(n_cap, look.n)) if look.n else half
     if look.n < n_cap:
         if kind == "noninferior" and beyond(high - h_cap, -margin) <= 0:
-            return "FUTILE", _futile(f"non-inferiority within {margin:g}", n_cap, low, high, -margin)
+            return "FUTILE", _futile(f"non-inferiority within {margin:g}", n_cap, low, high, span, -margin)
         if kind == "superior" and beyond(high - h_cap, 0.0) <= 0:
-            return "FUTILE", _futile("superiority", n_cap, low, high, 0.0)
+            return "FUTILE", _futile("superiority", n_cap, low, high, span, 0.0)
         if kind == "equivalent" and (h_cap >= margin or beyond(low + h_cap, margin) >= 0 or beyond(high - h_cap, -margin) <= 0):
-            return "FUTILE", _futile(f"equivalence within ±{margin:g}", n_cap, low, high, -margin, margin)
+            return "FUTILE", _futile(f"equivalence within ±{margin:g}", n_cap, low, high, span, -margin, margin)
     return "CONTINUE", "undecided"
 
 
-def _futile(what: str, n_cap: int, low: float, high: float, *edges: float) -> str:
-    """The line of a FUTILE stop: what cannot be shown, what the interval excludes and the
-    margin point it still holds (so neither PASS nor FAIL)."""
+def _futile(what: str, n_cap: int, low: float, high: float, span: float, *edges: float) -> str:
+    """The line of a FUTILE stop: what cannot be shown, what the interval excludes (within
+    Δ's range ±``span``) and the margin point it still holds (so neither PASS nor FAIL)."""
     held = " and ".join(f"{e:+g}" for e in edges if low <= e <= high) or " and ".join(f"{e:+g}" for e in edges)
-    return (f"{what} cannot be shown within {n_cap} units: the interval [{shown(low, edges[0])}, {shown(high, edges[-1])}] "
-            f"excludes Δ < {shown(low, edges[0])} and Δ > {shown(high, edges[-1])}, but still holds {held} (not shown worse either)")
+    lo, hi = shown(low, edges[0]), shown(high, edges[-1])
+    out = [f"Δ < {lo}"] * (beyond(low, -span) > 0) + [f"Δ > {hi}"] * (beyond(high, span) < 0)
+    return (f"{what} cannot be shown within {n_cap} units: the interval [{lo}, {hi}] excludes {' and '.join(out) or 'nothing'}, "
+            f"but still holds {held} (not shown worse either)")
 
 
 def simulate(population: np.ndarray, strata: np.ndarray, weights: dict[int, float], kind: str, margin: float,
@@ -308,7 +311,7 @@ def simulate(population: np.ndarray, strata: np.ndarray, weights: dict[int, floa
         covered = covered and look.low - 1e-12 <= truth <= look.high + 1e-12
         if verdict != "CONTINUE":
             continue  # decided already (stop=False): coverage only
-        verdict, _ = decide(look, kind, margin, n_cap, min_samples, len(order))
+        verdict, _ = decide(look, kind, margin, n_cap, min_samples, len(order), float(np.abs(cs.w).sum()))
         if verdict != "CONTINUE" and stop:
             return {"verdict": verdict, "n": t, "covered": covered}
     return {"verdict": "INCONCLUSIVE" if verdict == "CONTINUE" else verdict, "n": min(n_cap, len(order)), "covered": covered}

@@ -293,7 +293,7 @@ class Monitor:
             look = self.cs.interval()
             self.last = look
             self.looks.append(look.record())
-            verdict, why = decide(look, setup.kind, setup.margin, setup.n_cap, setup.min_samples, setup.population)
+            verdict, why = decide(look, setup.kind, setup.margin, setup.n_cap, setup.min_samples, setup.population, float(np.abs(self.cs.w).sum()))
             if self.t == len(setup.order_units) and verdict == "CONTINUE":
                 verdict, why = "INCONCLUSIVE", f"run.limit reached ({setup.n_cap} units) undecided" if setup.n_cap < setup.population \
                     else "every unit drawn, undecided"  # fmt: skip
