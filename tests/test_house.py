@@ -208,8 +208,9 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("specs", ["evalkit.specs"]),
     ("configuration", ["evalkit.config"]),
     ("run records", ["evalkit.journal", "evalkit.summary"]),
+    ("sequential", ["evalkit.sequential"]),  # reads its interval as stats' gates do (issue 44)
     ("basics", ["evalkit.settings", "evalkit.types", "evalkit.jsonl", "evalkit.stats", "evalkit.providers", "evalkit.secrets",
-                "evalkit.sequential", "evalkit.images"]),
+                "evalkit.images"]),
     ("input", ["evalkit.untrusted"]),
     ("root", ["evalkit", "evalkit.errors"]),
 ]

@@ -134,8 +134,9 @@ def test_run_inspect_for_a_few_prompts(tmp_path):
 
 
 def test_coverage():
-    out = _run("coverage.py", "--sims=10", "--boot-sims=3", "--resamples=100")
+    out = _run("coverage.py", "--sims=10", "--boot-sims=3", "--resamples=100", "--grid-reps=10", "--betting-reps=2")
     assert "Coverage at a nominal 95%" in out and "| 0/1 rate, n = 100, p = 0.99 |" in out and "7-point sweep" in out, out
+    assert "| issue: 40 strata × 3 units, Δ = −0.2, one-sided | issue | score |" in out and "width ratio at n ≥ 200" in out, out
 
 
 def test_agreement_coverage():

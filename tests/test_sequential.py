@@ -159,3 +159,21 @@ def test_gate_run_against_an_equal_replay_does_not_pass_superior(run_eval, share
                     f"run.baseline={base}", "run.min_samples=5", "backend.concurrency=2"])
     s = json.loads((res.run_dir / "summary.json").read_text())
     assert s["sequential"]["verdict"] != "PASS"
+
+
+@pytest.mark.slow
+def test_a_capped_regression_stops_futile_saying_what_it_excludes_and_compare_agrees(run_eval, shared_data_dir, tmp_path, capsys):
+    """Issue 44: a capped run that stopped FUTILE read INCONCLUSIVE in compare. Its line says
+    what the interval excludes and that it still holds −δ; compare's gate of the same gate
+    reads FUTILE, exit 3, with the run's line."""
+    from evalkit.compare import main
+
+    base = run_eval([*_sob(shared_data_dir), "model=reference"]).run_dir
+    bad = _replay(base, tmp_path / "bad.jsonl", wrong=True)
+    res = run_eval([*_sob(shared_data_dir), "model=replay", f"model.path={bad}", "run.stop_when=noninferior:0.05",
+                    f"run.baseline={base}", "run.min_samples=5", "run.limit=12", "backend.concurrency=2"])
+    s = json.loads((res.run_dir / "summary.json").read_text())["sequential"]
+    assert s["verdict"] == "FUTILE" and s["n_used"] < 12, s
+    assert "excludes Δ > +" in s["why"] and "still holds -0.05" in s["why"] and "Δ < -1.0000" not in s["why"]
+    assert main([str(base), str(res.run_dir), "--gate", "noninferior:0.05", "--data-dir", str(shared_data_dir / "sobhard")]) == 3
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith(f"gate noninferior:0.05: FUTILE — {s['why']}")

@@ -20,7 +20,7 @@ from evalkit.benchmarks.sobhard import SOBHard, SOBHardSettings
 from evalkit.compare import compare
 from evalkit.engine.journal import read_jsonl
 from evalkit.report.figures import epoch_mean
-from evalkit.stats import BINARY, Column, StatPlan, intervals, mcnemar, paired, pass_at_k
+from evalkit.stats import BINARY, SCORE_TEST, Column, StatPlan, intervals, mcnemar, paired, pass_at_k
 from evalkit.types import Trajectory
 from tests.conftest import REPO_ROOT, evalkit_cmd
 
@@ -105,13 +105,14 @@ def test_a_small_graded_stratum_gets_scipys_t_interval(loaded):
     assert got["n"] == len(f1) and got["method"].startswith("t interval")
 
 
-def test_a_derived_metric_over_one_stratum_gets_scipys_percentile_bootstrap():
+def test_a_non_linear_derived_metric_gets_scipys_percentile_bootstrap():
     rng = np.random.default_rng(3)
     v = rng.random(300)
     cols = {"m": Column(v[None, :], np.ones((1, 300), bool)), "other": Column(v[None, :], np.ones((1, 300), bool))}
-    plan = StatPlan([str(i) for i in range(300)], np.zeros(300, dtype=int), cols, lambda base: {"d": 2 * base["m"]})
+    plan = StatPlan([str(i) for i in range(300)], np.zeros(300, dtype=int), cols, lambda base: {"d": base["m"] ** 2})
     ci = intervals(plan, 0.95, 20_000, 0)
-    ref = sps.bootstrap((2 * v,), np.mean, method="percentile", n_resamples=20_000, random_state=1).confidence_interval
+    ref = sps.bootstrap((v,), lambda x, axis=-1: np.mean(x, axis=axis) ** 2, method="percentile", n_resamples=20_000,
+                        random_state=1).confidence_interval  # fmt: skip
     assert (ci["d"]["low"], ci["d"]["high"]) == pytest.approx((ref.low, ref.high), abs=0.008)
     assert ci["d"]["method"].startswith("percentile bootstrap") and ci["m"]["method"].startswith("t interval")
     ref_t = sps.ttest_1samp(v, 0.5).confidence_interval(0.95)
@@ -188,10 +189,13 @@ def test_95_percent_intervals_cover_the_rate_95_percent_of_the_time():
 
 
 @pytest.mark.slow
-def test_a_reference_run_has_an_exact_interval_below_one_not_nan(run_eval):
+def test_a_reference_run_has_an_interval_below_one_not_nan(run_eval):
+    """Every unit right: the category's exact binomial bound; OVERALL (a weighted mean of
+    categories) the score interval (issue 44), below 1 too, never [1, 1]."""
     res = run_eval(["model=reference", "benchmark.subsets=[normal_atom_bool,special_irrelevant]", "run.limit=40"])
     ci = res.summary["metrics_ci"]
-    assert ci["overall"]["low"] < ci["overall"]["high"] == 1.0 and "Clopper–Pearson" in ci["overall"]["method"]
+    assert ci["overall"]["low"] < ci["overall"]["high"] == 1.0 and ci["overall"]["method"].startswith("score interval")
+    assert "Clopper–Pearson" in ci["accuracy/normal_atom_bool"]["method"]
     assert not any("warning" in c for c in ci.values())
     assert set(ci) == set(res.summary["metrics"]) - {"overall_upstream_rounded"} or set(ci) == set(res.summary["metrics"])
 
@@ -215,13 +219,13 @@ def test_paired_self_comparison_is_zero_with_p_one(loaded):
             if "not estimable" in m.get("note", ""):  # SOBHard's balance_score with one question per cell
                 assert (m["delta"], m["low"], m["p"]) == (0.0, None, None), (bench.name, name)
                 continue
-            # issue 37: never a zero-width [0, 0] — 0/1 metrics get an interval of honest width
-            # around 0, graded and derived ones (se = 0) no interval, p = 1 and a note
+            # issue 37: never a zero-width [0, 0]; issue 44: graded and weighted metrics too get an
+            # interval of honest width around 0 (the score interval), never "no interval"
             assert (m["delta"], m["p"]) == (0.0, 1.0), (bench.name, name)
             if m["low"] is None:
-                assert "se = 0" in m["note"], (bench.name, name)
+                assert "non-linear" in m["note"], (bench.name, name)
             else:
-                assert m["low"] < 0 < m["high"] and m["test"] in ("Tango score", "exact unconditional (Tango's statistic)", "stratified paired Wald"), (bench.name, name)
+                assert m["low"] < 0 < m["high"] and m["test"] in ("Tango score", "exact unconditional (Tango's statistic)", SCORE_TEST), (bench.name, name)
 
 
 def _binary_plan(values: dict[str, np.ndarray], units: int, strata: np.ndarray | None = None) -> StatPlan:
@@ -285,9 +289,8 @@ def test_the_interval_excludes_zero_exactly_when_p_is_below_alpha(seed):
     results = {**paired(plan(ga), plan(gb), 0.95, 1000, seed), **paired(_binary_plan({"x": ba}, n, strata), _binary_plan({"x": bb}, n, strata), 0.95, 1000, seed)}
     for name, m in results.items():
         assert (m["p"] < 0.05) == (not m["low"] <= 0 <= m["high"]), (name, m)
-    assert results["g"]["test"] == "paired t" and results["x"]["test"] == ("Tango score" if n >= 50 else "exact unconditional (Tango's statistic)")
-    d = gb - ga
-    assert results["g"]["p"] == pytest.approx(sps.ttest_1samp(d, 0).pvalue)
+    assert results["g"]["test"] == SCORE_TEST and results["x"]["test"] == ("Tango score" if n >= 50 else "exact unconditional (Tango's statistic)")
+    assert results["g"]["delta"] == pytest.approx(float(np.mean(gb - ga)))
 
 
 def test_pass_at_k_is_the_unbiased_estimator():
@@ -416,8 +419,13 @@ def test_the_coverage_script_runs_reduced(capsys):
     spec = importlib.util.spec_from_file_location("coverage_script", REPO_ROOT / "perf" / "coverage.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.main(["--sims", "20", "--boot-sims", "4", "--resamples", "200", "--gate-n", "50", "1000", "--json"]) == 0
+    assert module.main(["--sims", "20", "--boot-sims", "4", "--resamples", "200", "--gate-n", "50", "1000", "--grid-reps", "20", "--betting-reps", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
+    grid = {r["cell"]: r for r in out["grid"]}
+    assert len(grid) == len(module.grid_cells()) >= 40 and sum(r["source"] == "issue" for r in grid.values()) == 5
+    assert {r["source"] for r in grid.values()} == {"issue", "derived", "docs"} and all(r["reps"] == 20 for r in grid.values())
+    assert all(r["width_ratio"] is not None for r in grid.values() if r["cell"].startswith("balanced"))
+    assert len(out["two_point"]) == 18 and len(out["betting"]) == 6 and all(b["betting"] > b["score"] for b in out["betting"])
     rows = {r["scenario"]: r for r in out["coverage"]}
     assert len(rows) == 11 and all(r["zero_width"] in (0.0, None) for r in rows.values())
     assert len(out["gates"]) == 8 and all(g["false_pass"] <= 0.025 for g in out["gates"])
@@ -427,8 +435,26 @@ def test_the_coverage_script_runs_reduced(capsys):
     assert out["sweep"]["holm"] <= out["sweep"]["any_significant"]
 
 
+def test_the_reduced_grid_holds_its_targets():
+    """perf/coverage.py's grid, reduced: the issue's cells at 200 simulated comparisons each
+    (the full grid: 2,000; docs/performance.md). False PASS ≤ 2.5 % and coverage ≥ 93 % are
+    the targets; 200 runs allow binomial slack (≤ 5 %, ≥ 88 %); today's method fails them."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("coverage_script", REPO_ROOT / "perf" / "coverage.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cells = [c for c in module.grid_cells() if c.source == "issue" and "2,000" not in c.name]
+    assert len(cells) == 4
+    for cell in cells:
+        r = module.grid_cell(cell, 200, 7)
+        assert r["coverage"] >= 0.88 and r.get("false_pass", 0.0) <= 0.05, r
+        if "n = 30" not in cell.name:  # today's failures, as the issue measured them (64 %, 0 %, 27 %)
+            assert r["today_coverage"] < 0.8 or r.get("today_false_pass", 0.0) > 0.15, r
+
+
 @pytest.mark.slow
-def test_compare_pairs_runs_with_repeats_and_gates_the_headline(run_eval, capsys, shared_data_dir):
+def test_compare_pairs_runs_with_repeats_and_gates_the_headline(run_eval, capsys, shared_data_dir, fake_openai, ray_address):
     """Issue 22: compare refused every run with run.repeats ≥ 2, even against itself."""
     from evalkit.compare import main
 
@@ -452,10 +478,17 @@ def test_compare_pairs_runs_with_repeats_and_gates_the_headline(run_eval, capsys
     ke_opts = ["benchmark=ke", f"benchmark.pilot_path={ke / 'pilot.jsonl'}", f"benchmark.icl_path={ke / 'icl_examples.jsonl'}"]
     ref = run_eval(["model=reference", *ke_opts]).run_dir
     worse = run_eval(["model=baseline_first_k", *ke_opts]).run_dir
-    assert main([str(ref), str(worse), "--gate", "noninferior:0.02"]) == 1
+    # issue 44: 12 graded items, every one worse by 0.14–0.67, do not show Δ < −0.02 for scores
+    # in [0, 1] — a +1 on 11 % of items, unseen in 12 (25 % likely), would make Δ −0.02: the
+    # paired t's FAIL rested on normality; the bounded score interval says INCONCLUSIVE
+    assert main([str(ref), str(worse), "--gate", "noninferior:0.02"]) == 3
     text = capsys.readouterr().out
-    assert text.rstrip().splitlines()[-1].startswith("gate noninferior:0.02: FAIL")
-    assert "f1_macro: a difference, Δ -" in text
+    assert text.rstrip().splitlines()[-1].startswith("gate noninferior:0.02: INCONCLUSIVE — the interval [-0.5959, +0.0268] holds −0.02")
+    # a total loss FAILs (issue 44): every ACEBench unit right in the reference, wrong in a model answering "[]"
+    fake_openai.set_plan({"default": {"content": "[]"}})
+    empty = run_eval(["model=openai_compatible", "model.provider_model=openai/fake", f"backend.api_base={fake_openai.api_base}", *opts]).run_dir
+    assert main([str(once), str(empty), "--gate", "noninferior:0.02"]) == 1
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("gate noninferior:0.02: FAIL — upper bound -0.")
 
 
 def test_dry_run_prints_the_power_of_a_comparison(tmp_path, acebench_dir):
@@ -646,7 +679,8 @@ def test_no_discordant_pair_is_never_a_zero_width_interval_nor_an_equivalence_pa
 
 
 def test_identical_graded_scores_and_round_off_give_p_one_and_never_pass():
-    """Issue 37: se = 0 gave [0, 0] and PASS; a Δ of 1e-16 with se = 0 gave p = 0."""
+    """Issue 37: se = 0 gave [0, 0] and PASS; a Δ of 1e-16 with se = 0 gave p = 0. Issue 44:
+    the differences that do not vary get an interval of honest width, not "no interval"."""
     from evalkit.stats import gate
 
     g = np.array([0.2, 0.5, 1 / 3, 0.9, 0.7, 0.1])
@@ -655,7 +689,7 @@ def test_identical_graded_scores_and_round_off_give_p_one_and_never_pass():
     b = StatPlan([str(i) for i in range(6)], np.zeros(6, dtype=int), {"g": Column(thrice, np.ones((3, 6), bool))})
     for other in (a, b):
         m = paired(a, other, 0.95, 0, 0)["g"]
-        assert m["delta"] == 0.0 and m["p"] == 1.0 and m["low"] is None and "se = 0" in m["note"]
+        assert m["delta"] == 0.0 and m["p"] == 1.0 and m["low"] < -0.2 and m["high"] > 0.2 and m["test"] == SCORE_TEST
         for kind, margin in (("superior", 0.0), ("equivalent", 0.02), ("noninferior", 0.02)):
             assert gate(m, kind, margin, 0.95, "g")["verdict"] == "INCONCLUSIVE"
 
@@ -677,7 +711,7 @@ def test_paired_delta_of_bounded_metrics_is_clipped_to_minus_one_one():
     g_a, g_b = np.array([0.0, 0.0, 1.0, 0.0]), np.array([1.0, 0.9, 1.0, 1.0])
     plan = lambda v: StatPlan([str(i) for i in range(4)], np.zeros(4, dtype=int), {"g": Column(v[None, :], np.ones((1, 4), bool))})  # noqa: E731
     m = paired(plan(g_a), plan(g_b), 0.95, 0, 0)["g"]
-    assert m["test"] == "paired t" and -1.0 <= m["low"] and m["high"] == 1.0  # the t interval reaches past +1
+    assert m["test"] == SCORE_TEST and -1.0 <= m["low"] < m["delta"] < m["high"] <= 1.0
 
 
 @pytest.mark.slow
@@ -704,9 +738,9 @@ def test_the_paired_gate_false_passes_at_most_its_level_at_the_margin():
 
 
 @pytest.mark.slow
-def test_a_small_heavy_stratum_gets_the_stratified_wald_interval():
+def test_a_small_heavy_stratum_gets_the_score_interval():
     """Issue 37: 5 categories of 3/10/40/200/600 units weighted like ACEBench's headline —
-    the bootstrap covered 78–88 %; a stratified Wald with +1/+1 per stratum ≥ 93 %."""
+    the bootstrap covered 78–88 %; issue 44: the score interval (no +1/+1 shrinkage) ≥ 93 %."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("coverage_script", REPO_ROOT / "perf" / "coverage.py")
@@ -716,9 +750,9 @@ def test_a_small_heavy_stratum_gets_the_stratified_wald_interval():
     strata = np.repeat(np.arange(5), sizes)
     rates = np.array([0.9, 0.7, 0.5, 0.8, 0.65])
     ci = intervals(module.weighted_plan((np.arange(strata.size) % 10 < 7).astype(float), strata, w), 0.95, 50, 0)["headline"]
-    assert ci["method"].startswith("stratified Wald with +1/+1") and 0 <= ci["low"] < ci["high"] <= 1
+    assert ci["method"].startswith("score interval") and "5 strata" in ci["method"] and 0 <= ci["low"] < ci["high"] <= 1
     r = module.coverage("s", float(w @ rates), "headline", lambda g: module.weighted_plan(g.random(strata.size) < rates[strata], strata, w), 80, 20, 7)
-    assert r["coverage"] >= 0.87  # 94.75 % over 400 runs (perf/coverage.py); 80 runs: binomial slack
+    assert r["coverage"] >= 0.87  # ≥ 93 % over 1,000 runs (perf/coverage.py); 80 runs: binomial slack
 
 
 def test_balance_score_is_not_estimable_below_its_measured_cell_size():
@@ -736,7 +770,7 @@ def test_balance_score_is_not_estimable_below_its_measured_cell_size():
         assert ("balance_score" in intervals(plan, 0.95, 100, 0)) == estimable
 
 
-def test_a_small_heavy_stratum_gets_the_stratified_paired_wald_delta():
+def test_a_small_heavy_stratum_gets_the_stratified_score_delta():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("coverage_script", REPO_ROOT / "perf" / "coverage.py")
@@ -748,9 +782,10 @@ def test_a_small_heavy_stratum_gets_the_stratified_paired_wald_delta():
     b = a.copy()
     b[3:13:3] = 1 - b[3:13:3]  # a few flips in the 10-unit stratum; none in the 3-unit one
     m = paired(module.weighted_plan(a, strata, w), module.weighted_plan(b, strata, w), 0.95, 0, 0)["headline"]
-    assert m["test"] == "stratified paired Wald" and (m["p"] < 0.05) == (not m["low"] <= 0 <= m["high"])
-    # the 3-unit stratum without a discordant pair still adds its variance (½ per cell)
-    assert m["se"] ** 0.5 > 0 and m["se"] > 0.15 * np.sqrt(1 / 5) / 5
+    assert m["test"] == SCORE_TEST and "5 strata" in m["method"] and (m["p"] < 0.05) == (not m["low"] <= 0 <= m["high"])
+    assert m["delta"] == pytest.approx(0.2 * (1 - 3) / 10)  # no shrinkage towards 0: of the 4 flips, 1 up and 3 down
+    # the 3-unit stratum without a discordant pair still adds its variance (a quarter unit at each bound)
+    assert m["se"] > 0.15 * np.sqrt(2 * 0.25 / 3.5 / 3)
 
 
 def test_balance_score_with_a_cell_that_scores_zero_is_not_estimable():
@@ -773,10 +808,11 @@ def test_balance_score_with_a_cell_that_scores_zero_is_not_estimable():
     assert "balance_score" not in not_estimable(plan(3))
 
 
-def test_the_stratified_wald_interval_holds_its_own_estimate_near_one():
+def test_the_stratified_interval_holds_its_own_estimate_near_one():
     """A README walk-through: the ACEBench zh reference printed 0.9971 [0.9639, 0.9880] — the
     +1/+1 per stratum pulled 17 small strata's centres towards ½ until the interval missed
-    the estimate. 17 strata of 5–12 units, all but one unit passing."""
+    the estimate. 17 strata of 5–12 units, all but one unit passing: the score interval
+    shrinks nothing."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("coverage_script", REPO_ROOT / "perf" / "coverage.py")
@@ -790,5 +826,5 @@ def test_the_stratified_wald_interval_holds_its_own_estimate_near_one():
     plan = module.weighted_plan(scores, strata, w)
     ci = intervals(plan, 0.95, 50, 0)["headline"]
     value = float(sum(w[k] * scores[strata == k].mean() for k in range(17)))
-    assert ci["method"].startswith("stratified Wald with +1/+1")
-    assert ci["low"] < value <= ci["high"] <= 1.0, (ci["low"], value, ci["high"])
+    assert ci["method"].startswith("score interval") and "17 strata" in ci["method"]
+    assert ci["low"] < value < ci["high"] <= 1.0, (ci["low"], value, ci["high"])

@@ -16,11 +16,11 @@ A run is a run directory, or an MLflow run id (found through the run's ``run_dir
   units scored in both runs where the metric is defined in both (its own n), Δ = B − A
   with its interval and p-value from one procedure — Tango's unconditional score test and
   the interval that inverts it for a mean of per-unit 0/1 scores (exact unconditional below
-  50 units; with the discordant counts and the exact McNemar p as a labelled secondary), a
-  paired t for a mean of graded scores, a t on the paired stratified bootstrap's standard
-  error for every derived metric (:func:`evalkit.stats.paired`); no interval and p = 1 when
-  the differences do not vary (se = 0: never a [0, 0] that PASSes a gate); "no paired samples" when
-  there are none; Holm- and Benjamini–Hochberg-adjusted p over the pair's metrics (the
+  50 units; with the discordant counts and the exact McNemar p as a labelled secondary), the
+  score interval on bounded differences for graded scores and for weighted means of
+  categories (stratified, valid at any n; never [0, 0], and a total loss FAILs), a t on the
+  paired stratified bootstrap's standard error for a non-linear aggregate
+  (:func:`evalkit.stats.paired`); "no paired samples" when there are none; Holm- and Benjamini–Hochberg-adjusted p over the pair's metrics (the
   family), the headline marked primary; for the headline, "no difference detected" or a
   difference, with the minimum detectable effect at 80 % power, and worst-case bounds of Δ
   when a run has failures. Runs with repeats pair by sample, each sample's epochs averaged.
@@ -41,7 +41,8 @@ A run is a run directory, or an MLflow run id (found through the run's ``run_dir
   difference is the instrument's, never "no difference detected".
 - **Gate** (``--gate``, two runs BASE NEW): PASS / FAIL / INCONCLUSIVE on the headline's
   paired Δ (:func:`evalkit.stats.gate`), printed last and in ``--json`` as ``gate``; the
-  exit code is 0 / 1 / 3.
+  exit code is 0 (PASS) / 1 (FAIL) / 3 (INCONCLUSIVE, or FUTILE: a ``run.stop_when`` run
+  stopped with PASS out of reach, under the same gate).
 
 - **Metric table**: one column per run, one row per metric of any run (the headline first).
   An incomplete run has no ``metrics`` (they are withheld); its ``partial_*`` figures are
@@ -684,7 +685,7 @@ def _render_paired(pair: dict[str, Any], order: list[str], heads: set[str]) -> l
             rows.append([label, "-", "-", m.get("note", "no paired samples"), "", "", "", 0])
             continue
         if m["low"] is None:
-            why = "se = 0" if m.get("se") == 0.0 else "not estimable"
+            why = "not estimable"
             p_text = f"{m['p']:.4g}" if m.get("p") is not None else ""
             rows.append([label, f"{m['a']:.4f}", f"{m['b']:.4f}", f"{m['delta']:+.4f} (no interval: {why})", p_text, "", m.get("test", "none"), m["n"]])
             continue
@@ -817,7 +818,7 @@ def resolve_run(arg: str, tracking_uri: str | None) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line; returns the exit code (0; 2 on an error; with ``--gate`` 1 on FAIL and 3
-    on INCONCLUSIVE)."""
+    on INCONCLUSIVE or FUTILE)."""
     parser = argparse.ArgumentParser(prog="python -m evalkit.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run directories (outputs/runs/<benchmark>/<model>/<stamp>) or MLflow run ids")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
@@ -829,7 +830,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tracking-uri", default=None, help="MLflow store of run ids (default: sqlite:///outputs/mlflow.db)")
     parser.add_argument("--gate", default=None, metavar="GATE",
                         help="noninferior:MARGIN, superior or equivalent:MARGIN on the headline's paired Δ of RUN_B − RUN_A: "
-                             "PASS exits 0, FAIL 1, INCONCLUSIVE 3")  # fmt: skip
+                             "PASS exits 0, FAIL 1, INCONCLUSIVE or FUTILE 3")  # fmt: skip
     parser.add_argument("--log", action="store_true",
                         help="record each comparison as an MLflow run (evalkit.kind=comparison) in the compared runs' store")  # fmt: skip
     add_http_bound_options(parser)

@@ -54,6 +54,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from evalkit.stats import beyond, gate_reading, shown
+
 #: candidate stratum means (on y = (d + 1)/2 in [0, 1]) at which the capital is kept
 GRID = 401
 #: the bets' truncation (WSR's c: at most this fraction of the capital is bet)
@@ -246,46 +248,47 @@ def fixed_n(margin: float, discordance: float, level: float = 0.95, power: float
 VERDICTS = ("PASS", "FAIL", "FUTILE", "CONTINUE")
 
 
-def decide(look: Look, kind: str, margin: float, n_cap: int, min_samples: int = 0, population: int | None = None) -> tuple[str, str]:
+def decide(look: Look, kind: str, margin: float, n_cap: int, min_samples: int = 0, population: int | None = None,
+           span: float = 1.0) -> tuple[str, str]:  # fmt: skip
     """``(verdict, why)`` of the gate at one look: PASS / FAIL as :func:`evalkit.stats.gate`
-    reads an interval (``noninferior:δ``: PASS when low > −δ, FAIL when high < −δ;
-    ``superior``: low > 0 / high < 0; ``equivalent:δ``: inside (−δ, δ) / wholly outside);
-    FUTILE — only when the cap is below the ``population`` (``run.limit``; a census always
-    reaches the exact Δ) — when PASS is out of reach by ``n_cap`` units: with the half-width
-    projected to the cap as ``h·√(n/n_cap)`` (the rate of a CS's width), an estimate at the
-    interval's favourable end would still not clear the margin (FUTILE never PASSes, so it
-    cannot raise the false-PASS rate); CONTINUE otherwise, and always before ``min_samples``."""
+    reads an interval (:func:`evalkit.stats.gate_reading`: ``noninferior:δ`` PASS when
+    low > −δ, FAIL when high < −δ — a stop whose interval lies below −δ is a FAIL —;
+    ``superior``: low > 0 / high < 0; ``equivalent:δ``: inside (−δ, δ) / wholly outside;
+    each comparison within a relative 1e-9); FUTILE — only when the cap is below the
+    ``population`` (``run.limit``; a census always reaches the exact Δ) — when PASS is out of
+    reach by ``n_cap`` units: with the half-width projected to the cap as ``h·√(n/n_cap)``
+    (the rate of a CS's width), an estimate at the interval's favourable end would still not
+    clear the margin (FUTILE never PASSes, so it cannot raise the false-PASS rate); its
+    ``why`` says what the interval excludes (within Δ's range ±``span``) and what it still
+    holds. CONTINUE otherwise, and always before ``min_samples``."""
     if look.n < min_samples:
         return "CONTINUE", f"below run.min_samples={min_samples}"
     if population is not None and n_cap >= population:
         n_cap = look.n  # no futility: PASS stays reachable until the census
     low, high = look.low, look.high
+    verdict, why = gate_reading(kind, margin, low, high)
+    if verdict != "INCONCLUSIVE":
+        return verdict, why
     half = (high - low) / 2.0
     h_cap = half * math.sqrt(look.n / max(n_cap, look.n)) if look.n else half
-    if kind == "noninferior":
-        if low > -margin:
-            return "PASS", f"lower bound {low:+.4f} > −{margin:g}"
-        if high < -margin:
-            return "FAIL", f"upper bound {high:+.4f} < −{margin:g}"
-        if look.n < n_cap and high - h_cap <= -margin:
-            return "FUTILE", f"the margin −{margin:g} cannot be cleared within {n_cap} units"
-    elif kind == "superior":
-        if low > 0:
-            return "PASS", f"lower bound {low:+.4f} > 0"
-        if high < 0:
-            return "FAIL", f"upper bound {high:+.4f} < 0"
-        if look.n < n_cap and high - h_cap <= 0:
-            return "FUTILE", f"superiority cannot be shown within {n_cap} units"
-    elif kind == "equivalent":
-        if -margin < low and high < margin:
-            return "PASS", f"interval inside (−{margin:g}, {margin:g})"
-        if low >= margin or high <= -margin:
-            return "FAIL", f"interval outside (−{margin:g}, {margin:g})"
-        if look.n < n_cap and (h_cap >= margin or low + h_cap >= margin or high - h_cap <= -margin):
-            return "FUTILE", f"equivalence within ±{margin:g} cannot be shown within {n_cap} units"
-    else:
-        raise ValueError(f"unknown gate {kind!r}")
+    if look.n < n_cap:
+        if kind == "noninferior" and beyond(high - h_cap, -margin) <= 0:
+            return "FUTILE", _futile(f"non-inferiority within {margin:g}", n_cap, low, high, span, -margin)
+        if kind == "superior" and beyond(high - h_cap, 0.0) <= 0:
+            return "FUTILE", _futile("superiority", n_cap, low, high, span, 0.0)
+        if kind == "equivalent" and (h_cap >= margin or beyond(low + h_cap, margin) >= 0 or beyond(high - h_cap, -margin) <= 0):
+            return "FUTILE", _futile(f"equivalence within ±{margin:g}", n_cap, low, high, span, -margin, margin)
     return "CONTINUE", "undecided"
+
+
+def _futile(what: str, n_cap: int, low: float, high: float, span: float, *edges: float) -> str:
+    """The line of a FUTILE stop: what cannot be shown, what the interval excludes (within
+    Δ's range ±``span``) and the margin point it still holds (so neither PASS nor FAIL)."""
+    held = " and ".join(f"{e:+g}" for e in edges if low <= e <= high) or " and ".join(f"{e:+g}" for e in edges)
+    lo, hi = shown(low, edges[0]), shown(high, edges[-1])
+    out = [f"Δ < {lo}"] * (beyond(low, -span) > 0) + [f"Δ > {hi}"] * (beyond(high, span) < 0)
+    return (f"{what} cannot be shown within {n_cap} units: the interval [{lo}, {hi}] excludes {' and '.join(out) or 'nothing'}, "
+            f"but still holds {held} (not shown worse either)")
 
 
 def simulate(population: np.ndarray, strata: np.ndarray, weights: dict[int, float], kind: str, margin: float,
@@ -311,7 +314,7 @@ def simulate(population: np.ndarray, strata: np.ndarray, weights: dict[int, floa
         covered = covered and look.low - 1e-12 <= truth <= look.high + 1e-12
         if verdict != "CONTINUE":
             continue  # decided already (stop=False): coverage only
-        verdict, _ = decide(look, kind, margin, n_cap, min_samples, len(order))
+        verdict, _ = decide(look, kind, margin, n_cap, min_samples, len(order), float(np.abs(cs.w).sum()))
         if verdict != "CONTINUE" and stop:
             return {"verdict": verdict, "n": t, "covered": covered}
     return {"verdict": "INCONCLUSIVE" if verdict == "CONTINUE" else verdict, "n": min(n_cap, len(order)), "covered": covered}

@@ -14,6 +14,7 @@ in ``rescore`` alike.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Literal
 
@@ -307,8 +308,8 @@ def score_means_plan(samples: list[Sample], epochs: list[list[dict[str, Any]]]) 
         for r in rows:
             i = pos.get(r.get("sample_id"))
             for name, value in (r.get("scores") or {}).items() if i is not None else ():
-                if not isinstance(value, (int, float)) or isinstance(value, bool):
-                    continue
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                    continue  # a NaN score is not scored (never read as 0)
                 for metric in (name, f"{name}/{subset[ids[i]]}") if split else (name,):
                     col = columns.setdefault(metric, Column(np.zeros((n_e, n_u)), np.zeros((n_e, n_u), dtype=bool)))
                     col.values[e, i], col.mask[e, i] = float(value), True

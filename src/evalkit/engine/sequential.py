@@ -308,7 +308,7 @@ class Monitor:
             look = self.cs.interval()
             self.last = look
             self.looks.append(look.record())
-            verdict, why = decide(look, setup.kind, setup.margin, setup.n_cap, setup.min_samples, setup.population)
+            verdict, why = decide(look, setup.kind, setup.margin, setup.n_cap, setup.min_samples, setup.population, float(np.abs(self.cs.w).sum()))
             if self.t == len(setup.order_units) and verdict == "CONTINUE":
                 verdict, why = "INCONCLUSIVE", f"run.limit reached ({setup.n_cap} units) undecided" if setup.n_cap < setup.population \
                     else "every unit drawn, undecided"  # fmt: skip
@@ -483,9 +483,11 @@ def plot(record: dict[str, Any], path: Path) -> Path | None:
 
 def interval_entry(record: dict[str, Any]) -> dict[str, Any] | None:
     """A decided run's interval as a paired entry for ``compare`` / :func:`evalkit.stats.gate`
-    (labelled: the anytime-valid interval, not a fixed-n one)."""
+    (labelled: the anytime-valid interval, not a fixed-n one); ``stopped``: the run's gate,
+    verdict and why, so that ``compare --gate`` of the same gate reads a FUTILE stop as FUTILE."""
     look = record.get("interval")
     if not look:
         return None
     return {"delta": look["delta"], "low": look["low"], "high": look["high"], "n": look["n"], "p": None,
-            "test": "anytime-valid confidence sequence (run.stop_when)", "method": record.get("method")}  # fmt: skip
+            "test": "anytime-valid confidence sequence (run.stop_when)", "method": record.get("method"),
+            "stopped": {k: record.get(k) for k in ("gate", "verdict", "why")}}  # fmt: skip

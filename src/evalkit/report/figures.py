@@ -79,7 +79,7 @@ def _repeat_figures(plan: Any, head: str, k: int) -> tuple[dict[str, float], dic
     cols = [plan.columns[d] for d in deps if d in plan.columns]
     figures: dict[str, float] = {}
     plans: dict[str, Any] = {}
-    if cols and all(np.all(np.isin(c.values[c.mask], (0.0, 1.0))) for c in cols):
+    if cols and all(np.all(np.isin(c.values[c.scored()], (0.0, 1.0))) for c in cols):
         for name, every in ((f"pass@{k}", False), (f"pass^{k}", True)):
             rplan = repeat_plan(plan, k, every)
             value = rplan.point().get(head)
@@ -88,7 +88,7 @@ def _repeat_figures(plan: Any, head: str, k: int) -> tuple[dict[str, float], dic
     # the headline's per-unit score in each epoch: the mean of its base metrics' values there
     if not cols:
         return figures, None, plans
-    mask = np.stack([c.mask for c in cols])  # (C, E, U)
+    mask = np.stack([c.scored() for c in cols])  # (C, E, U)
     vals = np.stack([np.nan_to_num(c.values) for c in cols]) * mask
     with np.errstate(invalid="ignore", divide="ignore"):
         per_epoch = vals.sum(axis=0) / mask.sum(axis=0)  # (E, U), nan where unscored
