@@ -194,6 +194,7 @@ def write_report(run_dir: Path, summary: Summary, bench: Any, generates: bool = 
         lines += [f"## {md_text(title)}{'' if complete else ' (partial)'}", "", table, ""]
     lines += caveat_lines(summary)
     lines += agreement_lines(summary)
+    lines += invalid_lines(summary)
     lines += _repeats_and_rules(summary, metrics, ci)
     lines += _limited(summary.scorer_limit_ids)
     lines += image_lines(run_dir)
@@ -249,6 +250,25 @@ def agreement_lines(summary: Summary) -> list[str]:
     note = ("Nominal agreement of the judges' values for each answer (an invalid verdict leaves the answer out of its pair)"
             + (f"; intervals: {interval}" if interval else "") + ".")  # fmt: skip
     return ["## Agreement between judges", "", md_text(note), "", table, ""]
+
+
+def invalid_lines(summary: Summary) -> list[str]:
+    """report.md's section on invalid verdicts (``judge_invalid``,
+    :func:`evalkit.benchmarks.task.agreement.invalid_verdicts`): per scorer the panel's policy,
+    and per judge the answers it gave no valid verdict on and why."""
+    rows, policies = [], []
+    for scorer, entry in summary.judge_invalid.items():
+        policies.append(f"{scorer}: invalid_verdict: {entry.get('policy')}")
+        for judge, fig in (entry.get("judges") or {}).items():
+            reasons = "; ".join(f"{why} ({n})" for why, n in (fig.get("reasons") or {}).items()) or "none"
+            rows.append([scorer, judge, fig.get("samples"), reasons])
+    if not rows or not any(r[2] for r in rows):
+        return []
+    table = tabulate(md_cells(rows), headers=["scorer", "judge", "answers invalidated", "why"], tablefmt="github")
+    note = ("Answers a judge gave no valid verdict on (invalid JSON, a duplicate key, a verdict copied from the answer, a "
+            "failed call ...). With invalid_verdict: fail (the default) each such answer is a judge_error failure; with "
+            "exclude, the panel's other judges score it. Policy: " + ", ".join(policies) + ".")  # fmt: skip
+    return ["## Invalid verdicts by judge", "", md_text(note), "", table, ""]
 
 
 def _facts(summary: Summary, generates: bool) -> list[str]:
