@@ -199,7 +199,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("entry point", ["evalkit.__main__", "evalkit.judge"]),
     ("command line", ["evalkit.cli"]),
     ("sweep", ["evalkit.sweep"]),
-    ("commands", ["evalkit.job", "evalkit.compare", "evalkit.track", "evalkit.audit", "evalkit.import_evalscope"]),
+    ("commands", ["evalkit.job", "evalkit.compare", "evalkit.track", "evalkit.audit", "evalkit.import_evalscope", "evalkit.qualify"]),
     ("command parts", ["evalkit.rescore", "evalkit.compose"]),
     ("engine", ["evalkit.engine"]),
     ("domain", ["evalkit.benchmarks", "evalkit.models", "evalkit.tracking", "evalkit.report"]),

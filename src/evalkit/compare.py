@@ -34,7 +34,11 @@ A run is a run directory, or an MLflow run id (found through the run's ``run_dir
   difference is the instrument's, never "no difference detected".
 - **Gate** (``--gate``, two runs BASE NEW): PASS / FAIL / INCONCLUSIVE on the headline's
   paired Δ (:func:`evalkit.stats.gate`), printed last and in ``--json`` as ``gate``; the
-  exit code is 0 / 1 / 3.
+  exit code is 0 / 1 / 3. A gate on a headline a judge scores is refused (one line, exit 2)
+  unless each run recorded its judges as qualified when it ran (``judge_qualification`` of
+  its summary, issue 45: :func:`judge_gate_refusal`), or recorded ``require: never``.
+- **Judges' qualification**: each run's recorded qualification is shown beside its
+  judge-scored numbers (under the runs, and in ``--json`` as each run's ``judge_qualification``).
 
 - **Metric table**: one column per run, one row per metric of any run (the headline first).
   An incomplete run has no ``metrics`` (they are withheld); its ``partial_*`` figures are
@@ -70,6 +74,7 @@ from evalkit.benchmarks import get_benchmark_class
 from evalkit.engine.sequential import interval_entry
 from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.journal import Journal, damaged_journal, read_run_journal
+from evalkit.report.summary import qualification_text
 from evalkit.rescore import load_benchmark
 from evalkit.summary import Summary, read_summary
 from evalkit.tracking.ledger import FILE as LEDGER_FILE
@@ -405,15 +410,43 @@ def gate_verdict(result: dict[str, Any], spec: str) -> dict[str, Any]:
     (BASE → NEW): ``{"gate", "verdict", "exit", "line"}``.
 
     Raises:
-        CompareError: ``spec`` is not a gate (one line).
+        CompareError: ``spec`` is not a gate, or the headline rests on a judge that was not
+            qualified (:func:`judge_gate_refusal`) — one line.
     """
     kind, margin = _parse_gate(spec)
+    if result.get("judge_gate_refusal"):
+        raise CompareError(result["judge_gate_refusal"])
     pair = (result.get("paired") or [{}])[0]
     head = pair.get("primary") or result["runs"][0].get("headline")
     entry = (pair.get("metrics") or {}).get(head)
     if entry is None and "error" in pair:
         entry = {"note": pair["error"]}
     return stats.gate(entry, kind, margin, pair.get("level", 0.95), str(head))
+
+
+def judge_gate_refusal(runs: Sequence[Run]) -> str | None:
+    """Why ``--gate`` may not rest on these runs' judges (``None``: it may): a run whose
+    headline a judge scored, whose recorded qualification (``judge_qualification``) names a
+    judge of the headline's scorer that was not qualified — or a run judged by a network
+    judge that recorded no qualification (made before evalkit recorded one)."""
+    for run in runs:
+        qual = run.summary.judge_qualification
+        judges = (run.summary.instrument.get("judge") or {}).get("judges") if isinstance(run.summary.instrument.get("judge"), dict) else None
+        networked = [j for j in judges or [] if isinstance(j, dict) and j.get("provider") != "reference"]
+        if not qual:
+            if networked:
+                return (f"--gate: {printable(str(run.path), 300)} was judged by {printable(networked[0].get('name'), 100)} and records no "
+                        "judge qualification (a run made before evalkit recorded one): a gate cannot rest on an unqualified judge")  # fmt: skip
+            continue
+        scorer = qual.get("headline_scorer")
+        if qual.get("require") == "never" or not scorer:
+            continue
+        for judge, per in (qual.get("judges") or {}).items():
+            status = (per or {}).get(scorer) if isinstance(per, dict) else None
+            if not isinstance(status, dict) or status.get("status") != "qualified":
+                line = status.get("line") if isinstance(status, dict) else "no status recorded"
+                return f"--gate: {printable(str(run.path), 300)}: {printable(str(line), 400)} (recorded when the run started)"
+    return None
 
 
 def metric_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
@@ -471,10 +504,15 @@ def compare(paths: Sequence[str | Path], with_flips: bool = True, level: float =
         {
             "dir": str(r.path),
             **r.summary.model_dump(include={"benchmark", "model", "status", "n_samples", "n_scored", "n_failed", "headline", "data_fingerprint"}),
+            **({"judge_qualification": r.summary.judge_qualification} if r.summary.judge_qualification else {}),
         }
         for r in runs
     ]
-    return {"runs": info, "metrics": metric_rows(runs), "paired": paired, "flips": pairs}
+    out = {"runs": info, "metrics": metric_rows(runs), "paired": paired, "flips": pairs}
+    refused = judge_gate_refusal(runs)
+    if refused is not None:
+        out["judge_gate_refusal"] = refused
+    return out
 
 
 def _fmt(value: Any, partial: bool) -> str:
@@ -491,6 +529,7 @@ def render(result: dict[str, Any]) -> str:
     for i, r in enumerate(runs, 1):
         state = r["status"] if r["status"] in ("complete", "decided") else f"INCOMPLETE, n_failed={r['n_failed']}"
         out.append(f"  [{i}] {printable(r['dir'])}  ({printable(r['benchmark'])} × {printable(r['model'])}, {state}, {r['n_scored']}/{r['n_samples']} scored)")
+        out += [f"      judge {printable(line)}" for line in qualification_text(r.get("judge_qualification") or {})]
     fps = {r["data_fingerprint"] for r in runs}
     if len({r["benchmark"] for r in runs}) == 1 and len(fps) > 1:
         out.append("  note: the runs' data fingerprints differ (different sample selections or data)")

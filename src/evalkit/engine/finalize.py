@@ -108,6 +108,8 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None,
     invalid = invalid_verdicts(judged_rows, list(report.judge_scorers), [j.name for j in report.judges])
     if invalid:
         summary["judge_invalid"] = invalid
+    if report.judge_qualification:
+        summary["judge_qualification"] = report.judge_qualification
     summary.update(_spend(plan, state, records, failures))
     if engine is not None:
         summary["engine"] = engine

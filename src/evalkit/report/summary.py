@@ -184,6 +184,7 @@ def write_report(run_dir: Path, summary: Summary, bench: Any, generates: bool = 
             f"{'is' if summary.n_failed_rows == 1 else 'are'} not scored "
             f"(see `failed.jsonl`). No headline score is published; figures below are partial."
         )
+    lines += qualification_lines(summary)
     lines += _facts(summary, generates)
     lines += spend_lines(summary)
     prefix = "" if complete else "partial_"
@@ -250,6 +251,40 @@ def agreement_lines(summary: Summary) -> list[str]:
     note = ("Nominal agreement of the judges' values for each answer (an invalid verdict leaves the answer out of its pair)"
             + (f"; intervals: {interval}" if interval else "") + ".")  # fmt: skip
     return ["## Agreement between judges", "", md_text(note), "", table, ""]
+
+
+def qualification_text(qualification: Any) -> list[str]:
+    """One line per judge and scorer: ``judge_a on quality: qualified (κ 0.812 [0.740, 0.870],
+    worst steer rate 0, 2026-…)`` or why not — what report.md and ``compare`` show beside the
+    judge-scored numbers (``qualification``: a summary's ``judge_qualification``, read as
+    untrusted: a field of another shape is shown as ``?``)."""
+
+    def num(x: Any) -> str:
+        return f"{x:.3f}" if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else "?"
+
+    out = []
+    judges = qualification.get("judges") if isinstance(qualification, dict) else None
+    for judge, per in (judges if isinstance(judges, dict) else {}).items():
+        for scorer, st in (per if isinstance(per, dict) else {}).items():
+            st = st if isinstance(st, dict) else {}
+            if st.get("status") == "qualified":
+                ci = st.get("kappa_ci") if isinstance(st.get("kappa_ci"), dict) else {}
+                interval = f" [{num(ci.get('low'))}, {num(ci.get('high'))}]" if ci else ""
+                out.append(f"{judge} on {scorer}: qualified (κ {num(st.get('kappa'))}{interval}, worst steer rate "
+                           f"{num(st.get('steer_rate'))}, {str(st.get('date'))[:10]})")  # fmt: skip
+            else:
+                out.append(f"{judge} on {scorer}: {str(st.get('status')).upper().replace('_', ' ')}: {st.get('line')}")
+    return out
+
+
+def qualification_lines(summary: Summary) -> list[str]:
+    """report.md's lines on the judges' qualification, beside the headline they score
+    (``judge_qualification``: :func:`evalkit.benchmarks.task.qualification.run_qualification`)."""
+    shown = qualification_text(summary.judge_qualification)
+    if not shown:
+        return []
+    require = summary.judge_qualification.get("require")
+    return ["", f"Judge qualification (judge_qualification.require={md_text(require)}; docs/judges.md):", ""] + [f"- {md_text(t)}" for t in shown]
 
 
 def invalid_lines(summary: Summary) -> list[str]:
