@@ -1291,7 +1291,7 @@ def agreement(labels: np.ndarray, groups: np.ndarray, level: float, resamples: i
     20 samples with skewed categories), which the interval's ``method`` then says.
     ``interval="bca"``: the bias-corrected and accelerated bootstrap (Efron 1987) on the same
     draws, its acceleration from the jackknife over groups — near a bound (κ 0.9) the
-    percentile interval undercovers (0.89-0.91 at 200 samples), BCa holds 0.93-0.96
+    percentile interval undercovers (0.89-0.91 at 200 samples), BCa holds 0.935-0.975
     (``perf/qualification_coverage.py``); judge qualification uses it.
 
     Returns ``{"method", "value" (None when undefined), "ci" ({"low", "high", "level",
