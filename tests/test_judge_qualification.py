@@ -431,3 +431,22 @@ def test_the_command_line_refuses_bad_arguments_in_one_line(tmp_path):
                            (["qualify", "judge=j", "benchmark=b", "labels=x", "steer_items=many"], "steer_items=many: expected an integer")):  # fmt: skip
         done = subprocess.run([sys.executable, "-m", "evalkit.judge", *args], capture_output=True, text=True, cwd=tmp_path, timeout=300)
         assert done.returncode == 2 and expected in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.slow  # MLflow
+def test_the_mlflow_comparison_shows_each_runs_judge_qualification(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from evalkit.tracking.mlflow_tracking import log_comparison
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    pair = {"primary": "quality", "metrics": {"quality": {"delta": 0.5, "low": 0.1, "high": 0.9, "p": 0.01, "test": "t", "n": 6}},
+            "level": 0.95, "notes": []}  # fmt: skip
+    ends = ({"dir": str(tmp_path / "a"), "name": "t × a", "label": "a", "benchmark": "t",
+             "judge_qualification": ["honest on quality: qualified (κ 1.000, worst steer rate 0.000, 2026-12-07)"]},
+            {"dir": str(tmp_path / "b"), "name": "t × b", "label": "b", "benchmark": "t",
+             "judge_qualification": ["obey on quality: BELOW FLOOR: judge obey on t/quality is below the floor: steered by instructions"]})  # fmt: skip
+    rid = log_comparison(uri, pair, None, ends)
+    note = MlflowClient(uri).get_run(rid).data.tags["mlflow.note.content"]
+    assert "Judge qualification of BASE: honest on quality: qualified (κ 1.000" in note
+    assert "Judge qualification of NEW: obey on quality: BELOW FLOOR" in note

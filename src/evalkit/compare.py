@@ -666,6 +666,7 @@ def log_comparisons(result: dict[str, Any], tracking_uri: str | None = None) -> 
             raise CompareError(f"--log: the compared runs {why} ({', '.join(sorted(stores)) or 'none'}): pass --tracking-uri")
         uri = tracking_uri or next(iter(stores))
         ends = tuple({"dir": r["dir"], "name": f"{r['benchmark']} × {r['model']}", "label": r["model"], "benchmark": r["benchmark"],
+                      "judge_qualification": qualification_text(r.get("judge_qualification") or {}),
                       **({k: v for k, v in led.items() if k != "tracking_uri"} if led.get("tracking_uri") == uri else {})}
                      for r, led in ((a, la), (b, lb)))  # fmt: skip
         rid = log_comparison(uri, pair, flip, ends, verdict=result.get("gate") if pair is result["paired"][0] else None)  # type: ignore[arg-type]
