@@ -38,7 +38,8 @@ A run is a run directory, or an MLflow run id (found through the run's ``run_dir
   unless each run recorded its judges as qualified when it ran (``judge_qualification`` of
   its summary, issue 45: :func:`judge_gate_refusal`), or recorded ``require: never``.
 - **Judges' qualification**: each run's recorded qualification is shown beside its
-  judge-scored numbers (under the runs, and in ``--json`` as each run's ``judge_qualification``).
+  judge-scored numbers (under the runs, in ``--json`` as each run's ``judge_qualification``,
+  and with ``--log`` in the MLflow comparison run's description).
 
 - **Metric table**: one column per run, one row per metric of any run (the headline first).
   An incomplete run has no ``metrics`` (they are withheld); its ``partial_*`` figures are
