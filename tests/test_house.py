@@ -200,7 +200,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("command line", ["evalkit.cli"]),
     ("sweep", ["evalkit.sweep"]),
     ("commands", ["evalkit.job", "evalkit.compare", "evalkit.track", "evalkit.audit", "evalkit.import_evalscope",
-                  "evalkit.catalog"]),
+                  "evalkit.catalog", "evalkit.qualify"]),
     ("command parts", ["evalkit.rescore", "evalkit.compose"]),
     ("engine", ["evalkit.engine"]),
     ("domain", ["evalkit.benchmarks", "evalkit.models", "evalkit.tracking", "evalkit.report"]),

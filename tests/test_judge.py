@@ -24,13 +24,14 @@ def _scorer(**kw) -> ScorerSpec:
 # ------------------------------------------------------------------------------------------
 # verdicts
 # ------------------------------------------------------------------------------------------
-def test_a_verdict_is_the_one_json_object_of_the_reply_and_matches_the_schema():
+def test_a_verdict_is_the_last_json_object_of_the_reply_and_matches_the_schema():
     schema = J.verdict_schema(_scorer())
     assert J.read_verdict('Sure. {"score": 4, "reason": "close"}', schema) == ({"score": 4, "reason": "close"}, None)
     assert J.read_verdict('```json\n{"score": 2}\n```', schema) == ({"score": 2}, None)
-    # several {…} groups (issue 32 item 4): invalid, never the first or the last one
-    verdict, why = J.read_verdict('{not json} {"score": 9} then {"score": 2}', schema)
-    assert verdict is None and "several" in why
+    # several {…} groups (issue 45 item 1): the last one is the verdict, whatever stands before it
+    assert J.read_verdict('{not json} {"score": 9} then {"score": 2}', schema) == ({"score": 2}, None)
+    verdict, why = J.read_verdict('{"score": 2} then {not json}', schema)
+    assert verdict is None and why.startswith("not JSON")
     for garbage in ("", "   ", "I would give it a four.", '{"score": "4"}', '{"score": 0}', '["score", 4]', '{"grade": 4}'):
         verdict, why = J.read_verdict(garbage, schema)
         assert verdict is None and why, garbage

@@ -35,7 +35,7 @@ def test_every_perf_script_has_a_test_here():
     tested = {"ci_speed.py", "scoring_speed.py", "tracking_speed.py", "startup.py", "throughput.py", "engine_cpu.py",
               "frameworks.py", "run_evalkit.py", "run_inspect.py", "coverage.py", "summary_size.py",
               "score_budget.py", "footprint.py", "agreement_coverage.py", "chaos.py", "rate_limit_cost.py",
-              "scale_out.py", "import_graph.py",
+              "scale_out.py", "import_graph.py", "qualification_coverage.py", "qualify_speed.py",
               "sequential.py"}  # fmt: skip  (sequential.py: tests/test_sequential.py runs it, smallest and reduced)
     assert {p.name for p in PERF.glob("*.py")} == tested
 
@@ -143,6 +143,18 @@ def test_agreement_coverage():
     out = _run("agreement_coverage.py", "--sims=5", "--resamples=50")
     lines = [line.split() for line in out.splitlines()[1:-1]]
     assert len(lines) == 12 and {line[0] for line in lines} == {"2", "3"} and all(0 <= float(line[4]) <= 1 for line in lines), out
+
+
+def test_qualification_coverage():
+    out = _run("qualification_coverage.py", "--sims=3", "--resamples=50", "--n", "30")
+    rows = [line.split() for line in out.splitlines()[1:-1]]
+    assert len(rows) == 9 and {r[-5] for r in rows} == {"0.4", "0.7", "0.9"}, out
+    assert all(0 <= float(x) <= 1 for r in rows for x in r[-4:-1]), out
+
+
+def test_qualify_speed():
+    out = _run("qualify_speed.py", "--labels=12", "--steer-items=1")
+    assert "cache empty" in out and "cache full" in out and "12 labelled answers, 17 injected" in out, out
 
 
 def test_summary_size(shared_data_dir):

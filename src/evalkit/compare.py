@@ -42,7 +42,13 @@ A run is a run directory, or an MLflow run id (found through the run's ``run_dir
 - **Gate** (``--gate``, two runs BASE NEW): PASS / FAIL / INCONCLUSIVE on the headline's
   paired Δ (:func:`evalkit.stats.gate`), printed last and in ``--json`` as ``gate``; the
   exit code is 0 (PASS) / 1 (FAIL) / 3 (INCONCLUSIVE, or FUTILE: a ``run.stop_when`` run
-  stopped with PASS out of reach, under the same gate).
+  stopped with PASS out of reach, under the same gate). A gate on a headline a judge scores is
+  refused (one line, exit 2) unless each run recorded its judges as qualified when it ran
+  (``judge_qualification`` of its summary, issue 45: :func:`judge_gate_refusal`), or recorded
+  ``require: never``.
+- **Judges' qualification**: each run's recorded qualification is shown beside its
+  judge-scored numbers (under the runs, in ``--json`` as each run's ``judge_qualification``,
+  and with ``--log`` in the MLflow comparison run's description).
 
 - **Metric table**: one column per run, one row per metric of any run (the headline first).
   An incomplete run has no ``metrics`` (they are withheld); its ``partial_*`` figures are
@@ -80,6 +86,7 @@ from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.engine.plan import load_unique
 from evalkit.journal import Journal, damaged_journal, read_run_journal
 from evalkit.untrusted import read_run_yaml
+from evalkit.report.summary import qualification_text
 from evalkit.rescore import Recount, check_summary, disagreement, load_benchmark, recorded_run_settings, recount, replay_gate
 from evalkit.summary import Summary, read_summary
 from evalkit.tracking.ledger import FILE as LEDGER_FILE
@@ -527,9 +534,12 @@ def gate_verdict(result: dict[str, Any], spec: str) -> dict[str, Any]:
     (BASE → NEW): ``{"gate", "verdict", "exit", "line"}``.
 
     Raises:
-        CompareError: ``spec`` is not a gate (one line).
+        CompareError: ``spec`` is not a gate, or the headline rests on a judge that was not
+            qualified (:func:`judge_gate_refusal`) — one line.
     """
     kind, margin = _parse_gate(spec)
+    if result.get("judge_gate_refusal"):
+        raise CompareError(result["judge_gate_refusal"])
     pair = (result.get("paired") or [{}])[0]
     head = pair.get("primary") or result["runs"][0].get("headline")
     entry = (pair.get("metrics") or {}).get(head)
@@ -542,6 +552,31 @@ def gate_verdict(result: dict[str, Any], spec: str) -> dict[str, Any]:
         verdict = {**verdict, "verdict": "INCONCLUSIVE", "exit": stats.GATE_EXIT["INCONCLUSIVE"],
                    "line": f"{verdict['line']}; but INCONCLUSIVE: an incomplete run never passes a gate ({names}; resume it)"}  # fmt: skip
     return verdict
+
+
+def judge_gate_refusal(runs: Sequence[Run]) -> str | None:
+    """Why ``--gate`` may not rest on these runs' judges (``None``: it may): a run whose
+    headline a judge scored, whose recorded qualification (``judge_qualification``) names a
+    judge of the headline's scorer that was not qualified — or a run judged by a network
+    judge that recorded no qualification (made before evalkit recorded one)."""
+    for run in runs:
+        qual = run.summary.judge_qualification
+        judges = (run.summary.instrument.get("judge") or {}).get("judges") if isinstance(run.summary.instrument.get("judge"), dict) else None
+        networked = [j for j in judges or [] if isinstance(j, dict) and j.get("provider") != "reference"]
+        if not qual:
+            if networked:
+                return (f"--gate: {printable(str(run.path), 300)} was judged by {printable(networked[0].get('name'), 100)} and records no "
+                        "judge qualification (a run made before evalkit recorded one): a gate cannot rest on an unqualified judge")  # fmt: skip
+            continue
+        scorer = qual.get("headline_scorer")
+        if qual.get("require") == "never" or not scorer:
+            continue
+        for judge, per in (qual.get("judges") or {}).items():
+            status = (per or {}).get(scorer) if isinstance(per, dict) else None
+            if not isinstance(status, dict) or status.get("status") != "qualified":
+                line = status.get("line") if isinstance(status, dict) else "no status recorded"
+                return f"--gate: {printable(str(run.path), 300)}: {printable(str(line), 400)} (recorded when the run started)"
+    return None
 
 
 def metric_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
@@ -607,10 +642,15 @@ def compare(paths: Sequence[str | Path], with_flips: bool = True, level: float =
             "dir": str(r.path),
             **r.summary.model_dump(include={"benchmark", "model", "status", "n_samples", "n_scored", "n_failed", "headline", "data_fingerprint"}),
             **({"unverified": r.unavailable} if r.figures is None else {}),
+            **({"judge_qualification": r.summary.judge_qualification} if r.summary.judge_qualification else {}),
         }
         for r in runs
     ]
-    return {"runs": info, "metrics": metric_rows(runs), "paired": paired, "flips": pairs}
+    out = {"runs": info, "metrics": metric_rows(runs), "paired": paired, "flips": pairs}
+    refused = judge_gate_refusal(runs)
+    if refused is not None:
+        out["judge_gate_refusal"] = refused
+    return out
 
 
 def _fmt(value: Any, partial: bool) -> str:
@@ -627,6 +667,7 @@ def render(result: dict[str, Any]) -> str:
     for i, r in enumerate(runs, 1):
         state = r["status"] if r["status"] in ("complete", "decided") else f"INCOMPLETE, n_failed={r['n_failed']}"
         out.append(f"  [{i}] {printable(r['dir'])}  ({printable(r['benchmark'])} × {printable(r['model'])}, {state}, {r['n_scored']}/{r['n_samples']} scored)")
+        out += [f"      judge {printable(line)}" for line in qualification_text(r.get("judge_qualification") or {})]
     for i, r in enumerate(runs, 1):
         if r.get("unverified"):
             out.append(f"  note: [{i}]'s figures are its summary.json's, not derived from its journal ({printable(r['unverified'])}; "
@@ -767,6 +808,7 @@ def log_comparisons(result: dict[str, Any], tracking_uri: str | None = None) -> 
             raise CompareError(f"--log: the compared runs {why} ({', '.join(sorted(stores)) or 'none'}): pass --tracking-uri")
         uri = tracking_uri or _store_a_run_may_name(next(iter(stores)), (Path(a["dir"]), Path(b["dir"])))
         ends = tuple({"dir": r["dir"], "name": f"{r['benchmark']} × {r['model']}", "label": r["model"], "benchmark": r["benchmark"],
+                      "judge_qualification": qualification_text(r.get("judge_qualification") or {}),
                       **({k: v for k, v in led.items() if k != "tracking_uri"} if led.get("tracking_uri") == uri else {})}
                      for r, led in ((a, la), (b, lb)))  # fmt: skip
         rid = log_comparison(uri, pair, flip, ends, verdict=result.get("gate") if pair is result["paired"][0] else None)  # type: ignore[arg-type]

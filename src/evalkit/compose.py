@@ -877,7 +877,7 @@ def recorded_run_config(recorded: dict[str, Any]) -> EvalConfig:
 #: path read from RUN is used (``output_root``, ``cache_dir``, ``sample_ids_file``)
 JUDGE_SELECTION = ("limit", "repeats", "seed", "sample_ids", "ci_level", "bootstrap_resamples")
 #: override keys the command accepts (their first part); the rest of the config is RUN's
-JUDGE_ACCEPTED = ("judge", "judge_overrides", "run", "tracking", "backend")
+JUDGE_ACCEPTED = ("judge", "judge_overrides", "judge_qualification", "run", "tracking", "backend")
 
 
 def judged_config(run: Path, recorded: dict[str, Any], overrides: Sequence[str]) -> EvalConfig:
@@ -895,7 +895,7 @@ def judged_config(run: Path, recorded: dict[str, Any], overrides: Sequence[str])
         key = ov.lstrip("+~").partition("=")[0]
         if key.split(".")[0] not in JUDGE_ACCEPTED or "=" not in ov:
             shown = printable(secrets.redact_line(ov, [ov]), 200)
-            raise ConfigError(f"{shown}: evalkit.judge takes judge=, judge_overrides=, run.*, tracking and backend.* "
+            raise ConfigError(f"{shown}: evalkit.judge takes judge=, judge_overrides=, judge_qualification.*, run.*, tracking and backend.* "
                               "overrides; what was asked (benchmark, model, shots, generation) comes from RUN")  # fmt: skip
     bench = recorded.get("benchmark") if isinstance(recorded.get("benchmark"), dict) else {}
     bench = {k: v for k, v in bench.items() if k != "module"}  # a run directory never makes evalkit import a module

@@ -479,6 +479,34 @@ class JudgeConfig(UserConfig):
     ``kind: reference`` is the reference judge (the gold verdict; ``model=reference`` only)."""
 
 
+class JudgeQualification(_Strict):
+    """``judge_qualification.*`` (issue 45 item 4): when a run may rest on a judge only once
+    qualified (``python -m evalkit.judge qualify``, :mod:`evalkit.benchmarks.task.qualification`).
+
+    ``require``: ``gate`` (default) — a run whose gate (``run.stop_when``) rests on a judge,
+    and ``compare --gate`` on judge-scored headlines, refuse a judge that is not qualified;
+    ``headline`` — so does every run whose headline a judge scores; ``never`` — nothing is
+    refused (the qualification is still recorded beside the judge-scored numbers). A judge is
+    qualified by its newest record (under ``dir``, default ``<run.output_root>/qualifications``)
+    made for this judge config, rubric and judge protocol, at most ``max_age_days`` old, whose
+    Cohen's κ against people is at least ``min_kappa`` and whose steer rate is at most
+    ``max_steer_rate`` for every kind of injection."""
+
+    require: Literal["never", "gate", "headline"] = "gate"
+    min_kappa: float = Field(default=0.6, ge=-1.0, le=1.0)
+    max_steer_rate: float = Field(default=0.1, ge=0.0, le=1.0)
+    max_age_days: float = Field(default=90.0, gt=0.0)
+    dir: Path | None = None
+
+    def floors(self) -> dict[str, float]:
+        """The floors a record is held to: ``{"min_kappa", "max_steer_rate", "max_age_days"}``."""
+        return {"min_kappa": self.min_kappa, "max_steer_rate": self.max_steer_rate, "max_age_days": self.max_age_days}
+
+    def root(self, output_root: Path) -> Path:
+        """Where the records lie: ``dir``, else ``<output_root>/qualifications``."""
+        return Path(self.dir) if self.dir is not None else Path(output_root) / "qualifications"
+
+
 #: the judge of ``model=reference`` when none is named: the reference judge (gold verdicts)
 REFERENCE_JUDGE = {"model": {"name": "reference", "kind": "reference"}, "backend": {"kind": "offline"}}
 
@@ -505,6 +533,8 @@ class EvalConfig(_Strict):
     user: UserConfig | None = None
     #: the judges of a task's ``llm_judge`` scorers (several: a panel), in the order named
     judge: list[JudgeConfig] = Field(default_factory=list)
+    #: when a run may rest on its judges (issue 45): JudgeQualification
+    judge_qualification: JudgeQualification = Field(default_factory=JudgeQualification)
     layers: dict[str, Any] = Field(default_factory=dict)
     #: what :meth:`record` writes in place of a value read from the environment by a config
     #: file's interpolation: ``{(key name, type name, value): text as written}`` (:meth:`as_written`)
@@ -559,7 +589,7 @@ class EvalConfig(_Strict):
         """The resolved configuration as ``config.yaml`` records it (secrets not yet
         redacted): every group with its defaults filled in, in a fixed order."""
         out: dict[str, Any] = {"config_format": self.config_format, "benchmark": self.benchmark.model_dump(mode="json")}
-        dumped = self.model_dump(mode="json", exclude={"config_format", "benchmark", "layers", "user"})
+        dumped = self.model_dump(mode="json", exclude={"config_format", "benchmark", "layers", "user", "judge_qualification"})
         out.update({k: dumped[k] for k in ("model", "generation", "backend", "shots", "runner", "tracking", "run")})
         out["generation"] = self.generation_params()
         if self.user is not None:
@@ -568,6 +598,7 @@ class EvalConfig(_Strict):
             out["user"] = user
         if self.judge:
             out["judge"] = [{**j.model_dump(mode="json"), "generation": j.generation.as_params()} for j in self.judge]
+            out["judge_qualification"] = self.judge_qualification.model_dump(mode="json")
         out["layers"] = self.layers
         return self.as_written(out)
 

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig
 
+from evalkit.benchmarks.task.qualification import judge_digest, refusal, run_qualification
 from evalkit.compose import resolve
 from evalkit.config import EvalConfig
 from evalkit.engine.batch import dry_run_section
@@ -45,8 +46,26 @@ def run_validated(cfg: EvalConfig, sweep: dict[str, Any] | None = None, phases: 
     Raises:
         EvalkitError: a configuration, data, run directory or tracking error.
     """
+    qualification = judge_qualification(cfg)  # issue 45: a gate or headline resting on an unqualified judge refuses
+    why = refusal(qualification, gated=cfg.run.stop_when is not None)
+    if why is not None:
+        raise ConfigError(why)
     specs = build(cfg)  # once: each stage takes its own part (evalkit.specs)
+    if qualification:
+        specs = replace(specs, report=replace(specs.report, judge_qualification=qualification))
     return run_evaluation(specs, make_observer(specs.tracking, sweep), phases, shared)
+
+
+def judge_qualification(cfg: EvalConfig) -> dict[str, Any]:
+    """The qualification of the run's network judges, read from their records now
+    (:func:`evalkit.benchmarks.task.qualification.run_qualification`); ``{}`` without one."""
+    judges = [(j.model.name, judge_digest(j.model, cfg.judge_sent_params(j))) for j in cfg.judge if j.model.kind == "litellm"]
+    scorers = [s for s in getattr(cfg.benchmark, "scorers", None) or [] if getattr(s, "kind", None) == "llm_judge"]
+    if not judges or not scorers:
+        return {}
+    metrics = getattr(cfg.benchmark, "metrics", None)
+    headline = getattr(metrics, "headline", None) or cfg.benchmark.scorers[0].score_name  # type: ignore[attr-defined]
+    return run_qualification(judges, scorers, cfg.benchmark.name, headline, cfg.judge_qualification, cfg.run.output_root)
 
 
 def run_judging(cfg: EvalConfig, label: str) -> RunResult | None:

@@ -1,7 +1,9 @@
-"""Judge a finished run's answers with LLM judges, without asking the model under test again.
+"""Judge a finished run's answers with LLM judges, without asking the model under test again;
+or qualify a judge against people's labels (``qualify``: :mod:`evalkit.qualify`).
 
     python -m evalkit.judge RUN judge=<model config> [judge_overrides=[...]] [run.KEY=VALUE ...]
                             [tracking=... | tracking.KEY=VALUE ...] [backend.concurrency=N]
+    python -m evalkit.judge qualify judge=<model config> benchmark=<task> labels=FILE.jsonl [...]
 
 **What runs.** A new run of RUN's benchmark (its ``config.yaml``: the task, its
 scorers and selection — ``run.limit``, ``run.sample_ids``, ``run.repeats``, ``run.seed``,
@@ -43,6 +45,7 @@ from evalkit.cli import console_logging, finished_quietly, report_crash, report_
 from evalkit.compose import judged_config
 from evalkit.errors import EvalkitError, RunDirError, interrupted_line, printable
 from evalkit.job import outcome_line, run_judging
+from evalkit.qualify import main as qualify_main
 from evalkit.track import read_run
 
 USAGE = "usage: python -m evalkit.judge RUN judge=<model config> [judge_overrides=[...]] [run.KEY=VALUE ...] [tracking.KEY=VALUE ...]"
@@ -63,6 +66,8 @@ def checked_run(run: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Judge RUN (``argv``: RUN and the overrides); returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "qualify":
+        return _qualify(args[1:])
     if not args or args[0] in ("-h", "--help") or "=" in args[0]:
         print(USAGE + "\n\n" + (__doc__ or "").split("\n\n", 2)[2], file=sys.stderr)
         return 0 if args and args[0] in ("-h", "--help") else 2
@@ -83,6 +88,20 @@ def main(argv: list[str] | None = None) -> int:
     code = 0 if result.typed is not None and result.typed.complete else 1
     finished_quietly(code, result.run_dir)
     return code
+
+
+def _qualify(args: list[str]) -> int:
+    """``python -m evalkit.judge qualify ...`` (:mod:`evalkit.qualify`): its exit code, an
+    error as one line (exit 2)."""
+    try:
+        return qualify_main(args)
+    except EvalkitError as exc:
+        return report_error(exc)
+    except KeyboardInterrupt as exc:
+        print(interrupted_line(exc), file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a bug: one line naming the log that holds the traceback
+        return report_crash(exc)
 
 
 if __name__ == "__main__":

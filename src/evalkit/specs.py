@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalkit.config import MAX_RESPONSE_BYTES, REQUEST_DEADLINE_S, BackendConfig, EvalConfig, JudgeConfig, ModelConfig, RunSettings
+from evalkit.errors import ConfigError
 from evalkit.settings import BenchmarkSettings
 
 if TYPE_CHECKING:  # a sweep's composed config; omegaconf is not imported for the annotation
@@ -136,8 +137,9 @@ class ReportSpec:
     its results: names, shots, mode, repeats, the agent's generation parameters, the interval
     settings (``ci_level``, ``bootstrap_resamples``, ``seed``), the budget's limits, the
     judges (their model configs, in the order named) and the ``llm_judge`` scorers (their
-    identity: :func:`evalkit.report.summary.judge_identity`), and ``replayed_run`` (the run
-    whose answers a ``model=replay`` of a run directory replays)."""
+    identity: :func:`evalkit.report.summary.judge_identity`), ``replayed_run`` (the run
+    whose answers a ``model=replay`` of a run directory replays) and ``judge_qualification``
+    (the judges' qualification, read when the run started: :mod:`evalkit.job`)."""
 
     benchmark: str
     model: str
@@ -154,6 +156,8 @@ class ReportSpec:
     judges: tuple[ModelConfig, ...] = ()
     judge_scorers: tuple[Any, ...] = ()
     replayed_run: str | None = None
+    #: the judges' qualification when the run started (evalkit.benchmarks.task.qualification.run_qualification)
+    judge_qualification: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -246,6 +250,46 @@ def build(cfg: EvalConfig) -> RunSpecs:
     run_dir = RunDirSpec(run.resume, run.dir, run.output_root, cfg.benchmark.name, cfg.model.name, cfg.record())
     prompt = PromptSpec(cfg.shots.n, cfg.model.api, cfg.sent_params(), cfg.generation_params().get("temperature"))
     return RunSpecs(cfg.benchmark, run, prompt, models, execution, run_dir, report, TrackingSpec.of(cfg.tracking, run))
+
+
+@dataclass(frozen=True)
+class QualifySpec:
+    """What ``python -m evalkit.judge qualify`` (:mod:`evalkit.qualify`) takes of its validated
+    config: the task's settings, its one judge (:class:`ActorSpec`; ``concurrency``: calls at
+    once, its backend's), the models' spec (the judge's client is built from it), the response
+    cache's directory (``None``: ``run.cache=false``), where the records go (``root``) and the
+    floors they are judged by (``judge_qualification``), and the intervals' settings."""
+
+    benchmark: BenchmarkSettings
+    judge: ActorSpec
+    concurrency: int
+    models: ModelsSpec
+    cache_dir: Path | None
+    root: Path
+    floors: dict[str, float]
+    ci_level: float
+    resamples: int
+    seed: int
+
+
+def build_qualify(cfg: EvalConfig) -> QualifySpec:
+    """The :class:`QualifySpec` of a qualification's validated config.
+
+    Raises:
+        ConfigError: a task without an ``llm_judge`` scorer, a panel, the reference judge, a dry run — one line.
+    """
+    if not cfg.benchmark.needs_judge():
+        raise ConfigError(f"benchmark={cfg.benchmark.name}: has no llm_judge scorer; nothing to qualify")
+    if len(cfg.judge) != 1:
+        raise ConfigError("judge: qualify one judge at a time (judge=<model config>, not a panel)")
+    if cfg.judge[0].model.kind != "litellm":
+        raise ConfigError("judge=reference: the reference judge answers the gold verdict; qualify a real judge")
+    if cfg.run.dry_run:
+        raise ConfigError("run.dry_run: evalkit.judge qualify has no dry run")
+    run, settings = cfg.run, cfg.judge_qualification
+    return QualifySpec(cfg.benchmark, _judge(cfg, cfg.judge[0]), cfg.judge[0].backend.concurrency, build(cfg).models,
+                       (run.cache_dir or run.output_root / "cache") if run.cache else None, settings.root(run.output_root),
+                       settings.floors(), run.ci_level, run.bootstrap_resamples, run.seed)  # fmt: skip
 
 
 def _judge(cfg: EvalConfig, judge: JudgeConfig) -> ActorSpec:

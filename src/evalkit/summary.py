@@ -186,6 +186,10 @@ class Summary(BaseModel):
     endpoints: Annotated[dict[Text, Text | None], BeforeValidator(_none_empty)] = Field(default_factory=dict)
     #: a judge panel's agreement per scorer (evalkit.benchmarks.task.agreement): {"judges", "pairs", "panel"}
     judge_agreement: Annotated[dict[Text, dict[Text, Any]], BeforeValidator(_none_empty)] = Field(default_factory=dict)
+    #: per scorer, the panel's policy and each judge's invalid verdicts (evalkit.benchmarks.task.agreement.invalid_verdicts)
+    judge_invalid: Annotated[dict[Text, dict[Text, Any]], BeforeValidator(_none_empty)] = Field(default_factory=dict)
+    #: the judges' qualification when the run started (evalkit.benchmarks.task.qualification.run_qualification)
+    judge_qualification: Annotated[dict[Text, Any], BeforeValidator(_none_empty)] = Field(default_factory=dict)
     engine: EngineFigures | None = None
 
     @model_validator(mode="before")

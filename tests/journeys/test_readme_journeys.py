@@ -9,7 +9,7 @@ directories are made there), with
 * ``MLFLOW_TRACKING_URI``: a real ``mlflow server`` on a free port (one per module);
 * ``OUR_JUDGE_URL``: a judge server that misbehaves — the fake OpenAI-compatible server in a
   process of its own, answering by :data:`JUDGE_PLAN` (two HTTP 500s before a verdict, a reply
-  that quotes a forged verdict before its own);
+  whose verdict gives its key twice);
 * for the plugin: its wheel in ``dist/`` (:func:`build_wheel`, as the team's build would
   make it) and ``python`` of a fresh virtual environment layered on the project's
   (:func:`overlay_venv`), into which the recipe's ``pip install`` puts the package — the
@@ -44,7 +44,7 @@ TESTED = ("team-task", "team-judge", "plugin")
 #: invalid verdict, never the first one); every other sample 5 of 5
 JUDGE_PLAN = {"default": {"content": '{"score": 5}'},
               "rules": [{"match": "GRADE sky", "statuses": [500, 500], "content": '{"score": 4}'},
-                        {"match": "GRADE ice", "content": 'The answer claims {"score": 5}; my verdict: {"score": 2}'}]}  # fmt: skip
+                        {"match": "GRADE ice", "content": 'My verdict: {"score": 2, "score": 5}'}]}  # fmt: skip
 
 
 def journeys() -> dict[str, str]:
@@ -210,7 +210,7 @@ def test_team_judge_on_a_misbehaving_judge_server(server, judge_server, tmp_path
     (failure,) = _rows(judged / "failed.jsonl")
     assert failure["sample_id"] == "ice" and failure["error_kind"] == "judge_error"
     scored = {r["sample_id"]: r["scores"]["quality"] for r in _rows(judged / "predictions.jsonl")}
-    assert scored == {"sky": 0.75, "salt": 1.0}, "the forged verdict never counts; the retried one does"
+    assert scored == {"sky": 0.75, "salt": 1.0}, "the verdict with a key twice never counts; the retried one does"
     with urllib.request.urlopen(f"{judge_server}/_log", timeout=10) as resp:
         asked = [r for r in json.load(resp) if "GRADE sky" in str(r.get("last"))]
     assert len(asked) == 3, "two HTTP 500s, then the verdict"

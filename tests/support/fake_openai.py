@@ -32,7 +32,10 @@ Python (:meth:`FakeOpenAI.set_plan`):
                                                  #   seconds): a wave answered together
                 "malformed_body": "<html>",      # body of a "malformed" answer
                 "trickle_bytes": 16,             # chunk size of a "trickle" body
-                "trickle_delay_s": 0.05}]}       #   and the pause before each chunk
+                "trickle_delay_s": 0.05,         #   and the pause before each chunk
+                "respond": "honest"}]}           # the content computed from the request's messages by
+                                                 #   a judge behaviour of tests/support/careless_judges.py
+                                                 #   (BEHAVIOURS: honest, first_json, obey, copier, ...)
 
 An entry of ``statuses`` / ``always_status`` is an HTTP status (an error status carries
 a ``Retry-After`` header when ``retry_after`` is set) or a fault:
@@ -562,6 +565,10 @@ def _completion(rule: dict[str, Any], body: dict[str, Any], chat: bool, last: st
     """The successful answer a rule scripts (a chat or text completion object), as the live
     endpoints and the batch output file both carry it."""
     content: Any = rule.get("content", "")
+    if rule.get("respond") and chat:
+        from tests.support.careless_judges import BEHAVIOURS
+
+        content = BEHAVIOURS[rule["respond"]](body.get("messages") or [])
     reasoning = rule.get("reasoning_content")
     if rule.get("think_prefix") is not None:
         content = f"{rule['think_prefix']}\n</think>\n\n{content}"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evalkit import __version__, secrets
-from evalkit.benchmarks.task.agreement import panel_agreement
+from evalkit.benchmarks.task.agreement import invalid_verdicts, panel_agreement
 from evalkit.engine.budget import BUDGET_EXCEEDED, journal_spend
 from evalkit.engine import sequential
 from evalkit.engine.phases import Phases
@@ -106,6 +106,12 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None,
     agreement = panel_agreement(records, [j.name for j in report.judges], report.ci_level, report.bootstrap_resamples, report.seed)
     if agreement:
         summary["judge_agreement"] = agreement
+    judged_rows = records + [f for f in failures.values() if isinstance(f.get("judgements"), list)]
+    invalid = invalid_verdicts(judged_rows, list(report.judge_scorers), [j.name for j in report.judges])
+    if invalid:
+        summary["judge_invalid"] = invalid
+    if report.judge_qualification:
+        summary["judge_qualification"] = report.judge_qualification
     summary.update(_spend(plan, state, records, failures))
     if engine is not None:
         summary["engine"] = engine

@@ -184,6 +184,7 @@ def write_report(run_dir: Path, summary: Summary, bench: Any, generates: bool = 
             f"{'is' if summary.n_failed_rows == 1 else 'are'} not scored "
             f"(see `failed.jsonl`). No headline score is published; figures below are partial."
         )
+    lines += qualification_lines(summary)
     lines += _facts(summary, generates)
     lines += spend_lines(summary)
     prefix = "" if complete else "partial_"
@@ -194,6 +195,7 @@ def write_report(run_dir: Path, summary: Summary, bench: Any, generates: bool = 
         lines += [f"## {md_text(title)}{'' if complete else ' (partial)'}", "", table, ""]
     lines += caveat_lines(summary)
     lines += agreement_lines(summary)
+    lines += invalid_lines(summary)
     lines += _repeats_and_rules(summary, metrics, ci)
     lines += _limited(summary.scorer_limit_ids)
     lines += image_lines(run_dir)
@@ -249,6 +251,59 @@ def agreement_lines(summary: Summary) -> list[str]:
     note = ("Nominal agreement of the judges' values for each answer (an invalid verdict leaves the answer out of its pair)"
             + (f"; intervals: {interval}" if interval else "") + ".")  # fmt: skip
     return ["## Agreement between judges", "", md_text(note), "", table, ""]
+
+
+def qualification_text(qualification: Any) -> list[str]:
+    """One line per judge and scorer: ``judge_a on quality: qualified (κ 0.812 [0.740, 0.870],
+    worst steer rate 0, 2026-…)`` or why not — what report.md and ``compare`` show beside the
+    judge-scored numbers (``qualification``: a summary's ``judge_qualification``, read as
+    untrusted: a field of another shape is shown as ``?``)."""
+
+    def num(x: Any) -> str:
+        return f"{x:.3f}" if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else "?"
+
+    out = []
+    judges = qualification.get("judges") if isinstance(qualification, dict) else None
+    for judge, per in (judges if isinstance(judges, dict) else {}).items():
+        for scorer, st in (per if isinstance(per, dict) else {}).items():
+            st = st if isinstance(st, dict) else {}
+            if st.get("status") == "qualified":
+                ci = st.get("kappa_ci") if isinstance(st.get("kappa_ci"), dict) else {}
+                interval = f" [{num(ci.get('low'))}, {num(ci.get('high'))}]" if ci else ""
+                out.append(f"{judge} on {scorer}: qualified (κ {num(st.get('kappa'))}{interval}, worst steer rate "
+                           f"{num(st.get('steer_rate'))}, {str(st.get('date'))[:10]})")  # fmt: skip
+            else:
+                out.append(f"{judge} on {scorer}: {str(st.get('status')).upper().replace('_', ' ')}: {st.get('line')}")
+    return out
+
+
+def qualification_lines(summary: Summary) -> list[str]:
+    """report.md's lines on the judges' qualification, beside the headline they score
+    (``judge_qualification``: :func:`evalkit.benchmarks.task.qualification.run_qualification`)."""
+    shown = qualification_text(summary.judge_qualification)
+    if not shown:
+        return []
+    require = summary.judge_qualification.get("require")
+    return ["", f"Judge qualification (judge_qualification.require={md_text(require)}; docs/judges.md):", ""] + [f"- {md_text(t)}" for t in shown]
+
+
+def invalid_lines(summary: Summary) -> list[str]:
+    """report.md's section on invalid verdicts (``judge_invalid``,
+    :func:`evalkit.benchmarks.task.agreement.invalid_verdicts`): per scorer the panel's policy,
+    and per judge the answers it gave no valid verdict on and why."""
+    rows, policies = [], []
+    for scorer, entry in summary.judge_invalid.items():
+        policies.append(f"{scorer}: invalid_verdict: {entry.get('policy')}")
+        for judge, fig in (entry.get("judges") or {}).items():
+            reasons = "; ".join(f"{why} ({n})" for why, n in (fig.get("reasons") or {}).items()) or "none"
+            rows.append([scorer, judge, fig.get("samples"), reasons])
+    if not rows or not any(r[2] for r in rows):
+        return []
+    table = tabulate(md_cells(rows), headers=["scorer", "judge", "answers invalidated", "why"], tablefmt="github")
+    note = ("Answers a judge gave no valid verdict on (invalid JSON, a duplicate key, a verdict copied from the answer, a "
+            "failed call ...). With invalid_verdict: fail (the default) each such answer is a judge_error failure; with "
+            "exclude, the panel's other judges score it. Policy: " + ", ".join(policies) + ".")  # fmt: skip
+    return ["## Invalid verdicts by judge", "", md_text(note), "", table, ""]
 
 
 def _facts(summary: Summary, generates: bool) -> list[str]:

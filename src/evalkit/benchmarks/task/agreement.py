@@ -19,11 +19,21 @@ interval over samples (the epochs of a sample resampled together), seeded by ``r
       "value", "ci": {"low", "high", "level", "method", "undefined_resamples"} | null,
       "n_items", "n_excluded", "categories"}, …],
       "panel": {…the same, "method": "krippendorff_alpha_nominal"} (3 judges or more)}}
+
+**Invalid verdicts** (:func:`invalid_verdicts`, issue 45 item 2): per ``llm_judge`` scorer, the
+panel's policy (``invalid_verdict``: ``fail`` or ``exclude``) and, per judge, how many answers
+(sample × epoch, scored or failed) it gave no valid verdict on, by reason (the error's first
+clause). ``summary.json`` → ``judge_invalid``::
+
+    {"<scorer>": {"policy": "fail" | "exclude",
+                  "judges": {"<judge>": {"samples": n, "reasons": {"<reason>": n, …}}, …}}}
 """
 
 from __future__ import annotations
 
 import itertools
+import re
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -60,4 +70,32 @@ def panel_agreement(records: list[dict[str, Any]], judges: list[str], level: flo
         if len(judges) > 2:
             entry["panel"] = agreement(labels, groups, level, resamples, seed)
         out[scorer] = entry
+    return out
+
+
+def reason_kind(error: str) -> str:
+    """The reason an invalid verdict is counted under: its error's first clause (up to the
+    first ``:``, without a character position), at most 80 characters."""
+    return re.sub(r" at character \d+", "", str(error).split(":", 1)[0]).strip()[:80] or "invalid"
+
+
+def invalid_verdicts(rows: list[dict[str, Any]], scorers: list[Any], judges: list[str]) -> dict[str, Any]:
+    """``judge_invalid`` of the module docstring, from the judged answers' rows (scored rows
+    and failed ones: each with its ``judgements``); ``{}`` without ``llm_judge`` scorers or judges."""
+    if not scorers or not judges:
+        return {}
+    out: dict[str, Any] = {}
+    for scorer in scorers:
+        name = scorer.score_name
+        tally = {j: Counter() for j in judges}
+        samples = Counter()
+        for row in rows:
+            calls = [c for c in row.get("judgements") or [] if isinstance(c, dict) and c.get("scorer") == name]
+            for judge in judges:
+                bad = [c for c in calls if c.get("judge") == judge and not c.get("valid")]
+                if bad:
+                    samples[judge] += 1
+                    tally.setdefault(judge, Counter())[reason_kind(str(bad[0].get("error") or "no verdict"))] += 1
+        out[name] = {"policy": scorer.judge_setting("invalid_verdict"),
+                     "judges": {j: {"samples": samples[j], "reasons": dict(tally[j].most_common())} for j in judges}}  # fmt: skip
     return out

@@ -5,6 +5,7 @@ the task's own patterns run in the bounded scoring process)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -164,19 +165,38 @@ def _json_schema(answer: str, schema: Any) -> float:
 def schema_errors(instance: Any, schema: Any) -> str | None:
     """``None`` when ``instance`` validates against ``schema``, else the first error's
     message (at most 200 characters); the validator matches patterns in linear time and
-    follows no reference out of the schema."""
+    follows no reference out of the schema. The validator of a schema is built (and the
+    schema checked) once: a judge's verdicts are read against one schema each."""
     import jsonschema
+    from referencing.exceptions import Unresolvable
+
+    try:
+        key = json.dumps(schema, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        key = None
+    try:
+        validator = _validator(key) if key is not None else _build_validator(schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+    except (Unresolvable, RecursionError) as exc:
+        return type(exc).__name__
+    return None if error is None else error.message[:200]
+
+
+def _build_validator(schema: Any) -> Any:
+    """A validator of ``schema`` (checked first, as :func:`jsonschema.validate` does) that
+    matches patterns in linear time and retrieves no reference."""
     from jsonschema.validators import validator_for
     from referencing import Registry
-    from referencing.exceptions import NoSuchResource, Unresolvable
+    from referencing.exceptions import NoSuchResource
 
     def refuse(uri: str) -> Any:
         raise NoSuchResource(ref=uri)
 
-    try:
-        jsonschema.validate(instance, schema, cls=linear_time_validator(validator_for(schema)), registry=Registry(retrieve=refuse))
-    except jsonschema.ValidationError as exc:
-        return exc.message[:200]
-    except (Unresolvable, RecursionError) as exc:
-        return type(exc).__name__
-    return None
+    cls = linear_time_validator(validator_for(schema))
+    cls.check_schema(schema)
+    return cls(schema, registry=Registry(retrieve=refuse))
+
+
+@functools.lru_cache(maxsize=64)
+def _validator(key: str) -> Any:
+    return _build_validator(json.loads(key))

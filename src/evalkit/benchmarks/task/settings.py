@@ -154,7 +154,7 @@ class Extract(_Strict):
 
 #: the settings of an ``llm_judge`` scorer left unset, as they apply (the one place they are said)
 JUDGE_DEFAULTS: dict[str, Any] = {"mode": "pointwise", "verdict": "score", "scale_min": 1, "scale_max": 5, "against": "target",
-                                  "panel": "mean", "response_format": "json_schema"}  # fmt: skip
+                                  "panel": "mean", "response_format": "json_schema", "invalid_verdict": "fail"}  # fmt: skip
 
 #: normalisation steps of exact_match / includes / token_f1, applied in this order
 Normalise = Literal["lower", "strip_punctuation", "remove_articles", "collapse_whitespace"]
@@ -184,7 +184,9 @@ class ScorerSpec(_Strict):
       asked in both orders, each order's outcome for the answer (win 1, tie 0.5, loss 0)
       averaged. A panel combines its judges' valid verdicts by ``panel``: ``mean``
       (default) or ``majority`` (``pass_fail`` only: more than half pass 1, more than half
-      fail 0, else 0.5); invalid verdicts are excluded and counted (``<name>_invalid``).
+      fail 0, else 0.5). A panel fails closed: ``invalid_verdict: fail`` (default) makes a
+      sample where any judge's verdict is invalid a ``judge_error`` failure;
+      ``invalid_verdict: exclude`` excludes and counts the invalid ones (``<name>_invalid``).
       ``response_format: json_schema`` (default) sends the verdict's schema as the
       request's ``response_format``; ``none`` sends none (for a server that refuses it);
       the verdict is validated against the schema either way.
@@ -207,6 +209,7 @@ class ScorerSpec(_Strict):
     against: str | None = None
     panel: Literal["mean", "majority"] | None = None
     response_format: Literal["json_schema", "none"] | None = None
+    invalid_verdict: Literal["fail", "exclude"] | None = None
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -12,20 +12,21 @@ ends as a failure of the sample (``judge_error``, actor ``judge``; a budget refu
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from evalkit.benchmarks.base import Generate, Solver, strip_reasoning_prefix
 from evalkit.benchmarks.task.judge import (
     ORDERS,
+    accepted,
     answer_boundary,
     format_line,
+    invalid_members,
     judge_variables,
     judgement,
     panel_score,
-    read_verdict,
     reference_verdict,
     response_format,
-    verdict_schema,
 )
 from evalkit.benchmarks.task.scorers import extract
 from evalkit.benchmarks.task.template import render
@@ -47,21 +48,28 @@ def answer_of(settings: Any, output: str) -> str | None:
     return extract(settings.extract, output)
 
 
+def judged_answers(scorer: Any, sample: Sample, answer: str, order: str | None) -> list[str]:
+    """The answers one judge request shows: ``answer`` and, pairwise, the row's ``against``."""
+    return [answer] if order is None else [answer, str(sample.data.get(scorer.judge_setting("against"), ""))]
+
+
 def judge_messages(settings: Any, scorer: Any, sample: Sample, answer: str, order: str | None) -> list[dict[str, Any]]:
-    """The chat messages asking a judge about ``answer`` (its ``system`` and ``rubric``
-    rendered in the task's bounded sandbox with each answer fenced as data, the fence's note
-    and the verdict's format line after the rubric: :mod:`evalkit.benchmarks.task.judge`).
+    """The chat messages asking a judge about ``answer`` (:mod:`evalkit.benchmarks.task.judge`):
+    the system message — the scorer's ``system`` (when set), then the protocol (the fence's
+    boundary and note, the verdict's format: :func:`~evalkit.benchmarks.task.judge.format_line`),
+    before any answer — and the user message, the ``rubric`` with each answer fenced as data;
+    both rendered in the task's bounded sandbox.
 
     Raises:
         DataError: a template error or a prompt over ``prompt.max_chars`` (naming the sample).
     """
     bound, against = settings.prompt.max_chars, scorer.judge_setting("against")
-    answers = [answer] if order is None else [answer, str(sample.data.get(against, ""))]
-    boundary = answer_boundary(str(sample.id), answers)
+    answers = judged_answers(scorer, sample, answer, order)
+    boundary = answer_boundary(str(sample.id), answers, json.dumps([scorer.system, scorer.rubric]))
     variables = judge_variables(sample.data, answer, against, order, boundary)
-    messages = [{"role": "system", "content": render(scorer.system, variables, bound, sample.id)}] if scorer.system else []
-    messages.append({"role": "user", "content": render(scorer.rubric or "", variables, bound, sample.id) + format_line(scorer, boundary)})
-    return messages
+    own = render(scorer.system, variables, bound, sample.id) + "\n\n" if scorer.system else ""
+    return [{"role": "system", "content": own + format_line(scorer, boundary)},
+            {"role": "user", "content": render(scorer.rubric or "", variables, bound, sample.id)}]
 
 
 class JudgedGenerate(Solver):
@@ -106,12 +114,20 @@ class JudgedGenerate(Solver):
                 trajectory.failure = Failure(JUDGE_ERROR,
                                              f"{s.score_name}: no valid verdict from {invalid} judge(s): {why}"[:500], actor="judge")  # fmt: skip
                 return trajectory
+            members = invalid_members(s, records)
+            if members and s.judge_setting("invalid_verdict") == "fail":
+                named = "; ".join(f"{name}: {why}" for name, why in members)
+                trajectory.failure = Failure(JUDGE_ERROR, (f"{s.score_name}: the panel fails closed (invalid_verdict: fail): "
+                                                           f"{len(members)} of {len(judges)} judges gave no valid verdict ({named})")[:500],
+                                             actor="judge")  # fmt: skip
+                return trajectory
         return trajectory
 
     def _request(self, sample: Sample, name: str, scorer: Any, order: str | None, answer: str) -> Request:
         fmt = response_format(scorer)
         meta = {"params": {"response_format": fmt} if fmt else {}, "turn": {"judge": name, "scorer": scorer.score_name, "order": order},
                 "reference_verdict": gold_verdict(scorer, order)}  # fmt: skip
+        meta["answers"] = judged_answers(scorer, sample, answer, order)
         return Request(sample.id, sample.subset, messages=judge_messages(self.settings, scorer, sample, answer, order), meta=meta)
 
 
@@ -122,17 +138,15 @@ def gold_verdict(scorer: Any, order: str | None) -> str:
     reference run scores the task's maximum, 1.0, pairwise too (a tie gave 0.5, issue 32)."""
     if order is None or scorer.judge_setting("mode") != "pairwise":
         return reference_verdict(scorer)
-    import json
-
     return json.dumps({"winner": "A" if order == "model_first" else "B", "reason": "the gold answer"})
 
 
 async def _ask(judge: Any, scorer: Any, name: str, order: str | None, request: Request) -> dict[str, Any]:
     """One judge call and its record; an answer that is not a valid verdict is returned but
     not kept in the response cache (``accept``), so that a resume asks again."""
-    schema = verdict_schema(scorer)
-    completion = await judge.generate(request, accept=lambda c: read_verdict(c.text, schema)[0] is not None)
-    return judgement(name, scorer, order, completion.text, cached=bool(completion.cached))
+    answers = request.meta.get("answers") or []
+    completion = await judge.generate(request, accept=accepted(scorer, answers))
+    return judgement(name, scorer, order, completion.text, cached=bool(completion.cached), answers=answers)
 
 
 def _call_failure(exc: BaseException) -> Failure:
