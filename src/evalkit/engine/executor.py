@@ -296,6 +296,10 @@ class RayExecutor(ExecutorBase):
         """litellm's price of ``provider_model``, asked of a worker (waits for its start)."""
         return self._ray.get(self.workers[0].price.remote(provider_model))
 
+    def bound_images(self, max_bytes: int) -> None:
+        """Hold at most ``max_bytes`` of the run's images in Ray's object store at once."""
+        self.images.max_bytes = max_bytes
+
     def set_budget(self, budget: Budget) -> None:
         """Have every model call of this run reserve against ``budget`` (limited), held by a ``BudgetKeeper`` actor."""
         self.budget_keeper = keeper(budget)

@@ -75,6 +75,11 @@ class Executor(Protocol):
         :class:`~evalkit.engine.budget.Budget`, called before :meth:`wait_ready`)."""
         ...
 
+    def bound_images(self, max_bytes: int) -> None:  # pragma: no cover - protocol
+        """Hold at most ``max_bytes`` of the run's images at once wherever the executor keeps
+        them to ship (Ray's object store; a task's ``dataset.image_limits.max_held_bytes``)."""
+        ...
+
     def figures(self) -> dict[str, Any]:  # pragma: no cover - protocol
         """The executor's part of ``summary.json`` → ``engine`` (read while it is still
         open). Two keys are read by the stage rather than kept: ``phases`` (``{name:
@@ -117,6 +122,9 @@ class ExecutorBase:
 
     def set_budget(self, budget: "Budget") -> None:
         return None
+
+    def bound_images(self, max_bytes: int) -> None:
+        return None  # an executor that ships no image by reference holds none
 
     def figures(self) -> dict[str, Any]:
         return {}

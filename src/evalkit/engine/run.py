@@ -45,7 +45,6 @@ from evalkit.engine.scheduling import run_units
 from evalkit.engine import sequential
 from evalkit.engine.scoring import Scorer
 from evalkit.engine.session import Session
-from evalkit.images import ImageRefs
 from evalkit.models.factory import Endpoints, network_endpoints, serverless_agents
 from evalkit.journal import read_journal
 from evalkit.jsonl import JsonlAppender
@@ -238,8 +237,8 @@ def execute(plan: RunPlan, state: RunState, phases: Phases, early: Executor | No
         scorer = stack.enter_context(Scorer(plan.bench, budget_s=plan.bench.settings.score_budget_s))
         executor = early or _open_executor(plan, state, stack, pending, shared)
         store = getattr(plan.bench, "image_store", None)  # a task's images: Ray's store holds as much as the driver
-        if store is not None and isinstance(getattr(executor, "images", None), ImageRefs):
-            executor.images.max_bytes = store.max_bytes
+        if store is not None:
+            executor.bound_images(store.max_bytes)
         budget = Budget.of_run(plan.specs.run, plan.prices, state.run_dir)
         if budget.limited:
             executor.set_budget(budget)

@@ -746,6 +746,29 @@ COMPARED_LINE = "Compared in "
 MAX_COMPARED_LINES = 20
 
 
+def _comparison_note(runs: tuple[dict[str, Any], dict[str, Any]], exp_id: str, pair: dict[str, Any], said: str,
+                     verdict: dict[str, Any] | None) -> str:  # fmt: skip
+    """The description of :func:`log_comparison`'s run: both runs linked, the headline's Δ and
+    verdict, the pair's notes and each run's judge qualification (markdown)."""
+    base, new = runs
+    head, level = pair.get("primary"), pair.get("level", 0.95)
+    m = (pair.get("metrics") or {}).get(head) or {}
+
+    def link(r: dict[str, Any]) -> str:
+        rid = r.get("mlflow_run_id")
+        where = f"[{rid}](#/experiments/{r.get('experiment_id') or exp_id}/runs/{rid})" if rid else "(not in MLflow)"
+        return f"{r.get('name') or r['dir']} {where}, directory `{r['dir']}`"
+
+    text = [f"evalkit comparison: Δ = NEW − BASE over the units scored in both ({int(round(100 * level))}% intervals).",
+            f"BASE: {link(base)}", f"NEW: {link(new)}"]  # fmt: skip
+    if m.get("delta") is not None and m.get("low") is not None:
+        text.append(f"Headline `{head}`: Δ {m['delta']:+.4f} [{m['low']:+.4f}, {m['high']:+.4f}], p = {m['p']:.3g} "
+                    f"({m['test']}, n = {m['n']}); verdict: {said}" + (f" — {verdict['line']}" if verdict else ""))  # fmt: skip
+    text += [f"Note: {n}" for n in pair.get("notes") or []]
+    text += [f"Judge qualification of {side}: {line}" for side, r in (("BASE", base), ("NEW", new)) for line in r.get("judge_qualification") or []]
+    return "\n\n".join(text)
+
+
 def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None, runs: tuple[dict[str, Any], dict[str, Any]],
                    experiment: str = "evalkit", verdict: dict[str, Any] | None = None,
                    parent_run_id: str | None = None) -> str:  # fmt: skip
@@ -777,27 +800,14 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
     level = pair.get("level", 0.95)
     changed = pair.get("instrument_changed")
     said = verdict["verdict"] if verdict else curate.comparison_verdict(m, level, changed)
-
-    def link(r: dict[str, Any]) -> str:
-        rid = r.get("mlflow_run_id")
-        where = f"[{rid}](#/experiments/{r.get('experiment_id') or exp_id}/runs/{rid})" if rid else "(not in MLflow)"
-        return f"{r.get('name') or r['dir']} {where}, directory `{r['dir']}`"
-
     labels = [str(r.get("label") or r.get("name") or Path(str(r["dir"])).name) for r in (base, new)]
     if labels[0] == labels[1]:  # the same model twice: the run directories tell them apart
         labels = [f"{label} ({Path(str(r['dir'])).name})" for label, r in zip(labels, (base, new))]
     bench = str(base.get("benchmark") or new.get("benchmark") or "")
     name = curate.comparison_name(str(head), bench, labels[0], labels[1], m, level, changed)
-    text = [f"evalkit comparison: Δ = NEW − BASE over the units scored in both ({int(round(100 * level))}% intervals).",
-            f"BASE: {link(base)}", f"NEW: {link(new)}"]  # fmt: skip
-    if m.get("delta") is not None and m.get("low") is not None:
-        text.append(f"Headline `{head}`: Δ {m['delta']:+.4f} [{m['low']:+.4f}, {m['high']:+.4f}], p = {m['p']:.3g} "
-                    f"({m['test']}, n = {m['n']}); verdict: {said}" + (f" — {verdict['line']}" if verdict else ""))  # fmt: skip
-    text += [f"Note: {n}" for n in pair.get("notes") or []]
-    text += [f"Judge qualification of {side}: {line}" for side, r in (("BASE", base), ("NEW", new)) for line in r.get("judge_qualification") or []]
     tags = {"evalkit.kind": "comparison", "evalkit.verdict": said, "headline_name": str(head),
             "evalkit.base_run_dir": str(base["dir"]), "evalkit.new_run_dir": str(new["dir"]),
-            "mlflow.runName": name, "mlflow.note.content": "\n\n".join(text),
+            "mlflow.runName": name, "mlflow.note.content": _comparison_note(runs, exp_id, pair, said, verdict),
             **({"benchmark": bench} if bench else {}), **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})}  # fmt: skip
     tags.update({f"evalkit.{k}_run_id": str(r["mlflow_run_id"]) for k, r in (("base", base), ("new", new)) if r.get("mlflow_run_id")})
     run = mlflow_client.create_run(exp_id, tags=mlflow_obj(tags))
