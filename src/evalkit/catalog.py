@@ -44,18 +44,22 @@ _BASELINE_PREFIX = "baseline_"
 
 
 def _first_comment(path: Path) -> str:
-    """The first line of the comment block a YAML file opens with (``""`` when none)."""
+    """The first sentence of the comment block a YAML file opens with (``""`` when none), at
+    most 160 characters."""
     try:
         text = read_bytes(path, MAX_YAML_BYTES, what="a YAML file", error=ConfigError).decode("utf-8", "replace")
     except ConfigError:
         return "(unreadable)"
+    words = []
     for line in text.splitlines():
         if not line.startswith("#"):
             break
-        words = line.lstrip("#").strip()
-        if words and not words.startswith("@"):
-            return words
-    return ""
+        if not line.lstrip("#").strip().startswith("@"):
+            words.append(line.lstrip("#").strip())
+    block = " ".join(w for w in words if w)
+    end = re.search(r"\.(\s|$)", block)
+    sentence = block[: end.start() + 1] if end else block
+    return sentence if len(sentence) <= 160 else sentence[:159] + "…"
 
 
 def _options(folder: str) -> Iterator[tuple[str, str, Path]]:
@@ -157,7 +161,7 @@ def _docstring_docs(cls: type) -> dict[str, str]:
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         text = " ".join((klass.__dict__.get("__doc__") or "").split())
-        for match in re.finditer(r"((?:``\w+``(?: / )?)+):\s*(.+?)(?=\s(?:``\w+``(?: / )?)+:|$)", text):
+        for match in re.finditer(r"(?:^|(?<=[.;]\s))((?:``\w+``(?: / )?)+):\s*(.+?)(?=\s(?:``\w+``(?: / )?)+:|$)", text):
             for name in re.findall(r"``(\w+)``", match.group(1)):
                 docs[name] = match.group(2).strip()
     return docs
