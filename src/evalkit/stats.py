@@ -915,9 +915,8 @@ def _intersect(a: StatPlan, b: StatPlan) -> tuple[StatPlan, StatPlan]:
 
 def mcnemar(a: np.ndarray, b: np.ndarray) -> tuple[int, int, float]:
     """Exact McNemar test of paired 0/1 scores: ``(b_count, c_count, p)`` where ``b_count``
-    pairs are right in A only and ``c_count`` right in B only; p = 1 when both are 0. At
-    rate 1/2 the binomial is symmetric, so the two-sided p is twice the smaller tail: the
-    test the Clopper–Pearson interval of :func:`paired` inverts."""
+    pairs are right in A only and ``c_count`` right in B only; p = 1 when both are 0 (the
+    labelled secondary p beside Tango's interval: conditional on the discordant pairs)."""
     only_a = int(np.sum((a >= 0.5) & (b < 0.5)))
     only_b = int(np.sum((a < 0.5) & (b >= 0.5)))
     m = only_a + only_b
