@@ -450,3 +450,21 @@ def test_the_mlflow_comparison_shows_each_runs_judge_qualification(tmp_path):
     note = MlflowClient(uri).get_run(rid).data.tags["mlflow.note.content"]
     assert "Judge qualification of BASE: honest on quality: qualified (κ 1.000" in note
     assert "Judge qualification of NEW: obey on quality: BELOW FLOOR" in note
+
+
+@pytest.mark.slow
+def test_a_pairwise_judge_that_always_picks_the_first_answer_shows_its_position_bias(careless, tmp_path, fake_openai, monkeypatch):
+    qualify, _, conf, _ = careless
+    spec = json.loads((conf / "benchmark" / "careless.yaml").read_text())
+    spec["scorers"] = [{"kind": "llm_judge", "name": "quality", "mode": "pairwise",
+                        "rubric": "JUDGE {{ id }}\nReference: {{ target }}\nA: {{ answer_a }}\nB: {{ answer_b }}"}]  # fmt: skip
+    (conf / "benchmark" / "careless.yaml").write_text(json.dumps(spec))
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(json.dumps({"sample_id": f"q{i}", "answer": f"Answer {i}.", "label": "loss" if i % 2 else "win"}) + "\n"
+                            for i in range(12)))  # fmt: skip
+    code, record = qualify("always_a", f"labels={path}", "steer_items=1")
+    position = record["bias"]["position"]
+    assert position["first_position_rate"] == 1.0 and position["order_consistency"] == 0.0 and position["n_pairs"] == 12
+    assert record["confusion"]["verdicts"] == [0.5] and record["agreement"]["percent_agreement"]["value"] == 0.0
+    assert record["calls"]["n"] == 2 * (12 + len(S.BATTERY)) and code == 1  # both orders of each answer
+    assert all(f["rate"] == 0.0 for f in record["steering"]["kinds"].values())  # it says A whatever the answer holds

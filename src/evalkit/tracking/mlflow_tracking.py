@@ -764,8 +764,7 @@ def _comparison_note(runs: tuple[dict[str, Any], dict[str, Any]], exp_id: str, p
     if m.get("delta") is not None and m.get("low") is not None:
         text.append(f"Headline `{head}`: Δ {m['delta']:+.4f} [{m['low']:+.4f}, {m['high']:+.4f}], p = {m['p']:.3g} "
                     f"({m['test']}, n = {m['n']}); verdict: {said}" + (f" — {verdict['line']}" if verdict else ""))  # fmt: skip
-    text += [f"Note: {n}" for n in pair.get("notes") or []]
-    text += [f"Judge qualification of {side}: {line}" for side, r in (("BASE", base), ("NEW", new)) for line in r.get("judge_qualification") or []]
+    text += [f"Note: {n}" for n in pair.get("notes") or []] + _qualification_notes(base, new)
     return "\n\n".join(text)
 
 
@@ -775,10 +774,8 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
     """Record one paired comparison (``pair``: an entry of :func:`evalkit.compare.compare`'s
     ``paired``) as an MLflow run of its own in the store ``uri``; returns its run id.
 
-    ``runs``: ``({"dir", "mlflow_run_id", "experiment_id", "name", "label", "benchmark",
-    "judge_qualification"}, ...)`` of BASE and NEW (``label``: what tells them apart in the name —
-    the model, a sweep job's point; ``judge_qualification``: lines on its judges' qualification,
-    :func:`evalkit.report.summary.qualification_text`, written into the description).
+    ``runs``: ``({"dir", "mlflow_run_id", "experiment_id", "name", "label", "benchmark", "judge_qualification"}, ...)``
+    of BASE and NEW (``label``: what tells them apart in the name; ``judge_qualification``: lines for the description).
     The run is named by what it compares and what it found
     (:func:`~evalkit.tracking.curate.comparison_name`: ``Δ overall acebench: reference →
     replay −0.28 (p 0.0003, worse)``), tagged ``evalkit.kind=comparison``,
@@ -819,6 +816,11 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
             _link_compared(mlflow_client, str(end["mlflow_run_id"]), rid, exp_id, name, side)
     mlflow_client.set_terminated(rid, status="FINISHED")
     return rid
+
+
+def _qualification_notes(base: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The description's lines on the compared runs' judges (each end's ``judge_qualification`` lines)."""
+    return [f"Judge qualification of {side}: {line}" for side, r in (("BASE", base), ("NEW", new)) for line in r.get("judge_qualification") or []]
 
 
 def _comparison_tables(mlflow_client: Any, rid: str, pair: dict[str, Any], flips: dict[str, Any] | None) -> None:
