@@ -55,7 +55,10 @@ def test_the_phases_after_the_progress_bar_say_what_they_do(acebench_dir, tmp_pa
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     assert "evalkit: summary: 3 samples × 1 epoch, intervals by each metric's regime; then report.md and the plots…" in lines
-    assert "evalkit: intervals (95%): exact binomial (Clopper–Pearson) (4 metrics)" in lines  # every answer right: no resampling
+    # every answer right: no resampling; the 0/1 score by Clopper–Pearson, the weighted aggregates by
+    # issue 44's score interval for bounded per-unit values
+    assert ("evalkit: intervals (95%): exact binomial (Clopper–Pearson) (1 metric), score interval on the per-unit values in "
+            "[0, 1] (one stratum of records, dialogues and rollouts) (3 metrics)") in lines  # fmt: skip
     assert any(ln.startswith("evalkit: MLflow: logging the run's params, metrics, tables and files to sqlite:///") for ln in lines)
     assert "evalkit: MLflow: logging 3 traces (0 already there), 200 per batch…" in lines
 
