@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Callable
 
 from evalkit.cli import console_logging, finished_quietly, report_crash, report_error
 from evalkit.compose import judged_config
@@ -71,19 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help") or "=" in args[0]:
         print(USAGE + "\n\n" + (__doc__ or "").split("\n\n", 2)[2], file=sys.stderr)
         return 0 if args and args[0] in ("-h", "--help") else 2
-    try:
-        run = checked_run(Path(args[0]))
-        recorded, _ = read_run(run)
-        result = run_judging(judged_config(run, recorded, args[1:]), args[0])
-        if result is None:  # a dry run: its line printed
-            return 0
-    except EvalkitError as exc:
-        return report_error(exc)
-    except KeyboardInterrupt as exc:
-        print(interrupted_line(exc), file=sys.stderr)
-        return 130
-    except Exception as exc:  # noqa: BLE001 - a bug: one line naming the log that holds the traceback
-        return report_crash(exc)
+    return _guarded(lambda: _judge(args))
+
+
+def _judge(args: list[str]) -> int:
+    run = checked_run(Path(args[0]))
+    recorded, _ = read_run(run)
+    result = run_judging(judged_config(run, recorded, args[1:]), args[0])
+    if result is None:  # a dry run: its line printed
+        return 0
     print(outcome_line(result))
     code = 0 if result.typed is not None and result.typed.complete else 1
     finished_quietly(code, result.run_dir)
@@ -91,10 +88,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _qualify(args: list[str]) -> int:
-    """``python -m evalkit.judge qualify ...`` (:mod:`evalkit.qualify`): its exit code, an
-    error as one line (exit 2)."""
+    """``python -m evalkit.judge qualify ...`` (:mod:`evalkit.qualify`): its exit code."""
+    return _guarded(lambda: qualify_main(args))
+
+
+def _guarded(command: Callable[[], int]) -> int:
+    """``command()``'s exit code; an error as one line (exit 2), Ctrl-C as the interrupted
+    line (130), a bug as one line naming the log of its traceback (1)."""
     try:
-        return qualify_main(args)
+        return command()
     except EvalkitError as exc:
         return report_error(exc)
     except KeyboardInterrupt as exc:
