@@ -53,7 +53,7 @@ def test_help_lists_every_exit_code_the_readme_lists():
 
     from evalkit.engine.run import DETACHED_EXIT_CODE
 
-    readme = (REPO_ROOT / "README.md").read_text()
+    readme = (REPO_ROOT / "docs" / "runs.md").read_text()  # the README's "Exit codes", moved (issue 48)
     table = readme[readme.index("## Exit codes"):].split("\n\n")[2]  # the first table: python -m evalkit's
     documented = set(re.findall(r"^\| (\d+) \|", table, re.M))
     exit_line = _help_header().split("Exit:", 1)[1]
@@ -66,7 +66,7 @@ def test_help_and_readme_give_the_ke_data_paths_the_same_way():
     """``--help``'s KE example passed paths under ../shared/data/ke while the README passes
     ``benchmark.data_dir`` and file names relative to it: both now give the README's form."""
     example = next(ln.strip() for ln in _help_header().splitlines() if "benchmark.pilot_path=" in ln)
-    readme = (REPO_ROOT / "README.md").read_text()
+    readme = (REPO_ROOT / "docs" / "sweeps-and-suites.md").read_text()  # the README's sweep, moved (issue 48)
     assert example.split("#")[0].strip() == "benchmark.pilot_path=pilot.jsonl benchmark.icl_path=icl_examples.jsonl"
     assert "benchmark=ke model=reference,baseline_file_read shots=0,3 benchmark.data_dir=../shared/data/ke" in _help_header()
     assert "benchmark=ke model=reference,baseline_file_read shots=0,3 benchmark.data_dir=../shared/data/ke" in readme
