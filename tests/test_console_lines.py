@@ -83,3 +83,16 @@ def test_the_interval_line_names_the_methods_the_run_used(cis, line):
 
     summary = Summary(status="complete", benchmark="t", model="m", n_samples=1, n_scored=1, n_failed=0, metrics_ci=cis)
     assert interval_line(summary, 2000) == line
+
+
+def test_console_counts_say_1_request_not_1_requests(tmp_path):
+    """The dry run said "1 requests"; the summary line "1 samples × 1 epochs"."""
+    from evalkit.compose import compose, resolve
+    from evalkit.errors import counted
+    from evalkit.job import dry_run
+    assert (counted(1, "request"), counted(0, "request"), counted(2, "epoch"), counted(1, "bootstrap resample")) == (
+        "1 request", "0 requests", "2 epochs", "1 bootstrap resample")  # fmt: skip
+    _, cfg = resolve(compose([f"run.output_root={tmp_path}", "tracking=none", "model=reference", "benchmark=arith_mini", "run.limit=1",
+                              "run.dry_run=true"]))  # fmt: skip
+    lines = dry_run(cfg).lines
+    assert lines[0].startswith("evalkit: dry run: arith_mini × reference: 1 request answered offline")
