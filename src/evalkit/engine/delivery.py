@@ -7,18 +7,22 @@ Rules (each tested in-process against a fake actor handle, tests/engine/test_del
   back no other unit); the driver's window (:mod:`evalkit.engine.scheduling`) bounds how
   many are in flight in all;
 * a worker that dies is restarted by Ray (the actor's ``max_restarts``); a call lost with
-  it (``lost`` errors) is not retried by Ray (``max_task_retries=0`` on ``solve``): the
-  driver pings the worker — one that answers (restarted) keeps its place, one that does not
-  (dead for good, or silent for ``ping_timeout_s``) is left out of the run — and sends the
-  unit again, to the live worker with the fewest units in flight, each lost unit on its own
-  (so the units of a lost node go again at the run's full concurrency, once the node is
-  replaced). A unit is sent ``UNIT_MAX_TRIES`` times at most, whatever lost it: then it is
+  it (``lost`` errors: Ray's ``RayActorError`` and its ``ActorDiedError``, or
+  ``ActorUnavailableError``) is not retried by Ray (``max_task_retries=0`` on ``solve``).
+  The driver sends each lost unit again at once, to the live worker with the fewest units
+  in flight, and takes the lost worker out of the rotation until it answers a ping (a Ray
+  call queued until Ray has restarted the actor; one that raises ``ActorDiedError``, the
+  restarts spent, or stays silent for ``ping_timeout_s`` leaves the worker out of the
+  run). So the units of a lost node go again to the surviving workers at the run's full
+  concurrency while Ray restarts the node's worker (issue 46: they used to keep their
+  slots until the ping answered); a unit waits for a restart only when no worker is in the
+  rotation. A unit is sent ``UNIT_MAX_TRIES`` times at most, whatever lost it: then it is
   a ``worker_died`` failure. Why not Ray's task retries: a node's raylet stops answering
   some seconds before the GCS declares the node dead, and Ray spent a call's retries on
-  those seconds (2 of 16 units became ``worker_died`` on the local cluster), while a unit
-  that kills its worker would be sent up to ``UNIT_MAX_TRIES`` × retries times. A unit is
-  idempotent through its request hash and the response cache. With no worker left, every
-  unit is a ``worker_died`` failure;
+  those seconds (2 of 16 units became ``worker_died`` on the local cluster), and retried
+  the call on the same (restarting) actor, while a unit that kills its worker would be sent
+  up to ``UNIT_MAX_TRIES`` × retries times. A unit is idempotent through its request hash
+  and the response cache. With no worker left, every unit is a ``worker_died`` failure;
 * a call's result is that unit's alone: the worker returns it pickled
   (:func:`~evalkit.engine.executor.pack`), so a result that will not pickle, or will not
   load here, fails its own unit and no other;
@@ -69,10 +73,9 @@ class Delivery:
     async def submit(self, unit: WorkItem) -> Trajectory:
         """``unit``'s trajectory; raises what solving it raised (a bug in the worker)."""
         for send in range(UNIT_MAX_TRIES):
-            live = [i for i, up in enumerate(self.live) if up]
-            if not live:
+            i = await self._pick()
+            if i is None:
                 return self._died(unit, "every model worker of this run died")
-            i = min(live, key=self.load.__getitem__)
             self.load[i] += 1
             self.stats["calls"] += 1
             call = self.workers[i].solve.remote(*self.args, unit)
@@ -84,7 +87,7 @@ class Delivery:
                 raise
             except self.lost as exc:
                 log.warning("model worker %d lost unit %r (%s)", i, unit.key, type(exc).__name__)
-                await self._check(i)  # restarted (kept), or left out: the next send goes to a live worker
+                self._check(i)  # out of the rotation until Ray has restarted it; the unit goes again now
                 if send == UNIT_MAX_TRIES - 1:
                     return self._died(unit, f"{type(exc).__name__}: {exc}")
                 self.stats["resent"] += 1
@@ -95,6 +98,21 @@ class Delivery:
             self.served[where] = self.served.get(where, 0) + 1
             return _unpacked(payload)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def in_rotation(self) -> list[int]:
+        """The workers a unit may go to now: live, and not being restarted (no ping pending)."""
+        return [i for i, up in enumerate(self.live) if up and i not in self.checking]
+
+    async def _pick(self) -> int | None:
+        """The worker in the rotation with the fewest units in flight; with none in the
+        rotation, the first one back from its restart; ``None`` when every worker is left out."""
+        while True:
+            ready = self.in_rotation()
+            if ready:
+                return min(ready, key=self.load.__getitem__)
+            if not self.checking:
+                return None
+            await asyncio.wait([asyncio.shield(f) for f in self.checking.values()], return_when=asyncio.FIRST_COMPLETED)
 
     def _seen(self, i: int, where: Any) -> None:
         """Worker ``i`` answered from ``where`` (a new process: Ray restarted it)."""
@@ -107,14 +125,12 @@ class Delivery:
         actor = Actor.ENVIRONMENT if unit.rollout else Actor.AGENT
         return Trajectory(failure=Failure("worker_died", message[:500], actor=actor.value))
 
-    async def _check(self, i: int) -> bool:
-        """Whether worker ``i`` answers a ping (Ray restarts a dead one first); one ping at a
-        time per worker. A worker that does not answer is left out of the run."""
-        if not self.live[i]:
-            return False
-        if i not in self.checking:
+    def _check(self, i: int) -> None:
+        """Take worker ``i`` out of the rotation and ping it in the background (one ping at
+        a time per worker): it is back once it answers (Ray restarted it), left out of the
+        run when the ping fails or stays silent."""
+        if self.live[i] and i not in self.checking:
             self.checking[i] = asyncio.ensure_future(self._ping(i))
-        return await asyncio.shield(self.checking[i])
 
     async def _ping(self, i: int) -> bool:
         try:
