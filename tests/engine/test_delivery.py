@@ -404,3 +404,43 @@ def test_nothing_is_resent_when_nothing_is_lost(n):
     got, handed, d = _run([FakeWorker(), FakeWorker(), FakeWorker()], _units(n), concurrency=64)
     assert len(got) == n and set(handed.values()) == {1}
     assert d.stats["resent"] == d.stats["lost"] == 0 and d.stats["calls"] == n
+
+
+def test_a_worker_still_starting_joins_the_rotation_when_its_start_answers():
+    """Issue 46, item 6: the run starts with the first worker up; the second, still starting
+    (its start released by the test once 8 units are answered), gets no unit before, and
+    its share of the window after; a third whose start fails is left out."""
+    units = _units(32)
+    first, second, broken = FakeWorker(latency=lambda key: 0.01), FakeWorker(latency=lambda key: 0.01), FakeWorker()
+    got: dict = {}
+    second_runs_at_start: list[int] = []
+
+    async def main() -> Delivery:
+        started = asyncio.Event()
+
+        async def start() -> tuple[int, str]:
+            await started.wait()
+            second_runs_at_start.append(sum(second.runs.values()))
+            return 2000, "node"
+
+        async def failed_start() -> tuple[int, str]:
+            raise WorkerDied("the actor's constructor raised")
+
+        async def on_result(unit: WorkItem, trajectory: Trajectory) -> None:
+            got[unit.key] = trajectory
+            if len(got) == 8:
+                started.set()
+
+        d = Delivery([first], ("job", [], None), lost=(WorkerDied,), ping_timeout_s=60)
+        d.seen(0, (1000, "node"))
+        d.add(second, start())
+        d.add(broken, failed_start())
+        await asyncio.wait_for(run_units(d, units, 4, on_result), timeout=15)
+        return d
+
+    d = asyncio.run(main())
+    assert len(got) == 32 and all(t.failure is None for t in got.values())
+    assert second_runs_at_start == [0] and sum(first.runs.values()) >= 8  # nothing sent to it before its start answered
+    assert sum(second.runs.values()) > 0 and sum(broken.runs.values()) == 0  # the second took its share once up
+    assert d.live == [True, True, False] and d.first_where == [(1000, "node"), (2000, "node"), None]
+    assert d.stats["workers_lost"] == 1 and d.stats["resent"] == 0

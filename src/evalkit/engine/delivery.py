@@ -23,6 +23,8 @@ Rules (each tested in-process against a fake actor handle, tests/engine/test_del
   the call on the same (restarting) actor, while a unit that kills its worker would be sent
   up to ``UNIT_MAX_TRIES`` × retries times. A unit is idempotent through its request hash
   and the response cache. With no worker left, every unit is a ``worker_died`` failure;
+* a worker still starting (:meth:`Delivery.join`, :meth:`Delivery.add`) joins the rotation
+  when its start answers: the run's first unit waits for the first worker only;
 * a call's result is that unit's alone: the worker returns it pickled
   (:func:`~evalkit.engine.executor.pack`), so a result that will not pickle, or will not
   load here, fails its own unit and no other;
@@ -58,17 +60,33 @@ class Delivery:
 
     def __init__(self, workers: list[Any], args: tuple[Any, ...], lost: tuple[type[BaseException], ...] = (),
                  cancel: Callable[[Any], None] | None = None, ping_timeout_s: float = PING_TIMEOUT_S):  # fmt: skip
-        self.workers, self.args, self.lost, self.cancel = workers, args, lost, cancel
+        self.workers, self.args, self.lost, self.cancel = list(workers), args, lost, cancel
         self.ping_timeout_s = ping_timeout_s
         self.load, self.live = [0] * len(workers), [True] * len(workers)
         self.checking: dict[int, asyncio.Future[bool]] = {}
+        #: ``{worker: awaitable of its where}``: workers still starting, in the rotation once it answers
+        self.joining: dict[int, Any] = {}
         #: ``resent``: units sent again after their worker was left out or not reached; ``lost``: units
         #: that became ``worker_died`` failures; ``workers_lost``: workers left out;
         #: ``workers_restarted``: workers seen answering from a new process
         self.stats = {"resent": 0, "lost": 0, "workers_lost": 0, "workers_restarted": 0, "calls": 0}
         #: where each worker last answered from, and ``{where: units delivered there}``
         self.where: list[Any] = [None] * len(workers)
+        #: where each worker first answered from (its process at the start; ``None``: not yet)
+        self.first_where: list[Any] = [None] * len(workers)
         self.served: dict[Any, int] = {}
+
+    def add(self, worker: Any, ready: Any) -> None:
+        """A worker that joins the rotation once ``ready`` (an awaitable of its ``where``,
+        awaited in the run's event loop, with no timeout: a worker's start-up) answers."""
+        for column, value in ((self.load, 0), (self.live, True), (self.where, None), (self.first_where, None)):
+            column.append(value)
+        self.workers.append(worker)
+        self.joining[len(self.workers) - 1] = ready
+
+    def join(self, i: int, ready: Any) -> None:
+        """Worker ``i`` is still starting: it joins the rotation once ``ready`` answers."""
+        self.joining[i] = ready
 
     async def submit(self, unit: WorkItem) -> Trajectory:
         """``unit``'s trajectory; raises what solving it raised (a bug in the worker)."""
@@ -94,7 +112,7 @@ class Delivery:
                 continue
             finally:
                 self.load[i] -= 1
-            self._seen(i, where)
+            self.seen(i, where)
             self.served[where] = self.served.get(where, 0) + 1
             return _unpacked(payload)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -105,7 +123,11 @@ class Delivery:
 
     async def _pick(self) -> int | None:
         """The worker in the rotation with the fewest units in flight; with none in the
-        rotation, the first one back from its restart; ``None`` when every worker is left out."""
+        rotation, the first one back from its restart or start; ``None`` when every worker is left out."""
+        for i, ready in list(self.joining.items()):  # the workers still starting: awaited in this loop
+            del self.joining[i]
+            if i not in self.checking:
+                self.checking[i] = asyncio.ensure_future(self._ping(i, ready))
         while True:
             ready = self.in_rotation()
             if ready:
@@ -114,11 +136,13 @@ class Delivery:
                 return None
             await asyncio.wait([asyncio.shield(f) for f in self.checking.values()], return_when=asyncio.FIRST_COMPLETED)
 
-    def _seen(self, i: int, where: Any) -> None:
+    def seen(self, i: int, where: Any) -> None:
         """Worker ``i`` answered from ``where`` (a new process: Ray restarted it)."""
         if self.where[i] is not None and self.where[i] != where:
             self.stats["workers_restarted"] += 1
         self.where[i] = where
+        if self.first_where[i] is None:
+            self.first_where[i] = where
 
     def _died(self, unit: WorkItem, message: str) -> Trajectory:
         self.stats["lost"] += 1
@@ -132,9 +156,10 @@ class Delivery:
         if self.live[i] and i not in self.checking:
             self.checking[i] = asyncio.ensure_future(self._ping(i))
 
-    async def _ping(self, i: int) -> bool:
+    async def _ping(self, i: int, ready: Any = None) -> bool:
+        """Whether worker ``i`` answered (``ready``, its start's answer, else a ping within ``ping_timeout_s``)."""
         try:
-            self._seen(i, await asyncio.wait_for(self.workers[i].ping.remote(), self.ping_timeout_s))
+            self.seen(i, await (ready if ready is not None else asyncio.wait_for(self.workers[i].ping.remote(), self.ping_timeout_s)))
             return True
         except Exception as exc:  # noqa: BLE001 - dead for good (ActorDiedError), or silent past the timeout
             log.warning("model worker %d is left out of this run (%s: %s)", i, type(exc).__name__, str(exc)[:200])
