@@ -195,6 +195,10 @@ def _worker_class() -> Any:
 #: the workers run there and the head keeps the driver
 WORKER_RESOURCE = "evalkit_worker"
 
+#: on a Ray instance without worker nodes (``WORKER_RESOURCE``), the first model worker starts
+#: alone and the others once it has answered (:meth:`RayExecutor._start`); ``False``: all at once
+START_ONE_FIRST = True
+
 #: at the end of a run, how long :attr:`RayExecutor.pids` waits for a worker still starting (seconds)
 START_WAIT_S = 30.0
 
@@ -227,7 +231,7 @@ class RayExecutor(ExecutorBase):
         self.workers = warm[key] if self.reused else self._start(agents_factory, cache, n, concurrency)  # type: ignore[index]
         if warm is not None:
             warm[key] = self.workers
-        self.registration, self._holder = uuid.uuid4().hex, []
+        self.registration, self._holder, self._told = uuid.uuid4().hex, [], False
         self._ready = [w.ping.remote() for w in self.workers]
         self.delivery = Delivery(self.workers, (self.registration, self._holder, None), cancel=ray.cancel,
                                  lost=(ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError))  # fmt: skip
@@ -253,7 +257,7 @@ class RayExecutor(ExecutorBase):
         options = {"max_concurrency": concurrency + 16, "max_restarts": ACTOR_MAX_RESTARTS, "max_task_retries": -1,
                    "scheduling_strategy": "SPREAD", "resources": {WORKER_RESOURCE: 1} if placed else None}  # fmt: skip
         start = worker_cls.options(**options)
-        self._later, self._n_later = (lambda: start.remote(agents_factory, cache)), (0 if placed else n - 1)
+        self._later, self._n_later = (lambda: start.remote(agents_factory, cache)), (n - 1 if START_ONE_FIRST and not placed else 0)
         return [start.remote(agents_factory, cache) for _ in range(n - self._n_later)]
 
     def register(self, solver: Any, agent_params: dict[str, Any], user_params: dict[str, Any]) -> None:
@@ -299,7 +303,12 @@ class RayExecutor(ExecutorBase):
                         self.delivery.seen(j, self._ray.get(self._ready[j]))
                     except Exception:  # noqa: BLE001 - a worker that did not start: no process id
                         pass
-        return [where[0] for where in self.delivery.first_where if where is not None]
+        pids = [where[0] for where in self.delivery.first_where if where is not None]
+        if not self._told:
+            self._told = True
+            log.info("%d model workers ready (process ids %s) by the end of the run; the first %.2f s after it was started", len(pids),
+                     ", ".join(map(str, pids)), self.ready_s)  # fmt: skip
+        return pids
 
     def figures(self) -> dict[str, Any]:
         """``summary.json`` → ``engine``'s Ray part: ``nodes`` (per node the workers ran on:
