@@ -191,15 +191,11 @@ def _new_workers(known: set[str], n: int) -> dict[str, int]:
     raise AssertionError(f"not {n} new model workers: {workers}")
 
 
-def _kill_one_of_two_workers_mid_run(fake_openai, run_eval, gold, run_dir: Path, rows: int, monkeypatch) -> tuple[set[str], int]:
-    """Run IDS on two workers (concurrency 2, 0.3 s a request; both started at once, so that
-    both serve before the kill: ``START_ONE_FIRST`` off), SIGKILL one of them once
+def _kill_one_of_two_workers_mid_run(fake_openai, run_eval, gold, run_dir: Path, rows: int) -> tuple[set[str], int]:
+    """Run IDS on two workers (concurrency 2, 0.3 s a request), SIGKILL one of them once
     ``rows`` samples are journaled, and check that the run completed with every sample
     journaled exactly once and no failure. Returns the samples journaled before the kill
     and the server log's length then."""
-    from evalkit.engine import executor
-
-    monkeypatch.setattr(executor, "START_ONE_FIRST", False)
     fake_openai.set_plan(_plan(gold, latency_s=0.3))
     preds = run_dir / "predictions.jsonl"
     known = set(_live_model_workers(exclude_job=""))
@@ -216,11 +212,11 @@ def _kill_one_of_two_workers_mid_run(fake_openai, run_eval, gold, run_dir: Path,
 
 
 @pytest.mark.slow
-def test_killed_ray_worker_run_still_completes(fake_openai, ray_address, gold, tmp_path, run_eval, monkeypatch):
+def test_killed_ray_worker_run_still_completes(fake_openai, ray_address, gold, tmp_path, run_eval):
     """The run survives the loss of a worker by itself: the actor comes back, the units it
     had in flight are sent again, every sample is journaled exactly once and nothing
     journaled before the kill is asked again."""
-    before, n_log_at_kill = _kill_one_of_two_workers_mid_run(fake_openai, run_eval, gold, tmp_path / "run", rows=3, monkeypatch=monkeypatch)
+    before, n_log_at_kill = _kill_one_of_two_workers_mid_run(fake_openai, run_eval, gold, tmp_path / "run", rows=3)
     assert 3 <= len(before) < len(IDS)
     assert not set(_asked(fake_openai, gold, n_log_at_kill)) & before
 
@@ -234,7 +230,7 @@ def test_a_worker_dead_for_good_leaves_the_run_to_the_others(fake_openai, ray_ad
     from evalkit.engine import executor
 
     monkeypatch.setattr(executor, "ACTOR_MAX_RESTARTS", 0)
-    _kill_one_of_two_workers_mid_run(fake_openai, run_eval, gold, tmp_path / "run", rows=2, monkeypatch=monkeypatch)
+    _kill_one_of_two_workers_mid_run(fake_openai, run_eval, gold, tmp_path / "run", rows=2)
     log_text = (tmp_path / "run" / "evalkit.log").read_text()
     assert re.search(r"model worker [01] is left out of this run \(ActorDiedError", log_text), log_text[-2000:]
 

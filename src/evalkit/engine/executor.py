@@ -195,10 +195,6 @@ def _worker_class() -> Any:
 #: the workers run there and the head keeps the driver
 WORKER_RESOURCE = "evalkit_worker"
 
-#: on a Ray instance without worker nodes (``WORKER_RESOURCE``), the first model worker starts
-#: alone and the others once it has answered (:meth:`RayExecutor._start`); ``False``: all at once
-START_ONE_FIRST = True
-
 #: at the end of a run, how long :attr:`RayExecutor.pids` waits for a worker still starting (seconds)
 START_WAIT_S = 30.0
 
@@ -217,7 +213,8 @@ class RayExecutor(ExecutorBase):
     """
 
     def __init__(self, agents_factory: Callable[[], Any], cache_dir: str | Path | None, num_workers: int, concurrency: int,
-                 warm: dict[str, list[Any]] | None = None, limits: dict[str, tuple[int, bool]] | None = None):  # fmt: skip
+                 warm: dict[str, list[Any]] | None = None, limits: dict[str, tuple[int, bool]] | None = None,
+                 one_first: bool = False):  # fmt: skip
         import ray  # deferred: offline runs never import Ray
 
         self._ray, self.started, self.ready_s = ray, time.perf_counter(), None
@@ -228,7 +225,7 @@ class RayExecutor(ExecutorBase):
         self.warm, self._key = warm, key
         self.reused = warm is not None and key in warm
         self._later: Callable[[], Any] | None = None  # starts one more worker (the ones after the first, locally)
-        self.workers = warm[key] if self.reused else self._start(agents_factory, cache, n, concurrency)  # type: ignore[index]
+        self.workers = warm[key] if self.reused else self._start(agents_factory, cache, n, concurrency, one_first)  # type: ignore[index]
         if warm is not None:
             warm[key] = self.workers
         self.registration, self._holder, self._told = uuid.uuid4().hex, [], False
@@ -240,12 +237,14 @@ class RayExecutor(ExecutorBase):
         if limits:
             self.limits_actor = shared_limits()  # made here first: on the driver's node
 
-    def _start(self, agents_factory: Callable[[], Any], cache: str | None, n: int, concurrency: int) -> list[Any]:
-        """The workers started now: all ``n`` on a cluster's worker nodes; on this machine the
-        first alone, the others once it has answered (:meth:`wait_ready`), so that the first
-        does not share the host's cores with the others' start-up (litellm's import) while
-        the driver loads the data (issue 46 item 6: two workers starting together on 2 cores
-        were ready 4 s after one alone)."""
+    def _start(self, agents_factory: Callable[[], Any], cache: str | None, n: int, concurrency: int, one_first: bool) -> list[Any]:
+        """The workers started now: all ``n``, or with ``one_first`` (a Ray instance the run
+        started, on this machine's cores) and no worker nodes (``WORKER_RESOURCE``) the first
+        alone, the others once it has answered (:meth:`wait_ready`), so that the first does
+        not share the host's cores with the others' start-up (litellm's import) while the
+        driver loads the data (issue 46 item 6: on 2 cores, two workers starting together
+        were ready seconds after one alone). A run that joins a Ray instance (a cluster, a
+        sweep's or a test session's) starts them all at once."""
         import ray
 
         worker_cls = _worker_class()
@@ -257,7 +256,7 @@ class RayExecutor(ExecutorBase):
         options = {"max_concurrency": concurrency + 16, "max_restarts": ACTOR_MAX_RESTARTS, "max_task_retries": -1,
                    "scheduling_strategy": "SPREAD", "resources": {WORKER_RESOURCE: 1} if placed else None}  # fmt: skip
         start = worker_cls.options(**options)
-        self._later, self._n_later = (lambda: start.remote(agents_factory, cache)), (n - 1 if START_ONE_FIRST and not placed else 0)
+        self._later, self._n_later = (lambda: start.remote(agents_factory, cache)), (n - 1 if one_first and not placed else 0)
         return [start.remote(agents_factory, cache) for _ in range(n - self._n_later)]
 
     def register(self, solver: Any, agent_params: dict[str, Any], user_params: dict[str, Any]) -> None:
