@@ -195,8 +195,9 @@ def _worker_class() -> Any:
 #: the workers run there and the head keeps the driver
 WORKER_RESOURCE = "evalkit_worker"
 
-#: at the end of a run, how long :attr:`RayExecutor.pids` waits for a worker still starting (seconds)
-START_WAIT_S = 30.0
+#: at the end of a run, how long :attr:`RayExecutor.pids` waits for a worker still starting (seconds;
+#: before issue 46 a run waited for every worker's start, unbounded, before its first unit)
+START_WAIT_S = 600.0
 
 #: a dead actor is restarted this many times in its life (a run's, or a sweep's while it is
 #: kept warm); a unit lost with its worker ``UNIT_MAX_TRIES`` times is a ``worker_died`` failure
