@@ -119,3 +119,16 @@ def test_parquet_is_streamed_a_batch_at_a_time(tmp_path, counted):
     assert [s.id for s in bench.load_selection(Selection(first=3))] == ["q0", "q1", "q2"]
     assert counted["rows"] == 3
     assert len(bench.load_selection(None)) == 5_000
+
+
+def test_a_fixed_system_prompt_is_rendered_once_and_one_that_reads_the_row_per_sample(small_jsonl):
+    spec = _spec(small_jsonl)
+    fixed = TaskBenchmark(TaskSettings(**{**spec, "prompt": {"template": "{{ input }}", "system": "Answer."}}))
+    samples = fixed.load_selection(Selection(first=50))
+    jobs = fixed.render_jobs(samples)
+    assert [j[0] for j in jobs].count("Answer.") == 1 and [j[0] for j in jobs].count("{{ input }}") == 50
+    assert {fixed.build(s, 0).messages[0]["content"] for s in samples} == {"Answer."}
+    per_row = TaskBenchmark(TaskSettings(**{**spec, "prompt": {"template": "{{ input }}", "system": "Category {{ c }}."}}))
+    samples = per_row.load_selection(Selection(first=4))
+    assert [j[0] for j in per_row.render_jobs(samples)].count("Category {{ c }}.") == 4
+    assert [per_row.build(s, 0).messages[0]["content"] for s in samples] == ["Category a.", "Category b.", "Category a.", "Category b."]

@@ -24,7 +24,7 @@ from evalkit.benchmarks.task.judge import ORDERS, judge_variables, panel_score
 from evalkit.benchmarks.task.scorers import LETTERS, score_one, target_letter
 from evalkit.benchmarks.task.settings import Dataset, TaskSettings
 from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_messages
-from evalkit.benchmarks.task.template import RenderJob, check_renders, render, template_variables
+from evalkit.benchmarks.task.template import RenderJob, check_renders, is_constant, render, template_variables
 from evalkit.errors import ConfigError, DataError
 from evalkit.images import Image, ImageFacts, ImageStore, Limits, Text, load_image, message, read_source, text_of, undecoded
 from evalkit.untrusted import MAX_JSONL_BYTES, MAX_LINE_BYTES, iter_parquet, iter_records, open_file
@@ -73,6 +73,7 @@ class TaskBenchmark(Benchmark):
         self.primary_score = first  # type: ignore[misc]
         self.headline_metric = settings.metrics.headline or (f"{first}/weighted" if settings.metrics.weights else first)  # type: ignore[misc]
         self._digests: dict[str, str] = {}
+        self._system: str | None = None  # the system prompt, when its template reads no variable (_render_system)
         self._pools: dict[str, list[dict[str, Any]]] = {}
         self._bases: dict[str, Path | None] = {}  # where -> the folder image paths are relative to
         self._images: dict[str, list[ImageFacts]] = {}  # sample id -> its images, checked (dataset.fields.images)
@@ -233,12 +234,15 @@ class TaskBenchmark(Benchmark):
         """Every render a sample's request needs in the driver (:meth:`build` with a
         demonstration drawn from the sample itself): the system prompt, the template, the
         answer template, and each ``llm_judge`` scorer's rubric and system prompt about an
-        empty answer (both orders of a pairwise scorer)."""
-        p, jobs = self.settings.prompt, []
+        empty answer (both orders of a pairwise scorer); a prompt template that reads no
+        variable once in all (it renders the same for every sample)."""
+        p, jobs, fixed = self.settings.prompt, [], set()
         for sample in samples:
             for template in (p.system, p.template, p.answer_template):
-                if template:
+                if template and template not in fixed:  # a template that reads no variable: rendered once
                     jobs.append((template, sample.data, p.max_chars, sample.id))
+                    if is_constant(template, p.max_chars):
+                        fixed.add(template)
             for scorer in self.settings.scorers:
                 if scorer.kind != "llm_judge":
                     continue
@@ -385,7 +389,7 @@ class TaskBenchmark(Benchmark):
         p = self.settings.prompt
         messages: list[dict[str, Any]] = []
         if p.system:
-            messages.append({"role": "system", "content": render(p.system, sample.data, p.max_chars, sample.id)})
+            messages.append({"role": "system", "content": self._render_system(sample)})
         images: dict[str, int] = {}  # digest -> bytes, of the request's images in order (their bytes in image_store)
         if shots:
             pool = [d for d in self._pool() if d["id"] != sample.id and d["input"] != sample.data["input"]]
@@ -411,6 +415,21 @@ class TaskBenchmark(Benchmark):
                                 f"to judge the answer against, or it is empty (scorer {scorer.score_name}: against)")  # fmt: skip
         self.judge_prompts(sample)
         return Request(sample.id, sample.subset, messages=messages, images=self.image_store.images(list(images)) if images else {})
+
+    def _render_system(self, sample: Sample) -> str:
+        """The system prompt of ``sample``: rendered once and kept when its template reads no
+        variable (:func:`~evalkit.benchmarks.task.template.is_constant`: the same text for
+        every sample), else rendered for the sample.
+
+        Raises:
+            DataError: as :func:`~evalkit.benchmarks.task.template.render`."""
+        p = self.settings.prompt
+        if self._system is not None:
+            return self._system
+        text = render(p.system or "", sample.data, p.max_chars, sample.id)
+        if is_constant(p.system or "", p.max_chars):
+            self._system = text
+        return text
 
     def _sample_images(self, sample: Sample) -> list[ImageFacts] | None:
         """The checked images of ``sample`` (``None`` for a task without images).
