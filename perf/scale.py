@@ -1,7 +1,7 @@
 """Scale: N samples end to end, and what a selection costs (issue 46; prints figures, not a test).
 
     .venv/bin/python perf/scale.py [--sizes 10000,100000,1000000] [--fake] [--concurrency 256]
-        [--tracking none|mlflow] [--selection 2000/200000] [--every 10000] [--keep DIR]
+        [--skip-reference] [--tracking none|mlflow] [--selection 2000/200000] [--every 10000] [--keep DIR]
 
 **The ladder** (``--sizes``): for each N, a generated arith-style YAML task of N rows
 (``What is a + b?``, the answer a number, 4 categories; ``dataset.max_rows`` raised to N)
@@ -165,11 +165,11 @@ def start_fake() -> tuple[subprocess.Popen[bytes], str]:
 
 
 def ladder(work: Path, sizes: list[int], args: argparse.Namespace, base: str | None) -> None:
-    modes = [("reference", ["model=reference"])]
+    modes = [] if args.skip_reference else [("reference", ["model=reference"])]
     if base is not None:
         modes.append((f"fake C={args.concurrency}", [
             "model=openai_compatible", "model.provider_model=openai/fake", f"backend.api_base={base}/v1",
-            f"backend.concurrency={args.concurrency}", "backend.max_retries=0", "backend.cache=false"]))  # fmt: skip
+            f"backend.concurrency={args.concurrency}", "run.cache=false"]))  # fmt: skip
     for n in sizes:
         config = write_task(work / f"conf{n}", f"arith_scale_{n}", n)
         for label, extra in modes:
@@ -214,6 +214,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="10000,100000,1000000", help="comma-separated N of the ladder ('' skips it)")
     p.add_argument("--fake", action="store_true", help="also run against the zero-latency fake server")
+    p.add_argument("--skip-reference", action="store_true", help="with --fake: only the fake server's runs")
     p.add_argument("--concurrency", type=int, default=256)
     p.add_argument("--tracking", choices=("none", "mlflow"), default="none")
     p.add_argument("--selection", default="2000/200000", help="K/M: run.limit=K of M rows against K rows; 0 skips")
