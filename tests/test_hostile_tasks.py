@@ -262,17 +262,17 @@ def test_a_template_that_fails_or_is_not_a_function_of_its_row_is_one_line(templ
 def test_a_row_with_too_many_columns_or_too_long_a_line_is_refused_by_its_bound(tmp_path):
     """100,003 CSV columns took 1.8 GB and were blamed on the template; a 300 MB field was read
     whole. Each is now one line naming the bound, before rows are rendered."""
-    from evalkit.benchmarks.task.benchmark import MAX_COLUMNS, _read_file
+    from evalkit.benchmarks.task.benchmark import MAX_COLUMNS, _file_rows
 
     wide = tmp_path / "wide.csv"
     wide.write_text("id,q," + ",".join(f"c{i}" for i in range(MAX_COLUMNS)) + "\na,b," + ",".join("1" * MAX_COLUMNS) + "\n")
     with pytest.raises(DataError) as info:
-        _read_file(wide, 100)
+        list(_file_rows(wide, 100))
     assert str(info.value) == f"benchmark.dataset.path: {wide}: row 1 has 1,002 columns, over the 1,000 a task's row may have"
     wide_jsonl = tmp_path / "wide.jsonl"
     wide_jsonl.write_text(json.dumps({f"c{i}": 1 for i in range(MAX_COLUMNS + 1)}) + "\n")
     with pytest.raises(DataError, match="row 1 has 1,001 columns, over the 1,000"):
-        _read_file(wide_jsonl, 100)
+        list(_file_rows(wide_jsonl, 100))
 
 
 def test_a_csv_line_over_the_bound_is_refused_before_it_is_held(tmp_path, monkeypatch):
@@ -282,5 +282,5 @@ def test_a_csv_line_over_the_bound_is_refused_before_it_is_held(tmp_path, monkey
     long = tmp_path / "long.csv"
     long.write_text("id,q\na," + "x" * 5000 + "\n")
     with pytest.raises(DataError) as info:
-        task_benchmark._read_file(long, 100)
+        list(task_benchmark._file_rows(long, 100))
     assert str(info.value) == f"benchmark.dataset.path: {long}:2: a line longer than 1,000 characters; not a row evalkit reads"

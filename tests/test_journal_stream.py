@@ -95,3 +95,13 @@ def test_journal_spend_reads_every_journal_of_the_run(tmp_path):
     _write(tmp_path / "predictions.jsonl", [_row("a"), _row("b")])
     _write(tmp_path / "failed.jsonl", [{"sample_id": "c", "cost_usd": 0.5, "spent_tokens": 7}, "torn"])
     assert journal_spend(tmp_path) == (1.0, 13)
+
+
+def test_the_summary_view_keeps_one_string_per_status_and_subset(tmp_path):
+    """Issue 46: a view per sample is held by finalize; its few-valued texts are shared."""
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("".join(json.dumps(_row(f"s{i}", subset="sub-" + "ab"[i % 2])) + "\n" for i in range(4)))
+    rows = list(read_journal(path, {(f"s{i}", 0): f"h-s{i}" for i in range(4)}, view=summary_view).rows.values())
+    assert [r["subset"] for r in rows] == ["sub-a", "sub-b", "sub-a", "sub-b"]
+    assert rows[0]["subset"] is rows[2]["subset"] and rows[1]["status"] is rows[3]["status"]  # parsed apart, held once
+    assert rows[0]["sample_id"] == "s0" and rows[0]["sample_id"] is not rows[2]["sample_id"]

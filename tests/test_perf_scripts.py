@@ -36,8 +36,15 @@ def test_every_perf_script_has_a_test_here():
               "frameworks.py", "run_evalkit.py", "run_inspect.py", "coverage.py", "summary_size.py",
               "score_budget.py", "footprint.py", "agreement_coverage.py", "chaos.py", "rate_limit_cost.py",
               "scale_out.py", "import_graph.py", "qualification_coverage.py", "qualify_speed.py",
-              "sequential.py"}  # fmt: skip  (sequential.py: tests/test_sequential.py runs it, smallest and reduced)
+              "sequential.py", "scale.py"}  # fmt: skip  (sequential.py: tests/test_sequential.py runs it, smallest and reduced)
     assert {p.name for p in PERF.glob("*.py")} == tested
+
+
+@pytest.mark.slow
+def test_scale_for_a_few_samples():
+    out = _run("scale.py", "--sizes=40", "--selection=20/400", "--every=20")
+    assert "ratio limit/whole: time " in out and "(target ≤ 1.5×)" in out, out
+    assert "  end: wall " in out and "rows 40, status complete" in out and "driver peak RSS" in out, out
 
 
 def test_import_graph():

@@ -235,6 +235,8 @@ def test_example_tasks_score_1_with_reference_and_compare_paired(tmp_path: Path)
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     rep = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    journaled = [json.loads(x)["sample_id"] for x in (tmp_path / "rep" / "predictions.jsonl").read_text().splitlines()]
+    assert journaled == [r["id"] for r in rows]  # offline: scored together, journaled in selection order
     right = sum(r["answer"] == 0 for r in rows)  # "A" is right where the answer is choice 0
     assert rep["metrics"]["accuracy"] == right / len(rows)
     compared = subprocess.run([*evalkit_cmd()[:2], "evalkit.compare", str(tmp_path / "mc_mini"), str(tmp_path / "rep"), "--json"],

@@ -20,7 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from evalkit import config, secrets
 from evalkit.benchmarks import entry_point_names, get_benchmark_class
-from evalkit.benchmarks.base import Benchmark
+from evalkit.benchmarks.base import Benchmark, selection_of
 from evalkit.config import EvalConfig, resolve_layers, validate
 from evalkit.errors import ConfigError, DataError, RunDirError, printable
 from evalkit.untrusted import MAX_YAML_BYTES, check_yaml_file, load_yaml, read_bytes
@@ -759,7 +759,7 @@ def resolve(cfg: DictConfig) -> tuple[dict[str, Any], EvalConfig]:
 
 def check_benchmark(cfg: EvalConfig, path: Path | None = None) -> None:
     """The benchmark's own pre-run checks (:meth:`~evalkit.benchmarks.base.Benchmark.check`:
-    a YAML task checked whole against its data), before anything starts and whatever the
+    a YAML task checked against the rows ``cfg.run`` selects), before anything starts and whatever the
     model; an error names ``path`` (the benchmark's YAML file) when given.
 
     Raises:
@@ -768,9 +768,9 @@ def check_benchmark(cfg: EvalConfig, path: Path | None = None) -> None:
     bench_cls = get_benchmark_class(cfg.benchmark.name, kind=getattr(cfg.benchmark, "kind", None))
     if bench_cls.check is Benchmark.check and bench_cls.sends_images is Benchmark.sends_images:
         return
-    bench = bench_cls(cfg.benchmark)
+    bench, selection = bench_cls(cfg.benchmark), selection_of(cfg.run)  # a sample-ids file's error is its own line
     try:
-        bench.check()
+        bench.check(selection)  # only the rows the run selects are read and checked (issue 46)
     except (ConfigError, DataError) as exc:
         raise type(exc)(f"{exc} (file {path})" if path is not None else str(exc)) from None
     if bench.sends_images():
@@ -925,7 +925,7 @@ def judged_config(run: Path, recorded: dict[str, Any], overrides: Sequence[str])
             raise RunDirError(f"{printable(str(target), 300)}: a symbolic link; evalkit never writes through links (remove it)")
         raw["run"]["resume" if target.exists() else "dir"] = str(target)
     cfg = validate(raw, get_benchmark_class).with_written(written)
-    check_benchmark(cfg, run / "config.yaml")  # the task checked whole before anything starts
+    check_benchmark(cfg, run / "config.yaml")  # the task checked before anything starts
     _refuse_writes_into(run, cfg)
     return cfg
 

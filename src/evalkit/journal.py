@@ -301,7 +301,8 @@ def summary_view(row: dict[str, Any]) -> dict[str, Any]:
     ``sample_id``, ``subset``, ``epoch``, ``status``, ``scores``, ``checks``, ``usage``,
     ``usage_by_actor``, ``latency_s``, ``cached``, ``judgements`` and any field of a
     benchmark's own — with the :data:`PRESENCE_ONLY` texts as ``True`` when present (left
-    out when not). The field names are interned (one string per name, not one per row)."""
+    out when not). The field names are interned (one string per name, not one per row), and
+    so are the values of ``status`` and ``subset`` (issue 46: the summary's memory per sample)."""
     out: dict[str, Any] = {}
     for name, value in row.items():
         if name in NOT_IN_SUMMARY:
@@ -311,8 +312,13 @@ def summary_view(row: dict[str, Any]) -> dict[str, Any]:
             if present(value):
                 out[sys.intern(name)] = True
             continue
-        out[sys.intern(name)] = value
+        out[sys.intern(name)] = sys.intern(value) if name in _FEW_VALUES and type(value) is str and len(value) < 200 else value
     return out
+
+
+#: the fields of a row whose text takes few values over a run (a handful of statuses and
+#: subsets): :func:`summary_view` keeps one string per value, not one per row
+_FEW_VALUES = frozenset({"status", "subset"})
 
 
 def read_run_journal(run_dir: Path, stale_lines: Iterable[int] = (), request_hashes: dict[Key, str] | None = None) -> Journal:

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from evalkit.errors import ConfigError
 from evalkit.settings import BenchmarkSettings
 from evalkit.stats import BINARY, GRADED, Column, StatPlan, with_interval
 from evalkit.types import Generator, Request, Sample, SampleScore, Trajectory
+from evalkit.untrusted import read_text
 
 
 #: the closing tag of a reasoning block (DeepSeek-R1, Qwen3, ... chat templates)
@@ -32,6 +35,57 @@ def strip_reasoning_prefix(text: str) -> str | None:
     Applying it twice changes nothing (what it returns holds no ``</think>``)."""
     at = text.rfind(REASONING_END)
     return None if at < 0 else text[at + len(REASONING_END) :]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which samples a run takes, as a benchmark may read them (issue 46: a selection costs
+    only itself): ``ids`` — ``run.sample_ids`` / ``run.sample_ids_file`` (every row is read,
+    only these kept); ``first`` — ``run.limit`` when no ids are given and no gate orders the
+    data (``run.stop_when``): the first ``first`` samples, reading stopped there. ``None``
+    for either: no bound of that kind. The engine still selects (and orders) what a
+    benchmark returns (:func:`evalkit.engine.plan.select_samples`); a benchmark may return
+    more than the selection, never less."""
+
+    ids: frozenset[str] | None = None
+    first: int | None = None
+
+
+#: the largest ``run.sample_ids_file`` read (bytes): every id of the largest benchmark, many times over
+MAX_SAMPLE_IDS_FILE_BYTES = 64 * 2**20
+
+
+def wanted_ids(run: Any) -> list[str] | None:
+    """The ids ``run.sample_ids`` and ``run.sample_ids_file`` (``run``: the run's settings,
+    :class:`evalkit.config.RunSettings`) name, in order (repeats kept;
+    ``#`` lines and blank lines of the file skipped); ``None`` when neither is set.
+
+    Raises:
+        ConfigError: the ids file cannot be read (one line naming it)."""
+    wanted: list[str] | None = None
+    if run.sample_ids is not None:
+        wanted = list(run.sample_ids)
+    if run.sample_ids_file is not None:
+        text = read_text(run.sample_ids_file, MAX_SAMPLE_IDS_FILE_BYTES, what="a sample-ids file (one id per line)",
+                         error=ConfigError)  # fmt: skip
+        lines = text.split("\n")
+        stripped = (ln.strip() for ln in lines)
+        wanted = (wanted or []) + [ln for ln in stripped if ln and not ln.startswith("#")]
+    return wanted
+
+
+def selection_of(run: Any) -> Selection:
+    """What a benchmark may read of its data for ``run`` (:class:`Selection`; ``run``: the run's
+    settings, :class:`evalkit.config.RunSettings`):
+    the ids of :func:`wanted_ids`, else the first ``run.limit`` samples — unless
+    ``run.stop_when``'s gate orders the whole data first (then every sample is read, and only
+    the capped order's are checked).
+
+    Raises:
+        ConfigError: as :func:`wanted_ids`."""
+    wanted = wanted_ids(run)
+    first = run.limit if wanted is None and not run.stop_when else None
+    return Selection(ids=frozenset(wanted) if wanted is not None else None, first=first)
 
 
 class Benchmark(ABC):
@@ -73,6 +127,10 @@ class Benchmark(ABC):
     #: row outside it (:meth:`score_bounds`, :meth:`evalkit.journal.Journal.check_scores`)
     score_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
 
+    #: the first sample id of the data, when :meth:`load_selection` may have returned samples
+    #: without it (named in the error on an unknown ``run.sample_ids`` entry); ``None`` = unknown
+    example_id: str | None = None
+
     def __init__(self, settings: BenchmarkSettings):
         self.settings = settings
 
@@ -106,12 +164,32 @@ class Benchmark(ABC):
     def load(self) -> list[Sample]:
         """All samples of the selected subsets, in the benchmark's canonical order."""
 
-    def check(self) -> None:
+    def load_selection(self, selection: Selection | None = None) -> list[Sample]:
+        """The samples a run's ``selection`` needs, in canonical order: a superset of it (the
+        engine selects from it), each sample not yet checked further than its data
+        (:meth:`check_selection` follows, on what the run sends). A benchmark that can read
+        only what is selected overrides this (a YAML task streams its rows). Default:
+        :meth:`load` (every sample, checked).
+
+        Raises:
+            DataError: as :meth:`load`."""
+        return self.load()
+
+    def check_selection(self, samples: list[Sample]) -> None:
+        """The checks :meth:`load` makes on its samples that :meth:`load_selection` left to
+        the samples a run sends (a YAML task's templates rendered in the bounded child).
+        Default: none (:meth:`load` checked them).
+
+        Raises:
+            DataError: one line naming the sample."""
+
+    def check(self, selection: Selection | None = None) -> None:
         """The benchmark's own checks of its settings against its data, run before anything
         starts (no Ray, no server, no run directory; :func:`evalkit.compose.check_benchmark`),
         whatever the model: a benchmark whose settings can be wrong for its data (a YAML
-        task's patterns, weights, templates) says so here, one line naming the key. The
-        default checks nothing.
+        task's patterns, weights, templates) says so here, one line naming the key.
+        ``selection``: the run's (:class:`Selection`), so that only the data it needs is read
+        and checked; ``None``: all of it. The default checks nothing.
 
         Raises:
             ConfigError / DataError: one line naming the key (and the data file).

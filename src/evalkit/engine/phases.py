@@ -8,7 +8,9 @@ data, the selection, the requests, the models planned, the data fingerprint),
 they answer), ``to_first_request_s``
 (from the start of the run — the compose — to the first request sent: the start-up a user
 waits through), ``requests_s`` (first request sent to last answer), ``scoring_s`` (the
-driver's waits for verdicts, summed over samples: they overlap requests in flight),
+seconds during which the driver awaited some verdict, overlapping waits counted once: they
+overlap requests in flight), ``scoring_tail_s`` (from the last answer's arrival to the last row
+journaled: the scoring left once the requests are done),
 ``batch_wait_s`` (``run.batch``: the driver's wait for the provider's batches, polls
 included, downloads and scoring not), ``summary_report_s`` (journal read back, aggregation, intervals, summary, plots, report)
 and ``tracking_s`` (the observer's logging; written into ``summary.json`` after it ran).

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 
 from evalkit import secrets
 from evalkit.benchmarks import get_benchmark_class
-from evalkit.benchmarks.base import Benchmark
+from evalkit.benchmarks.base import MAX_SAMPLE_IDS_FILE_BYTES, Benchmark, Selection, selection_of, wanted_ids  # noqa: F401 (re-exported)
 from evalkit.config import RunSettings
 from evalkit.engine.sequential import GateSetup
 from evalkit.engine.work import WorkList
@@ -29,7 +29,6 @@ from evalkit.models.factory import Endpoints, ModelPlan, plan_models
 from evalkit.providers import Price, model_price
 from evalkit.specs import ModelsSpec, PromptSpec, RunSpecs
 from evalkit.types import Request, Sample, canonical_json
-from evalkit.untrusted import read_text
 
 log = logging.getLogger("evalkit")
 
@@ -104,7 +103,11 @@ def prepare(specs: RunSpecs, priced: bool = True, endpoints: Endpoints | None = 
     settings = specs.benchmark
     bench = get_benchmark_class(settings.name, kind=getattr(settings, "kind", None))(settings)  # a module: imported by validate
     gate = GateSetup(bench, run) if run.stop_when else None  # run.stop_when: the seeded stratified order
-    samples = select_samples(load_unique(bench), run, gate.order if gate else None)
+    # only the rows the selection needs are read (issue 46), and only what is sent is checked
+    loaded = load_unique(bench, selection_of(run))
+    samples = select_samples(loaded, run, gate.order if gate else None, example=bench.example_id)
+    del loaded
+    bench.check_selection(samples)
     rollouts = [s for s in samples if bench.is_rollout(s)]
     if bench.needs_user_model(samples) and models.user is None and models.agent.model.kind != "reference":
         needing = sorted({s.subset for s in samples if bench.needs_user_model([s])})
@@ -192,12 +195,10 @@ def build_request(bench: Benchmark, prompt: PromptSpec, sample: Sample) -> Reque
     return request
 
 
-#: the largest ``run.sample_ids_file`` read (bytes): every id of the largest benchmark, many times over
-MAX_SAMPLE_IDS_FILE_BYTES = 64 * 2**20
-
-
-def load_unique(bench: Benchmark) -> list[Sample]:
-    """All samples of the benchmark's selected subsets.
+def load_unique(bench: Benchmark, selection: Selection | None = None) -> list[Sample]:
+    """All samples of the benchmark's selected subsets (:meth:`~Benchmark.load`, checked);
+    with a ``selection``, those it needs (:meth:`~Benchmark.load_selection`: a superset of
+    it, left to :meth:`~Benchmark.check_selection` once selected).
 
     Raises:
         DataError: a data file the benchmark cannot open (an ``OSError`` of its ``load``), a
@@ -205,7 +206,7 @@ def load_unique(bench: Benchmark) -> list[Sample]:
             (:data:`evalkit.journal.MAX_SAMPLE_ID_CHARS`: a run of it could never be read back).
     """
     try:
-        loaded = bench.load()
+        loaded = bench.load() if selection is None else bench.load_selection(selection)
     except OSError as exc:  # a plugin's own reader: a missing or unreadable data file is data, not a crash
         where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
         raise DataError(f"{bench.name}: its data cannot be read:{where} ({type(exc).__name__}: "
@@ -221,28 +222,23 @@ def load_unique(bench: Benchmark) -> list[Sample]:
     return loaded
 
 
-def select_samples(samples: list[Sample], run: RunSettings, order: Callable[[list[Sample]], list[Sample]] | None = None) -> list[Sample]:
+def select_samples(samples: list[Sample], run: RunSettings, order: Callable[[list[Sample]], list[Sample]] | None = None,
+                   example: str | None = None) -> list[Sample]:  # fmt: skip
     """Apply ``run.sample_ids`` / ``run.sample_ids_file`` then ``run.limit`` (first N).
     ``order`` (``run.stop_when``'s :meth:`~evalkit.engine.sequential.GateSetup.order`): puts
     the selection in the gate's order and caps it itself, in units, before ``run.limit``.
+    ``example``: an id of the data to name in the unknown-id error when ``samples`` may hold
+    none (a benchmark's :attr:`~evalkit.benchmarks.base.Benchmark.example_id`).
 
     Raises:
         ConfigError: a requested id that the benchmark does not have, or nothing selected.
     """
-    wanted: list[str] | None = None
-    if run.sample_ids is not None:
-        wanted = list(run.sample_ids)
-    if run.sample_ids_file is not None:
-        text = read_text(run.sample_ids_file, MAX_SAMPLE_IDS_FILE_BYTES, what="a sample-ids file (one id per line)",
-                         error=ConfigError)  # fmt: skip
-        lines = text.split("\n")
-        stripped = (ln.strip() for ln in lines)
-        wanted = (wanted or []) + [ln for ln in stripped if ln and not ln.startswith("#")]
+    wanted = wanted_ids(run)
     if wanted is not None:
         by_id = {s.id: s for s in samples}
         unknown = [sid for sid in wanted if sid not in by_id]
         if unknown:
-            example = samples[0].id if samples else "none"
+            example = example or (samples[0].id if samples else "none")
             raise ConfigError(f"run.sample_ids: unknown sample id {short_id(unknown[0])} (ids look like {short_id(example)})")
         seen: set[str] = set()
         samples = [by_id[sid] for sid in wanted if not (sid in seen or seen.add(sid))]

@@ -25,7 +25,7 @@ import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from evalkit import secrets
 from evalkit.errors import ConfigError, counted
@@ -258,6 +258,7 @@ def execute(plan: RunPlan, state: RunState, phases: Phases, early: Executor | No
             _note_unjournaled(executor.cancel(), state.run_dir)
             raise
         phases.add("scoring_s", journaler.scoring_s)
+        phases.add("scoring_tail_s", journaler.scoring_tail_s())
         engine.update(executor.figures())  # read while its workers are up (the stack stops them)
     for name, seconds in engine.pop("phases", {}).items():
         phases.add(name, seconds)
@@ -326,8 +327,9 @@ class Journaler:
     or its failure to ``failed.jsonl``; keeps the progress bar.
 
     Rows are journaled in the order their samples finish. Offline models answer at once,
-    so their answers are scored one at a time in selection order (a replay's journal lists
-    the samples as its selection does); network runs score while other units are in flight.
+    so their rows are journaled in selection order (a replay's journal lists the samples as
+    its selection does), each scored as soon as it is answered (answers that arrive together
+    go to the scoring workers together); network runs score while other units are in flight.
     """
 
     def __init__(self, plan: RunPlan, state: RunState, scorer: Scorer, total: int):
@@ -335,8 +337,10 @@ class Journaler:
         self.stack = ExitStack()
         self.predictions = self.stack.enter_context(JsonlAppender(state.run_dir / PREDICTIONS, transform=secrets.scrub_obj))
         self.failed = self.stack.enter_context(JsonlAppender(state.run_dir / FAILED, transform=secrets.scrub_obj))
-        self.in_order = asyncio.Lock() if plan.models.offline else None  # FIFO: units reach it in dispatch order
-        self.scoring_s = 0.0
+        self.in_order = plan.models.offline  # rows journaled in dispatch order (units reach on_result in it)
+        self.tail: asyncio.Future[None] | None = None  # the last row asked for, done once journaled (in_order)
+        self.scoring_s, self.scoring_since = 0.0, 0.0
+        self.last_answer = self.last_journaled = 0.0
         report = plan.specs.report
         self.progress = _progress(total, f"{report.benchmark}/{report.model}", plan.specs.execution.progress)
         self.stack.callback(self.progress.close)
@@ -353,22 +357,46 @@ class Journaler:
         self.stack.close()
 
     async def on_result(self, unit: WorkItem, trajectory: Trajectory) -> None:
-        if self.in_order is None:
-            await self._journal(unit, trajectory)
+        self.last_answer = time.perf_counter()
+        if not self.in_order:
+            await self._journal(unit, trajectory, self._scored(unit, trajectory))
             return
-        async with self.in_order:
-            await self._journal(unit, trajectory)
+        # offline: every answer is scored at once (those that arrive together, together), and
+        # journaled in dispatch order: each row waits for the row before it
+        before, mine = self.tail, asyncio.get_running_loop().create_future()
+        self.tail = mine
+        scored = asyncio.ensure_future(self._scored(unit, trajectory))
+        try:
+            if before is not None:
+                await asyncio.shield(before)  # shielded: a cancelled row never cancels the one before it
+            await self._journal(unit, trajectory, scored)
+        finally:
+            if not scored.done():
+                scored.cancel()
+            mine.set_result(None)
 
-    async def _journal(self, unit: WorkItem, trajectory: Trajectory) -> None:
-        model_id, prices = self.plan.models.model_id, self.plan.prices
-        if trajectory.failure is None:
-            view, rule = scored_view(self.plan.bench, trajectory)
-            started = time.perf_counter()
-            self.n_scoring += 1
-            self._postfix()  # the bar says answers are being scored (one may take score_timeout_s)
+    async def _scored(self, unit: WorkItem, trajectory: Trajectory) -> tuple[Any, Any, Any]:
+        """``(view, reasoning rule, verdict)`` of a solved unit (the verdict ``None``: the
+        scoring budget is spent); ``(None, None, None)`` for a failure (nothing scored)."""
+        if trajectory.failure is not None:
+            return None, None, None
+        view, rule = scored_view(self.plan.bench, trajectory)
+        if not self.n_scoring:
+            self.scoring_since = time.perf_counter()
+        self.n_scoring += 1
+        self._postfix()  # the bar says answers are being scored (one may take score_timeout_s)
+        try:
             scored = await self.scorer.score(unit.sample, view)
+        finally:
             self.n_scoring -= 1
-            self.scoring_s += time.perf_counter() - started
+            if not self.n_scoring:  # the seconds some verdict was awaited: overlapping waits counted once
+                self.scoring_s += time.perf_counter() - self.scoring_since
+        return view, rule, scored
+
+    async def _journal(self, unit: WorkItem, trajectory: Trajectory, scoring: Awaitable[tuple[Any, Any, Any]]) -> None:
+        model_id, prices = self.plan.models.model_id, self.plan.prices
+        view, rule, scored = await scoring
+        if trajectory.failure is None:
             if scored is None:  # the run's scoring budget is spent: a failure of its own kind, never a zero
                 self._not_scored(unit, trajectory)
                 return
@@ -385,7 +413,13 @@ class Journaler:
                 self.monitor.failure(unit.key)
         self._advance()
 
+    def scoring_tail_s(self) -> float:
+        """Seconds from the last answer's arrival to the last row journaled (0.0 when none
+        came): the scoring and journaling left after the requests (issue 46, item 4)."""
+        return max(0.0, self.last_journaled - self.last_answer) if self.last_answer else 0.0
+
     def _advance(self) -> None:
+        self.last_journaled = time.perf_counter()
         self._postfix(refresh=False)
         self.progress.update(1)
 

@@ -9,7 +9,10 @@
   HTTP attempt), and the driver's stays fixed at ``backend.concurrency``, a bound on its
   units in flight: one AIMD window per endpoint either way;
 * units are dispatched in selection order, and each result is handed to the driver's
-  ``on_result`` (which journals it) the moment it arrives;
+  ``on_result`` (which journals it) the moment it arrives; at most :func:`held_bound` units
+  are held at once, in flight or with their result not yet journaled, so that a scorer
+  slower than the answers (or an offline model, which answers at once) holds a bounded
+  backlog, not every unit of the run (issue 46: driver memory flat in the number of samples);
 * no unit is dispatched once the run's budget is spent or refused a call
   (:mod:`evalkit.engine.budget`: each model call reserves its upper bound first), or once
   the executor is draining (:meth:`~evalkit.engine.protocol.Executor.drain`); a unit it
@@ -30,16 +33,33 @@ from evalkit.engine.ratelimit import AdaptiveWindow, throttled_count
 from evalkit.types import Failure, Trajectory
 
 
+#: the fewest units :func:`run_units` holds at once (in flight or awaiting ``on_result``)
+MIN_HELD = 256
+
+
+def held_bound(concurrency: int) -> int:
+    """The most units :func:`run_units` holds at once, in flight or with a result awaiting
+    ``on_result`` (scored and journaled): twice the concurrency, at least :data:`MIN_HELD`
+    (answers that arrive together are scored together, up to 64 in one task)."""
+    return max(2 * concurrency, MIN_HELD)
+
+
 class _Solving:
     """One unit solved: its throttling counted, the budget charged, its slot freed, then
-    its result handed to ``on_result``."""
+    its result handed to ``on_result``; its hold on ``held`` released once that returned."""
 
     def __init__(self, executor: Executor, window: AdaptiveWindow, on_result: Callable[[WorkItem, Trajectory], Awaitable[None]],
-                 budget: Budget | None):  # fmt: skip
-        self.executor, self.window, self.on_result, self.budget = executor, window, on_result, budget
+                 budget: Budget | None, held: asyncio.Semaphore):  # fmt: skip
+        self.executor, self.window, self.on_result, self.budget, self.held = executor, window, on_result, budget, held
         self.throttled = 0
 
     async def one(self, seq: int, unit: WorkItem) -> None:
+        try:
+            await self._one(seq, unit)
+        finally:
+            self.held.release()
+
+    async def _one(self, seq: int, unit: WorkItem) -> None:
         result, drained = Trajectory(failure=Failure("internal", "not run")), False
         try:
             result = await self.executor.submit(unit)
@@ -68,8 +88,9 @@ async def run_units(
     """Solve ``units`` with at most ``concurrency`` in flight (a rollout counts as one; fewer
     while throttled, see :class:`AdaptiveWindow`); ``on_result`` is awaited in the driver as
     soon as each one finishes (it scores and journals the sample; the unit's slot is free
-    by then, so scoring overlaps the next units' requests). With a ``budget``, each unit is
-    charged before its slot is freed, and once the budget is spent no further unit is
+    by then, so scoring overlaps the next units' requests), with at most
+    :func:`held_bound` units held at once, in flight or awaiting their ``on_result``. With a
+    ``budget``, each unit is charged before its slot is freed, and once the budget is spent no further unit is
     dispatched: each one left is handed to ``on_result`` as a ``budget_exceeded`` failure.
 
     Returns the engine figures of the run: ``requests_wall_s`` (first dispatch to last
@@ -77,7 +98,8 @@ async def run_units(
     ``not_sent_budget`` when the budget stopped the run), and ``first_dispatch_perf`` (the
     ``perf_counter`` reading of the first dispatch, for the run's phases).
     """
-    solving = _Solving(executor, AdaptiveWindow(concurrency, adaptive), on_result, budget)
+    held = asyncio.Semaphore(held_bound(concurrency))
+    solving = _Solving(executor, AdaptiveWindow(concurrency, adaptive), on_result, budget, held)
     window, not_sent = solving.window, []
     start = time.perf_counter()
     running: set[asyncio.Future[None]] = set()
@@ -90,11 +112,14 @@ async def run_units(
 
     try:
         for i, unit in enumerate(units):  # units are dispatched in order, one waiter at a time
+            await held.acquire()  # a bounded backlog: results not yet journaled count
             if crashed or getattr(executor, "draining", False):  # journaling failed (a full disk), or an early stop: stop dispatching
+                held.release()
                 break
             seq = await window.acquire()
             if budget is not None and budget.exhausted():
                 await window.release(seq, 0)
+                held.release()
                 not_sent = units[i:]
                 break
             task = asyncio.ensure_future(solving.one(seq, unit))

@@ -8,7 +8,8 @@ small pool of worker processes (pebble's ``ProcessPool``), and every worker:
 * scores one sample at a time under a wall-clock limit, ``benchmark.score_timeout_s``
   (answers that arrive together go in one task under one sample's limit for them all; a
   task past it is no verdict, and each of its answers is scored again alone, so every
-  verdict stays one sample's under its own limit).
+  verdict stays one sample's under its own limit; a task stops starting answers once its
+  own seconds reach what the run's scoring budget had left).
   A sample that runs past it gets its worker killed and replaced. That is the one bound
   that holds for pure-Python loops, the regular-expression engine (a signal cannot
   interrupt it in the same thread) and C-level parsers alike;
@@ -85,9 +86,21 @@ def _score_in_worker(sample: Sample, trajectory: Trajectory) -> tuple[str, Any, 
     return kind, value, time.perf_counter() - started
 
 
-def _score_all_in_worker(samples: list[Sample], trajectories: list[Trajectory]) -> list[tuple[str, Any, float]]:
-    """:func:`_score_in_worker` of each pair, one after the other, in one task."""
-    return [_score_in_worker(sample, trajectory) for sample, trajectory in zip(samples, trajectories)]
+def _score_all_in_worker(samples: list[Sample], trajectories: list[Trajectory],
+                         budget_left_s: float | None = None) -> list[tuple[str, Any, float]]:  # fmt: skip
+    """:func:`_score_in_worker` of each pair, one after the other, in one task; once the
+    task's own scoring seconds reach ``budget_left_s`` (what the run's scoring budget had
+    left when the task was sent; ``None``: no budget), the pairs left are not started:
+    ``("budget", None, 0.0)`` each."""
+    out: list[tuple[str, Any, float]] = []
+    spent = 0.0
+    for sample, trajectory in zip(samples, trajectories):
+        if budget_left_s is not None and spent >= budget_left_s:
+            out.append(("budget", None, 0.0))
+            continue
+        out.append(_score_in_worker(sample, trajectory))
+        spent += out[-1][2]
+    return out
 
 
 def _score(sample: Sample, trajectory: Trajectory) -> tuple[str, Any]:
@@ -183,12 +196,14 @@ class Scorer:
 
     async def _score_together(self, asked: list[tuple[Sample, Trajectory, asyncio.Future[Any]]]) -> None:
         if len(asked) > 1:
-            future = self.pool.schedule(_score_all_in_worker, args=([a[0] for a in asked], [a[1] for a in asked]), timeout=self.timeout_s)
+            left = None if self.budget_s is None else self.budget_s - self.spent_s
+            future = self.pool.schedule(_score_all_in_worker, args=([a[0] for a in asked], [a[1] for a in asked], left),
+                                        timeout=self.timeout_s)  # fmt: skip
             if not await self._finished(future):
                 return self._answer(asked, [None] * len(asked))
             outcome = self._outcome(future)
-            if isinstance(outcome, list):
-                return self._answer(asked, [self._verdict(a[0], o) for a, o in zip(asked, outcome)])
+            if isinstance(outcome, list):  # an answer left unstarted by the budget: no verdict (None)
+                return self._answer(asked, [None if o[0] == "budget" else self._verdict(a[0], o) for a, o in zip(asked, outcome)])
             self.spent_s += outcome[2]  # the task's own time, spent on no verdict
         verdicts = await asyncio.gather(*(self._alone(sample, trajectory) for sample, trajectory, _ in asked))
         self._answer(asked, list(verdicts))

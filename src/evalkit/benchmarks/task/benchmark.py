@@ -16,18 +16,18 @@ import logging
 import random
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
-from evalkit.benchmarks.base import Benchmark, Generate, Solver, score_means_plan
+from evalkit.benchmarks.base import Benchmark, Generate, Selection, Solver, score_means_plan
 from evalkit.benchmarks.bounds import safe_score
 from evalkit.benchmarks.task.judge import ORDERS, judge_variables, panel_score
 from evalkit.benchmarks.task.scorers import LETTERS, score_one, target_letter
 from evalkit.benchmarks.task.settings import Dataset, TaskSettings
 from evalkit.benchmarks.task.solver import JudgedGenerate, answer_of, judge_messages
-from evalkit.benchmarks.task.template import RenderJob, check_renders, render, template_variables
+from evalkit.benchmarks.task.template import RenderJob, check_renders, is_constant, render, template_variables
 from evalkit.errors import ConfigError, DataError
 from evalkit.images import Image, ImageFacts, ImageStore, Limits, Text, load_image, message, read_source, text_of, undecoded
-from evalkit.untrusted import MAX_JSONL_BYTES, MAX_LINE_BYTES, iter_parquet, open_file, read_objects
+from evalkit.untrusted import MAX_JSONL_BYTES, MAX_LINE_BYTES, iter_parquet, iter_records, open_file
 from evalkit.stats import BINARY, Column
 from evalkit.types import Request, Sample, SampleScore, Trajectory
 
@@ -73,6 +73,7 @@ class TaskBenchmark(Benchmark):
         self.primary_score = first  # type: ignore[misc]
         self.headline_metric = settings.metrics.headline or (f"{first}/weighted" if settings.metrics.weights else first)  # type: ignore[misc]
         self._digests: dict[str, str] = {}
+        self._system: str | None = None  # the system prompt, when its template reads no variable (_render_system)
         self._pools: dict[str, list[dict[str, Any]]] = {}
         self._bases: dict[str, Path | None] = {}  # where -> the folder image paths are relative to
         self._images: dict[str, list[ImageFacts]] = {}  # sample id -> its images, checked (dataset.fields.images)
@@ -133,16 +134,89 @@ class TaskBenchmark(Benchmark):
         return out
 
     # ---- data -----------------------------------------------------------------------------
-    def _read(self, ds: Dataset, path: Path | None, split: str) -> list[dict[str, Any]]:
-        """Rows of a local file or of a pinned hub split (as plain JSON values), filtered."""
-        where = str(path) if path is not None else f"{ds.hub}@{ds.revision}:{split}"
+    def _stream(self, ds: Dataset, path: Path | None, split: str, reading: "_Reading") -> Iterator[dict[str, Any]]:
+        """The rows of a local file or of a pinned hub split (as plain JSON values) that pass
+        ``dataset.filter``, one at a time (a file is read a row at a time: a caller that
+        stops early never reads the rest); ``reading`` counts the rows read and hashes them
+        (:meth:`_Reading.record` keeps the fingerprint).
+
+        Raises:
+            DataError: unreadable data, more rows than ``max_rows``, a row that is not text."""
         if path is not None:
-            rows, digest = _read_file(Path(path).expanduser(), ds.max_rows)
-            self._bases[where] = Path(path).expanduser().parent
+            raw: Iterator[dict[str, Any]] = _file_rows(Path(path).expanduser(), ds.max_rows)
+            self._bases[reading.where] = Path(path).expanduser().parent
+            label = f"benchmark.dataset.path: {path}"
         else:
-            rows, digest = _read_hub(ds.hub or "", split, ds.revision or "", ds.max_rows, ds.fields.images)
-        self._digests[where] = digest
-        return [r for r in rows if all(r.get(k) == v for k, v in ds.filter.items())]
+            raw = iter(_read_hub(ds.hub or "", split, ds.revision or "", ds.max_rows, ds.fields.images))
+            label = f"benchmark.dataset.hub: {ds.hub}"
+        for row in raw:
+            reading.rows += 1
+            row, line = _plain_row(row, reading.rows, label)
+            reading.digest.update(line)
+            if all(row.get(k) == v for k, v in ds.filter.items()):
+                reading.passed += 1
+                yield row
+        reading.whole = True
+
+    def _read(self, ds: Dataset, path: Path | None, split: str) -> list[dict[str, Any]]:
+        """Every row of a local file or of a pinned hub split (as plain JSON values), filtered
+        (:meth:`_stream`, read whole); its fingerprint kept."""
+        reading = _Reading(str(path) if path is not None else f"{ds.hub}@{ds.revision}:{split}")
+        rows = list(self._stream(ds, path, split, reading))
+        reading.record(self._digests)
+        return rows
+
+    def _select(self, selection: Selection | None, where: str, prefix: str = "") -> tuple[list[Sample], "_Reading"]:
+        """The samples of the dataset that ``selection`` keeps (every one for ``None``), read
+        a row at a time: with ``selection.first`` and no ids, reading stops once that many are
+        kept; rows left out are never held. Their images are not checked here (callers do).
+        Records the fingerprint of the rows read and :attr:`example_id`. ``prefix``: put in
+        front of a malformed row's one line (``benchmark.dataset: `` for :meth:`check`).
+
+        Raises:
+            DataError: unreadable or malformed data (a row without the input or target
+                column, a duplicate id among the rows read, ...)."""
+        ds = self.settings.dataset
+        ids = selection.ids if selection is not None else None
+        first = selection.first if selection is not None and ids is None else None
+        reading = _Reading(str(ds.path) if ds.path is not None else f"{ds.hub}@{ds.revision}:{ds.split}")
+        rows = self._stream(ds, ds.path, ds.split, reading)
+        made = _iter_samples(rows, ds, ds.split, where, prefix)
+        kept: list[Sample] = []
+        try:
+            for sample in made:
+                reading.subsets.add(sample.subset)
+                if self.example_id is None:
+                    self.example_id = sample.id
+                if ids is None or sample.id in ids:
+                    kept.append(sample)
+                    if first is not None and len(kept) >= first:
+                        break
+        finally:
+            made.close()
+            rows.close()
+        reading.record(self._digests)
+        return kept, reading
+
+    def load_selection(self, selection: Selection | None = None) -> list[Sample]:
+        """The samples ``selection`` keeps (:meth:`_select`), their images read and checked;
+        their templates not yet rendered (:meth:`check_selection`, on what the run sends).
+
+        Raises:
+            DataError: unreadable or malformed data, an image over a bound."""
+        ds = self.settings.dataset
+        where = str(ds.path) if ds.path is not None else f"{ds.hub}@{ds.revision}:{ds.split}"
+        samples, _ = self._select(selection, str(ds.path or ds.hub))
+        self._images = self._check_images(samples, where)
+        return samples
+
+    def check_selection(self, samples: list[Sample]) -> None:
+        """The prompts of the samples a run sends, each rendered once in the bounded child
+        (:meth:`check_templates`).
+
+        Raises:
+            DataError: a template that fails or is over a bound on a sample."""
+        self.check_templates(samples)
 
     def load(self) -> list[Sample]:
         """The dataset's samples, each of whose prompts is first rendered once in the bounded
@@ -152,24 +226,23 @@ class TaskBenchmark(Benchmark):
             DataError: unreadable data, or a template that fails or is over a bound on a
                 sample (one line naming the task and the sample).
         """
-        ds = self.settings.dataset
-        rows = self._read(ds, ds.path, ds.split)
-        where = str(ds.path) if ds.path is not None else f"{ds.hub}@{ds.revision}:{ds.split}"
-        samples = _samples(rows, ds, ds.split, str(ds.path or ds.hub))
-        self._images = self._check_images(samples, where)
-        self.check_templates(samples)
+        samples = self.load_selection(None)
+        self.check_selection(samples)
         return samples
 
     def render_jobs(self, samples: list[Sample]) -> list[RenderJob]:
         """Every render a sample's request needs in the driver (:meth:`build` with a
         demonstration drawn from the sample itself): the system prompt, the template, the
         answer template, and each ``llm_judge`` scorer's rubric and system prompt about an
-        empty answer (both orders of a pairwise scorer)."""
-        p, jobs = self.settings.prompt, []
+        empty answer (both orders of a pairwise scorer); a prompt template that reads no
+        variable once in all (it renders the same for every sample)."""
+        p, jobs, fixed = self.settings.prompt, [], set()
         for sample in samples:
             for template in (p.system, p.template, p.answer_template):
-                if template:
+                if template and template not in fixed:  # a template that reads no variable: rendered once
                     jobs.append((template, sample.data, p.max_chars, sample.id))
+                    if is_constant(template, p.max_chars):
+                        fixed.add(template)
             for scorer in self.settings.scorers:
                 if scorer.kind != "llm_judge":
                     continue
@@ -184,13 +257,14 @@ class TaskBenchmark(Benchmark):
         limit the kernel and this process enforce
         (:func:`~evalkit.benchmarks.task.template.check_renders`), so a template that would
         loop or exhaust memory on some sample is one line before any request is built; the
-        renders per sample then stay in process. Every sample of the data is rendered, also
-        those ``run.limit`` / ``run.sample_ids`` leave out (they are selected later): a
-        superset of the renders a run makes, bounded per render (steps, characters) and as a
+        renders per sample then stay in process. ``samples`` are those a run sends (the
+        selection: :meth:`check_selection`; every sample for :meth:`load`), each rendered, so
+        a 2,000-sample ``run.limit`` of a million-row file renders 2,000 (issue 46), bounded
+        per render (steps, characters) and as a
         whole (time: :data:`~evalkit.benchmarks.task.template.CHECK_BASE_S` plus
         ``CHECK_PER_RENDER_S`` per render; memory: ``CHECK_MEMORY_MB``), and cheap — about
         33 µs a render, 3.3 s for 20,000 rows with a judge's rubric (100,000 renders) on a
-        loaded 2-core host (issue 32) — so it is kept whole rather than sampled.
+        loaded 2-core host (issue 32) — so every sample sent is rendered, none sampled.
 
         Raises:
             DataError: one line naming the task (and the sample, for a failing render).
@@ -200,15 +274,19 @@ class TaskBenchmark(Benchmark):
     def data_fingerprints(self) -> dict[str, str]:
         return dict(self._digests)
 
-    def check(self) -> None:
-        """The task file checked whole against its data before anything starts (issue 32),
-        each mistake one line naming the key: the extraction and scorer patterns compile and
-        have the group asked for; the data can be read and is not empty (the line names the
-        file); ``metrics.weights`` names only categories the data has (did-you-mean when one
-        is close); every variable of the prompt and judge templates is a column of the rows
-        (``jinja2.meta.find_undeclared_variables``; a row lacking one is rendered, which
-        fails where the template needs it); the first sample's prompt and judge messages
-        render in the bounded sandbox (a rubric it refuses is named here, not per sample).
+    def check(self, selection: Selection | None = None) -> None:
+        """The task file checked against its data before anything starts (issue 32), each
+        mistake one line naming the key: the extraction and scorer patterns compile and have
+        the group asked for; the data can be read and is not empty (the line names the file);
+        ``metrics.weights`` names only categories the data has (did-you-mean when one is
+        close; known only when the data was read whole: not under a ``run.limit`` that stops
+        early); every variable of the prompt and judge templates is a column of the selected
+        rows (``jinja2.meta.find_undeclared_variables``; a row lacking one is rendered, which
+        fails where the template needs it); the first selected sample's prompt and judge
+        messages render in the bounded sandbox (a rubric it refuses is named here, not per
+        sample). ``selection``: the run's (``run.sample_ids`` / ``run.limit``,
+        :class:`~evalkit.benchmarks.base.Selection`): only the rows it needs are read and
+        checked (issue 46); ``None``: every row.
 
         Raises:
             ConfigError: a pattern, group or weight naming its key.
@@ -219,15 +297,11 @@ class TaskBenchmark(Benchmark):
         _check_patterns(s)
         ds = s.dataset
         where = str(ds.path or f"{ds.hub}@{ds.revision}:{ds.split}")
-        rows = self._read(ds, ds.path, ds.split)
-        if not rows:
+        samples, reading = self._select(selection, where, prefix="benchmark.dataset: ")
+        if not reading.passed:
             why = "no row passes benchmark.dataset.filter" if ds.filter else "it is empty (no rows)"
             raise DataError(f"benchmark.dataset.path: {where}: {why}" if ds.path is not None
                             else f"benchmark.dataset.hub: {where}: {why}")  # fmt: skip
-        try:
-            samples = _samples(rows, ds, ds.split, where)
-        except DataError as exc:
-            raise DataError(f"benchmark.dataset: {exc}") from None
         try:  # every image read and checked under the limits now, before anything starts
             self._images = self._check_images(samples, str(ds.path) if ds.path is not None else where)
         except DataError as exc:
@@ -236,8 +310,8 @@ class TaskBenchmark(Benchmark):
             if not ds.fields.category:
                 raise ConfigError("benchmark.metrics.weights: weights are per category, but benchmark.dataset.fields.category "
                                   "names no column")  # fmt: skip
-            seen = sorted({x.subset for x in samples})
-            for cat in s.metrics.weights:
+            seen = sorted(reading.subsets)
+            for cat in s.metrics.weights if reading.whole else ():
                 if cat not in seen:
                     import difflib
 
@@ -245,7 +319,8 @@ class TaskBenchmark(Benchmark):
                     hint = f"; did you mean {near[0]!r}?" if near else ""
                     raise ConfigError(f"benchmark.metrics.weights.{cat}: no sample of {where} has category {cat!r} "
                                       f"(column {ds.fields.category!r}: {', '.join(seen)}){hint}")  # fmt: skip
-        self._check_templates(samples, where)
+        if samples:  # none: the selection's ids are not in the data (run.sample_ids says so, naming one)
+            self._check_templates(samples, where)
 
     def _check_templates(self, samples: list[Sample], where: str) -> None:
         """Every template's variables against the rows, then the first sample rendered
@@ -314,7 +389,7 @@ class TaskBenchmark(Benchmark):
         p = self.settings.prompt
         messages: list[dict[str, Any]] = []
         if p.system:
-            messages.append({"role": "system", "content": render(p.system, sample.data, p.max_chars, sample.id)})
+            messages.append({"role": "system", "content": self._render_system(sample)})
         images: dict[str, int] = {}  # digest -> bytes, of the request's images in order (their bytes in image_store)
         if shots:
             pool = [d for d in self._pool() if d["id"] != sample.id and d["input"] != sample.data["input"]]
@@ -340,6 +415,21 @@ class TaskBenchmark(Benchmark):
                                 f"to judge the answer against, or it is empty (scorer {scorer.score_name}: against)")  # fmt: skip
         self.judge_prompts(sample)
         return Request(sample.id, sample.subset, messages=messages, images=self.image_store.images(list(images)) if images else {})
+
+    def _render_system(self, sample: Sample) -> str:
+        """The system prompt of ``sample``: rendered once and kept when its template reads no
+        variable (:func:`~evalkit.benchmarks.task.template.is_constant`: the same text for
+        every sample), else rendered for the sample.
+
+        Raises:
+            DataError: as :func:`~evalkit.benchmarks.task.template.render`."""
+        p = self.settings.prompt
+        if self._system is not None:
+            return self._system
+        text = render(p.system or "", sample.data, p.max_chars, sample.id)
+        if is_constant(p.system or "", p.max_chars):
+            self._system = text
+        return text
 
     def _sample_images(self, sample: Sample) -> list[ImageFacts] | None:
         """The checked images of ``sample`` (``None`` for a task without images).
@@ -549,16 +639,23 @@ def _label(value: Any, at: str) -> float | None:
 
 
 def _samples(rows: list[dict[str, Any]], ds: Dataset, split: str, where: str) -> list[Sample]:
-    """Samples from dataset rows by the field mapping.
+    """Samples from dataset rows by the field mapping (:func:`_iter_samples`, all held)."""
+    return list(_iter_samples(rows, ds, split, where))
+
+
+def _iter_samples(rows: Iterable[dict[str, Any]], ds: Dataset, split: str, where: str, prefix: str = "") -> Iterator[Sample]:
+    """Samples from dataset rows by the field mapping, one at a time (``rows`` read as they
+    are needed). ``prefix``: put in front of each error's line.
 
     Raises:
         DataError: a row without the input or target column, choices that are not a list of
-            strings, or a duplicate id — one line naming the file and row.
+            strings, or a duplicate id (among the rows read so far) — one line naming the file
+            and row.
     """
     f = ds.fields
-    out, seen = [], set()
+    seen: set[str] = set()
     for n, row in enumerate(rows):
-        at = f"{where}: row {n + 1}"
+        at = f"{prefix}{where}: row {n + 1}"
         for col in (f.input, f.target):
             if row.get(col) is None:
                 raise DataError(f"{at}: no column {col!r} (dataset.fields maps input={f.input!r}, target={f.target!r})")
@@ -570,8 +667,7 @@ def _samples(rows: list[dict[str, Any]], ds: Dataset, split: str, where: str) ->
         data = {**row, "id": sid, "input": str(row[f.input]), "target": row[f.target], "choices": choices,
                 "letters": list(LETTERS[: len(choices or [])]), "label": _label(row.get(f.label), at) if f.label else None}  # fmt: skip
         subset = str(row.get(f.category)) if f.category and row.get(f.category) is not None else "all"
-        out.append(Sample(id=sid, subset=subset, data=data))
-    return out
+        yield Sample(id=sid, subset=subset, data=data)
 
 
 def _choices(value: Any, at: str) -> list[str] | None:
@@ -597,23 +693,40 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _plain(rows: list[dict[str, Any]], where: str) -> tuple[list[dict[str, Any]], str]:
-    """Rows as plain JSON values (bytes as ``data:`` URIs), and a SHA-256 over them (the data
-    fingerprint).
+class _Reading:
+    """What a streamed read of one source saw (:meth:`TaskBenchmark._stream`): ``rows`` read,
+    ``passed`` (through ``dataset.filter``), the ``subsets`` of the samples made, whether it
+    read the source ``whole``, and the SHA-256 of the rows read as plain JSON lines."""
+
+    def __init__(self, where: str):
+        self.where, self.rows, self.passed, self.whole = where, 0, 0, False
+        self.subsets: set[str] = set()
+        self.digest = hashlib.sha256()
+
+    def record(self, digests: dict[str, str]) -> None:
+        """The fingerprint put in ``digests`` (the data files' fingerprints of ``summary.json``):
+        under ``where`` when read whole, else under ``where[:N]`` (its first N rows: what a
+        ``run.limit`` read)."""
+        digests[self.where if self.whole else f"{self.where}[:{self.rows}]"] = self.digest.hexdigest()
+
+
+def _plain_row(row: dict[str, Any], n: int, where: str) -> tuple[dict[str, Any], bytes]:
+    """A row as plain JSON values (bytes as ``data:`` URIs), and its line of the data
+    fingerprint (sorted keys, UTF-8, ``\\n``-terminated: the fingerprint is the SHA-256 of
+    the rows' lines in order).
 
     Raises:
-        DataError: a row holds a lone surrogate (a JSON ``\\ud800`` escape with no pair): it is
-            not text that UTF-8 can store, hash or send — one line naming ``where`` and the row.
+        DataError: the row (number ``n``) holds a lone surrogate (a JSON ``\\ud800`` escape
+            with no pair): it is not text that UTF-8 can store, hash or send — one line naming
+            ``where`` and the row.
     """
-    lines = [json.dumps(r, sort_keys=True, ensure_ascii=False, default=_jsonable) + "\n" for r in rows]
-    text = "".join(lines)
+    line = json.dumps(row, sort_keys=True, ensure_ascii=False, default=_jsonable) + "\n"
     try:
-        raw = text.encode("utf-8")
+        raw = line.encode("utf-8")
     except UnicodeEncodeError:
-        bad = next(i for i, line in enumerate(lines) if not line.isascii() and _unencodable(line))
-        raise DataError(f"{where}: row {bad + 1} holds a lone surrogate (an unpaired \\ud800-\\udfff escape), "
+        raise DataError(f"{where}: row {n} holds a lone surrogate (an unpaired \\ud800-\\udfff escape), "
                         "which is not text; fix the row's encoding") from None  # fmt: skip
-    return [json.loads(line) for line in text.splitlines()], hashlib.sha256(raw).hexdigest()
+    return json.loads(line), raw
 
 
 def _unencodable(text: str) -> bool:
@@ -654,8 +767,10 @@ def _narrow(rows: Any, path: Path) -> Any:
         yield row
 
 
-def _read_file(path: Path, max_rows: int) -> tuple[list[dict[str, Any]], str]:
-    """Rows of a ``.jsonl``, ``.csv`` or ``.parquet`` file (at most ``max_rows``).
+def _file_rows(path: Path, max_rows: int) -> Iterator[dict[str, Any]]:
+    """The rows of a ``.jsonl``, ``.csv`` or ``.parquet`` file, one at a time (JSONL and CSV a
+    line at a time, Parquet a batch at a time; at most ``max_rows``: the row after them is an
+    error, met only by a reader that gets that far).
 
     Raises:
         DataError: the file is missing or unreadable, or holds more rows than ``max_rows``.
@@ -664,25 +779,29 @@ def _read_file(path: Path, max_rows: int) -> tuple[list[dict[str, Any]], str]:
         what = "does not exist" if not path.exists() else "is not a regular file (a folder, a FIFO or a device)"
         raise DataError(f"benchmark.dataset.path: {path} {what}")
     try:
-        # one row past the bound is read, so that "more than max_rows" is known without the rest
         if path.suffix == ".jsonl":
-            rows = [obj for _, obj in read_objects(path, max_rows=max_rows + 1)]
+            source: Iterator[dict[str, Any]] = (obj for _, obj in iter_records(path))
         elif path.suffix == ".csv":
-            with io.TextIOWrapper(open_file(path, MAX_JSONL_BYTES, what="a CSV file"), encoding="utf-8", newline="") as fh:
-                rows = list(itertools.islice(_narrow(csv.DictReader(_short_lines(fh, path)), path), max_rows + 1))
-        else:
-            rows = list(iter_parquet(path, max_rows=max_rows + 1))
-        rows = list(_narrow(rows, path))
+            source = _csv_rows(path)
+        else:  # one row past the bound is read, so that "more than max_rows" is known without the rest
+            source = iter_parquet(path, max_rows=max_rows + 1)
+        for n, row in enumerate(_narrow(source, path), 1):
+            if n > max_rows:
+                raise DataError(f"benchmark.dataset.path: {path} has more than dataset.max_rows={max_rows} rows")
+            yield row
     except DataError:
         raise
     except Exception as exc:  # noqa: BLE001 - any reader's failure is one line
         raise DataError(f"benchmark.dataset.path: {path} cannot be read ({type(exc).__name__}: {str(exc)[:200]})") from None
-    if len(rows) > max_rows:
-        raise DataError(f"benchmark.dataset.path: {path} has more than dataset.max_rows={max_rows} rows")
-    return _plain(rows, f"benchmark.dataset.path: {path}")
 
 
-def _read_hub(hub: str, split: str, revision: str, max_rows: int, images: str | None = None) -> tuple[list[dict[str, Any]], str]:
+def _csv_rows(path: Path) -> Iterator[dict[str, Any]]:
+    """The rows of a CSV file, a line at a time (:func:`_short_lines`)."""
+    with io.TextIOWrapper(open_file(path, MAX_JSONL_BYTES, what="a CSV file"), encoding="utf-8", newline="") as fh:
+        yield from csv.DictReader(_short_lines(fh, path))
+
+
+def _read_hub(hub: str, split: str, revision: str, max_rows: int, images: str | None = None) -> list[dict[str, Any]]:
     """Rows of a pinned split of a Hugging Face dataset (``datasets`` honours its offline cache);
     an ``Image`` column named by ``images``, or a list of them (``Sequence(Image())``), is read
     undecoded (its bytes, checked by evalkit; :func:`evalkit.images.undecoded`).
@@ -701,4 +820,4 @@ def _read_hub(hub: str, split: str, revision: str, max_rows: int, images: str | 
         raise DataError(f"benchmark.dataset.hub: cannot load split {split!r} of {hub!r}@{revision} ({type(exc).__name__})") from None
     if len(ds) > max_rows:
         raise DataError(f"benchmark.dataset.hub: {hub} {split} has {len(ds)} rows, more than dataset.max_rows={max_rows}")
-    return _plain([dict(r) for r in ds], f"benchmark.dataset.hub: {hub}")
+    return [dict(r) for r in ds]

@@ -360,6 +360,18 @@ def template_variables(template: str, max_chars: int, where: str) -> set[str]:
 
 
 @functools.lru_cache(maxsize=256)
+def is_constant(template: str, max_chars: int) -> bool:
+    """True when ``template`` reads no variable (:func:`template_variables`): the bounded
+    environment has no global that draws at random, so it renders the same for every row
+    (a fixed system prompt); False for a template that cannot be read (its error is the
+    renderer's to name)."""
+    try:
+        return not template_variables(template, max_chars, "template")
+    except DataError:
+        return False
+
+
+@functools.lru_cache(maxsize=256)
 def _compiled(max_chars: int, template: str) -> Any:
     """``template`` compiled in the bounded environment of ``max_chars``, kept (a task has a
     handful of templates; compiling one takes about 2 ms, rendering it about 50 µs).
