@@ -83,3 +83,37 @@ def test_the_interval_line_names_the_methods_the_run_used(cis, line):
 
     summary = Summary(status="complete", benchmark="t", model="m", n_samples=1, n_scored=1, n_failed=0, metrics_ci=cis)
     assert interval_line(summary, 2000) == line
+
+
+def test_the_bar_shows_calls_in_flight_their_tokens_and_the_longest_wait():
+    """Issue 48 item 4: the console once showed ``0/1`` for 24 minutes while the embedded
+    model streamed its answer; the bar now says what is in flight."""
+    from evalkit.engine.run import bar_postfix
+
+    assert bar_postfix((2, 340, 95.4), 1, 0) == {"in flight": 2, "streamed": "340 tok", "longest": "95 s", "scoring": 1}
+    assert bar_postfix((1, 0, 9.9), 0, 3) == {"in flight": 1, "failed": 3}  # nothing streamed yet, under 10 s
+    assert bar_postfix((0, 0, 0.0), 0, 0) == {} and bar_postfix(None, 2, 0) == {"scoring": 2}
+
+
+def test_a_slow_start_of_the_model_workers_is_said_as_it_passes(caplog, monkeypatch):
+    """Issue 48 item 4: "Model workers ready" (311 s, where the console had promised "a few
+    seconds") went only to evalkit.log. Two workers, one started by the first look, the
+    other by the second, on a host at load 30 on 2 cores."""
+    import logging
+    import os
+
+    from evalkit.engine.executor import RayExecutor
+
+    class FakeRay:
+        def wait(self, refs, num_returns, timeout):
+            return refs[:1], refs[1:]  # one more started at each look
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (30.0, 30.0, 30.0))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    executor = RayExecutor.__new__(RayExecutor)
+    executor._ray, executor._ready, executor.started = FakeRay(), ["w0", "w1"], 0.0
+    with caplog.at_level(logging.INFO, logger="evalkit.status"):
+        executor._await_starts(every_s=0.01)
+    said = [r.getMessage() for r in caplog.records if r.name == "evalkit.status"]
+    assert len(said) == 1 and said[0].startswith("1 of 2 workers started after ")
+    assert said[0].endswith(" s (the host's load is 30.0 on 2 cores)…")

@@ -35,6 +35,7 @@ from evalkit.engine.ratelimit import EndpointGate, endpoint_key, shared_limits
 from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
 from evalkit.engine.protocol import Executor, ExecutorBase  # noqa: F401 - Executor: the protocol these implement
+from evalkit.errors import counted, host_load
 from evalkit.images import ImageRefs, resolve_images
 from evalkit.types import Failure, Trajectory, sha256_hex
 
@@ -120,6 +121,13 @@ class ModelWorker:
             self.cache.flush()
         self.runs.pop(registration, None)
 
+    def in_flight(self) -> tuple[int, int, float]:
+        """This worker's model calls in flight: ``(attempts, chunks streamed so far, seconds
+        the oldest has run)`` (:func:`evalkit.models.litellm_client.in_flight`; zeros when no
+        model of this worker is a litellm one, whose module is then not imported)."""
+        client = sys.modules.get("evalkit.models.litellm_client")
+        return client.in_flight() if client is not None else (0, 0, 0.0)
+
     def ping(self) -> tuple[int, str | None]:
         """``(process id, Ray node id)`` of this worker (no node outside Ray)."""
         return self.where
@@ -195,6 +203,9 @@ def _worker_class() -> Any:
 #: the workers run there and the head keeps the driver
 WORKER_RESOURCE = "evalkit_worker"
 
+#: the console says how the workers' start goes every this many seconds until they have all started
+STARTING_EVERY_S = 15.0
+
 #: a dead actor is restarted this many times in its life (a run's, or a sweep's while it is
 #: kept warm); a unit lost with its worker ``UNIT_MAX_TRIES`` times is a ``worker_died`` failure
 ACTOR_MAX_RESTARTS = 3
@@ -255,11 +266,38 @@ class RayExecutor(ExecutorBase):
         """Wait until every worker has started (idempotent); ``pids`` are then the workers'
         process ids and ``ready_s`` the seconds from the executor's creation."""
         if not self.pids:
+            self._await_starts()
             self.delivery.where = list(self._ray.get(self._ready))
             self.pids = [pid for pid, _ in self.delivery.where]
             self.ready_s = round(time.perf_counter() - self.started, 4)
+            if not self.reused:
+                status.info("%s ready in %.1f s", counted(len(self.pids), "worker"), self.ready_s)
             log.info("%d model workers ready (process ids %s%s) %.2f s after they were started", len(self.pids),
                      ", ".join(map(str, self.pids)), "; kept warm from an earlier run" if self.reused else "", self.ready_s)
+
+    def _await_starts(self, every_s: float = STARTING_EVERY_S) -> None:
+        """Wait for the workers' starts, saying every ``every_s`` seconds how many have
+        started and for how long the console has waited (and the host's load when it is
+        the likely cause): a start that takes minutes on a loaded host is never silent."""
+        waiting = list(self._ready)
+        while waiting:
+            _, waiting = self._ray.wait(waiting, num_returns=len(waiting), timeout=every_s)
+            if waiting:
+                load = host_load()
+                status.info("%d of %s started after %.0f s%s…", len(self._ready) - len(waiting),
+                            counted(len(self._ready), "worker"), time.perf_counter() - self.started,
+                            f" ({load})" if load else "")  # fmt: skip
+
+    async def live(self, timeout_s: float = 5.0) -> tuple[int, int, float] | None:
+        """The run's model calls in flight now, summed over the workers that answer within
+        ``timeout_s``: ``(attempts, chunks streamed so far, seconds the oldest has run)``
+        (:meth:`ModelWorker.in_flight`); ``None`` when none answers."""
+        asked = [w.in_flight.remote() for w, up in zip(self.workers, self.delivery.live) if up]
+        try:
+            answers = await asyncio.wait_for(asyncio.gather(*asked), timeout_s)
+        except Exception:  # noqa: BLE001 - a worker lost or slow: the bar keeps its last figures
+            return None
+        return sum(a[0] for a in answers), sum(a[1] for a in answers), max((a[2] for a in answers), default=0.0)
 
     def figures(self) -> dict[str, Any]:
         """``summary.json`` → ``engine``'s Ray part: ``nodes`` (per node the workers ran on:
