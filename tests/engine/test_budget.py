@@ -155,9 +155,20 @@ def test_an_offline_run_costs_exactly_zero_with_its_scripted_user(tmp_path):
     from evalkit.specs import build
 
     cfg = _cfg("model=reference", "benchmark.subsets=[agent_multi_turn]", "run.max_total_tokens=1000")
-    prices = run_prices(build(cfg).models, with_user=False)
+    prices = run_prices(build(cfg).models, with_user=False, rollouts=True)
     turns = [{"actor": "agent", "usage": None, "cached": False}, {"actor": "user", "usage": None, "cached": False}]
     assert spend(Trajectory(turns=turns), prices) == {"cost_usd": 0.0, "spent_tokens": 0}
+
+
+def test_an_offline_run_without_rollouts_records_no_user_simulator_price():
+    """Issue 48 item 8: ``user: free (offline)`` was recorded for tasks with no user simulator."""
+    from evalkit.engine.plan import prepare
+    from evalkit.specs import build
+
+    plan = prepare(build(_cfg("model=reference", "benchmark.subsets=[normal_atom_bool]", "run.limit=2")))
+    assert {k: p.describe() for k, p in plan.prices.items()} == {"agent": "free (offline)"}
+    rollouts = prepare(build(_cfg("model=reference", "benchmark.subsets=[agent_multi_turn]", "run.limit=1")))
+    assert {k: p.describe() for k, p in rollouts.prices.items()} == {"agent": "free (offline)", "user": "free (offline)"}
 
 
 @pytest.mark.slow  # litellm's import (the user simulator's price)
