@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +118,25 @@ def test_a_slow_start_of_the_model_workers_is_said_as_it_passes(caplog, monkeypa
     said = [r.getMessage() for r in caplog.records if r.name == "evalkit.status"]
     assert len(said) == 1 and said[0].startswith("1 of 2 workers started after ")
     assert said[0].endswith(" s (the host's load is 30.0 on 2 cores)…")
+
+
+@pytest.mark.parametrize(("kinds", "load", "said"), [
+    ({"timeout": 1}, 25.0, "(timeout: 1; the host's load is 25.0 on 2 cores, the likely cause of the timeouts)"),
+    ({"timeout": 1}, 1.0, "(timeout: 1);"),  # a quiet host: no blame
+    ({"server_error": 1}, 25.0, "(server_error: 1);"),  # not a timeout: the load is not its cause
+])  # fmt: skip
+def test_an_incomplete_run_with_timeouts_on_a_loaded_host_says_so(monkeypatch, kinds, load, said):
+    """Issue 48 item 4: ``INCOMPLETE: 1 of 1 sample failed (timeout: 1)`` after 1,516 s at load
+    20 or more, with no hint that the host's load was the cause."""
+    import os
+
+    from evalkit.engine.run import RunResult
+    from evalkit.job import outcome_line
+    from evalkit.summary import Summary
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    summary = Summary(status="incomplete", benchmark="acebench", model="smollm2", n_samples=1, n_scored=0, n_failed=1,
+                      n_failed_rows=1, n_scored_rows=0, n_requested=1, failed_by_kind=kinds)  # fmt: skip
+    line = outcome_line(RunResult(Path("outputs/runs/x"), summary.record(), summary))
+    assert line.startswith(f"evalkit: INCOMPLETE: 1 of 1 sample failed {said}")

@@ -29,7 +29,7 @@ from evalkit.engine.rundir import PREDICTIONS, choose_run_dir
 from evalkit.engine.phases import Phases
 from evalkit.engine.run import RunResult, run_evaluation
 from evalkit.engine.session import Session
-from evalkit.errors import ConfigError, counted, printable, resume_arg
+from evalkit.errors import ConfigError, counted, host_load, printable, resume_arg
 from evalkit.providers import estimate_prompt_tokens
 from evalkit.report.summary import headline_text
 from evalkit.specs import build
@@ -107,6 +107,8 @@ def outcome_line(result: RunResult) -> str:
     if typed.complete:
         return f"evalkit: complete: {typed.benchmark} × {typed.model}: {headline_text(typed)}; {cost} → {result.run_dir}"
     kinds = ", ".join(f"{k}: {v}" for k, v in typed.failed_by_kind.items()) or "never ran"
+    load = host_load() if "timeout" in typed.failed_by_kind else ""
+    kinds += f"; {load}, the likely cause of the timeouts" if load else ""
     return f"evalkit: INCOMPLETE: {typed.count_line()} ({kinds}); no headline score; {cost}. Resume: {resume_arg(result.run_dir)}"
 
 
