@@ -55,7 +55,7 @@ def test_the_newest_earlier_run_of_the_same_model_gives_its_measured_rate(tmp_pa
     _earlier_run(tmp_path, "20261201-000000-1", MODEL_ID, [_row(1000, 1000, 1.0)])  # older: not used
     _earlier_run(tmp_path, "20261209-000000-1", "openai/other@http://127.0.0.1:9/v1", [_row(10, 10, 1.0)])  # other weights
     rows = [_row(900, 100, 8.0), _row(1900, 100, 12.0), _row(5, 5, 0.001, cached=True)]
-    _earlier_run(tmp_path, "20261205-000000-1", MODEL_ID, rows)
+    _earlier_run(tmp_path, "20261205-000000-1", f"{MODEL_ID}|user={MODEL_ID}", rows)  # with a user simulator: the same server
     dry = _dry(tmp_path, "model.provider_model=openai/smollm2", "backend.concurrency=1")
     expected = (dry.prompt_tokens + 100 * dry.requests) / 150.0  # 3,000 tokens over 20 s; 100 completion tokens each
     assert dry.lines[1] == (f"evalkit: dry run: time ≈ {duration(expected)} at 150.0 tok/s per request measured on 2026-12-05 "

@@ -11,7 +11,7 @@ Where the rate comes from, in this order (the estimate says which, and when it w
 
 * ``model.tokens_per_second``, stated in the model's config;
 * measured: the newest earlier run of the same model (same ``model_id``: the served weights
-  or endpoint) under ``<run.output_root>/runs/*/<model name>/``, from the primary records of
+  or endpoint; a user simulator's part aside) under ``<run.output_root>/runs/*/<model name>/``, from the primary records of
   its ``predictions.jsonl`` — the answers not taken from the response cache, Σ tokens over
   Σ ``latency_s`` — with its mean completion tokens per answer, what the estimate then
   expects of each new answer;
@@ -57,14 +57,15 @@ def stated(tokens_per_second: float) -> Throughput:
 
 def measured(output_root: Path, model_name: str, model_id: str) -> Throughput | None:
     """The rate of the newest earlier run of ``model_name`` under ``output_root`` whose
-    ``summary.json`` names ``model_id`` and whose journal holds an answer not taken from the
+    ``summary.json`` names ``model_id`` (the model's own part: with or without a user
+    simulator's) and whose journal holds an answer not taken from the
     cache, with a latency and token counts; ``None`` when there is none. An unreadable or
     malformed run directory is passed over (it is not this run's input)."""
     dirs = sorted(output_root.glob(f"runs/*/{model_name}/*/summary.json"), key=lambda p: p.parent.name, reverse=True)
     for summary_path in dirs[:MAX_RUNS_LOOKED_AT]:
         try:
             summary = read_summary_record(summary_path)
-            if not isinstance(summary, dict) or summary.get("model_id") != model_id:
+            if not isinstance(summary, dict) or _agent(summary.get("model_id")) != _agent(model_id):
                 continue
             rate = _rate(summary_path.parent, summary)
         except (EvalkitError, OSError):
@@ -72,6 +73,12 @@ def measured(output_root: Path, model_name: str, model_id: str) -> Throughput | 
         if rate is not None:
             return rate
     return None
+
+
+def _agent(model_id: Any) -> Any:
+    """The model's own part of a run's ``model_id`` (a run with a user simulator adds
+    ``|user=<its id>``): the server whose rate is measured."""
+    return model_id.split("|", 1)[0] if isinstance(model_id, str) else None
 
 
 def _rate(run_dir: Path, summary: dict[str, Any]) -> Throughput | None:
