@@ -37,6 +37,6 @@ def test_a_files_line_comes_when_its_last_test_has_reported_with_its_counts():
         for when in ("setup", "call", "teardown"):
             progress.pytest_runtest_logreport(_report(nodeid, when, outcome if when == "call" else "passed"))
     progress.pytest_runtest_logreport(_report("tests/a.py::t3", "setup", "skipped"))  # skipped at its setup: no call
-    assert len(reporter.lines) == 1 and reporter.lines[0].startswith("[  1/2 files, 00:00] tests/b.py: 1 failed (")
+    assert len(reporter.lines) == 1 and reporter.lines[0].startswith("[  1/2 files, 00:00] tests/b.py: 1 failed: t1 (")
     progress.pytest_runtest_logreport(_report("tests/a.py::t3", "teardown"))
     assert len(reporter.lines) == 2 and reporter.lines[1].startswith("[  2/2 files, 00:00] tests/a.py: 2 passed, 1 skipped (")

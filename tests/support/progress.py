@@ -2,6 +2,7 @@
 fast lane printed only dots, and a loaded host's run looked stuck)::
 
     [ 12/131 files, 03:41] tests/engine/test_model_client.py: 6 passed (4.2 s)
+    [ 13/131 files, 03:52] tests/test_x.py: 4 passed, 1 failed: test_y[a] (2.0 s)
 
 Registered by ``tests/conftest.py`` at pytest's default verbosity (``-v`` already names
 each test, ``-q`` asks for less); it prints under pytest-xdist only (``bash/test.sh`` runs
@@ -26,6 +27,7 @@ class FileProgress:
         self.expected: Counter[str] | None = None  # tests per file
         self.outcomes: dict[str, Counter[str]] = defaultdict(Counter)
         self.first: dict[str, float] = {}
+        self.failed: dict[str, list[str]] = defaultdict(list)  # the tests that failed or errored, per file
         self.done = 0
 
     @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook (its controller), once per worker: the first one counts
@@ -40,6 +42,8 @@ class FileProgress:
             self.outcomes[path][_outcome(report)] += 1
         elif report.when == "teardown" and report.failed:
             self.outcomes[path]["error"] += 1
+        if report.failed:
+            self.failed[path].append(report.nodeid.split("::", 1)[-1])
         if report.when != "teardown" or self.expected is None:
             return
         self.outcomes[path]["_finished"] += 1
@@ -50,6 +54,9 @@ class FileProgress:
         self.done += 1
         counts = self.outcomes[path]
         shown = ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "error", "skipped", "xfailed", "xpassed") if counts[k])
+        failed = self.failed.get(path) or []
+        if failed:  # named here too: a run stopped by a time limit prints no summary
+            shown += f": {', '.join(failed[:3])}{f' and {len(failed) - 3} more' if len(failed) > 3 else ''}"
         elapsed = int(time.monotonic() - self.started)
         took = time.monotonic() - self.first[path]
         total = len(self.expected or ())
