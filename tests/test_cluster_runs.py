@@ -30,6 +30,7 @@ from evalkit.engine.ratelimit import endpoint_key
 from evalkit.journal import read_jsonl
 from tests.conftest import REPO_ROOT, base_overrides, evalkit_cmd
 from tests.support.fake_openai import in_flight_peak
+from tests.support.host import time_limit
 from tests.support.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
@@ -71,7 +72,7 @@ def _args(cluster: LocalCluster, fake, out: Path, acebench_dir: Path, *extra: st
     return evalkit_cmd(
         *base_overrides(out, acebench_dir), "runner=cluster", f"runner.address={cluster.address}", "runner.num_workers=2",
         "model=openai_compatible", f"backend.api_base={fake.api_base}", "run.cache=false", f"benchmark.subsets={SUBSETS}",
-        "backend.retry_initial_wait_s=0.05", "backend.retry_max_wait_s=0.2", "backend.timeout_s=20", *extra,
+        "backend.retry_initial_wait_s=0.05", "backend.retry_max_wait_s=0.2", f"backend.timeout_s={time_limit(20):g}", *extra,
     )  # fmt: skip
 
 

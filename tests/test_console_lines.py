@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,63 @@ def test_console_counts_say_1_request_not_1_requests(tmp_path):
                               "run.dry_run=true"]))  # fmt: skip
     lines = dry_run(cfg).lines
     assert lines[0].startswith("evalkit: dry run: arith_mini × reference: 1 request answered offline")
+
+
+def test_the_bar_shows_calls_in_flight_their_tokens_and_the_longest_wait():
+    """Issue 48 item 4: the console once showed ``0/1`` for 24 minutes while the embedded
+    model streamed its answer; the bar now says what is in flight."""
+    from evalkit.engine.run import bar_postfix
+
+    assert bar_postfix((2, 340, 95.4), 1, 0) == {"in flight": 2, "streamed": "340 tok", "longest": "95 s", "scoring": 1}
+    assert bar_postfix((1, 0, 9.9), 0, 3) == {"in flight": 1, "failed": 3}  # nothing streamed yet, under 10 s
+    assert bar_postfix((0, 0, 0.0), 0, 0) == {} and bar_postfix(None, 2, 0) == {"scoring": 2}
+
+
+def test_a_slow_start_of_the_model_workers_is_said_as_it_passes(caplog, monkeypatch):
+    """Issue 48 item 4: "Model workers ready" (311 s, where the console had promised "a few
+    seconds") went only to evalkit.log. Two workers, none started by the first look, the
+    first by the second (the run starts with the first: issue 46), on a host at load 30 on
+    2 cores."""
+    import logging
+    import os
+
+    from evalkit.engine.executor import RayExecutor
+
+    class FakeRay:
+        looks = 0
+
+        def wait(self, refs, num_returns, timeout):
+            self.looks += 1
+            return (refs[:1], refs[1:]) if self.looks > 1 else ([], refs)
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (30.0, 30.0, 30.0))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    executor = RayExecutor.__new__(RayExecutor)
+    executor._ray, executor._ready, executor.started = FakeRay(), ["w0", "w1"], 0.0
+    with caplog.at_level(logging.INFO, logger="evalkit.status"):
+        assert executor._await_first(every_s=0.01) == "w0"
+    said = [r.getMessage() for r in caplog.records if r.name == "evalkit.status"]
+    assert len(said) == 1 and said[0].startswith("0 of 2 workers started after ")
+    assert said[0].endswith(" s (the host's load is 30.0 on 2 cores)…")
+
+
+@pytest.mark.parametrize(("kinds", "load", "said"), [
+    ({"timeout": 1}, 25.0, "(timeout: 1; the host's load is 25.0 on 2 cores, the likely cause of the timeouts)"),
+    ({"timeout": 1}, 1.0, "(timeout: 1);"),  # a quiet host: no blame
+    ({"server_error": 1}, 25.0, "(server_error: 1);"),  # not a timeout: the load is not its cause
+])  # fmt: skip
+def test_an_incomplete_run_with_timeouts_on_a_loaded_host_says_so(monkeypatch, kinds, load, said):
+    """Issue 48 item 4: ``INCOMPLETE: 1 of 1 sample failed (timeout: 1)`` after 1,516 s at load
+    20 or more, with no hint that the host's load was the cause."""
+    import os
+
+    from evalkit.engine.run import RunResult
+    from evalkit.job import outcome_line
+    from evalkit.summary import Summary
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    summary = Summary(status="incomplete", benchmark="acebench", model="smollm2", n_samples=1, n_scored=0, n_failed=1,
+                      n_failed_rows=1, n_scored_rows=0, n_requested=1, failed_by_kind=kinds)  # fmt: skip
+    line = outcome_line(RunResult(Path("outputs/runs/x"), summary.record(), summary))
+    assert line.startswith(f"evalkit: INCOMPLETE: 1 of 1 sample failed {said}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import urllib.request
 
@@ -40,6 +41,10 @@ def test_smollm2_run_from_the_cli_starts_and_stops_its_own_server(ray_address, a
     run_dir = next((root / "runs" / "acebench" / "smollm2").iterdir())
     server_line = f"evalkit: starting llama.cpp's server for smollm2 (SmolLM2-135M-Instruct.Q4_1.gguf; its log: {run_dir / 'llama-server.log'})…"
     assert server_line in proc.stderr.splitlines()  # what the first seconds are spent on is said
+    # and when each start-up phase has passed (issue 48 item 4: "workers ready" went only to evalkit.log)
+    said = proc.stderr.splitlines()
+    assert any(re.fullmatch(r"evalkit: llama.cpp's server ready in \d+\.\d s", ln) for ln in said), proc.stderr[-3000:]
+    assert any(re.fullmatch(r"evalkit: 1 worker ready in \d+\.\d s", ln) for ln in said), proc.stderr[-3000:]
     preds = list(read_jsonl(run_dir / "predictions.jsonl"))
     assert sorted(p["sample_id"] for p in preds) == sorted(SHORT)
     for p in preds:

@@ -403,3 +403,33 @@ def test_a_sweep_directory_is_never_reused(shared_data_dir: Path, tmp_path: Path
     assert again.stderr.strip() == f"evalkit: error: hydra.sweep.dir: {sweep_dir} already holds a sweep; pick another directory"
     assert (sweep_dir / "sweep_summary.json").read_text() == before
     assert sorted(p.name for p in sweep_dir.glob("[0-9]*")) == ["0-ke-reference-shots0"]
+
+
+def test_the_sweep_report_shows_prompt_hashes_cut_to_12_and_the_json_keeps_them_whole():
+    """Issue 48 item 8: ``sweep_report.md`` showed whole 64-hex prompt hashes in its paired
+    notes; the report shows 12 characters, as the others do, and ``sweep_summary.json``
+    (what this dict becomes) keeps the note as written."""
+    from evalkit.sweep import report_markdown
+
+    a, b = "a1" * 32, "0f" * 32
+    note = f"prompt hash differ: {a!r} vs {b!r}"
+    pair = {"key": "shots", "base": 0, "job": 1, "headline": "acc", "delta": 0.1, "low": -0.1, "high": 0.3, "p": 0.5,
+            "test": "McNemar", "level": 0.95, "notes": [note]}  # fmt: skip
+    summary = {"sweep_id": "s", "n_complete_jobs": 2, "n_jobs": 2, "overrides": ["shots=0,3"], "jobs": [], "paired": [pair]}
+    text = report_markdown(summary)
+    assert f"prompt hash differ: '{a[:12]}…' vs '{b[:12]}…'" in text and a not in text and b not in text
+    assert summary["paired"][0]["notes"] == [note]
+
+
+def test_a_sweep_jobs_run_dir_takes_the_form_of_a_single_runs(tmp_path, monkeypatch):
+    """Issue 48 item 8: a single run's directory was relative (``outputs/runs/…``), a sweep
+    job's absolute (Hydra's job directory). A job's is now ``<sweep dir>/<job>`` as the sweep
+    directory was given, when that names the same directory from here."""
+    from evalkit.sweep import _as_given
+
+    job = tmp_path / "outputs" / "sweeps" / "20261207-000000" / "0-ke-reference-shots0"
+    monkeypatch.chdir(tmp_path)
+    assert _as_given(Path("outputs/sweeps/20261207-000000"), job) == Path("outputs/sweeps/20261207-000000/0-ke-reference-shots0")
+    assert _as_given(job.parent, job) == job  # an absolute run.output_root: absolute, as a single run's
+    monkeypatch.chdir(tmp_path.parent)  # elsewhere (a launcher's job started in another directory): Hydra's own
+    assert _as_given(Path("outputs/sweeps/20261207-000000"), job) == job

@@ -25,6 +25,7 @@ def test_mlflow_run_has_tags_params_metrics_and_artifacts(run_eval, tmp_path):
     assert tags["benchmark"] == "acebench" and tags["model"] == "reference"
     assert tags["data_fingerprint"] == res.summary["data_fingerprint"] and len(tags["data_fingerprint"]) == 64
     assert tags["prompt_hash"] == res.summary["prompt_hash"]
+    assert "user_model" not in tags and res.summary["user_model"] is None  # no user simulator: no tag (was "None")
     assert tags["code_version"].startswith("0.1.0+")
     assert run.data.metrics["accuracy/normal_atom_bool"] == 1.0
     assert run.data.metrics["accuracy/special_irrelevant"] == 1.0

@@ -484,6 +484,8 @@ def hydra_error_line(exc: BaseException) -> str:
     m = re.search(r"Could not override '([^']+)'", text)
     if m and ("not in struct" in text or "To append" in text):
         near = similar_key(m.group(1))
+        if near == m.group(1).lstrip("+~"):  # a field of the validated config that this config's YAML does not set
+            return f"{near}: not set by this config's YAML; add it with +{near}=..."
         if near:
             return f"{m.group(1)}: unknown key; did you mean {near}?"
         return f"{m.group(1)}: unknown key (to add a new key use +{m.group(1)}=...)"

@@ -35,7 +35,8 @@ class _Strict(BaseModel):
 #: the keys each model kind uses besides ``name`` and ``kind`` (any other one set is refused);
 #: ``generation`` and ``dataset_args`` are layers (:func:`resolve_layers`)
 MODEL_KEYS: dict[str, set[str]] = {
-    "litellm": {"provider_model", "api", "api_key_env", "extra_body", "pricing", "response_format", "vision"},
+    "litellm": {"provider_model", "api", "api_key_env", "extra_body", "pricing", "response_format", "vision",
+                "tokens_per_second"},
     "replay": {"path", "api"},
     "reference": set(),
     "baseline": {"baseline"},
@@ -107,6 +108,10 @@ class ModelConfig(_Strict):
     #: say so; unset (``None``), litellm's ``supports_vision`` counts only when it says True
     #: (:func:`evalkit.providers.takes_images`); never sent
     vision: bool | None = None
+    #: tokens (prompt and completion together) one request gets through per second, for the
+    #: dry run's time estimate (``run.dry_run=true``; unset: the rate measured by the newest
+    #: earlier run of the model in ``run.output_root``, :mod:`evalkit.engine.estimate`); never sent
+    tokens_per_second: float | None = Field(default=None, gt=0)
 
     @field_validator("name")
     @classmethod

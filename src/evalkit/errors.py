@@ -155,3 +155,25 @@ def resume_arg(run_dir: object) -> str:
     (:func:`hydra_value`, then :func:`shlex.quote`d when it needs to be): pasted as printed, a
     directory named ``x $(touch PWN);`id``` resumes, and runs nothing."""
     return shlex.quote(f"run.resume={hydra_value(run_dir)}")
+
+
+#: a host whose 1-minute load average per core is at least this is called loaded (the likely
+#: cause of a timeout or a slow start there)
+LOADED_PER_CORE = 1.5
+
+
+def host_load(loadavg: tuple[float, float, float] | None = None, cores: int | None = None) -> str:
+    """``"the host's load is 25.1 on 2 cores"`` when the 1-minute load average per core is
+    at least :data:`LOADED_PER_CORE` (``os.getloadavg()`` and ``os.cpu_count()`` unless
+    given), else ``""`` (a quiet host, or a platform without a load average): the hint a
+    timeout or a slow start gives when the host is the likely cause."""
+    import os
+
+    try:
+        load = loadavg or os.getloadavg()
+    except OSError:
+        return ""
+    cores = cores or os.cpu_count() or 1
+    if load[0] / cores < LOADED_PER_CORE:
+        return ""
+    return f"the host's load is {load[0]:.1f} on {counted(cores, 'core')}"

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from evalkit.benchmarks.task.qualification import judge_digest, refusal, run_qualification
 from evalkit.compose import resolve
 from evalkit.config import EvalConfig
+from evalkit.engine import estimate
 from evalkit.engine.batch import dry_run_section
 from evalkit.engine.journal import read_journal
 from evalkit.engine.plan import RunPlan, prepare
@@ -28,7 +29,7 @@ from evalkit.engine.rundir import PREDICTIONS, choose_run_dir
 from evalkit.engine.phases import Phases
 from evalkit.engine.run import RunResult, run_evaluation
 from evalkit.engine.session import Session
-from evalkit.errors import ConfigError, counted, printable, resume_arg
+from evalkit.errors import ConfigError, counted, host_load, printable, resume_arg
 from evalkit.providers import estimate_prompt_tokens
 from evalkit.report.summary import headline_text
 from evalkit.specs import build
@@ -106,6 +107,8 @@ def outcome_line(result: RunResult) -> str:
     if typed.complete:
         return f"evalkit: complete: {typed.benchmark} × {typed.model}: {headline_text(typed)}; {cost} → {result.run_dir}"
     kinds = ", ".join(f"{k}: {v}" for k, v in typed.failed_by_kind.items()) or "never ran"
+    load = host_load() if "timeout" in typed.failed_by_kind else ""
+    kinds += f"; {load}, the likely cause of the timeouts" if load else ""
     return f"evalkit: INCOMPLETE: {typed.count_line()} ({kinds}); no headline score; {cost}. Resume: {resume_arg(result.run_dir)}"
 
 
@@ -269,6 +272,8 @@ def dry_run_lines(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> list[str]:
                      f"~{dry.judge_prompt_tokens:,} prompt tokens around an empty answer (each judged answer adds its own); {cost}")  # fmt: skip
     if cfg.run.batch and cfg.model.kind == "litellm":
         lines.append(f"evalkit: dry run: {dry_run_section(plan, dry.prompt_tokens or 0, dry.requests)}")
+    if cfg.model.kind == "litellm" and dry.requests:
+        lines.append(f"evalkit: dry run: {_time_part(cfg, plan, dry)}")
     if cfg.run.resume is not None:
         lines.append(f"evalkit: dry run: resuming {cfg.run.resume}: {dry.journaled} of {counted(len(plan.units), 'request')} "
                      f"already journaled, {dry.requests} to send")
@@ -308,6 +313,18 @@ def _budget_line(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> str | None:
             return (f"evalkit: dry run: the estimate may exceed {key}={limit:g} ({shown.format(upper)} if every answer used "
                     f"max_tokens={max_tokens}): requests whose upper bound does not fit are not sent")
     return None
+
+
+def _time_part(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> str:
+    """How long the requests would take (:func:`evalkit.engine.estimate.time_line`): at the
+    rate ``model.tokens_per_second`` states, else at the rate the newest earlier run of the
+    model measured in ``run.output_root``; ``backend.concurrency`` at a time."""
+    if cfg.model.tokens_per_second is not None:
+        rate = estimate.stated(cfg.model.tokens_per_second)
+    else:
+        rate = estimate.measured(Path(cfg.run.output_root), cfg.model.name, plan.models.model_id)
+    return estimate.time_line(dry.prompt_tokens or 0, dry.requests, cfg.generation.max_tokens, cfg.backend.concurrency, rate,
+                              dry.rollouts)  # fmt: skip
 
 
 def _rollouts_part(dry: DryRun) -> str:

@@ -28,6 +28,7 @@ import datetime as dt
 import json
 import logging
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -164,7 +165,8 @@ def _job_record(hc: Any) -> dict[str, Any]:
 
 
 def _job_config(cfg: DictConfig, sweep_dir: Path, job_dir: Path) -> DictConfig:
-    """The job's config: it joins the sweep, and its run directory is Hydra's job directory."""
+    """The job's config: it joins the sweep, and its run directory is Hydra's job directory,
+    named as the sweep's directory was given (:func:`_as_given`)."""
     cfg = cfg.copy()
     with open_dict(cfg):
         cfg.run.sweep_dir = str(sweep_dir)
@@ -172,8 +174,18 @@ def _job_config(cfg: DictConfig, sweep_dir: Path, job_dir: Path) -> DictConfig:
             # Hydra made the job's directory (empty); evalkit's run directory must be new
             if job_dir.is_dir() and not any(job_dir.iterdir()):
                 job_dir.rmdir()
-            cfg.run.dir = str(job_dir)
+            cfg.run.dir = str(_as_given(sweep_dir, job_dir))
     return cfg
+
+
+def _as_given(sweep_dir: Path, job_dir: Path) -> Path:
+    """``job_dir`` (Hydra's, absolute) as ``<sweep dir>/<its name>`` in the form the sweep's
+    directory was given — relative to the working directory under a relative
+    ``run.output_root``, as a single run's directory is — when that names the same
+    directory from here; else ``job_dir`` as it is (issue 48: a single run's paths were
+    relative, a sweep job's absolute)."""
+    given = sweep_dir / job_dir.name
+    return given if given.resolve() == job_dir.resolve() else job_dir
 
 
 def _record_result(record: dict[str, Any], result: Any) -> None:
@@ -466,6 +478,16 @@ def _shown(override: str) -> str:
     return override
 
 
+#: a SHA-256 hex digest standing alone in a text (a prompt hash, a data fingerprint)
+_DIGEST = re.compile(r"(?<![0-9a-fA-F])[0-9a-f]{64}(?![0-9a-fA-F])")
+
+
+def short_hashes(text: str) -> str:
+    """``text`` with each 64-hex digest in it cut to its first 12 characters and ``…``, as
+    the other reports show them (``sweep_summary.json`` keeps them whole)."""
+    return _DIGEST.sub(lambda m: m.group(0)[:12] + "…", text)
+
+
 def report_markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# Sweep {md_text(summary['sweep_id'])}",
@@ -489,13 +511,13 @@ def report_markdown(summary: dict[str, Any]) -> str:
                   "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for p in summary["paired"]:
             if "error" in p:
-                lines.append(f"| {md_text(p['key'])} | {p['base']} | {p['job']} | {md_text(p['error'])} | | | | | | |")
+                lines.append(f"| {md_text(p['key'])} | {p['base']} | {p['job']} | {md_text(short_hashes(p['error']))} | | | | | | |")
                 continue
             shown = (f"{p['delta']:+.4f} [{p['low']:+.4f}, {p['high']:+.4f}]" if p.get("low") is not None
                      else "no paired samples" if p.get("delta") is None else f"{p['delta']:+.4f} (not estimable)")  # fmt: skip
             fmt = lambda x: f"{x:.4g}" if isinstance(x, (int, float)) else ""  # noqa: E731
             lines.append(f"| {md_text(p['key'])} | {p['base']} | {p['job']} | {shown} | {int(round(100 * p.get('level', 0.95)))}% | "
                          f"{fmt(p.get('p'))} | {fmt(p.get('p_holm'))} | {fmt(p.get('p_bh'))} | {md_text(p['test'])} | "
-                         f"{md_text('; '.join(p.get('notes') or []))} |")  # fmt: skip
+                         f"{md_text(short_hashes('; '.join(p.get('notes') or [])))} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 

@@ -17,6 +17,7 @@ from evalkit.errors import ConfigError
 from evalkit.models.base import ModelCallError
 from evalkit.providers import Price, estimate_prompt_tokens
 from evalkit.types import Completion, Request, Trajectory
+from tests.support.host import time_limit
 
 PRICE = Price("model.pricing", "m", 3e-6, 15e-6)
 
@@ -95,6 +96,8 @@ def test_an_answer_without_usage_is_charged_its_reservation_and_a_cache_hit_noth
 
 
 def test_a_call_that_does_not_fit_waits_for_the_calls_in_flight_then_goes():
+    limit_s = time_limit(1)
+
     async def scenario() -> list[str]:
         budget = Budget(None, 4500, {"agent": PRICE})
         order: list[str] = []
@@ -103,7 +106,7 @@ def test_a_call_that_does_not_fit_waits_for_the_calls_in_flight_then_goes():
         await asyncio.sleep(0.01)
         order.append("waiting" if not waiting.done() else "went")
         await budget.settle(first, "agent", {"prompt_tokens": 1000, "completion_tokens": 10}, measured=True)
-        second = await asyncio.wait_for(waiting, 1)
+        second = await asyncio.wait_for(waiting, limit_s)  # a hang guard
         order.append("went" if second is not None else "refused")
         await budget.settle(second, "agent", {"prompt_tokens": 1000, "completion_tokens": 10}, measured=True)
         third = await budget.reserve("agent", 2000, 100)  # 2020 spent + 2664 > 4500, nothing in flight: refused
@@ -155,9 +158,20 @@ def test_an_offline_run_costs_exactly_zero_with_its_scripted_user(tmp_path):
     from evalkit.specs import build
 
     cfg = _cfg("model=reference", "benchmark.subsets=[agent_multi_turn]", "run.max_total_tokens=1000")
-    prices = run_prices(build(cfg).models, with_user=False)
+    prices = run_prices(build(cfg).models, with_user=False, rollouts=True)
     turns = [{"actor": "agent", "usage": None, "cached": False}, {"actor": "user", "usage": None, "cached": False}]
     assert spend(Trajectory(turns=turns), prices) == {"cost_usd": 0.0, "spent_tokens": 0}
+
+
+def test_an_offline_run_without_rollouts_records_no_user_simulator_price():
+    """Issue 48 item 8: ``user: free (offline)`` was recorded for tasks with no user simulator."""
+    from evalkit.engine.plan import prepare
+    from evalkit.specs import build
+
+    plan = prepare(build(_cfg("model=reference", "benchmark.subsets=[normal_atom_bool]", "run.limit=2")))
+    assert {k: p.describe() for k, p in plan.prices.items()} == {"agent": "free (offline)"}
+    rollouts = prepare(build(_cfg("model=reference", "benchmark.subsets=[agent_multi_turn]", "run.limit=1")))
+    assert {k: p.describe() for k, p in rollouts.prices.items()} == {"agent": "free (offline)", "user": "free (offline)"}
 
 
 @pytest.mark.slow  # litellm's import (the user simulator's price)

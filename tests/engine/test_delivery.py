@@ -30,6 +30,7 @@ from evalkit.engine.executor import pack
 from evalkit.engine.scheduling import run_units
 from evalkit.engine.work import WorkItem
 from evalkit.types import Request, Sample, Trajectory
+from tests.support.host import time_limit
 
 
 class WorkerDied(Exception):
@@ -129,9 +130,11 @@ def _run(workers: list[FakeWorker], units: list[WorkItem], concurrency: int = 8)
         got[unit.key] = trajectory
         handed[unit.key] += 1
 
+    limit_s = time_limit(10)  # measured before the loop starts: the host's slowness now
+
     async def main() -> Delivery:
         d = Delivery(workers, ("job", [], None), lost=(WorkerDied, Unreachable), ping_timeout_s=0.5)
-        await asyncio.wait_for(run_units(d, units, concurrency, on_result), timeout=10)
+        await asyncio.wait_for(run_units(d, units, concurrency, on_result), timeout=limit_s)  # a hang guard
         return d
 
     d = asyncio.run(main())

@@ -10,6 +10,10 @@ import pytest
 
 from evalkit.engine import ratelimit
 from evalkit.engine.ratelimit import EndpointLimits, endpoint_key
+from tests.support.host import time_limit
+
+#: how long a waiter granted its slot is waited for: a hang guard, 5 s on an idle host, scaled by the host's slowness
+LIMIT_S = time_limit(5)
 
 def _holder(name: str) -> tuple[str, str, str]:
     """A model worker's ``(job id, actor id, process id)``: ``name``'s own job, actor and process."""
@@ -50,7 +54,7 @@ def test_callers_of_one_endpoint_share_its_limit_and_other_endpoints_have_their_
         waiting = await _blocked(limits.acquire(AGENT, 4, True, _holder("worker-a")))  # a 5th: over the limit
         user = [await limits.acquire(USER, 2, True, _holder("worker-b")) for _ in range(2)]  # another endpoint
         await limits.release(b[0], False)
-        await asyncio.wait_for(waiting, 5)
+        await asyncio.wait_for(waiting, LIMIT_S)
         stats = limits.stats(AGENT)
         assert stats is not None and stats["in_flight"] == 4 and stats["requests"] == 5
         del a, user
@@ -95,7 +99,7 @@ def test_a_restarted_workers_old_leases_are_given_back():
         await limits.acquire(AGENT, 3, True, ("job", "actor-2", "proc-b"))
         late = await _blocked(limits.acquire(AGENT, 3, True, ("job", "actor-1", "proc-old")))  # a 4th: waits
         freed = await limits.register("actor-1", "proc-new")  # the restarted process, on another node
-        await asyncio.wait_for(late, 5)  # granted to the dead process: given back at once
+        await asyncio.wait_for(late, LIMIT_S)  # granted to the dead process: given back at once
         await limits.acquire(AGENT, 3, True, ("job", "actor-1", "proc-new"))
         await limits.release(999, True)  # a lease given back already: ignored
         stats = limits.stats(AGENT)
@@ -117,8 +121,8 @@ def test_a_dead_drivers_leases_are_freed_and_a_fresh_driver_has_the_whole_window
             await limits.acquire(AGENT, 4, True, ("job-killed", f"actor-{i % 2}", f"proc-{i % 2}"))
         waiting = await _blocked(limits.acquire(AGENT, 4, True, ("job-resume", "actor-9", "proc-9")), 0.1)  # alive: kept
         dead.append("job-killed")
-        await asyncio.wait_for(waiting, 5)
-        resumed = [await asyncio.wait_for(limits.acquire(AGENT, 4, True, ("job-resume", "actor-9", "proc-9")), 5) for _ in range(3)]
+        await asyncio.wait_for(waiting, LIMIT_S)
+        resumed = [await asyncio.wait_for(limits.acquire(AGENT, 4, True, ("job-resume", "actor-9", "proc-9")), LIMIT_S) for _ in range(3)]
         limits._reaper.cancel()  # type: ignore[union-attr]
         return len(resumed) + 1, limits.reclaimed
 

@@ -1,5 +1,9 @@
 """The litellm client on its own (no engine, no Ray) against the scripted fake server:
-the retry budget and errors raised inside the client before any request leaves."""
+the retry budget and errors raised inside the client before any request leaves.
+
+Each attempt's ``timeout_s`` (and a budget the test means to be ample) is a base that holds
+on an idle host times the host's slowness (:func:`tests.support.host.time_limit`): at load
+25 two of these tests once failed with ``timeout_s=5`` and passed on a rerun (issue 48)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import pytest
 from evalkit.models.base import ModelCallError
 from evalkit.models.litellm_client import LiteLLMModel
 from evalkit.types import Request
+from tests.support.host import time_limit
 
 
 def _ask(model: LiteLLMModel, text: str):
@@ -27,8 +32,8 @@ def test_a_wait_that_would_end_past_the_budget_is_not_started(fake_openai):
     question = "retry-budget-question"
     fake_openai.set_plan({"rules": [{"match": question, "always_status": 503, "retry_after": 3}]})
     model = LiteLLMModel(
-        "openai/fake", api_base=fake_openai.api_base, timeout_s=5, max_retries=5,
-        retry_initial_wait_s=0.01, retry_max_wait_s=60, retry_budget_s=1,
+        "openai/fake", api_base=fake_openai.api_base, timeout_s=time_limit(5), max_retries=5,
+        retry_initial_wait_s=0.01, retry_max_wait_s=60, retry_budget_s=1,  # the budget is the test's point: not scaled
     )  # fmt: skip
     failure = _ask(model, question)
     assert (failure.error_kind, failure.attempts) == ("server_error", 1)
@@ -40,7 +45,8 @@ def test_waits_within_the_budget_still_retry(fake_openai):
     two scripted 503s, then the answer on the third attempt."""
     question = "retry-within-budget-question"
     fake_openai.set_plan({"rules": [{"match": question, "statuses": [503, 503], "retry_after": 0.2, "content": "ok"}]})
-    model = LiteLLMModel("openai/fake", api_base=fake_openai.api_base, timeout_s=5, max_retries=5, retry_budget_s=10)
+    model = LiteLLMModel("openai/fake", api_base=fake_openai.api_base, timeout_s=time_limit(5), max_retries=5,
+                         retry_budget_s=time_limit(10))  # fmt: skip
     completion = _ask(model, question)
     assert (completion.text, completion.attempts) == ("ok", 3)
     assert [r["status"] for r in fake_openai.requests_for(question)] == [503, 503, 200]
@@ -59,7 +65,7 @@ def test_a_request_that_cannot_be_built_is_client_config_not_retried(fake_openai
     after one attempt (it used to be ``server_error`` or ``connection``, retried)."""
     fake_openai.set_plan({"default": {"content": "never asked"}})
     model = LiteLLMModel(
-        "openai/fake", api_base=url.format(port=fake_openai.port), api_key="sk-test", timeout_s=5,
+        "openai/fake", api_base=url.format(port=fake_openai.port), api_key="sk-test", timeout_s=time_limit(5),
         max_retries=3, retry_initial_wait_s=0.01,
     )  # fmt: skip
     failure = _ask(model, "client-config-question")

@@ -16,10 +16,14 @@ from typing import Any, Callable
 
 import pytest
 
+from tests.support.host import time_limit
+
 #: address-space limit of the child (bytes): the evalkit scorers load in under 100 MiB
 MEMORY_BYTES = 2 * 2**30
-#: wall-clock limit of one child (seconds): start-up and loading take 1–3 s on 2 cores,
-#: every case of these tests is scored in well under a second once bounded
+#: wall-clock limit of one child on an idle host (seconds): start-up and loading take 1–3 s
+#: on 2 cores, every case of these tests is scored in well under a second once bounded;
+#: scaled by the host's slowness (:func:`tests.support.host.time_limit`: at load 50 beside two
+#: CPU burners a child's interpreter start and imports alone passed 30 s, issue 48)
 TIMEOUT_S = 30
 
 
@@ -33,10 +37,12 @@ def _child(conn: Any, memory: int, target: Callable[..., Any], args: tuple[Any, 
     conn.close()
 
 
-def run_bounded(target: Callable[..., Any], *args: Any, timeout: float = TIMEOUT_S, memory: int = MEMORY_BYTES) -> Any:
+def run_bounded(target: Callable[..., Any], *args: Any, timeout: float | None = None, memory: int = MEMORY_BYTES) -> Any:
     """``target(*args)`` run in a spawned child limited to ``memory`` bytes of address space
-    and ``timeout`` seconds; its (picklable) result. Fails the calling test when the child
-    raises, dies or runs out of time. ``target`` must be a module-level function."""
+    and ``timeout`` seconds (default :data:`TIMEOUT_S` scaled by the host's slowness); its
+    (picklable) result. Fails the calling test when the child raises, dies or runs out of
+    time. ``target`` must be a module-level function."""
+    timeout = time_limit(TIMEOUT_S) if timeout is None else timeout
     ctx = multiprocessing.get_context("spawn")
     receiver, sender = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(sender, memory, target, args), daemon=True)

@@ -256,8 +256,10 @@ class ServerPool:
             )  # fmt: skip
             status.info("starting llama.cpp's server for %s (%s; its log: %s)…",
                         backend.model_alias, server.gguf.name, server.log_file)  # fmt: skip
+            started = time.monotonic()
             self._bases[key] = server.start()
             self._servers[key] = server
+            status.info("llama.cpp's server ready in %.1f s", time.monotonic() - started)
         return self._bases[key]
 
     def close(self) -> None:

@@ -35,6 +35,7 @@ from evalkit.engine.ratelimit import EndpointGate, endpoint_key, shared_limits
 from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
 from evalkit.engine.protocol import Executor, ExecutorBase  # noqa: F401 - Executor: the protocol these implement
+from evalkit.errors import counted, host_load
 from evalkit.images import ImageRefs, resolve_images
 from evalkit.types import Failure, Trajectory, sha256_hex
 
@@ -120,6 +121,13 @@ class ModelWorker:
             self.cache.flush()
         self.runs.pop(registration, None)
 
+    def in_flight(self) -> tuple[int, int, float]:
+        """This worker's model calls in flight: ``(attempts, chunks streamed so far, seconds
+        the oldest has run)`` (:func:`evalkit.models.litellm_client.in_flight`; zeros when no
+        model of this worker is a litellm one, whose module is then not imported)."""
+        client = sys.modules.get("evalkit.models.litellm_client")
+        return client.in_flight() if client is not None else (0, 0, 0.0)
+
     def ping(self) -> tuple[int, str | None]:
         """``(process id, Ray node id)`` of this worker (no node outside Ray)."""
         return self.where
@@ -199,6 +207,9 @@ WORKER_RESOURCE = "evalkit_worker"
 #: before issue 46 a run waited for every worker's start, unbounded, before its first unit)
 START_WAIT_S = 600.0
 
+#: the console says how the first worker's start goes every this many seconds until it has started
+STARTING_EVERY_S = 15.0
+
 #: a dead actor is restarted this many times in its life (a run's, or a sweep's while it is
 #: kept warm); a unit lost with its worker ``UNIT_MAX_TRIES`` times is a ``worker_died`` failure
 ACTOR_MAX_RESTARTS = 3
@@ -272,7 +283,7 @@ class RayExecutor(ExecutorBase):
         start (:meth:`_start`) are started now."""
         if self.ready_s is not None:
             return
-        (first,), _ = self._ray.wait(self._ready, num_returns=1)
+        first = self._await_first()
         i = self._ready.index(first)
         self.delivery.seen(i, self._ray.get(first))
         self.ready_s = round(time.perf_counter() - self.started, 4)
@@ -284,6 +295,9 @@ class RayExecutor(ExecutorBase):
             self.workers.append(worker)  # the warm pool's list too
             self._ready.append(worker.ping.remote())
             self.delivery.add(worker, self._ready[-1])
+        if not self.reused:
+            status.info("%s in %.1f s%s", "worker ready" if len(self.workers) == 1 else "first worker ready", self.ready_s,
+                        f"; {len(self.workers) - 1} more joining as they start" if len(self.workers) > 1 else "")
         log.info("model worker %d ready (process id %s%s) %.2f s after it was started; %d more joining as they start", i,
                  self.delivery.where[i][0], "; kept warm from an earlier run" if self.reused else "", self.ready_s,
                  len(self.workers) - 1)  # fmt: skip
@@ -309,6 +323,29 @@ class RayExecutor(ExecutorBase):
             log.info("%d model workers ready (process ids %s) by the end of the run; the first %.2f s after it was started", len(pids),
                      ", ".join(map(str, pids)), self.ready_s)  # fmt: skip
         return pids
+
+    def _await_first(self, every_s: float = STARTING_EVERY_S) -> Any:
+        """Wait for the first worker's start, saying every ``every_s`` seconds how long the
+        console has waited (and the host's load when it is the likely cause): a start that
+        takes minutes on a loaded host is never silent. Returns the first ready ref."""
+        while True:
+            done, _ = self._ray.wait(self._ready, num_returns=1, timeout=every_s)
+            if done:
+                return done[0]
+            load = host_load()
+            status.info("0 of %s started after %.0f s%s…", counted(len(self._ready), "worker"), time.perf_counter() - self.started,
+                        f" ({load})" if load else "")  # fmt: skip
+
+    async def live(self, timeout_s: float = 5.0) -> tuple[int, int, float] | None:
+        """The run's model calls in flight now, summed over the workers that answer within
+        ``timeout_s``: ``(attempts, chunks streamed so far, seconds the oldest has run)``
+        (:meth:`ModelWorker.in_flight`); ``None`` when none answers."""
+        asked = [w.in_flight.remote() for w, up in zip(self.workers, self.delivery.live) if up]
+        try:
+            answers = await asyncio.wait_for(asyncio.gather(*asked), timeout_s)
+        except Exception:  # noqa: BLE001 - a worker lost or slow: the bar keeps its last figures
+            return None
+        return sum(a[0] for a in answers), sum(a[1] for a in answers), max((a[2] for a in answers), default=0.0)
 
     def figures(self) -> dict[str, Any]:
         """``summary.json`` → ``engine``'s Ray part: ``nodes`` (per node the workers ran on:

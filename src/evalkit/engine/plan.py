@@ -125,7 +125,7 @@ def prepare(specs: RunSpecs, priced: bool = True, endpoints: Endpoints | None = 
     planned = plan_models(models, bench, samples, with_user=with_user, endpoints=endpoints)
     images: dict[str, Any] = {}
     hashes, prompts_sha256 = identify(samples, build, run.repeats, planned.model_id, images)
-    prices = run_prices(models, with_user, max_cost_usd=run.max_cost_usd) if priced else {}
+    prices = run_prices(models, with_user, max_cost_usd=run.max_cost_usd, rollouts=bool(rollouts)) if priced else {}
     return RunPlan(specs, bench, samples, units, planned, hashes, prompts_sha256, prices, with_user, gate, images)
 
 
@@ -153,11 +153,13 @@ def identify(samples: list[Sample], build: Callable[[Sample], Request], repeats:
 
 
 def run_prices(models: ModelsSpec, with_user: bool, lookup: Callable[[str], Price | None] | None = None,
-               max_cost_usd: float | None = None) -> dict[str, Price | None]:  # fmt: skip
+               max_cost_usd: float | None = None, rollouts: bool = False) -> dict[str, Price | None]:  # fmt: skip
     """The price of each model taking part (:func:`evalkit.providers.model_price`);
     ``lookup``: how litellm's price map is asked (default: in this process);
     ``max_cost_usd``: ``run.max_cost_usd`` (a user simulator without a price refuses it). An offline run
-    (reference, replay, baselines) is free for every actor, its scripted user simulator too.
+    (reference, replay, baselines) is free for every actor, its scripted user simulator too
+    (priced only when ``rollouts``: some selected sample is a rollout; a run with no user
+    simulator taking part has no ``user`` price, never one of a user that did not take part).
 
     Raises:
         ConfigError: ``run.max_cost_usd`` with a user simulator that takes part (a selected
@@ -167,7 +169,7 @@ def run_prices(models: ModelsSpec, with_user: bool, lookup: Callable[[str], Pric
     prices = {"agent": model_price(agent.model, agent.backend.kind, lookup)}
     judges = {f"judge:{j.model.name}": model_price(j.model, j.backend.kind, lookup) for j in models.judges}
     if agent.model.kind != "litellm":
-        return {"agent": prices["agent"], "user": prices["agent"], **judges}
+        return {"agent": prices["agent"], **({"user": prices["agent"]} if rollouts else {}), **judges}
     prices.update(judges)  # a judge without a price with run.max_cost_usd: refused by the config (evalkit.config)
     if with_user and models.user is not None:
         prices["user"] = model_price(models.user.model, models.user.backend.kind, lookup)

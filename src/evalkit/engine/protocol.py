@@ -10,6 +10,7 @@ type::
     set_budget(budget)          # only when the run has a limit
     wait_ready()                # workers up / batches planned and reserved
     run_units(executor, ...)    # submit(unit) per unit, under the driver's window
+    live()                      # now and then while units run: the console's bar
     figures()                   # merged into summary.json → engine
     cancel()                    # Ctrl-C only; drain() for an early stop
     close()                     # always
@@ -80,6 +81,13 @@ class Executor(Protocol):
         them to ship (Ray's object store; a task's ``dataset.image_limits.max_held_bytes``)."""
         ...
 
+    async def live(self) -> tuple[int, int, float] | None:  # pragma: no cover - protocol
+        """The model calls in flight now, for the console's progress bar: ``(attempts,
+        chunks of their streamed answers so far, seconds the oldest has run)``, or ``None``
+        when the executor cannot tell (its units answer at once, or nobody answered).
+        Never raises."""
+        ...
+
     def figures(self) -> dict[str, Any]:  # pragma: no cover - protocol
         """The executor's part of ``summary.json`` → ``engine`` (read while it is still
         open). Two keys are read by the stage rather than kept: ``phases`` (``{name:
@@ -125,6 +133,9 @@ class ExecutorBase:
 
     def bound_images(self, max_bytes: int) -> None:
         return None  # an executor that ships no image by reference holds none
+
+    async def live(self) -> tuple[int, int, float] | None:
+        return None
 
     def figures(self) -> dict[str, Any]:
         return {}

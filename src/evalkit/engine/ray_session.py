@@ -7,9 +7,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from typing import Any, Iterator
 
-from evalkit.errors import ConfigError
+from evalkit.errors import ConfigError, host_load
 
 status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main__ shows them)
 
@@ -43,9 +44,12 @@ def ensure_ray(address: str | None, num_cpus: int | None) -> bool:
             first = (str(exc).strip().splitlines() or ["connection refused"])[0][:200]
             raise ConfigError(f"runner.address: cannot connect to the Ray cluster at {address} ({first}){hint}") from None
     else:
-        status.info("starting a local Ray instance (a few seconds)…")
+        status.info("starting a local Ray instance…")
+        started = time.monotonic()
         with _without_monitors():
             ray.init(num_cpus=num_cpus, object_store_memory=256 * 1024 * 1024, **kwargs)
+        load = host_load()
+        status.info("Ray started in %.1f s%s", time.monotonic() - started, f" ({load})" if load else "")
     return True
 
 

@@ -25,7 +25,7 @@ import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from evalkit import secrets
 from evalkit.errors import ConfigError, counted
@@ -57,6 +57,11 @@ from evalkit.types import Failure, Trajectory
 SCORE_BUDGET_EXCEEDED = "score_budget_exceeded"
 #: the exit code of a run that submitted its batches and returned (``run.batch_detach``)
 DETACHED_EXIT_CODE = 3
+
+#: the progress bar asks the executor what is in flight every this many seconds
+LIVE_EVERY_S = 2.0
+
+T = TypeVar("T")
 
 log = logging.getLogger("evalkit")
 status = logging.getLogger("evalkit.status")  # "what is starting" lines (__main__ shows them)
@@ -253,7 +258,8 @@ def execute(plan: RunPlan, state: RunState, phases: Phases, early: Executor | No
             adaptive = execution.adaptive and not execution.limits  # else the cluster's window adapts
             gated = (monitor.executor(executor, execution.concurrency), monitor.gated(pending), monitor.on_result(journaler.on_result)) \
                 if monitor else (executor, pending, journaler.on_result)  # run.stop_when: nothing sent once decided  # fmt: skip
-            engine = asyncio.run(run_units(gated[0], gated[1], execution.concurrency, gated[2], adaptive, budget))
+            engine = asyncio.run(journaler.watching(executor, run_units(gated[0], gated[1], execution.concurrency, gated[2],
+                                                                        adaptive, budget)))  # fmt: skip
         except KeyboardInterrupt:
             _note_unjournaled(executor.cancel(), state.run_dir)
             raise
@@ -349,12 +355,32 @@ class Journaler:
         self.n_scoring = 0
         self.drawn_at = 0.0
         self.budget_said = False
+        self.live: tuple[int, int, float] | None = None  # the executor's calls in flight (Executor.live)
 
     def __enter__(self) -> "Journaler":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stack.close()
+
+    async def watching(self, executor: Executor, work: Awaitable[T], every_s: float = LIVE_EVERY_S) -> T:
+        """Await ``work`` (the run's units) while asking ``executor`` every ``every_s``
+        seconds what is in flight (:meth:`~evalkit.engine.protocol.Executor.live`) and
+        showing it on the bar, which is redrawn then (its elapsed time moves on even while no
+        sample finishes)."""
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(every_s)
+                self.live = await executor.live()
+                self._postfix()
+
+        watcher = asyncio.ensure_future(watch()) if not self.progress.disable else None
+        try:
+            return await work
+        finally:
+            if watcher is not None:
+                watcher.cancel()
 
     async def on_result(self, unit: WorkItem, trajectory: Trajectory) -> None:
         self.last_answer = time.perf_counter()
@@ -424,9 +450,9 @@ class Journaler:
         self.progress.update(1)
 
     def _postfix(self, refresh: bool = True) -> None:
-        """The bar's postfix: answers being scored now and failures so far (when any);
-        redrawn at most once a second here (the bar's own updates redraw it too)."""
-        shown = {k: v for k, v in (("scoring", self.n_scoring), ("failed", self.n_failed)) if v}
+        """The bar's postfix (:func:`bar_postfix`), redrawn at most once a second here (the
+        bar's own updates redraw it too)."""
+        shown = bar_postfix(self.live, self.n_scoring, self.n_failed)
         now = time.monotonic()
         refresh = refresh and now - self.drawn_at >= 1.0
         self.drawn_at = now if refresh else self.drawn_at
@@ -445,6 +471,23 @@ class Journaler:
         self.n_failed += 1
         self.failed.append(failure_record(unit, self.plan.models.model_id, replace(trajectory, failure=failure), self.plan.prices))
         self._advance()
+
+
+def bar_postfix(live: tuple[int, int, float] | None, scoring: int, failed: int) -> dict[str, Any]:
+    """The progress bar's postfix, each part only when there is some: the model calls in
+    flight, the tokens their streamed answers have brought so far and how long the oldest
+    has run (from 10 s on) — ``live``, :meth:`~evalkit.engine.protocol.Executor.live`'s
+    answer —, the answers being scored now and the failures so far."""
+    shown: dict[str, Any] = {}
+    if live is not None and live[0]:
+        calls, chunks, oldest = live
+        shown["in flight"] = calls
+        if chunks:
+            shown["streamed"] = f"{chunks} tok"
+        if oldest >= 10:
+            shown["longest"] = f"{oldest:.0f} s"
+    shown.update({k: v for k, v in (("scoring", scoring), ("failed", failed)) if v})
+    return shown
 
 
 def _progress(total: int, desc: str, enabled: bool) -> Any:

@@ -41,6 +41,7 @@ from tenacity import (  # noqa: E402
     wait_exponential_jitter,
 )
 
+from evalkit.errors import host_load  # noqa: E402
 from evalkit.images import sendable  # noqa: E402
 from evalkit.models.base import ModelCallError, endpoint_kwargs, endpoint_model_id  # noqa: E402
 from evalkit.providers import UNPRICED_MARK, usage_counts  # noqa: E402
@@ -52,6 +53,39 @@ litellm.telemetry = False
 RETRYABLE_STATUS = {408, 409, 429}
 class StallError(TimeoutError):
     """A streamed answer that stopped coming (:attr:`LiteLLMModel.stall_s`): a timeout."""
+
+
+@dataclass(eq=False)
+class Attempt:
+    """One attempt in flight in this process: when it started (``time.perf_counter()``) and
+    the chunks of its streamed answer so far (one token each from llama.cpp's server; ``0``
+    for an answer not streamed). Counted for the console only, never recorded."""
+
+    started: float
+    chunks: int = 0
+
+    def rate(self) -> str:
+        """``"4.2 tok/s"`` over the attempt so far, ``""`` before its first chunk."""
+        elapsed = time.perf_counter() - self.started
+        return f"{self.chunks / elapsed:.1f} tok/s" if self.chunks and elapsed > 0 else ""
+
+
+#: the attempts in flight in this process (a model worker's), read by :func:`in_flight`
+IN_FLIGHT: set[Attempt] = set()
+
+
+def in_flight() -> tuple[int, int, float]:
+    """``(attempts in flight, chunks streamed by them so far, seconds the oldest has run)``
+    in this process: what the console's progress bar shows of long requests."""
+    now, attempts = time.perf_counter(), list(IN_FLIGHT)
+    return len(attempts), sum(a.chunks for a in attempts), max((now - a.started for a in attempts), default=0.0)
+
+
+def _why_slow(attempt: Attempt) -> str:
+    """``"; 1.3 tok/s measured; the host's load is 25.1 on 2 cores (the likely cause)"``:
+    what a timeout's message adds, each part only when known."""
+    rate, load = attempt.rate(), host_load()
+    return (f"; {rate} measured" if rate else "") + (f"; {load} (the likely cause)" if load else "")
 
 
 #: the answer's length assumed by :meth:`LiteLLMModel.attempt_bound_s` when a request sets no ``max_tokens``
@@ -158,20 +192,25 @@ class LiteLLMModel:
         ends it too."""
         bound = self.attempt_bound_s(request)
         streamed = self.stall_s is not None and self.api != "completion" and request.messages is not None
+        attempt = Attempt(time.perf_counter())
+        IN_FLIGHT.add(attempt)
         try:
-            return await asyncio.wait_for(self._streamed(request) if streamed else self._attempt(request), bound)
-        except StallError:
-            raise
+            return await asyncio.wait_for(self._streamed(request, attempt) if streamed else self._attempt(request), bound)
+        except StallError as exc:
+            raise StallError(f"{exc}{_why_slow(attempt)}") from None
         except asyncio.TimeoutError:
-            raise TimeoutError(f"no complete answer within {bound:.0f} s (timeout_s={self.timeout_s:g} "
-                               "scaled by the prompt's and answer's length)" if streamed else
-                               f"no complete answer within timeout_s={self.timeout_s:g}") from None  # fmt: skip
+            raise TimeoutError((f"no complete answer within {bound:.0f} s (timeout_s={self.timeout_s:g} "
+                                "scaled by the prompt's and answer's length)" if streamed else
+                                f"no complete answer within timeout_s={self.timeout_s:g}") + _why_slow(attempt)) from None  # fmt: skip
+        finally:
+            IN_FLIGHT.discard(attempt)
 
-    async def _streamed(self, request: Request) -> Completion:
+    async def _streamed(self, request: Request, attempt: Attempt | None = None) -> Completion:
         """:meth:`_attempt` for a chat request, streamed: each chunk must come within
         ``stall_s`` of the last (the first within ``stall_s`` + the prompt's evaluation
         bound); the chunks are put together by ``litellm.stream_chunk_builder`` (usage
-        counted by litellm when the server sends none).
+        counted by litellm when the server sends none). ``attempt``: where the chunks are
+        counted as they come (the console's count; what is recorded is litellm's usage).
 
         Raises:
             TimeoutError: a stall (its length named).
@@ -189,6 +228,8 @@ class LiteLLMModel:
             wait = first if not chunks else float(self.stall_s or 0)
             try:
                 chunks.append(await asyncio.wait_for(iterator.__anext__(), wait))
+                if attempt is not None:
+                    attempt.chunks += 1
             except StopAsyncIteration:
                 break
             except asyncio.TimeoutError:

@@ -468,7 +468,7 @@ class MlflowObserver(Observer):
             "prompt_hash": str(summary.prompt_hash),
             "code_version": str(summary.code_version),
             "run_dir": str(Path(run_dir).resolve()),
-            "user_model": str(summary.user_model),
+            **({"user_model": str(summary.user_model)} if summary.user_model is not None else {}),  # none: no tag, never "None"
             "mlflow.runName": self.run_name(run_dir, summary),
             "mlflow.note.content": f"{curate.description(summary, run_dir)} Traces: {traced}.",
             "evalkit.traces": traced,
