@@ -20,9 +20,13 @@ Per run (logged when it finishes, from its run directory):
   per selected sample: sample_id, subset, status, the primary score, the output cut),
   ``tables/subsets.json`` (counts per subset), ``tables/breakdown_<dimension>.json``;
 * every file of the run directory as an artifact;
-* one trace per selected sample (``tracking.traces=false``: none; ``tracking.max_traces=N``:
-  a seeded sample of N, failed samples first — :func:`~evalkit.tracking.traces.traced_sample`;
-  the tag ``evalkit.traces`` and the description say "N of M"), linked to the run
+* one trace per sample that ``tracking.traces`` chooses (:meth:`MlflowObserver.choose_traces`:
+  ``sample``, the default — every failure, every flip against ``run.baseline`` and a seeded
+  ``tracking.traces_per_category`` per subset; ``all``; ``none``), at most
+  ``tracking.max_traces`` (a seeded sample, failed samples first —
+  :func:`~evalkit.tracking.traces.traced_sample`); the tag ``evalkit.traces`` and the
+  description say what was traced (``sample: 75 of 10,000 (all 0 failures, …)``, or ``all N
+  samples`` when every sample is), linked to the run
   (``mlflow.sourceRun``): scores as assessments, rollouts as spans. Each trace is written
   with its assessments in one ``start_trace`` call (to a server, :data:`TRACE_THREADS` at a time)
   and the spans of a batch of traces in one
@@ -56,7 +60,8 @@ from typing import Any
 
 
 from evalkit import secrets
-from evalkit.errors import RunDirError, TrackingError, first_line, printable, shell_line
+from evalkit.config import TRACES_PER_CATEGORY, traces_policy
+from evalkit.errors import EvalkitError, RunDirError, TrackingError, first_line, printable, shell_line
 from evalkit.images import image_facts
 from evalkit.untrusted import read_run_text, read_run_yaml
 from evalkit.summary import Summary
@@ -66,9 +71,10 @@ from evalkit.tracking.base import Observer, RunInfo
 from evalkit.tracking.ledger import FILE as LEDGER_FILE
 from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, checked_traces, key_digest, owner_problem
 from evalkit.tracking.ledger import read_file as read_ledger_file
-from evalkit.tracking.samples import Outcome, outcomes, primary_score
+from evalkit.tracking.samples import Outcome, flipped_keys, outcomes, primary_score
 from evalkit.tracking.store import current_http_bounds, open_client, register_credentials, use_http_bounds
-from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of, traced_sample, upload_attachments
+from evalkit.tracking.traces import (build_trace, cut, mlflow_obj, mlflow_text, policy_sample, trace_id_of, traced_sample,
+                                     upload_attachments)
 
 log = logging.getLogger(__name__)
 say = logging.getLogger("evalkit.status")  # what is being logged now, on the console (__main__)
@@ -89,8 +95,9 @@ TABLE_OUTPUT_CHARS = 500
 EXPERIMENT_NOTE = (
     "evalkit evaluations. One run per evaluation of a model on a benchmark (a sweep: a parent run with one child "
     "per point). Compare runs by the `headline` metric (every complete run has one; `headline_name` says which "
-    "benchmark metric it is, incomplete runs have only `partial_*` figures). Each run holds one trace per sample "
-    "(request, output, each score as an assessment; agent rollouts span by span), the per-sample table "
+    "benchmark metric it is, incomplete runs have only `partial_*` figures). Each run holds traces of its samples "
+    "(request, output, each score as an assessment; agent rollouts span by span) — by default every failure, every flip "
+    "against its baseline and a seeded few per subset; its `evalkit.traces` tag says which — the per-sample table "
     "`tables/samples.json`, the benchmark's breakdown tables and the run directory's files."
 )
 
@@ -327,15 +334,19 @@ class MlflowObserver(Observer):
 
     ``uri`` / ``experiment`` / ``artifact_root``: the store (:meth:`from_spec` reads them
     from a :class:`~evalkit.specs.TrackingSpec`); ``suite``: the ``suite`` tag; ``sweep``: the ``sweep.json`` of the sweep
-    this run is a job of (``None`` outside a sweep); ``traces``: log one trace per sample;
-    ``max_traces``: at most this many (``None``: all), chosen with ``seed`` (``run.seed``).
+    this run is a job of (``None`` outside a sweep); ``traces``: ``tracking.traces``' policy
+    (``sample``, ``all``, ``none``; a boolean as :func:`~evalkit.config.traces_policy` reads it),
+    with ``traces_per_category`` and ``baseline`` (``run.baseline``'s run directory, whose flips
+    are traced; ``None``: none); ``max_traces``: at most this many (``None``: no cap), chosen
+    with ``seed`` (``run.seed``).
     ``request_deadline_s`` / ``max_response_bytes``: the bounds of each HTTP call to a tracking
     server (:func:`~evalkit.tracking.store.use_http_bounds`; ``None``: those in force).
     """
 
     def __init__(self, uri: str, experiment: str, artifact_root: str, suite: str | None = None,
-                 sweep: dict[str, Any] | None = None, traces: bool = True, max_traces: int | None = None,
-                 seed: int = 0, request_deadline_s: float | None = None, max_response_bytes: int | None = None):  # fmt: skip
+                 sweep: dict[str, Any] | None = None, traces: str | bool = "sample", max_traces: int | None = None,
+                 seed: int = 0, request_deadline_s: float | None = None, max_response_bytes: int | None = None,
+                 traces_per_category: int = TRACES_PER_CATEGORY, baseline: str | None = None):  # fmt: skip
         register_credentials(uri)  # before the run writes anything: they are scrubbed from it
         if request_deadline_s is not None or max_response_bytes is not None:
             deadline, size = current_http_bounds()
@@ -345,7 +356,9 @@ class MlflowObserver(Observer):
         self.artifact_root = artifact_root
         self.suite = suite
         self.sweep = sweep
-        self.traces = traces
+        self.traces = traces_policy(traces)
+        self.traces_per_category = traces_per_category
+        self.baseline = baseline
         self.max_traces = max_traces
         self.seed = seed
 
@@ -353,7 +366,7 @@ class MlflowObserver(Observer):
     def from_spec(cls, spec: TrackingSpec, sweep: dict[str, Any] | None = None) -> "MlflowObserver":
         """The observer of a run's (or a sweep's) ``tracking.*`` settings."""
         return cls(tracking_uri(spec), spec.experiment, artifact_root(spec), spec.suite, sweep, spec.traces, spec.max_traces,
-                   spec.seed, spec.request_deadline_s, spec.max_response_bytes)  # fmt: skip
+                   spec.seed, spec.request_deadline_s, spec.max_response_bytes, spec.traces_per_category, spec.baseline)  # fmt: skip
 
     # ---- runs ---------------------------------------------------------------------------
     def run_started(self, run: RunInfo) -> None:
@@ -440,14 +453,45 @@ class MlflowObserver(Observer):
             return label or name
         return f"{summary.benchmark}-{summary.model}-{name}"
 
-    def traces_note(self, n_traced: int, n_outcomes: int) -> str:
-        """What the run's traces cover, for the ``evalkit.traces`` tag and the description."""
-        if not self.traces:
-            return "none (tracking.traces=false)"
-        if n_traced < n_outcomes:
+    def choose_traces(self, outs: list[Outcome], summary: Summary) -> tuple[list[Outcome], dict[str, Any]]:
+        """The outcomes to trace (``tracking.traces``' policy,
+        :func:`~evalkit.tracking.traces.policy_sample`, then ``tracking.max_traces``,
+        :func:`~evalkit.tracking.traces.traced_sample`) and what the choice is made of (the
+        counts of ``policy_sample``, plus ``chosen``: the policy's count before the cap, and
+        ``baseline``: ``None`` without ``run.baseline``, ``"unreadable"`` when its journal
+        could not be read — one warning, no flips — else ``"read"``). Deterministic: the same
+        directory, seed and baseline choose the same outcomes on every logging."""
+        flipped, state = None, None
+        if self.traces == "sample" and self.baseline:
+            try:
+                flipped, state = flipped_keys(outs, Path(self.baseline), summary), "read"
+            except EvalkitError as exc:  # the run's traces go on without flips
+                log.warning("tracking: run.baseline: flips not traced (%s)", printable(first_line(exc), 300))
+                state = "unreadable"
+        chosen, counts = policy_sample(outs, self.traces, self.traces_per_category, self.seed, flipped)
+        return traced_sample(chosen, self.max_traces, self.seed), {**counts, "chosen": len(chosen), "baseline": state}
+
+    def traces_note(self, n_traced: int, n_outcomes: int, counts: dict[str, Any] | None = None) -> str:
+        """What the run's traces cover, for the ``evalkit.traces`` tag and the description
+        (``counts``: :meth:`choose_traces`' second value): ``all N samples`` when every sample
+        is traced (whatever the policy: a small run's sample is all of it), else
+        ``sample: 75 of 10,000 (all 0 failures, 0 flips against run.baseline, 25 per category
+        in 3, run.seed=0)``, or ``N of M samples, sampled (tracking.max_traces=…)`` when the
+        cap chose."""
+        counts = counts or {}
+        if self.traces == "none":
+            return "none (tracking.traces=none)"
+        if n_traced >= n_outcomes:
+            return f"all {n_outcomes} samples"
+        if self.max_traces is not None and n_traced < counts.get("chosen", n_outcomes):
+            of = f" of tracking.traces=sample's {counts['chosen']:,}" if self.traces == "sample" else ""
             return (f"{n_traced} of {n_outcomes} samples, sampled (tracking.max_traces={self.max_traces}, "
-                    f"run.seed={self.seed}; failed samples first)")  # fmt: skip
-        return f"all {n_outcomes} samples"
+                    f"run.seed={self.seed}; failed samples first{of})")  # fmt: skip
+        flips = {None: "no run.baseline for flips", "unreadable": "flips unknown: run.baseline unreadable"}.get(
+            counts.get("baseline"), f"{counts.get('flips', 0):,} flips against run.baseline")
+        return (f"sample: {n_traced:,} of {n_outcomes:,} (all {counts.get('failures', 0):,} failures, {flips}, "
+                f"{counts.get('per_category', self.traces_per_category)} per category in {counts.get('categories', 0):,}, "
+                f"run.seed={self.seed})")  # fmt: skip
 
     def _run_tags(self, run_dir: Path, summary: Summary, traced: str) -> dict[str, str]:
         return {
@@ -483,8 +527,8 @@ class MlflowObserver(Observer):
         mlflow_client = client(self.uri)
         ledger = Ledger.load(run_dir, self.uri)
         outs = outcomes(run_dir, summary, requests)
-        traced = traced_sample(outs, self.max_traces, self.seed) if self.traces else []
-        tags = self._run_tags(run_dir, summary, self.traces_note(len(traced), len(outs)))
+        traced, counts = self.choose_traces(outs, summary)
+        tags = self._run_tags(run_dir, summary, self.traces_note(len(traced), len(outs), counts))
         if ledger.run_id is None:
             tags[RUN_KEY_TAG] = key_digest(ledger.new_key())
             exp_id = experiment_id(mlflow_client, self.experiment, self.artifact_root)
@@ -501,7 +545,7 @@ class MlflowObserver(Observer):
         if ledger.summary_sha256 != digest:
             say.info("MLflow: logging the run's params, metrics, tables and files to %s…", self.uri)
             self._log_record(mlflow_client, ledger.run_id, run_dir, summary, outs)
-        if self.traces:
+        if self.traces != "none":
             self._log_traces(mlflow_client, ledger, run_dir, summary, traced)
         status = "FINISHED" if summary.complete else "FAILED"
         mlflow_client.set_terminated(ledger.run_id, status=status, end_time=_ms(summary.finished_at))

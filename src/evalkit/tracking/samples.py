@@ -97,6 +97,42 @@ def outcomes(run_dir: Path, summary: Summary, requests: list[Request] | None = N
     ]  # fmt: skip
 
 
+def flipped_keys(outs: list[Outcome], baseline_dir: Path, summary: Summary) -> set[str]:
+    """The keys of ``outs`` whose primary score differs from the baseline run's
+    (``run.baseline``, a run directory of the same benchmark): both scored, both numeric,
+    unequal — ``evalkit.compare``'s flips in either direction. The primary score is the
+    benchmark's declared ``primary_score`` (else :func:`primary_score` of the headline). The
+    baseline's journal is read by the journal's one rule (its ``summary.json``'s stale lines
+    skipped), through :mod:`evalkit.untrusted`; memory: one number per baseline row.
+
+    Raises:
+        RunDirError: the baseline's ``summary.json`` or journal cannot be read, or it is a
+            run of another benchmark (one line, naming it).
+    """
+    from evalkit.errors import RunDirError
+    from evalkit.summary import read_summary
+
+    baseline_dir = Path(baseline_dir)
+    base = read_summary(baseline_dir / "summary.json")
+    if base.benchmark != summary.benchmark:
+        raise RunDirError(f"run.baseline: {baseline_dir} is a {base.benchmark} run, this run is {summary.benchmark}")
+    names = list(dict.fromkeys(k for o in outs if o.row for k in (o.row.get("scores") or {})))
+    key = summary.primary_score or primary_score(names, str(summary.headline)) or "score"
+
+    def number(row: dict[str, Any] | None) -> float | None:
+        value = ((row or {}).get("scores") or {}).get(key)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    before = {k: number(r) for k, r in read_journal(baseline_dir / PREDICTIONS, skip_lines=base.stale_lines,
+                                                           view=lambda r: {"scores": r.get("scores")}).rows.items()}  # fmt: skip
+    flipped = set()
+    for o in outs:
+        a, b = before.get((o.sample_id, o.epoch)), number(o.row)
+        if a is not None and b is not None and a != b:
+            flipped.add(o.key)
+    return flipped
+
+
 def primary_score(names: list[str], headline: str) -> str | None:
     """The per-sample score a run's headline is built from: the longest score name that
     begins the headline metric's name (``f1`` of ``f1_macro``, ``sample_pass`` of
