@@ -484,7 +484,7 @@ class MlflowObserver(Observer):
         if n_traced >= n_outcomes:
             return f"all {n_outcomes} samples"
         if self.max_traces is not None and n_traced < counts.get("chosen", n_outcomes):
-            of = f" of tracking.traces=sample's {counts['chosen']:,}" if self.traces == "sample" else ""
+            of = f", of the {counts['chosen']:,} tracking.traces=sample chose" if self.traces == "sample" else ""
             return (f"{n_traced} of {n_outcomes} samples, sampled (tracking.max_traces={self.max_traces}, "
                     f"run.seed={self.seed}; failed samples first{of})")  # fmt: skip
         flips = {None: "no run.baseline for flips", "unreadable": "flips unknown: run.baseline unreadable"}.get(
