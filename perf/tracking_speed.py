@@ -11,7 +11,8 @@ default) and ``tracking.traces=all``, in time and in store size (prints figures;
    experiment of its own). The data: full offline ACEBench (``benchmark.language=all``,
    2,040 samples; ``--limit N``: the first N), or with ``--samples N`` an arith_mini task of N
    generated one-line questions (one subset). Timed: every call the run makes to its observer
-   (``run_started``, ``run_finished``; of which the traces). Printed per policy: the traces
+   (``run_started``, ``run_finished``; of which the traces, and the record: params, metrics,
+   the dataset, the tables, the run directory's files). Printed per policy: the traces
    logged and the run's ``evalkit.traces`` tag; tracking seconds and **ms per sample**;
    the whole command's wall and **tracking's share of it**; the store's growth
    (the database file, the artifact folder) and **bytes per sample**.
@@ -72,6 +73,9 @@ class TimedObserver(MlflowObserver):
 
     def _log_traces(self, *args):
         return self._timed("of which traces", super()._log_traces, *args)
+
+    def _log_record(self, *args):
+        return self._timed("of which record", super()._log_record, *args)
 
 
 def size(path: Path) -> int:
@@ -140,7 +144,7 @@ def measure(policy: str, args: argparse.Namespace, out: Path, uri: str | None, d
     wall = time.perf_counter() - t0
     after = store_bytes(db, artifacts)
     n = result.summary["n_samples"]
-    tracked = sum(v for k, v in observer.seconds.items() if k != "of which traces")
+    tracked = sum(v for k, v in observer.seconds.items() if not k.startswith("of which"))
     run_id = json.loads((result.run_dir / "tracking.json").read_text())["mlflow_run_id"]
     run = mlflow_client.get_run(run_id)
     tracer = trace_client(base.uri)

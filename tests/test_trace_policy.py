@@ -130,6 +130,12 @@ def test_a_run_against_a_baseline_traces_its_failures_flips_and_sample_once(tmp_
     assert tags["evalkit.traces"] == (f"sample: {len(expected)} of 12 (all 1 failures, 3 flips against run.baseline, "
                                       "2 per category in 1, run.seed=0)")  # fmt: skip
     assert f"Traces: {tags['evalkit.traces']}." in tags["mlflow.note.content"]
+    import pyarrow.parquet as pq  # the full per-sample table: one artifact, every sample, the traced ones' trace ids
+
+    run_id = json.loads((replay.run_dir / "tracking.json").read_text())["mlflow_run_id"]
+    table = pq.read_table(root / "mlartifacts" / run_id / "artifacts" / "tables" / "samples.parquet").to_pylist()
+    assert [r["sample_id"] for r in table] == ids and [r["accuracy"] for r in table] == [0.0] * 3 + [1.0] * 8 + [None]
+    assert {r["sample_id"]: r["trace_id"] for r in table if r["trace_id"]} == traces
     assert main(["--tracking-uri", uri, str(replay.run_dir)]) == 0  # logged again: the same traces, none added
     assert traced(replay.run_dir)[0] == traces
     search = trace_client(uri).search_traces(locations=[client(uri).get_experiment_by_name("evalkit").experiment_id], max_results=500)

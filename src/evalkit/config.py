@@ -337,7 +337,7 @@ class TrackingConfig(_Strict):
     (:func:`evalkit.tracking.traces.traced_sample`); ``all``: every sample; ``none``: runs,
     tables and the dataset only (``true`` / ``false`` of older configs read as ``all`` / ``none``).
     ``max_traces``: at most this many traces on top of the policy (``None``: no cap), failed
-    samples first; the per-sample table (``tables/samples.json``), metrics, the dataset and the
+    samples first; the per-sample table (``tables/samples.parquet``), metrics, the dataset and the
     files are logged whole either way."""
 
     kind: Literal["mlflow", "none"] = "mlflow"

@@ -16,8 +16,13 @@ Per run (logged when it finishes, from its run directory):
   :mod:`~evalkit.tracking.curate`;
 * the evaluation data as an MLflow dataset (context ``eval``): named after the benchmark,
   language and subsets, digest = the data fingerprint's first 36 hex characters;
-* tables (``log_table``, replaced whole on every logging): ``tables/samples.json`` (one row
-  per selected sample: sample_id, subset, status, the primary score, the output cut),
+* the per-sample table, one artifact whatever the run's size: ``tables/samples.parquet``
+  (:func:`samples_frame`: one row per selected sample — sample_id, subset, epoch, status,
+  every score, the output cut, the trace id of a traced sample — replaced whole on every
+  logging);
+* tables (``log_table``, replaced whole on every logging): ``tables/samples.json`` (the
+  rows of the traced samples, for MLflow's Artifact evaluation view: sample_id, subset,
+  status, the primary score, the output cut; none under ``tracking.traces=none``),
   ``tables/subsets.json`` (counts per subset), ``tables/breakdown_<dimension>.json``;
 * every file of the run directory as an artifact;
 * one trace per sample that ``tracking.traces`` chooses (:meth:`MlflowObserver.choose_traces`:
@@ -98,7 +103,8 @@ EXPERIMENT_NOTE = (
     "benchmark metric it is, incomplete runs have only `partial_*` figures). Each run holds traces of its samples "
     "(request, output, each score as an assessment; agent rollouts span by span) — by default every failure, every flip "
     "against its baseline and a seeded few per subset; its `evalkit.traces` tag says which — the per-sample table "
-    "`tables/samples.json`, the benchmark's breakdown tables and the run directory's files."
+    "`tables/samples.parquet` (every sample; the traced ones also in `tables/samples.json`), the benchmark's breakdown "
+    "tables and the run directory's files."
 )
 
 
@@ -312,6 +318,45 @@ def samples_table(outs: list[Outcome], headline: str) -> dict[str, list[Any]]:
         table[primary].append((row.get("scores") or {}).get(primary))
         table["output"].append(secrets.scrub(cut(row.get("output") or "", TABLE_OUTPUT_CHARS)) if o.ok else None)
     return table
+
+
+#: the per-sample table's artifact (issue 46: one artifact, whatever the number of samples)
+SAMPLES_ARTIFACT = "tables/samples.parquet"
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def samples_frame(outs: list[Outcome], trace_ids: dict[int, str] | None = None) -> Any:
+    """The full per-sample table as a ``pyarrow.Table``, one row per outcome in selection
+    order: ``sample_id``, ``subset``, ``epoch`` (int), ``status`` (``failed: <kind>`` for a
+    failure), one float column per score name any row has (null where a row has none, or a
+    non-numeric value), ``output`` (cut to :data:`TABLE_OUTPUT_CHARS`, secrets scrubbed,
+    :func:`~evalkit.tracking.traces.mlflow_text`; null for a failure), ``images`` (each
+    image's SHA-256, space-separated; only when the requests carry images) and ``trace_id``
+    (``trace_ids[id(outcome)]``: the sample's trace, null when it has none). Linear in the
+    outcomes; about 1/20 of ``log_table``'s JSON for the same rows."""
+    import pyarrow as pa  # deferred: MLflow's and the data layer's dependency
+
+    trace_ids = trace_ids or {}
+    names = list(dict.fromkeys(k for o in outs if o.row for k in (o.row.get("scores") or {})))
+    table: dict[str, list[Any]] = {
+        "sample_id": [mlflow_text(str(o.sample_id)) for o in outs],
+        "subset": [mlflow_text(str(o.subset)) for o in outs],
+        "epoch": [int(o.epoch) for o in outs],
+        "status": [mlflow_text(str((o.row or {}).get("status"))) if o.ok else f"failed: {(o.failure or {}).get('error_kind')}" for o in outs],
+    }  # fmt: skip
+    for name in names:
+        table[mlflow_text(str(name))] = [_number(((o.row or {}).get("scores") or {}).get(name)) for o in outs]
+    table["output"] = [mlflow_text(secrets.scrub(cut((o.row or {}).get("output") or "", TABLE_OUTPUT_CHARS))) if o.ok else None
+                       for o in outs]  # fmt: skip
+    images = [image_facts(o.messages) for o in outs]
+    if any(images):
+        table["images"] = [" ".join(f"{f.get('sha256')}" for f in facts) for facts in images]
+    table["trace_id"] = [trace_ids.get(id(o)) for o in outs]
+    types = {"epoch": pa.int64(), **{mlflow_text(str(n)): pa.float64() for n in names}}
+    return pa.table({k: pa.array(v, type=types.get(k, pa.string())) for k, v in table.items()})
 
 
 def subsets_table(outs: list[Outcome], headline: str) -> dict[str, list[Any]]:
@@ -528,6 +573,8 @@ class MlflowObserver(Observer):
         ledger = Ledger.load(run_dir, self.uri)
         outs = outcomes(run_dir, summary, requests)
         traced, counts = self.choose_traces(outs, summary)
+        if self.traces == "none":
+            traced = []
         tags = self._run_tags(run_dir, summary, self.traces_note(len(traced), len(outs), counts))
         if ledger.run_id is None:
             tags[RUN_KEY_TAG] = key_digest(ledger.new_key())
@@ -541,10 +588,11 @@ class MlflowObserver(Observer):
             kept = compared_lines(mlflow_client.get_run(ledger.run_id).data.tags.get("mlflow.note.content", ""))
             tags["mlflow.note.content"] = "\n\n".join([tags["mlflow.note.content"], *kept[-MAX_COMPARED_LINES:]])
             log_values(mlflow_client, ledger.run_id, tags=tags)
-        digest = _sha256(summary.record())
+        trace_ids = {id(o): trace_id_of(ledger.run_id, o) for o in traced}
+        digest = _sha256([summary.record(), sorted(trace_ids.values())])  # the table names the traces
         if ledger.summary_sha256 != digest:
             say.info("MLflow: logging the run's params, metrics, tables and files to %s…", self.uri)
-            self._log_record(mlflow_client, ledger.run_id, run_dir, summary, outs)
+            self._log_record(mlflow_client, ledger.run_id, run_dir, summary, outs, trace_ids)
         if self.traces != "none":
             self._log_traces(mlflow_client, ledger, run_dir, summary, traced)
         status = "FINISHED" if summary.complete else "FAILED"
@@ -572,8 +620,10 @@ class MlflowObserver(Observer):
                               f"({problem}); nothing written — remove the file to log this directory as a new run")  # fmt: skip
         return str(run.info.experiment_id)
 
-    def _log_record(self, mlflow_client: Any, run_id: str, run_dir: Path, summary: Summary, outs: list[Outcome]) -> None:
-        """Params (those not logged yet), metrics, the dataset, the tables and the files."""
+    def _log_record(self, mlflow_client: Any, run_id: str, run_dir: Path, summary: Summary, outs: list[Outcome],
+                    trace_ids: dict[int, str]) -> None:  # fmt: skip
+        """Params (those not logged yet), metrics, the dataset, the tables (``trace_ids``:
+        ``{id(outcome): trace id}`` of the traced outcomes) and the files."""
         recorded = read_run_yaml(run_dir / "config.yaml") or {}
         recorded = secrets.redact_config(recorded)
         data = mlflow_client.get_run(run_id).data
@@ -585,20 +635,30 @@ class MlflowObserver(Observer):
         log_values(mlflow_client, run_id, params=params, metrics=metrics, timestamp_ms=_ms(summary.finished_at))
         _log_gate_steps(mlflow_client, run_id, summary)
         log_dataset(mlflow_client, run_id, dataset_input(summary, recorded))
-        self._log_tables(mlflow_client, run_id, summary, outs)
+        self._log_tables(mlflow_client, run_id, summary, outs, trace_ids)
         for path, folder in run_files(run_dir):
             mlflow_client.log_artifact(run_id, str(path), artifact_path=folder)
 
-    def _log_tables(self, mlflow_client: Any, run_id: str, summary: Summary, outs: list[Outcome]) -> None:
+    def _log_tables(self, mlflow_client: Any, run_id: str, summary: Summary, outs: list[Outcome], trace_ids: dict[int, str]) -> None:
         """``tables/``: written whole (what an earlier logging left there is removed first,
-        since ``log_table`` appends to an existing table)."""
+        since ``log_table`` appends to an existing table): :data:`SAMPLES_ARTIFACT` (every
+        outcome, :func:`samples_frame`), ``samples.json`` (the traced outcomes' rows,
+        :func:`samples_table`), ``subsets.json`` and the breakdowns."""
+        import tempfile
+
         import pandas as pd  # deferred: MLflow's own dependency, loaded by log_table anyway
+        import pyarrow.parquet as pq
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository  # deferred: heavy
 
         if any(a.path == "tables" for a in mlflow_client.list_artifacts(run_id)):
             get_artifact_repository(mlflow_client.get_run(run_id).info.artifact_uri).delete_artifacts("tables")
+        with tempfile.TemporaryDirectory(prefix="evalkit-table-") as tmp:
+            path = Path(tmp) / Path(SAMPLES_ARTIFACT).name
+            pq.write_table(samples_frame(outs, trace_ids), path)
+            mlflow_client.log_artifact(run_id, str(path), artifact_path=str(Path(SAMPLES_ARTIFACT).parent))
         headline = str(summary.headline)
-        tables = {"samples": samples_table(outs, headline), "subsets": subsets_table(outs, headline)}
+        traced = [o for o in outs if id(o) in trace_ids]
+        tables = {**({"samples": samples_table(traced, headline)} if traced else {}), "subsets": subsets_table(outs, headline)}
         tables.update({f"breakdown_{curate.mlflow_name(k).replace('/', '_')}": v for k, v in curate.breakdown_tables(summary).items()})
         for name, table in tables.items():  # object columns: values as they are (no string dtype)
             mlflow_client.log_table(run_id, data=pd.DataFrame(mlflow_obj(table), dtype=object), artifact_file=f"tables/{name}.json")
