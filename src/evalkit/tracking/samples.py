@@ -75,12 +75,14 @@ def outcomes(run_dir: Path, summary: Summary, requests: list[Request] | None = N
     when its request hash is the request's; without them, the lines the engine found stale
     (``stale_lines``) are skipped; of the rest the first row wins. A row that cannot count
     (a bad ``sample_id``, ``epoch`` or ``scores``) is skipped, as the engine skips it
-    (``evalkit.track`` refuses such a run before it gets here)."""
+    (``evalkit.track`` refuses such a run before it gets here). The requests are read once
+    (the engine's are built as they are read: each read renders the prompt again)."""
     run_dir = Path(run_dir)
     hashes = None
     if requests is not None:
         model_id = str(summary.model_id)
-        hashes = {(req.sample_id, req.epoch): req.request_hash(model_id) for req in requests}
+        selected = [(req.sample_id, req.subset, req.epoch, req.request_hash(model_id), req.messages, req.prompt) for req in requests]
+        hashes = {(sid, epoch): digest for sid, _, epoch, digest, _, _ in selected}
     journal = read_journal(run_dir / PREDICTIONS, hashes, summary.stale_lines)
     failures = read_failures(run_dir / FAILED)
     if requests is None:
@@ -90,10 +92,10 @@ def outcomes(run_dir: Path, summary: Summary, requests: list[Request] | None = N
             out.append(Outcome(str(sid), str(failure.get("subset")), failure=failure))
         return out
     return [
-        Outcome(req.sample_id, req.subset, req.epoch, row=journal.rows.get((req.sample_id, req.epoch)),
-                failure=None if (req.sample_id, req.epoch) in journal.rows else failures.get((req.sample_id, req.epoch)) or NOT_RUN,
-                messages=req.messages, prompt=req.prompt)
-        for req in requests
+        Outcome(sid, subset, epoch, row=journal.rows.get((sid, epoch)),
+                failure=None if (sid, epoch) in journal.rows else failures.get((sid, epoch)) or NOT_RUN,
+                messages=messages, prompt=prompt)
+        for sid, subset, epoch, _, messages, prompt in selected
     ]  # fmt: skip
 
 
