@@ -336,7 +336,8 @@ def samples_frame(outs: list[Outcome], trace_ids: dict[int, str] | None = None) 
     :func:`~evalkit.tracking.traces.mlflow_text`; null for a failure), ``images`` (each
     image's SHA-256, space-separated; only when the requests carry images) and ``trace_id``
     (``trace_ids[id(outcome)]``: the sample's trace, null when it has none). Linear in the
-    outcomes; about 1/20 of ``log_table``'s JSON for the same rows."""
+    outcomes. ``images`` is filled for the outcomes whose prompt is built (the traced ones
+    under ``tracking.traces=sample``: :meth:`~evalkit.tracking.samples.Outcome.loaded`)."""
     import pyarrow as pa  # deferred: MLflow's and the data layer's dependency
 
     trace_ids = trace_ids or {}
@@ -470,7 +471,7 @@ class MlflowObserver(Observer):
         results are on disk): it is one line on stderr naming the command that logs the run
         again, ``python -m evalkit.track <run dir>``; the traceback goes to the run's log."""
         try:
-            self.log_run(run.run_dir, summary, run.requests)
+            self.log_run(run.run_dir, summary, run.requests, run.request_hashes)
         except Exception as exc:  # noqa: BLE001 - any tracking failure becomes one line
             log.info("MLflow logging of %s failed", run.run_dir, exc_info=True)  # evalkit.log only
             line = retry_line(run.run_dir, exc, self.uri)
@@ -514,7 +515,8 @@ class MlflowObserver(Observer):
                 log.warning("tracking: run.baseline: flips not traced (%s)", printable(first_line(exc), 300))
                 state = "unreadable"
         chosen, counts = policy_sample(outs, self.traces, self.traces_per_category, self.seed, flipped)
-        return traced_sample(chosen, self.max_traces, self.seed), {**counts, "chosen": len(chosen), "baseline": state}
+        traced = [o.loaded() for o in traced_sample(chosen, self.max_traces, self.seed)]  # their prompts, built now
+        return traced, {**counts, "chosen": len(chosen), "baseline": state}
 
     def traces_note(self, n_traced: int, n_outcomes: int, counts: dict[str, Any] | None = None) -> str:
         """What the run's traces cover, for the ``evalkit.traces`` tag and the description
@@ -558,10 +560,12 @@ class MlflowObserver(Observer):
             **self.sweep_tags(),
         }
 
-    def log_run(self, run_dir: Path, summary: Summary, requests: list[Any] | None = None) -> str:
+    def log_run(self, run_dir: Path, summary: Summary, requests: list[Any] | None = None,
+                request_hashes: dict[tuple[str, int], str] | None = None) -> str:  # fmt: skip
         """Log (or complete the logging of) the finished run in ``run_dir`` whose
         ``summary.json`` is ``summary``; returns the MLflow run id. ``requests``: the run's
-        requests (the selection and its prompts; see :func:`~evalkit.tracking.samples.outcomes`).
+        requests (the selection and its prompts), ``request_hashes``: the plan's (see
+        :func:`~evalkit.tracking.samples.outcomes`).
 
         Raises:
             TrackingError: the store holds another number of traces for the run than it
@@ -571,7 +575,7 @@ class MlflowObserver(Observer):
         run_dir = Path(run_dir)
         mlflow_client = client(self.uri)
         ledger = Ledger.load(run_dir, self.uri)
-        outs = outcomes(run_dir, summary, requests)
+        outs = outcomes(run_dir, summary, requests, request_hashes)
         traced, counts = self.choose_traces(outs, summary)
         if self.traces == "none":
             traced = []

@@ -12,9 +12,9 @@ no longer at hand) the selection is every sample the journal holds plus the summ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from evalkit.journal import FAILED, PREDICTIONS, read_failures, read_journal
 from evalkit.summary import Summary
@@ -42,6 +42,17 @@ class Outcome:
     failure: dict[str, Any] | None = None
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
+    #: builds the request whose prompt ``messages`` / ``prompt`` are, when they were left
+    #: unbuilt (:meth:`loaded`); ``None`` once built, or when there is none
+    source: Callable[[], Request] | None = field(default=None, compare=False, repr=False)
+
+    def loaded(self) -> "Outcome":
+        """This outcome, with ``messages`` / ``prompt`` built from :attr:`source` when they
+        were left unbuilt (:func:`outcomes` builds only the prompts a tracker shows)."""
+        if self.source is not None:
+            request, self.source = self.source(), None
+            self.messages, self.prompt = request.messages, request.prompt
+        return self
 
     @property
     def key(self) -> str:
@@ -67,7 +78,8 @@ class Outcome:
         return sha256_hex(canonical_json(shown))
 
 
-def outcomes(run_dir: Path, summary: Summary, requests: list[Request] | None = None) -> list[Outcome]:
+def outcomes(run_dir: Path, summary: Summary, requests: list[Request] | None = None,
+             hashes: dict[tuple[str, int], str] | None = None) -> list[Outcome]:  # fmt: skip
     """Every selected sample of the finished run in ``run_dir`` (its ``summary.json`` is
     ``summary``), in selection order. ``requests``: the run's requests, one per selected
     sample and epoch (see the module docstring for what happens without them). Rows count
@@ -76,8 +88,16 @@ def outcomes(run_dir: Path, summary: Summary, requests: list[Request] | None = N
     (``stale_lines``) are skipped; of the rest the first row wins. A row that cannot count
     (a bad ``sample_id``, ``epoch`` or ``scores``) is skipped, as the engine skips it
     (``evalkit.track`` refuses such a run before it gets here). The requests are read once
-    (the engine's are built as they are read: each read renders the prompt again)."""
+    (the engine's are built as they are read: each read renders the prompt again).
+
+    ``hashes``: the plan's ``{(sample id, epoch): request hash}``. Given with engine
+    requests that list their keys without building them (``requests.keys()`` →
+    ``(sample id, epoch, subset)``, :class:`evalkit.engine.work.Requests`), no request is
+    built here: each outcome's prompt is built when asked for (:meth:`Outcome.loaded`), so
+    a run whose traces are a sample renders only those prompts."""
     run_dir = Path(run_dir)
+    if requests is not None and hashes is not None and callable(getattr(requests, "keys", None)):
+        return _unbuilt(run_dir, summary, requests, hashes)
     hashes = None
     if requests is not None:
         model_id = str(summary.model_id)
@@ -97,6 +117,18 @@ def outcomes(run_dir: Path, summary: Summary, requests: list[Request] | None = N
                 messages=messages, prompt=prompt)
         for sid, subset, epoch, _, messages, prompt in selected
     ]  # fmt: skip
+
+
+def _unbuilt(run_dir: Path, summary: Summary, requests: Any, hashes: dict[tuple[str, int], str]) -> list[Outcome]:
+    """:func:`outcomes` of engine requests and the plan's hashes: no prompt built."""
+    journal = read_journal(run_dir / PREDICTIONS, hashes, summary.stale_lines)
+    failures = read_failures(run_dir / FAILED)
+    out = []
+    for i, (sid, epoch, subset) in enumerate(requests.keys()):
+        row = journal.rows.get((sid, epoch))
+        failure = None if row is not None else failures.get((sid, epoch)) or NOT_RUN
+        out.append(Outcome(sid, subset, epoch, row=row, failure=failure, source=lambda i=i: requests[i]))
+    return out
 
 
 def flipped_keys(outs: list[Outcome], baseline_dir: Path, summary: Summary) -> set[str]:
