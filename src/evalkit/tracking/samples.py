@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evalkit.journal import FAILED, PREDICTIONS, read_failures, read_journal
-from evalkit.summary import Summary
+from evalkit.errors import RunDirError
+from evalkit.summary import Summary, read_summary
 from evalkit.types import Request, canonical_json, sha256_hex
 
 #: what a selected sample without a scored row and without a failure record failed of
@@ -143,9 +144,6 @@ def flipped_keys(outs: list[Outcome], baseline_dir: Path, summary: Summary) -> s
         RunDirError: the baseline's ``summary.json`` or journal cannot be read, or it is a
             run of another benchmark (one line, naming it).
     """
-    from evalkit.errors import RunDirError
-    from evalkit.summary import read_summary
-
     baseline_dir = Path(baseline_dir)
     base = read_summary(baseline_dir / "summary.json")
     if base.benchmark != summary.benchmark:
