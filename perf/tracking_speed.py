@@ -1,54 +1,55 @@
-"""Tracking speed: seconds of MLflow tracking per 1,000 samples of a full offline ACEBench
-run, beside MLflow's own cheapest way to write the same traces (prints figures).
+"""Tracking speed: what MLflow tracking costs per sample under ``tracking.traces=sample`` (the
+default) and ``tracking.traces=all``, in time and in store size (prints figures; issue 46).
 
-    .venv/bin/python perf/tracking_speed.py [--data ../shared/data] [--out DIR] [--context 300] [--limit N]
-                                            [--max-traces N]
+    .venv/bin/python perf/tracking_speed.py [--data ../shared/data] [--out DIR] [--limit N] [--samples N]
+                                            [--policies sample all] [--server] [--floor] [--max-traces N]
 
-1. **evalkit**: ``model=reference benchmark=acebench benchmark.language=all`` (2,040 samples,
-   offline) with ``tracking=mlflow`` into a fresh SQLite store (created and migrated before
-   the clock starts). Timed: every call the run makes to its observer — ``run_started``
-   (the store check), ``run_finished`` (the MLflow run, params,
-   metrics, dataset, tables, artifacts, one trace per sample, the store's trace count).
-2. **MLflow's floor**, in the same store right after: the same 2,040 traces (built by
-   evalkit's trace builder, not timed) written the cheapest way MLflow offers — each trace
-   with its assessments in one ``TracingClient.start_trace(TraceInfo)`` (one transaction:
-   trace, tags, metadata, assessments) and the spans of 200 traces per ``log_spans`` call.
-   Nothing else. The ratio evalkit / floor is the figure to watch (target <= 1.2).
-3. For context, on the first ``--context`` traces: the spans written trace by trace
-   (``start_trace`` + ``log_spans`` each), and one call at a time (``start_trace`` without
-   assessments, ``log_spans``, then one ``log_assessment`` per score: the ``log_feedback``
-   path).
+1. **Per policy** (``--policies``, default ``sample all``): one offline run (``model=reference``)
+   with ``tracking=mlflow tracking.traces=<policy>`` into a fresh store — its own SQLite file
+   (created and migrated before the clock starts), or, with ``--server``, a local
+   ``mlflow server`` (SQLite backend, ``--serve-artifacts``; started once, each policy in an
+   experiment of its own). The data: full offline ACEBench (``benchmark.language=all``,
+   2,040 samples; ``--limit N``: the first N), or with ``--samples N`` an arith_mini task of N
+   generated one-line questions (one subset). Timed: every call the run makes to its observer
+   (``run_started``, ``run_finished``; of which the traces, and the record: params, metrics,
+   the dataset, the tables, the run directory's files). Printed per policy: the traces
+   logged and the run's ``evalkit.traces`` tag; tracking seconds and **ms per sample**;
+   the whole command's wall and **tracking's share of it**; the store's growth
+   (the database file, the artifact folder) and **bytes per sample**.
+2. ``--floor``: MLflow's cheapest way to write every trace, in the same store right after
+   the ``all`` run: the same traces (built by evalkit's trace builder, not timed), each
+   trace with its assessments in one ``TracingClient.start_trace(TraceInfo)`` and the spans
+   of 200 traces per ``log_spans`` call; printed with the ratio ``all`` / floor (its traces
+   only).
 
-SQLite's cost is mostly its commits, so the figures move with the disk and with other load
-on the machine (the load average is printed); the ratio is measured under the same load.
-4. An extrapolation to 100,000 samples: the trace seconds per trace × the traces logged
-   (all of them, or ``--max-traces``), plus the rest of the tracking (params, metrics, the
-   dataset, tables, files) per sample × 100,000 — both assumed linear, which the store's
-   commits and the tables roughly are; a straight line from one size, not a measurement.
-
-``--max-traces N`` runs with ``tracking.max_traces=N`` (a seeded sample of N traces).
+An offline run has no network waits, so its wall is shorter than a run against a zero-latency
+server's: tracking's share printed here is the larger of the two. SQLite's cost is mostly its
+commits: the figures move with the disk and with other load (the load average is printed).
 Not a test: nothing is asserted beyond the trace counts.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
+import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
-from evalkit.compose import compose, resolve
-from evalkit.engine.plan import prepare
-from evalkit.engine.run import run_evaluation
-from evalkit.specs import build
-from evalkit.tracking.mlflow_tracking import MlflowObserver, client, trace_client
-from evalkit.tracking.samples import outcomes
-from evalkit.tracking.traces import build_trace
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.support.mlflow_server (--server)
+
+from evalkit.compose import compose, resolve  # noqa: E402
+from evalkit.engine.plan import prepare  # noqa: E402
+from evalkit.engine.run import run_evaluation  # noqa: E402
+from evalkit.specs import build  # noqa: E402
+from evalkit.tracking.mlflow_tracking import MlflowObserver, client, trace_client  # noqa: E402
+from evalkit.tracking.samples import outcomes  # noqa: E402
+from evalkit.tracking.traces import build_trace  # noqa: E402
+
 SPAN_BATCH = 200
 
 
@@ -73,9 +74,20 @@ class TimedObserver(MlflowObserver):
     def _log_traces(self, *args):
         return self._timed("of which traces", super()._log_traces, *args)
 
+    def _log_record(self, *args):
+        return self._timed("of which record", super()._log_record, *args)
 
-def per_1000(seconds: float, n: int) -> str:
-    return f"{seconds:.2f} s ({1000 * seconds / n:.2f} s per 1,000)"
+
+def size(path: Path) -> int:
+    """Bytes of a file, or of every file under a folder (0 when absent)."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+def store_bytes(db: Path, artifacts: Path) -> tuple[int, int]:
+    """(database bytes, its WAL and journal included; artifact bytes)."""
+    return sum(size(Path(f"{db}{s}")) for s in ("", "-wal", "-journal")), size(artifacts)
 
 
 def write_floor(tracer, exp_id: str, built: list) -> float:
@@ -90,90 +102,104 @@ def write_floor(tracer, exp_id: str, built: list) -> float:
     return time.perf_counter() - t0
 
 
-def write_per_trace(tracer, exp_id: str, built: list) -> float:
+def count(tracer, exp_id: str, run_id: str, uri: str) -> int:
+    return len(MlflowObserver.logged_traces(tracer, exp_id, run_id, uri))
+
+
+def arith_data(path: Path, n: int) -> Path:
+    """``n`` one-line arith_mini questions (``What is i + 1?``), one JSON object a line."""
+    with path.open("w", encoding="utf-8") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"q{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n")
+    return path
+
+
+def measure(policy: str, args: argparse.Namespace, out: Path, uri: str | None, db: Path, artifacts: Path) -> dict:
+    """One run under ``policy``; prints its line and returns its figures."""
+    root = out / policy
+    root.mkdir(parents=True, exist_ok=True)
+    if args.samples:
+        bench = ["benchmark=arith_mini", f"benchmark.dataset.path={arith_data(out / 'arith.jsonl', args.samples)}",
+                 "run.bootstrap_resamples=0"]  # fmt: skip
+    else:
+        bench = ["benchmark=acebench", "benchmark.language=all", f"benchmark.data_dir={args.data / 'acebench'}"]
+    overrides = ["model=reference", *bench, f"run.output_root={root}", "tracking=mlflow", "run.progress=false",
+                 f"tracking.traces={policy}", f"tracking.experiment=speed-{policy}"]  # fmt: skip
+    if uri:
+        overrides.append(f"tracking.tracking_uri={uri}")
+    if args.limit:
+        overrides.append(f"run.limit={args.limit}")
+    _, cfg = resolve(compose(overrides))
+    specs = build(cfg)
+    base = MlflowObserver.from_spec(specs.tracking)
+    if not uri:
+        db, artifacts = root / "mlflow.db", root / "mlartifacts"
+    mlflow_client = client(base.uri)  # the store exists (created, migrated) before the clock starts
+    observer = TimedObserver(base.uri, base.experiment, base.artifact_root, traces=policy, max_traces=args.max_traces,
+                             seed=cfg.run.seed, traces_per_category=base.traces_per_category)  # fmt: skip
+    observer.seconds = {}
+    before = store_bytes(db, artifacts)
     t0 = time.perf_counter()
-    for info, spans in built:
-        tracer.start_trace(info)
-        tracer.log_spans(exp_id, spans)
-    return time.perf_counter() - t0
+    result = run_evaluation(specs, observer)
+    wall = time.perf_counter() - t0
+    after = store_bytes(db, artifacts)
+    n = result.summary["n_samples"]
+    tracked = sum(v for k, v in observer.seconds.items() if not k.startswith("of which"))
+    run_id = json.loads((result.run_dir / "tracking.json").read_text())["mlflow_run_id"]
+    run = mlflow_client.get_run(run_id)
+    tracer = trace_client(base.uri)
+    n_traces = count(tracer, run.info.experiment_id, run_id, base.uri)
+    grew = (after[0] - before[0], after[1] - before[1])
+    print(f"evalkit run: {n} samples, {result.summary['status']}, policy {policy}: {n_traces} traces "
+          f"(evalkit.traces = {run.data.tags.get('evalkit.traces')!r})")  # fmt: skip
+    print(f"policy {policy}: tracking {tracked:.2f} s = {1000 * tracked / n:.2f} ms/sample "
+          f"(" + ", ".join(f"{k} {v:.2f} s" for k, v in observer.seconds.items()) + f"); command wall {wall:.1f} s, "
+          f"tracking {100 * tracked / wall:.1f} % of it; store +{sum(grew):,} B = {sum(grew) / n:,.0f} B/sample "
+          f"(database +{grew[0]:,} B, artifacts +{grew[1]:,} B)")  # fmt: skip
+    return {"result": result, "specs": specs, "tracer": tracer, "client": mlflow_client, "exp_id": run.info.experiment_id,
+            "traces_s": observer.seconds.get("of which traces", 0.0), "n_traces": n_traces, "uri": base.uri}  # fmt: skip
 
 
-def write_one_call_at_a_time(tracer, exp_id: str, built: list) -> float:
-    t0 = time.perf_counter()
-    for info, spans in built:
-        feedbacks, info.assessments = info.assessments, []
-        tracer.start_trace(info)
-        tracer.log_spans(exp_id, spans)
-        for fb in feedbacks:
-            fb.assessment_id = None
-            tracer.log_assessment(info.trace_id, fb)
-    return time.perf_counter() - t0
-
-
-def count(tracer, exp_id: str, run_id: str) -> int:
-    return len(MlflowObserver.logged_traces(tracer, exp_id, run_id))
+def floor(m: dict) -> None:
+    """MLflow's cheapest write of every trace of the ``all`` run ``m``, in its store."""
+    result, tracer, exp_id = m["result"], m["tracer"], m["exp_id"]
+    outs = outcomes(result.run_dir, result.typed, [u.request for u in prepare(m["specs"]).units])
+    run_id = m["client"].create_run(exp_id, tags={"mlflow.runName": "floor", "evalkit.kind": "benchmark"}).info.run_id
+    built = [build_trace(o, result.run_dir, run_id, exp_id, result.typed, time.time()) for o in outs]
+    seconds = write_floor(tracer, exp_id, built)
+    assert count(tracer, exp_id, run_id, m["uri"]) == len(outs)
+    print(f"MLflow floor (start_trace with its assessments, spans of 200 traces per log_spans): {seconds:.2f} s for "
+          f"{len(outs)} traces ({1000 * seconds / len(outs):.1f} ms each)")  # fmt: skip
+    print(f"ratio evalkit / floor (traces of the all run): {m['traces_s'] / seconds:.2f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--out", type=Path, default=None, help="output root (default: a temporary directory)")
-    parser.add_argument("--context", type=int, default=300, help="traces for the per-trace and one-call-at-a-time figures")
     parser.add_argument("--limit", type=int, default=None, help="run.limit: the first N samples only (a quick check)")
-    parser.add_argument("--max-traces", type=int, default=None, help="tracking.max_traces: traces for a seeded sample of N")
+    parser.add_argument("--samples", type=int, default=None, help="an arith_mini task of N generated samples instead of ACEBench")
+    parser.add_argument("--policies", nargs="+", default=["sample", "all"], choices=["sample", "all", "none"])
+    parser.add_argument("--server", action="store_true", help="log to a local mlflow server (SQLite backend) started here")
+    parser.add_argument("--floor", action="store_true", help="after the all run: MLflow's cheapest write of the same traces")
+    parser.add_argument("--max-traces", type=int, default=None, help="tracking.max_traces: a cap on top of the policy")
     args = parser.parse_args()
-    out = args.out or Path(tempfile.mkdtemp(prefix="evalkit-tracking-speed-"))
-    overrides = ["model=reference", "benchmark=acebench", "benchmark.language=all", f"benchmark.data_dir={args.data / 'acebench'}",
-                 f"run.output_root={out}", "tracking=mlflow", "run.progress=false"]  # fmt: skip
-    if args.limit:
-        overrides.append(f"run.limit={args.limit}")
-    _, cfg = resolve(compose(overrides))
-    specs = build(cfg)
-    base = MlflowObserver.from_spec(specs.tracking)
-    mlflow_client = client(base.uri)  # the store exists (created, migrated) before the clock starts
-    observer = TimedObserver(base.uri, base.experiment, base.artifact_root, max_traces=args.max_traces, seed=cfg.run.seed)
-    observer.seconds = {}
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; store {base.uri}")
-    t0 = time.perf_counter()
-    result = run_evaluation(specs, observer)
-    wall = time.perf_counter() - t0
-    n = result.summary["n_samples"]
-    tracked = sum(v for k, v in observer.seconds.items() if k != "of which traces")
-    print(f"evalkit run: {n} samples, {result.summary['status']}, run wall {result.summary['wall_s']:.1f} s, command {wall:.1f} s")
-    print("evalkit tracking: " + per_1000(tracked, n) + "; " + ", ".join(f"{k} {v:.2f} s" for k, v in observer.seconds.items()))
+    out = (args.out or Path(tempfile.mkdtemp(prefix="evalkit-tracking-speed-"))).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; store "
+          f"{'a local mlflow server (SQLite backend)' if args.server else 'SQLite, one file per policy'} under {out}")  # fmt: skip
+    with ExitStack() as stack:
+        uri, db, artifacts = None, out / "server" / "mlflow.db", out / "server" / "artifacts"
+        if args.server:
+            from tests.support.mlflow_server import mlflow_server
 
-    tracer = trace_client(base.uri)
-    exp_id = mlflow_client.get_experiment_by_name(base.experiment).experiment_id
-    n_traces = min(n, args.max_traces or n)
-    assert count(tracer, exp_id, json.loads((result.run_dir / "tracking.json").read_text())["mlflow_run_id"]) == n_traces
-    per_trace = observer.seconds.get("of which traces", 0.0) / n_traces
-    rest = (tracked - observer.seconds.get("of which traces", 0.0)) / n
-    print(f"per trace {1000 * per_trace:.1f} ms ({n_traces} traces); the rest of the tracking {1000 * rest:.2f} ms per sample")
-    for bound in (None, 1000, 10000):
-        total = 100_000 * rest + min(100_000, bound or 100_000) * per_trace
-        print(f"100,000 samples, {'all traces' if bound is None else f'max_traces={bound}'}: about {total:.0f} s "
-              f"({total / 60:.1f} min), a straight line from {n} samples")  # fmt: skip
-    outs = outcomes(result.run_dir, result.typed, [u.request for u in prepare(specs).units])
-    start_s = time.time()
-
-    def built_for(label: str, items: list) -> tuple[str, list]:
-        run_id = mlflow_client.create_run(exp_id, tags={"mlflow.runName": f"floor: {label}", "evalkit.kind": "benchmark"}).info.run_id
-        return run_id, [build_trace(o, result.run_dir, run_id, exp_id, result.typed, start_s) for o in items]
-
-    floor_run, built = built_for("start_trace with assessments, log_spans per 200", outs)
-    floor = write_floor(tracer, exp_id, built)
-    assert count(tracer, exp_id, floor_run) == n
-    print("MLflow floor (start_trace with its assessments, spans of 200 traces per log_spans): " + per_1000(floor, n))
-    print(f"ratio evalkit / floor: {tracked / floor:.2f}")
-
-    k = min(args.context, n)
-    run_id, built = built_for("per trace", outs[:k])
-    print(f"context, {k} traces: spans trace by trace: " + per_1000(write_per_trace(tracer, exp_id, built), k))
-    run_id, built = built_for("one call at a time", outs[:k])
-    seconds = write_one_call_at_a_time(tracer, exp_id, copy.deepcopy(built))
-    n_feedback = sum(len(info.assessments) for info, _ in built)
-    print(f"context, {k} traces ({n_feedback} assessments): one call at a time: " + per_1000(seconds, k))
-    assert count(tracer, exp_id, run_id) == k
+            db.parent.mkdir(parents=True, exist_ok=True)
+            srv = stack.enter_context(mlflow_server(f"sqlite:///{db}", artifacts, db.parent, serve_artifacts=True))
+            srv.wait_ready()
+            uri = srv.url
+        figures = {policy: measure(policy, args, out, uri, db, artifacts) for policy in args.policies}
+        if args.floor and "all" in figures:
+            floor(figures["all"])
     print(f"store kept in {out}")
 
 

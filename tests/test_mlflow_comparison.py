@@ -65,7 +65,12 @@ def _as_text(value) -> str:
 
 
 def _table(root: Path, run_id: str, name: str) -> list[dict]:
-    table = json.loads((root / "mlartifacts" / run_id / "artifacts" / "tables" / name).read_text())
+    path = root / "mlartifacts" / run_id / "artifacts" / "tables" / name
+    if name.endswith(".parquet"):  # the full per-sample table (issue 46)
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    table = json.loads(path.read_text())
     return [dict(zip(table["columns"], row)) for row in table["data"]]
 
 
@@ -141,6 +146,11 @@ def test_per_sample_table_has_every_selected_sample(ace):
     assert [r["sample_id"] for r in rows] == SINGLE
     assert [r["accuracy"] for r in rows] == [0.0, 0.0, 1.0, 1.0, 1.0, None]
     assert rows[-1]["status"] == "failed: missing_output" and rows[0]["output"] == "[]"
+    full = _table(root, _run_id(replay.run_dir), "samples.parquet")  # every sample, every score, its trace (issue 46)
+    assert [(r["sample_id"], r["status"], r["accuracy"], r["output"]) for r in full] == [
+        (r["sample_id"], r["status"], r["accuracy"], r["output"]) for r in rows]  # fmt: skip
+    traces = _traces(root, replay.run_dir)
+    assert [r["trace_id"] for r in full] == [traces[sid].info.trace_id for sid in SINGLE] and full[0]["epoch"] == 0
     subsets = _table(root, _run_id(replay.run_dir), "subsets.json")
     assert [(r["subset"], r["n_samples"], r["n_scored"], r["n_failed"]) for r in subsets] == [
         ("normal_atom_bool", 4, 4, 0), ("special_irrelevant", 2, 1, 1)
@@ -385,6 +395,7 @@ def test_tracking_traces_false_logs_the_run_without_traces(tmp_path: Path, acebe
     run = client.get_run(_run_id(res.run_dir))
     assert run.data.metrics["headline"] == 1.0 and _traces(root, res.run_dir) == {}
     assert run.inputs.dataset_inputs[0].dataset.name == "acebench all languages normal_atom_bool"
-    assert [r["sample_id"] for r in _table(root, run.info.run_id, "samples.json")] == [
+    assert not (root / "mlartifacts" / run.info.run_id / "artifacts" / "tables" / "samples.json").exists()  # no trace, no view
+    assert [r["sample_id"] for r in _table(root, run.info.run_id, "samples.parquet")] == [
         r["sample_id"] for r in read_jsonl(res.run_dir / "predictions.jsonl")
     ]

@@ -203,7 +203,8 @@ PAGED = 2 * 500 + 1
 @pytest.mark.slow
 def test_three_pages_of_samples_log_and_read_back_every_trace(server, tmp_path):
     """More traces than two pages of the server's (500): every one is logged and read back,
-    with ``tracking.max_traces`` unset; ``evalkit.track`` then finds all of them there."""
+    with ``tracking.traces=all`` (the default ``sample`` would trace 25 of this one subset) and
+    ``tracking.max_traces`` unset; ``evalkit.track`` then finds all of them there."""
     from evalkit.track import main as track
     from evalkit.tracking.mlflow_tracking import TRACE_PAGE
 
@@ -211,7 +212,7 @@ def test_three_pages_of_samples_log_and_read_back_every_trace(server, tmp_path):
     srv, _ = server("serve-artifacts")
     data = _arith_data(tmp_path / "many.jsonl", PAGED)
     res = _run([*ARITH, f"benchmark.dataset.path={data}", f"run.output_root={tmp_path / 'out'}", f"tracking.tracking_uri={srv.url}",
-                "tracking.experiment=many", "run.bootstrap_resamples=0"])  # fmt: skip
+                "tracking.experiment=many", "run.bootstrap_resamples=0", "tracking.traces=all"])  # fmt: skip
     assert res.summary["n_samples"] == PAGED and res.summary["status"] == "complete"
     rid = _run_id(res.run_dir)
     traces = _traces(srv.url, rid)
@@ -389,7 +390,7 @@ def test_a_server_down_or_stopped_mid_logging_loses_nothing(tmp_path, monkeypatc
         data = _arith_data(tmp_path / "250.jsonl", 250)
         capsys.readouterr()
         res = _run([*ARITH, f"benchmark.dataset.path={data}", f"run.output_root={tmp_path / 'mid'}", f"tracking.tracking_uri={url}",
-                    "run.bootstrap_resamples=0"])  # fmt: skip
+                    "run.bootstrap_resamples=0", "tracking.traces=all"])  # fmt: skip  (all: more traces than one batch)
         monkeypatch.undo()
     assert res.exit_code == 0 and res.summary["status"] == "complete" and built["n"] > mt.TRACE_BATCH
     (line,) = _failed_lines(capsys.readouterr().err)

@@ -67,8 +67,15 @@ def test_scoring_speed(shared_data_dir):
 
 
 def test_tracking_speed(shared_data_dir, tmp_path):
-    out = _run("tracking_speed.py", f"--data={shared_data_dir}", f"--out={tmp_path}", "--limit=5", "--context=3")
-    assert "evalkit run: 5 samples, complete" in out and "ratio evalkit / floor:" in out, out
+    out = _run("tracking_speed.py", f"--data={shared_data_dir}", f"--out={tmp_path}", "--limit=5", "--floor")
+    # 5 samples: tracking.traces=sample (25 per subset, the default) traces every one, as all does
+    assert "evalkit run: 5 samples, complete, policy sample: 5 traces (evalkit.traces = 'all 5 samples')" in out, out
+    assert "evalkit run: 5 samples, complete, policy all: 5 traces" in out, out
+    for policy in ("sample", "all"):
+        line = next(x for x in out.splitlines() if x.startswith(f"policy {policy}: tracking "))
+        assert float(line.split(" B/sample")[0].split(" = ")[-1].replace(",", "")) > 0, line  # the store grew
+        assert " ms/sample " in line and " % of it; store +" in line, line
+    assert "ratio evalkit / floor (traces of the all run):" in out, out
 
 
 def test_startup():

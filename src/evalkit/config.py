@@ -311,24 +311,57 @@ REQUEST_DEADLINE_S = 120.0
 MAX_RESPONSE_BYTES = 32 << 20
 
 
+#: ``tracking.traces``' policies (issue 46): ``all`` (one trace per selected sample), ``sample``
+#: (the default: every failure, every flip against ``run.baseline``, a seeded
+#: ``tracking.traces_per_category`` per subset) and ``none``
+TRACE_POLICIES = ("all", "sample", "none")
+#: ``tracking.traces_per_category``'s default: traced samples per subset under ``traces=sample``
+TRACES_PER_CATEGORY = 25
+
+
+def traces_policy(value: Any) -> str:
+    """``tracking.traces`` as one of :data:`TRACE_POLICIES`: a policy name as it is, and the
+    booleans of configs written before issue 46 as what they meant then (``true``: a trace per
+    sample, ``all``; ``false``: ``none``), so that a run directory logged again keeps its traces.
+
+    Raises:
+        ValueError: anything else (named with the policies).
+    """
+    if value is True or value is False:
+        return "all" if value else "none"
+    if isinstance(value, str) and value in TRACE_POLICIES:
+        return value
+    raise ValueError(f"tracking.traces: must be one of {', '.join(TRACE_POLICIES)} (got {str(value)[:40]!r})")
+
+
 class TrackingConfig(_Strict):
     """``tracking.*``: MLflow store (``None`` tracking_uri = ``sqlite:///<output_root>/mlflow.db``).
-    ``traces``: one MLflow trace per selected sample (``false``: runs, tables and the dataset
-    only — the escape hatch when per-sample logging costs too much). ``max_traces``: at most
-    this many traces (``None``: one per sample): a seeded sample (``run.seed``), failed
-    samples first (:func:`evalkit.tracking.traces.traced_sample`); metrics, tables, the
-    dataset and the files are logged whole either way."""
+    ``traces`` (:data:`TRACE_POLICIES`): which selected samples get an MLflow trace — ``sample``
+    (default): every failed sample, every flip against ``run.baseline`` (a run directory) and a
+    seeded (``run.seed``) ``traces_per_category`` samples per subset
+    (:func:`evalkit.tracking.traces.traced_sample`); ``all``: every sample; ``none``: runs,
+    tables and the dataset only (``true`` / ``false`` of older configs read as ``all`` / ``none``).
+    ``max_traces``: at most this many traces on top of the policy (``None``: no cap), failed
+    samples first; the per-sample table (``tables/samples.parquet``), metrics, the dataset and the
+    files are logged whole either way."""
 
     kind: Literal["mlflow", "none"] = "mlflow"
     tracking_uri: str | None = None
     experiment: str = Field(default="evalkit", min_length=1)
     artifact_root: str | None = None
-    traces: bool = True
+    traces: Literal["all", "sample", "none"] = "sample"
+    traces_per_category: int = Field(default=TRACES_PER_CATEGORY, ge=0, le=1_000_000, strict=True,
+                                     description="traced samples per subset under tracking.traces=sample")
     max_traces: int | None = Field(default=None, ge=1, description="traces logged at most (null: all)")
     request_deadline_s: float = Field(default=REQUEST_DEADLINE_S, gt=0, le=86_400, allow_inf_nan=False,
                                       description="seconds one HTTP call to a tracking server may take, retries included")
     max_response_bytes: int = Field(default=MAX_RESPONSE_BYTES, ge=1024, le=1 << 40, strict=True,
                                      description="bytes of one response's body from a tracking server, at most")
+
+    @field_validator("traces", mode="before")
+    @classmethod
+    def _traces_policy(cls, v: Any) -> Any:
+        return traces_policy(v)
 
 
 class RunSettings(_Strict):

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalkit.config import MAX_RESPONSE_BYTES, REQUEST_DEADLINE_S, BackendConfig, EvalConfig, JudgeConfig, ModelConfig, RunSettings
+from evalkit.config import (MAX_RESPONSE_BYTES, REQUEST_DEADLINE_S, TRACES_PER_CATEGORY, BackendConfig, EvalConfig, JudgeConfig,
+                            ModelConfig, RunSettings, traces_policy)
 from evalkit.errors import ConfigError
 from evalkit.settings import BenchmarkSettings
 
@@ -163,21 +164,25 @@ class ReportSpec:
 @dataclass(frozen=True)
 class TrackingSpec:
     """What a tracker needs (:mod:`evalkit.tracking`): ``tracking.*`` (``kind``,
-    ``tracking_uri``, ``experiment``, ``artifact_root``, ``traces``, ``max_traces``,
+    ``tracking_uri``, ``experiment``, ``artifact_root``, ``traces`` (a policy of
+    :data:`~evalkit.config.TRACE_POLICIES`), ``traces_per_category``, ``max_traces``,
     ``request_deadline_s``, ``max_response_bytes``), ``run.output_root`` (the default store
-    lies under it), ``run.suite`` and ``run.seed`` (which traces are kept)."""
+    lies under it), ``run.suite``, ``run.seed`` (which traces are kept) and ``run.baseline``
+    when it is a run directory (whose flips are traced; ``None`` otherwise)."""
 
     kind: str = "mlflow"
     tracking_uri: str | None = None
     experiment: str = "evalkit"
     artifact_root: str | None = None
-    traces: bool = True
+    traces: str = "sample"
     max_traces: int | None = None
     output_root: str = "outputs"
     suite: str | None = None
     seed: int = 0
     request_deadline_s: float = REQUEST_DEADLINE_S
     max_response_bytes: int = MAX_RESPONSE_BYTES
+    traces_per_category: int = TRACES_PER_CATEGORY
+    baseline: str | None = None
 
     @classmethod
     def of(cls, tracking: Any, run: Any) -> "TrackingSpec":
@@ -188,13 +193,19 @@ class TrackingSpec:
             return group.get(key, default) if hasattr(group, "get") else getattr(group, key, default)
 
         uri, root = get(tracking, "tracking_uri", None), get(tracking, "artifact_root", None)
-        max_traces = get(tracking, "max_traces", None)
+        max_traces, baseline = get(tracking, "max_traces", None), get(run, "baseline", None)
+        try:
+            policy = traces_policy(get(tracking, "traces", "sample"))
+        except ValueError as exc:  # a composed config not validated yet (a sweep): one line
+            raise ConfigError(str(exc)) from None
         return cls(str(get(tracking, "kind", "mlflow")), str(uri) if uri else None, str(get(tracking, "experiment", "evalkit")),
-                   str(root) if root else None, bool(get(tracking, "traces", True)),
+                   str(root) if root else None, policy,
                    int(max_traces) if max_traces is not None else None, str(get(run, "output_root", "outputs")),
                    get(run, "suite", None), int(get(run, "seed", 0)),
                    float(get(tracking, "request_deadline_s", REQUEST_DEADLINE_S)),
-                   int(get(tracking, "max_response_bytes", MAX_RESPONSE_BYTES)))  # fmt: skip
+                   int(get(tracking, "max_response_bytes", MAX_RESPONSE_BYTES)),
+                   int(get(tracking, "traces_per_category", TRACES_PER_CATEGORY)),
+                   baseline if isinstance(baseline, str) and baseline else None)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,10 @@ call adds nothing (and a run resumed since gets only its new samples). No symbol
 the directory is followed or uploaded. The selection and the prompts of the traces are
 rebuilt from the benchmark's data, as the run built them; when the data cannot be read any
 more, the traces carry no prompt (one note line says so). Which samples get a trace follows the run's
-``tracking.traces`` and ``tracking.max_traces`` with its ``run.seed``: the same seeded sample
-the run logged.
+``tracking.traces`` (``sample``, ``all``, ``none``; a config written before issue 46 says
+``true`` / ``false``: ``all`` / ``none``), ``tracking.traces_per_category``, ``run.baseline``
+(its flips) and ``tracking.max_traces`` with its ``run.seed``: the same seeded sample the run
+logged.
 
 Each HTTP call to a tracking server ends within ``--request-deadline-s`` (retries and waits
 included) and reads at most ``--max-response-bytes`` of its answer (the defaults of
@@ -52,6 +54,7 @@ from typing import Any
 from evalkit import secrets
 from evalkit.benchmarks.task.template import TemplateRefused
 from evalkit.compose import recorded_run_config
+from evalkit.config import TRACES_PER_CATEGORY, traces_policy
 from evalkit.engine.plan import prepare
 from evalkit.errors import EvalkitError, RunDirError, first_line, printable
 from evalkit.journal import read_run_journal
@@ -145,14 +148,21 @@ def observer_for(run_dir: Path, recorded: dict[str, Any], args: argparse.Namespa
     if not isinstance(experiment, str) or len(experiment) > 500:
         raise RunDirError(f"{run_dir}/config.yaml: tracking.experiment: not a name of at most 500 characters")
     run = recorded.get("run") if isinstance(recorded.get("run"), dict) else {}
-    traces = bool(tracking.get("traces", True)) and not args.no_traces
+    try:  # a key absent: a config older than the key, whose default was a trace per sample
+        traces = "none" if args.no_traces else traces_policy(tracking.get("traces", True))
+    except ValueError as exc:
+        raise RunDirError(f"{run_dir}/config.yaml: {exc}") from None
     max_traces, seed = tracking.get("max_traces"), run.get("seed", 0)
+    per_category, baseline = tracking.get("traces_per_category", TRACES_PER_CATEGORY), run.get("baseline")
     if max_traces is not None and (type(max_traces) is not int or max_traces < 1):
         raise RunDirError(f"{run_dir}/config.yaml: tracking.max_traces: not a positive integer or null")
+    if type(per_category) is not int or not 0 <= per_category <= 1_000_000:
+        raise RunDirError(f"{run_dir}/config.yaml: tracking.traces_per_category: not an integer from 0 to 1000000")
     if type(seed) is not int:
         raise RunDirError(f"{run_dir}/config.yaml: run.seed: not an integer")
     return MlflowObserver(uri, experiment, root, run.get("suite"), _sweep_of(run_dir, run), traces, max_traces, seed,
-                          args.request_deadline_s, args.max_response_bytes)  # fmt: skip
+                          args.request_deadline_s, args.max_response_bytes, per_category,
+                          baseline if isinstance(baseline, str) and baseline else None)  # fmt: skip
 
 
 #: the largest ``sweep.json`` read: it holds the sweep's id, directory, start time, command-line
@@ -224,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="artifact location of a new experiment (default: outputs/mlartifacts here, or mlartifacts beside "
                              "a --tracking-uri sqlite database; "
                              "a tracking server's own, for an http(s) --tracking-uri)")  # fmt: skip
-    parser.add_argument("--no-traces", action="store_true", help="no per-sample traces (as tracking.traces=false)")
+    parser.add_argument("--no-traces", action="store_true", help="no per-sample traces (as tracking.traces=none)")
     add_http_bound_options(parser)
     args = parser.parse_args(argv)
     code = 0

@@ -175,7 +175,7 @@ def finalize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None, obse
     phases.add("summary_report_s", time.perf_counter() - started)
     requests = plan.units.requests()  # the selection, in order, with each prompt (built as it is read)
     with phases.timed("tracking_s"):
-        observer.run_finished(RunInfo(run_dir, state.resumed, report, requests), summary)
+        observer.run_finished(RunInfo(run_dir, state.resumed, report, requests, plan.request_hashes()), summary)
     return _write_summary(run_dir, summary, phases)
 
 

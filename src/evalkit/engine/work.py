@@ -118,3 +118,11 @@ class Requests(Sequence[Request]):
 
     def __getitem__(self, i: int) -> Request:  # type: ignore[override]
         return self.items[i].request
+
+    def keys(self) -> Iterator[tuple[str, int, str]]:
+        """``(sample id, epoch, subset)`` of each request, in order, without building any (a
+        tracker builds only the prompts it shows)."""
+        n = len(self.items.samples)
+        for p in self.items.positions:
+            sample = self.items.samples[p % n]
+            yield sample.id, p // n, sample.subset

@@ -30,12 +30,15 @@ class RunInfo:
     resumed), whether it is resumed, what the summary says of it besides its results
     (:class:`~evalkit.specs.ReportSpec`: names, shots, repeats, judges; ``None`` when the
     caller has none) and, for :meth:`Observer.run_finished`, its ``requests``: the
-    selection in order, each with its prompt (built as they are read)."""
+    selection in order, each with its prompt (built as they are read), and
+    ``request_hashes``: ``{(sample id, epoch): request hash}`` of the plan (what identifies
+    each journal row; ``None`` when the caller has none)."""
 
     run_dir: Path
     resumed: bool = False
     spec: ReportSpec | None = None
     requests: Iterable[Request] | None = None
+    request_hashes: dict[tuple[str, int], str] | None = None
 
 
 class Observer:

@@ -16,13 +16,22 @@ Per run (logged when it finishes, from its run directory):
   :mod:`~evalkit.tracking.curate`;
 * the evaluation data as an MLflow dataset (context ``eval``): named after the benchmark,
   language and subsets, digest = the data fingerprint's first 36 hex characters;
-* tables (``log_table``, replaced whole on every logging): ``tables/samples.json`` (one row
-  per selected sample: sample_id, subset, status, the primary score, the output cut),
+* the per-sample table, one artifact whatever the run's size: ``tables/samples.parquet``
+  (:func:`samples_frame`: one row per selected sample — sample_id, subset, epoch, status,
+  every score, the output cut, the trace id of a traced sample — replaced whole on every
+  logging);
+* tables (``log_table``, replaced whole on every logging): ``tables/samples.json`` (the
+  rows of the traced samples, for MLflow's Artifact evaluation view: sample_id, subset,
+  status, the primary score, the output cut; none under ``tracking.traces=none``),
   ``tables/subsets.json`` (counts per subset), ``tables/breakdown_<dimension>.json``;
 * every file of the run directory as an artifact;
-* one trace per selected sample (``tracking.traces=false``: none; ``tracking.max_traces=N``:
-  a seeded sample of N, failed samples first — :func:`~evalkit.tracking.traces.traced_sample`;
-  the tag ``evalkit.traces`` and the description say "N of M"), linked to the run
+* one trace per sample that ``tracking.traces`` chooses (:meth:`MlflowObserver.choose_traces`:
+  ``sample``, the default — every failure, every flip against ``run.baseline`` and a seeded
+  ``tracking.traces_per_category`` per subset; ``all``; ``none``), at most
+  ``tracking.max_traces`` (a seeded sample, failed samples first —
+  :func:`~evalkit.tracking.traces.traced_sample`); the tag ``evalkit.traces`` and the
+  description say what was traced (``sample: 75 of 10,000 (all 0 failures, …)``, or ``all N
+  samples`` when every sample is), linked to the run
   (``mlflow.sourceRun``): scores as assessments, rollouts as spans. Each trace is written
   with its assessments in one ``start_trace`` call (to a server, :data:`TRACE_THREADS` at a time)
   and the spans of a batch of traces in one
@@ -56,7 +65,8 @@ from typing import Any
 
 
 from evalkit import secrets
-from evalkit.errors import RunDirError, TrackingError, first_line, printable, shell_line
+from evalkit.config import TRACES_PER_CATEGORY, traces_policy
+from evalkit.errors import EvalkitError, RunDirError, TrackingError, first_line, printable, shell_line
 from evalkit.images import image_facts
 from evalkit.untrusted import read_run_text, read_run_yaml
 from evalkit.summary import Summary
@@ -66,9 +76,10 @@ from evalkit.tracking.base import Observer, RunInfo
 from evalkit.tracking.ledger import FILE as LEDGER_FILE
 from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, checked_traces, key_digest, owner_problem
 from evalkit.tracking.ledger import read_file as read_ledger_file
-from evalkit.tracking.samples import Outcome, outcomes, primary_score
+from evalkit.tracking.samples import Outcome, flipped_keys, outcomes, primary_score
 from evalkit.tracking.store import current_http_bounds, open_client, register_credentials, use_http_bounds
-from evalkit.tracking.traces import build_trace, cut, mlflow_obj, mlflow_text, trace_id_of, traced_sample, upload_attachments
+from evalkit.tracking.traces import (build_trace, cut, mlflow_obj, mlflow_text, policy_sample, trace_id_of, traced_sample,
+                                     upload_attachments)
 
 log = logging.getLogger(__name__)
 say = logging.getLogger("evalkit.status")  # what is being logged now, on the console (__main__)
@@ -89,9 +100,11 @@ TABLE_OUTPUT_CHARS = 500
 EXPERIMENT_NOTE = (
     "evalkit evaluations. One run per evaluation of a model on a benchmark (a sweep: a parent run with one child "
     "per point). Compare runs by the `headline` metric (every complete run has one; `headline_name` says which "
-    "benchmark metric it is, incomplete runs have only `partial_*` figures). Each run holds one trace per sample "
-    "(request, output, each score as an assessment; agent rollouts span by span), the per-sample table "
-    "`tables/samples.json`, the benchmark's breakdown tables and the run directory's files."
+    "benchmark metric it is, incomplete runs have only `partial_*` figures). Each run holds traces of its samples "
+    "(request, output, each score as an assessment; agent rollouts span by span) — by default every failure, every flip "
+    "against its baseline and a seeded few per subset; its `evalkit.traces` tag says which — the per-sample table "
+    "`tables/samples.parquet` (every sample; the traced ones also in `tables/samples.json`), the benchmark's breakdown "
+    "tables and the run directory's files."
 )
 
 
@@ -315,6 +328,46 @@ def samples_table(outs: list[Outcome], headline: str) -> dict[str, list[Any]]:
     return table
 
 
+#: the per-sample table's artifact (issue 46: one artifact, whatever the number of samples)
+SAMPLES_ARTIFACT = "tables/samples.parquet"
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def samples_frame(outs: list[Outcome], trace_ids: dict[int, str] | None = None) -> Any:
+    """The full per-sample table as a ``pyarrow.Table``, one row per outcome in selection
+    order: ``sample_id``, ``subset``, ``epoch`` (int), ``status`` (``failed: <kind>`` for a
+    failure), one float column per score name any row has (null where a row has none, or a
+    non-numeric value), ``output`` (cut to :data:`TABLE_OUTPUT_CHARS`, secrets scrubbed,
+    :func:`~evalkit.tracking.traces.mlflow_text`; null for a failure), ``images`` (each
+    image's SHA-256, space-separated; only when the requests carry images) and ``trace_id``
+    (``trace_ids[id(outcome)]``: the sample's trace, null when it has none). Linear in the
+    outcomes. ``images`` is filled for the outcomes whose prompt is built (the traced ones
+    under ``tracking.traces=sample``: :meth:`~evalkit.tracking.samples.Outcome.loaded`)."""
+    import pyarrow as pa  # deferred: MLflow's and the data layer's dependency
+
+    trace_ids = trace_ids or {}
+    names = list(dict.fromkeys(k for o in outs if o.row for k in (o.row.get("scores") or {})))
+    table: dict[str, list[Any]] = {
+        "sample_id": [mlflow_text(str(o.sample_id)) for o in outs],
+        "subset": [mlflow_text(str(o.subset)) for o in outs],
+        "epoch": [int(o.epoch) for o in outs],
+        "status": [mlflow_text(str((o.row or {}).get("status"))) if o.ok else f"failed: {(o.failure or {}).get('error_kind')}" for o in outs],
+    }  # fmt: skip
+    for name in names:
+        table[mlflow_text(str(name))] = [_number(((o.row or {}).get("scores") or {}).get(name)) for o in outs]
+    table["output"] = [mlflow_text(secrets.scrub(cut((o.row or {}).get("output") or "", TABLE_OUTPUT_CHARS))) if o.ok else None
+                       for o in outs]  # fmt: skip
+    images = [image_facts(o.messages) for o in outs]
+    if any(images):
+        table["images"] = [" ".join(f"{f.get('sha256')}" for f in facts) for facts in images]
+    table["trace_id"] = [trace_ids.get(id(o)) for o in outs]
+    types = {"epoch": pa.int64(), **{mlflow_text(str(n)): pa.float64() for n in names}}
+    return pa.table({k: pa.array(v, type=types.get(k, pa.string())) for k, v in table.items()})
+
+
 def subsets_table(outs: list[Outcome], headline: str) -> dict[str, list[Any]]:
     """Counts per subset: samples, scored, failed, and the mean primary score of the scored."""
     names = list(dict.fromkeys(k for o in outs if o.row for k in (o.row.get("scores") or {})))
@@ -335,15 +388,19 @@ class MlflowObserver(Observer):
 
     ``uri`` / ``experiment`` / ``artifact_root``: the store (:meth:`from_spec` reads them
     from a :class:`~evalkit.specs.TrackingSpec`); ``suite``: the ``suite`` tag; ``sweep``: the ``sweep.json`` of the sweep
-    this run is a job of (``None`` outside a sweep); ``traces``: log one trace per sample;
-    ``max_traces``: at most this many (``None``: all), chosen with ``seed`` (``run.seed``).
+    this run is a job of (``None`` outside a sweep); ``traces``: ``tracking.traces``' policy
+    (``sample``, ``all``, ``none``; a boolean as :func:`~evalkit.config.traces_policy` reads it),
+    with ``traces_per_category`` and ``baseline`` (``run.baseline``'s run directory, whose flips
+    are traced; ``None``: none); ``max_traces``: at most this many (``None``: no cap), chosen
+    with ``seed`` (``run.seed``).
     ``request_deadline_s`` / ``max_response_bytes``: the bounds of each HTTP call to a tracking
     server (:func:`~evalkit.tracking.store.use_http_bounds`; ``None``: those in force).
     """
 
     def __init__(self, uri: str, experiment: str, artifact_root: str, suite: str | None = None,
-                 sweep: dict[str, Any] | None = None, traces: bool = True, max_traces: int | None = None,
-                 seed: int = 0, request_deadline_s: float | None = None, max_response_bytes: int | None = None):  # fmt: skip
+                 sweep: dict[str, Any] | None = None, traces: str | bool = "sample", max_traces: int | None = None,
+                 seed: int = 0, request_deadline_s: float | None = None, max_response_bytes: int | None = None,
+                 traces_per_category: int = TRACES_PER_CATEGORY, baseline: str | None = None):  # fmt: skip
         register_credentials(uri)  # before the run writes anything: they are scrubbed from it
         if request_deadline_s is not None or max_response_bytes is not None:
             deadline, size = current_http_bounds()
@@ -353,7 +410,9 @@ class MlflowObserver(Observer):
         self.artifact_root = artifact_root
         self.suite = suite
         self.sweep = sweep
-        self.traces = traces
+        self.traces = traces_policy(traces)
+        self.traces_per_category = traces_per_category
+        self.baseline = baseline
         self.max_traces = max_traces
         self.seed = seed
 
@@ -361,7 +420,7 @@ class MlflowObserver(Observer):
     def from_spec(cls, spec: TrackingSpec, sweep: dict[str, Any] | None = None) -> "MlflowObserver":
         """The observer of a run's (or a sweep's) ``tracking.*`` settings."""
         return cls(tracking_uri(spec), spec.experiment, artifact_root(spec), spec.suite, sweep, spec.traces, spec.max_traces,
-                   spec.seed, spec.request_deadline_s, spec.max_response_bytes)  # fmt: skip
+                   spec.seed, spec.request_deadline_s, spec.max_response_bytes, spec.traces_per_category, spec.baseline)  # fmt: skip
 
     # ---- runs ---------------------------------------------------------------------------
     def run_started(self, run: RunInfo) -> None:
@@ -420,7 +479,7 @@ class MlflowObserver(Observer):
         results are on disk): it is one line on stderr naming the command that logs the run
         again, ``python -m evalkit.track <run dir>``; the traceback goes to the run's log."""
         try:
-            self.log_run(run.run_dir, summary, run.requests)
+            self.log_run(run.run_dir, summary, run.requests, run.request_hashes)
         except Exception as exc:  # noqa: BLE001 - any tracking failure becomes one line
             log.info("MLflow logging of %s failed", run.run_dir, exc_info=True)  # evalkit.log only
             line = retry_line(run.run_dir, exc, self.uri)
@@ -448,14 +507,46 @@ class MlflowObserver(Observer):
             return label or name
         return f"{summary.benchmark}-{summary.model}-{name}"
 
-    def traces_note(self, n_traced: int, n_outcomes: int) -> str:
-        """What the run's traces cover, for the ``evalkit.traces`` tag and the description."""
-        if not self.traces:
-            return "none (tracking.traces=false)"
-        if n_traced < n_outcomes:
+    def choose_traces(self, outs: list[Outcome], summary: Summary) -> tuple[list[Outcome], dict[str, Any]]:
+        """The outcomes to trace (``tracking.traces``' policy,
+        :func:`~evalkit.tracking.traces.policy_sample`, then ``tracking.max_traces``,
+        :func:`~evalkit.tracking.traces.traced_sample`) and what the choice is made of (the
+        counts of ``policy_sample``, plus ``chosen``: the policy's count before the cap, and
+        ``baseline``: ``None`` without ``run.baseline``, ``"unreadable"`` when its journal
+        could not be read — one warning, no flips — else ``"read"``). Deterministic: the same
+        directory, seed and baseline choose the same outcomes on every logging."""
+        flipped, state = None, None
+        if self.traces == "sample" and self.baseline:
+            try:
+                flipped, state = flipped_keys(outs, Path(self.baseline), summary), "read"
+            except EvalkitError as exc:  # the run's traces go on without flips
+                log.warning("tracking: run.baseline: flips not traced (%s)", printable(first_line(exc), 300))
+                state = "unreadable"
+        chosen, counts = policy_sample(outs, self.traces, self.traces_per_category, self.seed, flipped)
+        traced = [o.loaded() for o in traced_sample(chosen, self.max_traces, self.seed)]  # their prompts, built now
+        return traced, {**counts, "chosen": len(chosen), "baseline": state}
+
+    def traces_note(self, n_traced: int, n_outcomes: int, counts: dict[str, Any] | None = None) -> str:
+        """What the run's traces cover, for the ``evalkit.traces`` tag and the description
+        (``counts``: :meth:`choose_traces`' second value): ``all N samples`` when every sample
+        is traced (whatever the policy: a small run's sample is all of it), else
+        ``sample: 75 of 10,000 (all 0 failures, 0 flips against run.baseline, 25 per category
+        in 3, run.seed=0)``, or ``N of M samples, sampled (tracking.max_traces=…)`` when the
+        cap chose."""
+        counts = counts or {}
+        if self.traces == "none":
+            return "none (tracking.traces=none)"
+        if n_traced >= n_outcomes:
+            return f"all {n_outcomes} samples"
+        if self.max_traces is not None and n_traced < counts.get("chosen", n_outcomes):
+            of = f", of the {counts['chosen']:,} tracking.traces=sample chose" if self.traces == "sample" else ""
             return (f"{n_traced} of {n_outcomes} samples, sampled (tracking.max_traces={self.max_traces}, "
-                    f"run.seed={self.seed}; failed samples first)")  # fmt: skip
-        return f"all {n_outcomes} samples"
+                    f"run.seed={self.seed}; failed samples first{of})")  # fmt: skip
+        flips = {None: "no run.baseline for flips", "unreadable": "flips unknown: run.baseline unreadable"}.get(
+            counts.get("baseline"), f"{counts.get('flips', 0):,} flips against run.baseline")
+        return (f"sample: {n_traced:,} of {n_outcomes:,} (all {counts.get('failures', 0):,} failures, {flips}, "
+                f"{counts.get('per_category', self.traces_per_category)} per category in {counts.get('categories', 0):,}, "
+                f"run.seed={self.seed})")  # fmt: skip
 
     def _run_tags(self, run_dir: Path, summary: Summary, traced: str) -> dict[str, str]:
         return {
@@ -477,10 +568,12 @@ class MlflowObserver(Observer):
             **self.sweep_tags(),
         }
 
-    def log_run(self, run_dir: Path, summary: Summary, requests: list[Any] | None = None) -> str:
+    def log_run(self, run_dir: Path, summary: Summary, requests: list[Any] | None = None,
+                request_hashes: dict[tuple[str, int], str] | None = None) -> str:  # fmt: skip
         """Log (or complete the logging of) the finished run in ``run_dir`` whose
         ``summary.json`` is ``summary``; returns the MLflow run id. ``requests``: the run's
-        requests (the selection and its prompts; see :func:`~evalkit.tracking.samples.outcomes`).
+        requests (the selection and its prompts), ``request_hashes``: the plan's (see
+        :func:`~evalkit.tracking.samples.outcomes`).
 
         Raises:
             TrackingError: the store holds another number of traces for the run than it
@@ -490,9 +583,11 @@ class MlflowObserver(Observer):
         run_dir = Path(run_dir)
         mlflow_client = client(self.uri)
         ledger = Ledger.load(run_dir, self.uri)
-        outs = outcomes(run_dir, summary, requests)
-        traced = traced_sample(outs, self.max_traces, self.seed) if self.traces else []
-        tags = self._run_tags(run_dir, summary, self.traces_note(len(traced), len(outs)))
+        outs = outcomes(run_dir, summary, requests, request_hashes)
+        traced, counts = self.choose_traces(outs, summary)
+        if self.traces == "none":
+            traced = []
+        tags = self._run_tags(run_dir, summary, self.traces_note(len(traced), len(outs), counts))
         if ledger.run_id is None:
             tags[RUN_KEY_TAG] = key_digest(ledger.new_key())
             exp_id = experiment_id(mlflow_client, self.experiment, self.artifact_root)
@@ -505,11 +600,12 @@ class MlflowObserver(Observer):
             kept = compared_lines(mlflow_client.get_run(ledger.run_id).data.tags.get("mlflow.note.content", ""))
             tags["mlflow.note.content"] = "\n\n".join([tags["mlflow.note.content"], *kept[-MAX_COMPARED_LINES:]])
             log_values(mlflow_client, ledger.run_id, tags=tags)
-        digest = _sha256(summary.record())
+        trace_ids = {id(o): trace_id_of(ledger.run_id, o) for o in traced}
+        digest = _sha256([summary.record(), sorted(trace_ids.values())])  # the table names the traces
         if ledger.summary_sha256 != digest:
             say.info("MLflow: logging the run's params, metrics, tables and files to %s…", self.uri)
-            self._log_record(mlflow_client, ledger.run_id, run_dir, summary, outs)
-        if self.traces:
+            self._log_record(mlflow_client, ledger.run_id, run_dir, summary, outs, trace_ids)
+        if self.traces != "none":
             self._log_traces(mlflow_client, ledger, run_dir, summary, traced)
         status = "FINISHED" if summary.complete else "FAILED"
         mlflow_client.set_terminated(ledger.run_id, status=status, end_time=_ms(summary.finished_at))
@@ -536,8 +632,10 @@ class MlflowObserver(Observer):
                               f"({problem}); nothing written — remove the file to log this directory as a new run")  # fmt: skip
         return str(run.info.experiment_id)
 
-    def _log_record(self, mlflow_client: Any, run_id: str, run_dir: Path, summary: Summary, outs: list[Outcome]) -> None:
-        """Params (those not logged yet), metrics, the dataset, the tables and the files."""
+    def _log_record(self, mlflow_client: Any, run_id: str, run_dir: Path, summary: Summary, outs: list[Outcome],
+                    trace_ids: dict[int, str]) -> None:  # fmt: skip
+        """Params (those not logged yet), metrics, the dataset, the tables (``trace_ids``:
+        ``{id(outcome): trace id}`` of the traced outcomes) and the files."""
         recorded = read_run_yaml(run_dir / "config.yaml") or {}
         recorded = secrets.redact_config(recorded)
         data = mlflow_client.get_run(run_id).data
@@ -549,20 +647,30 @@ class MlflowObserver(Observer):
         log_values(mlflow_client, run_id, params=params, metrics=metrics, timestamp_ms=_ms(summary.finished_at))
         _log_gate_steps(mlflow_client, run_id, summary)
         log_dataset(mlflow_client, run_id, dataset_input(summary, recorded))
-        self._log_tables(mlflow_client, run_id, summary, outs)
+        self._log_tables(mlflow_client, run_id, summary, outs, trace_ids)
         for path, folder in run_files(run_dir):
             mlflow_client.log_artifact(run_id, str(path), artifact_path=folder)
 
-    def _log_tables(self, mlflow_client: Any, run_id: str, summary: Summary, outs: list[Outcome]) -> None:
+    def _log_tables(self, mlflow_client: Any, run_id: str, summary: Summary, outs: list[Outcome], trace_ids: dict[int, str]) -> None:
         """``tables/``: written whole (what an earlier logging left there is removed first,
-        since ``log_table`` appends to an existing table)."""
+        since ``log_table`` appends to an existing table): :data:`SAMPLES_ARTIFACT` (every
+        outcome, :func:`samples_frame`), ``samples.json`` (the traced outcomes' rows,
+        :func:`samples_table`), ``subsets.json`` and the breakdowns."""
+        import tempfile
+
         import pandas as pd  # deferred: MLflow's own dependency, loaded by log_table anyway
+        import pyarrow.parquet as pq
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository  # deferred: heavy
 
         if any(a.path == "tables" for a in mlflow_client.list_artifacts(run_id)):
             get_artifact_repository(mlflow_client.get_run(run_id).info.artifact_uri).delete_artifacts("tables")
+        with tempfile.TemporaryDirectory(prefix="evalkit-table-") as tmp:
+            path = Path(tmp) / Path(SAMPLES_ARTIFACT).name
+            pq.write_table(samples_frame(outs, trace_ids), path)
+            mlflow_client.log_artifact(run_id, str(path), artifact_path=str(Path(SAMPLES_ARTIFACT).parent))
         headline = str(summary.headline)
-        tables = {"samples": samples_table(outs, headline), "subsets": subsets_table(outs, headline)}
+        traced = [o for o in outs if id(o) in trace_ids]
+        tables = {**({"samples": samples_table(traced, headline)} if traced else {}), "subsets": subsets_table(outs, headline)}
         tables.update({f"breakdown_{curate.mlflow_name(k).replace('/', '_')}": v for k, v in curate.breakdown_tables(summary).items()})
         for name, table in tables.items():  # object columns: values as they are (no string dtype)
             mlflow_client.log_table(run_id, data=pd.DataFrame(mlflow_obj(table), dtype=object), artifact_file=f"tables/{name}.json")

@@ -43,10 +43,12 @@ id, metadata ``actor``, ``judge``, ``order``. A failed sample whose failure reco
 A failed sample's trace (state ``ERROR``): the request, no assessment, the root span in
 error with ``<error kind> (<actor>): <message>``, tags ``error_kind`` and ``actor``.
 
-``tracking.max_traces=N`` (:func:`traced_sample`): only N outcomes get a trace — the failed
-ones first, then the scored ones, each group ordered by SHA-256 of (``run.seed``, sample key),
-so the choice is seeded, the same on every logging, and a sample's place does not depend on
-the others'.
+Which outcomes get a trace: ``tracking.traces`` (:func:`policy_sample`) — ``sample`` (the
+default): every failure, every flip against ``run.baseline`` and a seeded
+``tracking.traces_per_category`` per subset; ``all``; ``none``. Then ``tracking.max_traces=N``
+(:func:`traced_sample`) caps them at N — the failed ones first, then the scored ones, each group
+ordered by SHA-256 of (``run.seed``, sample key), so the choice is seeded, the same on every
+logging, and a sample's place does not depend on the others'.
 
 Ids are derived, not random: the trace id from (MLflow run id, sample key, the outcome's
 digest), span and assessment ids from the trace id. Writing the same outcome twice is the
@@ -135,10 +137,48 @@ def traced_sample(outs: list[Outcome], max_traces: int | None, seed: int) -> lis
         return list(outs)
 
     def rank(o: Outcome) -> tuple[bool, bytes]:
-        return o.ok, hashlib.sha256(f"{seed}\0{o.key}".encode("utf-8", "surrogatepass")).digest()
+        return o.ok, _seeded(seed, o.key)
 
     keep = {id(o) for o in sorted(outs, key=rank)[:max_traces]}
     return [o for o in outs if id(o) in keep]
+
+
+def _seeded(seed: int, key: str) -> bytes:
+    """A sample's place in the seeded order: SHA-256 of ``f"{seed}\\0{key}"``."""
+    return hashlib.sha256(f"{seed}\0{key}".encode("utf-8", "surrogatepass")).digest()
+
+
+def policy_sample(outs: list[Outcome], policy: str, per_category: int, seed: int,
+                  flipped: set[str] | None = None) -> tuple[list[Outcome], dict[str, int]]:  # fmt: skip
+    """The outcomes ``tracking.traces`` = ``policy`` traces (issue 46), in ``outs``' order,
+    and what the choice is made of: ``{"failures", "flips", "per_category", "categories"}``.
+
+    * ``all``: every outcome; ``none``: none;
+    * ``sample``: the union of every failed outcome (a ``failed.jsonl`` row or a sample never
+      run), every outcome whose key is in ``flipped`` (its primary score differs from
+      ``run.baseline``'s, :func:`~evalkit.tracking.samples.flipped_keys`) and, per subset (the
+      category), the first ``per_category`` of the subset's outcomes in the seeded order
+      (SHA-256 of ``f"{seed}\\0{key}"``, as :func:`traced_sample`) — a seeded sample of the
+      whole subset, so a subset of at most ``per_category`` samples is traced whole.
+
+    The same run directory, seed and baseline give the same choice on every logging (a
+    resumed run or ``python -m evalkit.track`` adds or removes only what changed). Time:
+    O(M log M) for M outcomes; memory: the ids of the chosen."""
+    counts = {"failures": sum(not o.ok for o in outs), "flips": 0, "per_category": per_category, "categories": 0}
+    if policy == "none":
+        return [], counts
+    if policy == "all":
+        return list(outs), counts
+    flipped = flipped or set()
+    keep = {id(o) for o in outs if not o.ok or o.key in flipped}
+    counts["flips"] = sum(o.key in flipped for o in outs)
+    groups: dict[str, list[Outcome]] = {}
+    for o in outs:
+        groups.setdefault(o.subset, []).append(o)
+    counts["categories"] = len(groups)
+    for members in groups.values():
+        keep.update(id(o) for o in sorted(members, key=lambda o: _seeded(seed, o.key))[:per_category])
+    return [o for o in outs if id(o) in keep], counts
 
 
 def trace_id_of(run_id: str, outcome: Outcome) -> str:
