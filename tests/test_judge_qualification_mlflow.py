@@ -83,6 +83,25 @@ def test_the_headline_note_reads_a_hostile_qualification_as_not_qualified():
     assert unqualified_headline_judges(["not", "a", "dict"]) == {}
 
 
+def test_a_judged_runs_mlflow_params_and_description_say_whether_its_judges_were_qualified(tmp_path):
+    from evalkit.summary import Summary
+    from evalkit.tracking import curate
+
+    qual = {"require": "never", "headline_scorer": "quality", "judges": {"obey": {"quality": {"status": "below_floor"}}}}
+    summary = Summary(status="complete", benchmark="t", model="m", n_samples=6, n_scored=6, n_failed=0, n_scored_rows=6, n_failed_rows=0,
+                      headline="quality", metrics={"quality": 1.0}, judge_qualification=qual)  # fmt: skip
+    recorded = {"benchmark": {"name": "t"}, "model": {"name": "m"}, "judge": [{"model": {"name": "obey"}}]}
+    params = curate.run_params(recorded, summary)
+    assert params["judge"] == "obey" and params["judge_qualification.require"] == "never"
+    assert params["judge_qualification.headline"] == "judge not qualified: obey below_floor, judge_qualification.require=never"
+    assert "**Judge not qualified: obey below_floor, judge_qualification.require=never**" in curate.description(summary, tmp_path)
+    fine = summary.model_copy(update={"judge_qualification": {**qual, "judges": {"obey": {"quality": {"status": "qualified"}}}}})
+    assert curate.run_params(recorded, fine)["judge_qualification.headline"] == "qualified"
+    assert "not qualified" not in curate.description(fine, tmp_path)
+    plain = summary.model_copy(update={"judge_qualification": {}})
+    assert not {k for k in curate.run_params({**recorded, "judge": []}, plain) if k.startswith("judge")}
+
+
 # ------------------------------------------------------------------------------------------
 # a real mlflow server (slow)
 # ------------------------------------------------------------------------------------------

@@ -236,7 +236,8 @@ def _fmt(value: float) -> str:
 
 def description(summary: Summary, run_dir: Path) -> str:
     """One paragraph (Markdown) for ``mlflow.note.content``: benchmark, model, headline with
-    its interval and n, status; an incomplete run says how many samples failed, of which
+    its interval and n (and ``Judge not qualified: …`` when a judge that was not qualified
+    scored it), status; an incomplete run says how many samples failed, of which
     kinds, and the exact ``run.resume=…`` that continues it."""
     who = f"**{summary.benchmark}** × **{summary.model}** (model id `{summary.model_id}`)"
     n, scored = summary.n_samples, summary.n_scored
@@ -247,6 +248,9 @@ def description(summary: Summary, run_dir: Path) -> str:
         ci = f", interval {_fmt(interval[0])}–{_fmt(interval[1])}{method}" if interval else ""
         units = ci_rec.get("n") if interval and isinstance(ci_rec.get("n"), int) else n
         text = f"{who}: headline `{head}` = **{_fmt(value)}**{ci} over n = {units} samples; status complete ({scored} of {n} scored)."
+        note = summary.headline_judge_note()
+        if note:  # a headline resting on a judge that was not qualified says so wherever it is shown (issue 45)
+            text += f" **{note[0].upper()}{note[1:]}** (docs/judges.md)."
     elif summary.complete:
         text = f"{who}: status complete ({scored} of {n} scored); the headline `{head}` has no value."
     else:
