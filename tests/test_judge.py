@@ -220,6 +220,15 @@ def test_the_dry_run_counts_the_judges_calls(judged, tmp_path, capsys):
     one = dry_run(judged(*common)[1])
     assert one.requests == 6 and one.judge_requests == 6 and one.judge_prompt_tokens > 6 * 10
     assert "judges (judge_a): 6 requests" in one.line
+    # the qualification check's outcome (issue 45): by default the run would be refused, in its own line
+    refused = [line for line in one.lines if "judge qualification" in line]
+    assert refused == [next(line for line in one.lines if line.startswith(
+        "evalkit: dry run: judge qualification (judge_qualification.require=headline): the run would be REFUSED: "
+        "judge judge_a on judged/quality is unqualified: no qualification record under "))]  # fmt: skip
+    assert "python -m evalkit.judge qualify judge=judge_a benchmark=judged labels=FILE" in refused[0] and one.exit_code == 0
+    unqualified = dry_run(judged(*common, "judge_qualification.require=never")[1])
+    assert ("evalkit: dry run: judge qualification (judge_qualification.require=never): the run would go on, its headline marked "
+            "'judge not qualified: judge_a unqualified, judge_qualification.require=never'") in unqualified.lines
     _judged_task(tmp_path / "conf", mode="pairwise")
     both = dry_run(judged(*common, "run.max_total_tokens=100")[1])
     assert both.judge_requests == 12, "pairwise: both orders"

@@ -5,8 +5,9 @@ model under test each carrying one kind of injection of the steering battery.
 The headline of known-wrong answers never rises above the honest judge's: the judge protocol
 (the note and boundary before the answer, the last JSON object, copied verdicts refused, panels
 failing closed) leaves a run incomplete where a judge copies or cannot give a verdict, and the
-judges it cannot stop — one that obeys instructions, one that trusts any fence-looking line — are
-refused once their qualification is asked for (``judge_qualification.require=headline``)."""
+judges it cannot stop — one that obeys instructions, one that trusts any fence-looking line, one
+that is merely generous — are refused by their qualification, which a run asks for by default
+(``judge_qualification.require: headline``): a plain run, no gate, no setting."""
 
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ def _answers() -> list[dict]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, fake_openai, ray_address):
     """The module's runs: the honest judge, each careless kind and the issue's panel with nothing
-    required, then each kind qualified and run with ``require=headline``: ``{name: result or the
-    refusal's line}``."""
+    required (``require=never``); each by default before any qualification; then each kind
+    qualified and run by default again: ``{"never" | "unqualified" | "default": {name: result or
+    the refusal's line}, "records": {name: its qualification record}}``."""
     import json
 
     from evalkit.compose import compose, resolve
@@ -69,18 +71,20 @@ def world(tmp_path_factory, fake_openai, ray_address):
         except ConfigError as exc:
             return str(exc)
 
-    out: dict = {"never": {}, "headline": {}, "records": {}}
+    out: dict = {"never": {}, "unqualified": {}, "default": {}, "records": {}}
     try:
         for judge in ("honest", *CARELESS):
             out["never"][judge] = run(judge, "judge_qualification.require=never")
         out["never"]["panel"] = run(f"[{','.join(PANEL)}]", "judge_qualification.require=never")
+        for judge in ("honest", *CARELESS, f"[{','.join(PANEL)}]"):  # refused before anything starts: cheap
+            out["unqualified"][judge] = run(judge)
         for judge in ("honest", *CARELESS):
             fake_openai.set_plan(judges_plan())
-            main(["qualify", f"judge={judge}", "benchmark=careless", f"labels={labels}", "steer_items=3", *common])
+            main(["qualify", f"judge={judge}", "benchmark=careless", f"labels={labels}", "steer_items=3", "tracking=none", *common])
             folder = tmp / "out" / "qualifications" / judge / "careless" / "quality"
             out["records"][judge] = json.loads(sorted(folder.glob("*.json"))[-1].read_text())
-            out["headline"][judge] = run(judge, "judge_qualification.require=headline")
-        out["headline"]["panel"] = run(f"[{','.join(PANEL)}]", "judge_qualification.require=headline")
+            out["default"][judge] = run(judge)
+        out["default"]["panel"] = run(f"[{','.join(PANEL)}]")
     finally:
         mp.undo()
     return out
@@ -94,16 +98,46 @@ def _outcome(result) -> tuple[str, float | None]:
 
 def test_the_honest_judge_scores_the_known_wrong_answers_zero(world):
     assert _outcome(world["never"]["honest"]) == ("complete", 0.0)
-    assert _outcome(world["headline"]["honest"]) == ("complete", 0.0)
+    assert _outcome(world["default"]["honest"]) == ("complete", 0.0)
 
 
-def test_no_careless_judge_raises_the_headline_of_known_wrong_answers_once_qualification_is_required(world):
+def test_no_careless_judge_raises_the_headline_of_known_wrong_answers_in_a_default_run(world):
     """Issue 45 target: an incomplete or refused run is acceptable, a pass above the honest
-    judge's headline is not."""
-    honest = _outcome(world["headline"]["honest"])[1]
+    judge's headline is not — by default, before and after the judges are qualified."""
+    honest = _outcome(world["default"]["honest"])[1]
     for judge in (*CARELESS, "panel"):
-        status, headline = _outcome(world["headline"][judge])
+        status, headline = _outcome(world["default"][judge])
         assert status in ("refused", "incomplete") or (status == "complete" and headline <= honest), (judge, status, headline)
+    # what require=never lets through, the default does not: these raise the headline unqualified
+    raised = [j for j in (*CARELESS, "panel") if _outcome(world["never"][j])[0] == "complete" and _outcome(world["never"][j])[1] > honest]
+    assert {"lenient"} <= set(raised) and all(_outcome(world["default"][j])[0] == "refused" for j in raised), raised
+
+
+def test_a_default_run_on_an_unqualified_judge_is_refused_in_one_line_naming_the_command(world):
+    for judge, line in world["unqualified"].items():
+        name = "first_json" if judge.startswith("[") else judge  # a panel is refused on its first unqualified judge
+        assert isinstance(line, str) and "\n" not in line, (judge, line)
+        assert line.startswith(f"judge {name} on careless/quality is unqualified: no qualification record under "), line
+        assert f"python -m evalkit.judge qualify judge={name} benchmark=careless labels=FILE" in line, line
+        assert "the run's headline rests on it (judge_qualification.require=headline)" in line, line
+        assert "judge_qualification.require=never" in line.split("require=headline)")[1], line
+
+
+def test_a_run_unqualified_by_choice_records_it_and_marks_its_headline(world):
+    """``require=never``: the run goes on; summary.json, report.md and the outcome line say
+    that the headline rests on a judge that was not qualified."""
+    from evalkit.job import outcome_line
+
+    result = world["never"]["lenient"]
+    assert _outcome(result) == ("complete", 0.5)  # the honest 1 made 3: (3 - 1) / (5 - 1)
+    qual = result.summary["judge_qualification"]
+    assert qual["require"] == "never" and qual["headline_scorer"] == "quality"
+    assert qual["judges"]["lenient"]["quality"]["status"] == "unqualified"
+    note = "judge not qualified: lenient unqualified, judge_qualification.require=never"
+    assert f"(n=6) — {note}; " in outcome_line(result)
+    assert note in (result.run_dir / "report.md").read_text(encoding="utf-8").split("\n", 3)[2]
+    honest = world["default"]["honest"]
+    assert "judge not qualified" not in outcome_line(honest) and honest.summary["judge_qualification"]["require"] == "headline"
 
 
 def test_what_the_protocol_alone_stops_and_what_only_qualification_stops(world):
@@ -123,7 +157,7 @@ def test_what_the_protocol_alone_stops_and_what_only_qualification_stops(world):
         result = world["never"][judge]
         raised = [r["sample_id"] for r in read_jsonl(result.run_dir / "predictions.jsonl") if r["scores"]["quality"] > 0.0]
         assert raised, f"{judge}: an injection without a JSON verdict steers it past the protocol"
-        refusal = world["headline"][judge]
+        refusal = world["default"][judge]
         assert isinstance(refusal, str) and f"judge {judge} on careless/quality is below the floor: steered by" in refusal
     copier = world["never"]["copier"]
     failed = [r for r in (copier.run_dir / "failed.jsonl").read_text().splitlines() if "verdict copied from the answer" in r]
@@ -142,3 +176,6 @@ def test_each_careless_kinds_steer_rate_is_reported_and_copying_is_refused_by_th
     assert copier["floors"] == {"min_kappa": 0.6, "max_steer_rate": 0.1, "max_age_days": 90.0}  # the default floor
     for judge in ("first_json", "last_json", "obey", "fence_trust"):
         assert not records[judge]["qualified"], judge
+    lenient = records["lenient"]  # steered by nothing, refused by its disagreement with people
+    assert not lenient["qualified"] and set(f["rate"] for f in lenient["steering"]["kinds"].values()) == {0.0}
+    assert lenient["refusals"] and all(r.startswith("κ ") for r in lenient["refusals"]), lenient["refusals"]

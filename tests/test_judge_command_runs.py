@@ -42,7 +42,8 @@ def task_run(tmp_path, monkeypatch, fake_openai, ray_address):
 
         _, cfg = resolve(compose(["benchmark=judged", "model=openai_compatible", "model.provider_model=openai/fake",
                                   f"backend.api_base={fake_openai.api_base}", f"judge_overrides=['backend.api_base={fake_openai.api_base}']",
-                                  f"run.output_root={tmp_path / 'out'}", "tracking=none", "run.progress=false", *overrides]))  # fmt: skip
+                                  f"run.output_root={tmp_path / 'out'}", "tracking=none", "run.progress=false", "judge_qualification.require=never",
+                                  *overrides]))  # fmt: skip
         return run_validated(cfg)
 
     return run
@@ -65,7 +66,7 @@ def test_a_finished_run_is_judged_again_without_asking_its_model_and_resumed(tas
     fake_openai.set_plan({"default": {"content": "An answer."},
                           "rules": [{"match": "JUDGE q3", "content": "Fine, I would say 4."}, {"match": "JUDGE", "content": '{"score": 2}'}]})  # fmt: skip
     judge_args = [str(run), "judge=judge_b", f"judge_overrides=['backend.api_base={fake_openai.api_base}']", "run.progress=false",
-                  "tracking=mlflow", f"run.output_root={tmp_path / 'judged'}"]  # fmt: skip
+                  "tracking=mlflow", f"run.output_root={tmp_path / 'judged'}", "judge_qualification.require=never"]  # fmt: skip
     assert main(judge_args) == 1
     assert _asked(fake_openai, "fake") == [], "the model under test is never asked"
     unfenced = [re.sub(r"<<<ANSWER [0-9a-f]{16}>>>\n|\n<<<END ANSWER [0-9a-f]{16}>>>", "", q) for q in _asked(fake_openai, "judge_b")]
@@ -85,6 +86,8 @@ def test_a_finished_run_is_judged_again_without_asking_its_model_and_resumed(tas
     # called again: the same directory resumed, judge_b asked about q3 only
     fake_openai.set_plan({"default": {"content": "An answer."}, "rules": [{"match": "JUDGE", "content": '{"score": 4, "reason": "close"}'}]})
     assert main(judge_args) == 0
+    # run unqualified by choice (judge_qualification.require=never): its headline says so where it is printed
+    assert "(n=6) — judge not qualified: judge_b unqualified, judge_qualification.require=never; " in capsys.readouterr().out
     assert _asked(fake_openai, "fake") == [] and [q.split()[1] for q in _asked(fake_openai, "judge_b")] == ["q3"]
     summary = json.loads((judged / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["replayed_run"] == str(run)

@@ -43,7 +43,7 @@ def judged_run(tmp_path, monkeypatch, fake_openai, ray_address):
         model = model or ("model=openai_compatible", "model.provider_model=openai/fake", f"backend.api_base={fake_openai.api_base}")
         _, cfg = resolve(compose(["benchmark=judged", *model, f"judge_overrides=['backend.api_base={fake_openai.api_base}']",
                                   f"run.output_root={tmp_path / 'out'}", "tracking=none", "run.progress=false", "runner.num_workers=1",
-                                  *overrides]))  # fmt: skip
+                                  "judge_qualification.require=never", *overrides]))  # fmt: skip
         return run_validated(cfg)
 
     return run

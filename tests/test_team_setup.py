@@ -264,9 +264,10 @@ def test_a_panel_of_the_teams_judges_runs_from_the_command_line(team, fake_opena
     _task(conf, data, name="judged", scorers=[{"kind": "llm_judge", "name": "quality", "rubric": "Rate {{ output }}"}])
     run_dir = data.parent / "run"
     common = [f"judge_overrides=['backend.api_base={fake_openai.api_base}']", f"runner.address={ray_address}", "tracking=none",
-              "run.progress=false", f"run.output_root={data.parent / 'out'}"]  # fmt: skip
+              "run.progress=false", f"run.output_root={data.parent / 'out'}", "judge_qualification.require=never"]  # fmt: skip
     done = _cli(data.parent, "benchmark=judged", "model=reference", "judge=[judge_a,judge_b]", f"run.dir={run_dir}", *common)
     assert done.returncode == 0, done.stderr
+    assert "— judge not qualified: judge_a unqualified, judge_b unqualified, judge_qualification.require=never" in done.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["metrics"]["quality"] == 0.75  # (4 - 1) / (5 - 1), both judges
     asked = {r["model"] for r in fake_openai.log}

@@ -44,8 +44,8 @@ A run is a run directory, or an MLflow run id (found through the run's ``run_dir
   exit code is 0 (PASS) / 1 (FAIL) / 3 (INCONCLUSIVE, or FUTILE: a ``run.stop_when`` run
   stopped with PASS out of reach, under the same gate). A gate on a headline a judge scores is
   refused (one line, exit 2) unless each run recorded its judges as qualified when it ran
-  (``judge_qualification`` of its summary, issue 45: :func:`judge_gate_refusal`), or recorded
-  ``require: never``.
+  (``judge_qualification`` of its summary, issue 45: :func:`judge_gate_refusal`) — a run made
+  with ``require: never`` on an unqualified judge included.
 - **Judges' qualification**: each run's recorded qualification is shown beside its
   judge-scored numbers (under the runs, in ``--json`` as each run's ``judge_qualification``,
   and with ``--log`` in the MLflow comparison run's description).
@@ -557,8 +557,9 @@ def gate_verdict(result: dict[str, Any], spec: str) -> dict[str, Any]:
 def judge_gate_refusal(runs: Sequence[Run]) -> str | None:
     """Why ``--gate`` may not rest on these runs' judges (``None``: it may): a run whose
     headline a judge scored, whose recorded qualification (``judge_qualification``) names a
-    judge of the headline's scorer that was not qualified — or a run judged by a network
-    judge that recorded no qualification (made before evalkit recorded one)."""
+    judge of the headline's scorer that was not qualified, whatever its
+    ``judge_qualification.require`` (``never`` included) — or a run judged by a network judge
+    that recorded no qualification (made before evalkit recorded one)."""
     for run in runs:
         qual = run.summary.judge_qualification
         judges = (run.summary.instrument.get("judge") or {}).get("judges") if isinstance(run.summary.instrument.get("judge"), dict) else None
@@ -569,7 +570,7 @@ def judge_gate_refusal(runs: Sequence[Run]) -> str | None:
                         "judge qualification (a run made before evalkit recorded one): a gate cannot rest on an unqualified judge")  # fmt: skip
             continue
         scorer = qual.get("headline_scorer")
-        if qual.get("require") == "never" or not scorer:
+        if not scorer:  # require=never too: a run made unqualified by choice is no ground for a gate
             continue
         for judge, per in (qual.get("judges") or {}).items():
             status = (per or {}).get(scorer) if isinstance(per, dict) else None

@@ -521,16 +521,20 @@ class JudgeQualification(_Strict):
     """``judge_qualification.*`` (issue 45 item 4): when a run may rest on a judge only once
     qualified (``python -m evalkit.judge qualify``, :mod:`evalkit.benchmarks.task.qualification`).
 
-    ``require``: ``gate`` (default) — a run whose gate (``run.stop_when``) rests on a judge,
-    and ``compare --gate`` on judge-scored headlines, refuse a judge that is not qualified;
-    ``headline`` — so does every run whose headline a judge scores; ``never`` — nothing is
-    refused (the qualification is still recorded beside the judge-scored numbers). A judge is
+    ``require``: ``headline`` (default) — every run whose headline or gate a network judge
+    scores refuses, in one line before anything starts, a judge that is not qualified;
+    ``gate`` — only a run whose gate (``run.stop_when``) rests on a judge does; ``never`` —
+    nothing is refused. ``compare --gate`` on judge-scored headlines refuses an unqualified
+    judge whatever this says. When a run is not refused but its headline rests on a judge
+    that is not qualified (``never``, or ``gate`` without a gate), the qualification is
+    recorded (``summary.json`` → ``judge_qualification``, the MLflow params) and the headline
+    is printed with ``judge not qualified`` beside it. A judge is
     qualified by its newest record (under ``dir``, default ``<run.output_root>/qualifications``)
     made for this judge config, rubric and judge protocol, at most ``max_age_days`` old, whose
     Cohen's κ against people is at least ``min_kappa`` and whose steer rate is at most
     ``max_steer_rate`` for every kind of injection."""
 
-    require: Literal["never", "gate", "headline"] = "gate"
+    require: Literal["never", "gate", "headline"] = "headline"
     min_kappa: float = Field(default=0.6, ge=-1.0, le=1.0)
     max_steer_rate: float = Field(default=0.1, ge=0.0, le=1.0)
     max_age_days: float = Field(default=90.0, gt=0.0)

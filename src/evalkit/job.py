@@ -34,7 +34,7 @@ from evalkit.providers import estimate_prompt_tokens
 from evalkit.report.summary import headline_text
 from evalkit.specs import build
 from evalkit.stats import plan_power
-from evalkit.summary import Summary, read_summary
+from evalkit.summary import Summary, headline_judge_note, read_summary
 from evalkit.tracking import make_observer
 
 
@@ -48,7 +48,7 @@ def run_validated(cfg: EvalConfig, sweep: dict[str, Any] | None = None, phases: 
         EvalkitError: a configuration, data, run directory or tracking error.
     """
     qualification = judge_qualification(cfg)  # issue 45: a gate or headline resting on an unqualified judge refuses
-    why = refusal(qualification, gated=cfg.run.stop_when is not None)
+    why = refusal(qualification, gated=cfg.run.stop_when is not None, benchmark=cfg.benchmark.name)
     if why is not None:
         raise ConfigError(why)
     specs = build(cfg)  # once: each stage takes its own part (evalkit.specs)
@@ -277,6 +277,9 @@ def dry_run_lines(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> list[str]:
     if cfg.run.resume is not None:
         lines.append(f"evalkit: dry run: resuming {cfg.run.resume}: {dry.journaled} of {counted(len(plan.units), 'request')} "
                      f"already journaled, {dry.requests} to send")
+    qualified = qualification_line(cfg)
+    if qualified:
+        lines.append(qualified)
     budget = _budget_line(cfg, plan, dry)
     if budget:
         lines.append(budget)
@@ -284,6 +287,32 @@ def dry_run_lines(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> list[str]:
     if power:
         lines.append(power)
     return lines
+
+
+def qualification_line(cfg: EvalConfig) -> str | None:
+    """The dry run's line on the judges' qualification (``None`` without a network judge):
+    what the run would do with them — refuse, with the line it would refuse with; run with its
+    headline marked ``judge not qualified``; or run on qualified judges
+    (:func:`judge_qualification`, :func:`evalkit.benchmarks.task.qualification.refusal`)."""
+    qualification = judge_qualification(cfg)
+    if not qualification:
+        return None
+    require = qualification.get("require")
+    head = f"evalkit: dry run: judge qualification (judge_qualification.require={require}):"
+    why = refusal(qualification, gated=cfg.run.stop_when is not None, benchmark=cfg.benchmark.name)
+    if why is not None:
+        return f"{head} the run would be REFUSED: {why}"
+    note = headline_judge_note(qualification)
+    if note:
+        return f"{head} the run would go on, its headline marked '{note}'"
+    scorer = qualification.get("headline_scorer")
+    if scorer is None:
+        return f"{head} the headline is no judge's; {'; '.join(_status_words(qualification))}"
+    return f"{head} every judge of the headline ({scorer}) is qualified; {'; '.join(_status_words(qualification))}"
+
+
+def _status_words(qualification: dict[str, Any]) -> list[str]:
+    return [f"{judge} on {scorer}: {st.get('status')}" for judge, per in qualification["judges"].items() for scorer, st in per.items()]
 
 
 def _budget_line(cfg: EvalConfig, plan: RunPlan, dry: DryRun) -> str | None:

@@ -1,13 +1,15 @@
 """Qualify a judge: measure it against people's labels and a steering battery, and record it.
 
-    python -m evalkit.judge qualify judge=<model config> benchmark=<task> labels=FILE.jsonl
+    python -m evalkit.judge qualify judge=<model config> benchmark=<task> labels=FILE.jsonl|mlflow:<run or experiment>
         [scorer=NAME] [battery=FILE.jsonl] [steer_items=10] [judge_overrides=[...]]
         [judge_qualification.KEY=VALUE ...] [run.KEY=VALUE ...] [backend.concurrency=N]
 
 **What it asks.** The judge (one model config, as ``judge=`` of a run, with
 ``judge_overrides``) rates, by the task's ``llm_judge`` scorer (``scorer=``, needed when the
 task has several), each labelled answer of ``labels`` (JSON Lines ``{"sample_id", "answer",
-"label"}``, optionally ``"category"``: :func:`evalkit.benchmarks.task.qualification.read_labels`)
+"label"}``, optionally ``"category"``: :func:`evalkit.benchmarks.task.qualification.read_labels`;
+or ``mlflow:<run id | experiment id or name>``: the HUMAN feedback named after the scorer on
+the traces of that run or experiment in ``tracking.tracking_uri``, :mod:`evalkit.tracking.labels`)
 — pairwise in both orders — and then each injection of the steering battery
 (:data:`evalkit.benchmarks.task.steering.BATTERY`, plus ``battery=FILE``'s) put into up to
 ``steer_items`` known-wrong answers (labelled at the bottom of the scale). Every call goes
@@ -19,7 +21,10 @@ cache (``run.cache``, ``run.cache_dir``) and the judge's own backend (retries, t
 rubric, label-set and battery digests, the date and every figure) under
 ``judge_qualification.dir`` (default ``<run.output_root>/qualifications``), which runs and
 ``compare`` read; it prints the figures and the verdict on the floors
-(``judge_qualification.min_kappa``, ``max_steer_rate``).
+(``judge_qualification.min_kappa``, ``max_steer_rate``). With ``tracking=mlflow`` (the
+default) the record is also logged as an MLflow run of ``tracking.experiment``
+(:func:`evalkit.tracking.labels.log_qualification`); a store that fails is one warning line,
+the record stays on disk.
 
 Exit codes: 0 qualified, 1 recorded but below a floor (the lines say which), 2 a bad
 argument, labels file or config (one line, nothing written), 130 interrupted.
@@ -42,13 +47,14 @@ from evalkit.benchmarks.task.steering import BATTERY, inject, read_battery
 from evalkit.compose import compose, resolve
 from evalkit.engine.cache import open_cache
 from evalkit.engine.solve import ActorModel
-from evalkit.errors import ConfigError, printable
+from evalkit.errors import ConfigError, DataError, TrackingError, printable
 from evalkit.models.base import ModelCallError
 from evalkit.models.factory import plan_models
 from evalkit.specs import QualifySpec, build_qualify
+from evalkit.tracking.labels import human_labels, is_mlflow_source, log_qualification
 from evalkit.types import Request, Sample
 
-USAGE = ("usage: python -m evalkit.judge qualify judge=<model config> benchmark=<task> labels=FILE.jsonl [scorer=NAME] "
+USAGE = ("usage: python -m evalkit.judge qualify judge=<model config> benchmark=<task> labels=FILE.jsonl|mlflow:<run or experiment> [scorer=NAME] "
          "[battery=FILE.jsonl] [steer_items=N] [judge_overrides=[...]] [judge_qualification.KEY=VALUE ...] [run.KEY=VALUE ...]")  # fmt: skip
 #: the arguments of the command itself (the rest are config overrides)
 OWN = ("labels", "battery", "scorer", "steer_items")
@@ -149,7 +155,13 @@ def qualify(own: dict[str, str], spec: QualifySpec, out: Any = sys.stdout) -> tu
     scorer = judge_scorer(settings, own.get("scorer"))
     bench = get_benchmark_class(settings.name, kind=getattr(settings, "kind", None))(settings)
     samples = {s.id: s for s in bench.load()}
-    items = Q.read_labels(own["labels"], scorer, samples)
+    source = None
+    if is_mlflow_source(own["labels"]):
+        items, source = mlflow_items(spec, own["labels"], scorer, samples)
+        print(f"evalkit: labels from MLflow {printable(source['uri'], 200)} {own['labels']}: {source['labelled']} labelled answers "
+              f"of {source['traces']} traces" + "".join(f"; {n} skipped: {why}" for why, n in source["skipped"].items()), file=out)  # fmt: skip
+    else:
+        items = Q.read_labels(own["labels"], scorer, samples)
     battery = list(BATTERY) + (read_battery(own["battery"]) if own.get("battery") else [])
     bottom = [i for i in items if i["label"] == 0.0][: int(own.get("steer_items", STEER_ITEMS))]
     orders: tuple[str | None, ...] = ORDERS if scorer.judge_setting("mode") == "pairwise" else (None,)
@@ -177,7 +189,53 @@ def qualify(own: dict[str, str], spec: QualifySpec, out: Any = sys.stdout) -> tu
     record = figures(spec, scorer, items, labelled, injected, steered, battery, own)
     record["calls"] = {"n": len(records), "cached": sum(1 for r in records if r.get("cached")), "judge_s": round(asked_s, 3),
                        "seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
+    if source is not None:
+        record["labels"]["source"] = {"kind": "mlflow", **source}
     return record, Q.write_record(spec.root, record)
+
+
+def mlflow_items(spec: QualifySpec, labels: str, scorer: Any, samples: dict[str, Sample]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The labelled answers of ``labels=mlflow:…`` (:func:`evalkit.tracking.labels.human_labels`),
+    each checked as a labels file's row (:func:`~evalkit.benchmarks.task.qualification.label_item`),
+    in the task's order of samples (then by answer): the label-set digest and the figures do
+    not depend on the order the store lists traces in, and equal those of a labels file in that order;
+    a trace whose ``sample_id`` is not a sample of the task is skipped (counted), as an
+    experiment may hold several tasks' traces. Returns ``(items, source)``.
+
+    Raises:
+        DataError: a label of another kind (naming its trace), no labelled answer at all.
+        TrackingError: the store cannot be read.
+    """
+    rows, source = human_labels(spec.tracking, labels, scorer.score_name)
+    order = {sid: k for k, sid in enumerate(samples)}  # the task's order, whatever order the store answered in
+    rows.sort(key=lambda r: (order.get(r["sample_id"], len(order)), r["answer"]))
+    items: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    other = 0
+    for row in rows:
+        if row["sample_id"] not in samples:
+            other += 1
+            continue
+        items.append(Q.label_item(row, f"labels={printable(labels, 200)}: {row['where']}", scorer, samples, seen, len(items) + 1))
+    if other:
+        source["skipped"][f"sample_id not a sample of {spec.benchmark.name}"] = other
+    if not items:
+        raise DataError(f"labels={printable(labels, 200)}: no HUMAN feedback named {scorer.score_name!r} on a trace of a sample of "
+                        f"{spec.benchmark.name} with its answer ({source['traces']} traces read"
+                        + "".join(f"; {n} skipped: {why}" for why, n in source["skipped"].items()) + ")")  # fmt: skip
+    return items, source
+
+
+def log_record(spec: QualifySpec, record: dict[str, Any], path: Path) -> str | None:
+    """Log the record to MLflow when ``tracking=mlflow`` (:func:`evalkit.tracking.labels.log_qualification`);
+    the line to print: where it went, or why it did not (the record stays on disk); ``None`` without tracking."""
+    if spec.tracking.kind != "mlflow":
+        return None
+    try:
+        run_id = log_qualification(spec.tracking, record, path)
+    except TrackingError as exc:
+        return f"evalkit: warning: the qualification was not logged to MLflow ({exc}); its record is {path}"
+    return f"MLflow: logged as run {run_id} of experiment {printable(spec.tracking.experiment, 100)}"
 
 
 def figures(spec: QualifySpec, scorer: Any, items: list[dict[str, Any]], labelled: list[list[dict[str, Any]]],
@@ -267,9 +325,13 @@ def main(args: list[str]) -> int:
         print(USAGE + "\n\n" + (__doc__ or "").split("\n\n", 2)[2], file=sys.stderr)
         return 0 if args else 2
     own, overrides = parse(args)
-    record, path = qualify(own, qualify_spec(overrides), sys.stderr)
+    spec = qualify_spec(overrides)
+    record, path = qualify(own, spec, sys.stderr)
     for line in lines(record, path):
         print(line)
+    logged = log_record(spec, record, path)
+    if logged:
+        print(logged, file=sys.stderr if logged.startswith("evalkit: warning") else sys.stdout)
     return 0 if record["qualified"] else 1
 
 

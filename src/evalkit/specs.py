@@ -269,7 +269,8 @@ class QualifySpec:
     config: the task's settings, its one judge (:class:`ActorSpec`; ``concurrency``: calls at
     once, its backend's), the models' spec (the judge's client is built from it), the response
     cache's directory (``None``: ``run.cache=false``), where the records go (``root``) and the
-    floors they are judged by (``judge_qualification``), and the intervals' settings."""
+    floors they are judged by (``judge_qualification``), the intervals' settings, and the
+    MLflow store (``tracking``: where ``labels=mlflow:…`` are read and the record is logged)."""
 
     benchmark: BenchmarkSettings
     judge: ActorSpec
@@ -281,6 +282,7 @@ class QualifySpec:
     ci_level: float
     resamples: int
     seed: int
+    tracking: TrackingSpec = field(default_factory=TrackingSpec)
 
 
 def build_qualify(cfg: EvalConfig) -> QualifySpec:
@@ -300,7 +302,7 @@ def build_qualify(cfg: EvalConfig) -> QualifySpec:
     run, settings = cfg.run, cfg.judge_qualification
     return QualifySpec(cfg.benchmark, _judge(cfg, cfg.judge[0]), cfg.judge[0].backend.concurrency, build(cfg).models,
                        (run.cache_dir or run.output_root / "cache") if run.cache else None, settings.root(run.output_root),
-                       settings.floors(), run.ci_level, run.bootstrap_resamples, run.seed)  # fmt: skip
+                       settings.floors(), run.ci_level, run.bootstrap_resamples, run.seed, TrackingSpec.of(cfg.tracking, run))  # fmt: skip
 
 
 def _judge(cfg: EvalConfig, judge: JudgeConfig) -> ActorSpec:

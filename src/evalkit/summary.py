@@ -227,6 +227,14 @@ class Summary(BaseModel):
         """The headline metric's value in a complete run (``None`` otherwise or when absent)."""
         return self.metrics.get(self.headline) if self.complete and self.headline else None
 
+    def unqualified_headline_judges(self) -> dict[str, str]:
+        """:func:`unqualified_headline_judges` of the run's recorded ``judge_qualification``."""
+        return unqualified_headline_judges(self.judge_qualification)
+
+    def headline_judge_note(self) -> str:
+        """:func:`headline_judge_note` of the run's recorded ``judge_qualification``."""
+        return headline_judge_note(self.judge_qualification)
+
     def has(self, name: str) -> bool:
         """Whether the run's ``summary.json`` holds the field ``name`` (a run written before a
         field existed reads its default; this tells the two apart)."""
@@ -239,6 +247,46 @@ class Summary(BaseModel):
         if self.repeats > 1:
             line += f" ({self.n_failed_rows} of {counted(self.n_requested, 'answer') if self.n_requested is not None else '? answers'})"
         return line
+
+
+#: what a judge's qualification status may read as (anything else reads as "unknown")
+QUALIFICATION_STATUSES = ("qualified", "unqualified", "stale", "below_floor")
+
+
+def unqualified_headline_judges(qualification: Any) -> dict[str, str]:
+    """The judges the headline rests on that were not qualified when the run started:
+    ``{judge name: status}`` (``unqualified``, ``stale``, ``below_floor`` or ``unknown``), in
+    the order recorded; ``{}`` when the headline is no judge's (``headline_scorer`` null) or
+    every judge of it was qualified. ``qualification``: a run's ``judge_qualification``
+    (:func:`evalkit.benchmarks.task.qualification.run_qualification`), read as untrusted: a
+    judge whose entry has another shape is ``unknown``, never qualified; names are cut to 100
+    characters."""
+    if not isinstance(qualification, dict):
+        return {}
+    scorer, judges = qualification.get("headline_scorer"), qualification.get("judges")
+    if not isinstance(scorer, str) or not scorer:
+        return {}
+    if not isinstance(judges, dict) or not judges:
+        return {"?": "unknown"}  # a judge-scored headline with no judge recorded: not qualified
+    out = {}
+    for name, per in list(judges.items())[:100]:
+        status = (per.get(scorer) if isinstance(per, dict) else None) or {}
+        got = status.get("status") if isinstance(status, dict) else None
+        if got != "qualified":
+            out[str(name)[:100]] = got if got in QUALIFICATION_STATUSES else "unknown"
+    return out
+
+
+def headline_judge_note(qualification: Any) -> str:
+    """``"judge not qualified: obey unqualified, judge_qualification.require=never"``: what is
+    printed beside a headline that rests on a judge not qualified when the run started
+    (:func:`unqualified_headline_judges`; at most 6 judges named); ``""`` when every judge of
+    the headline was qualified, or the headline is no judge's."""
+    judges = unqualified_headline_judges(qualification)
+    if not judges:
+        return ""
+    shown = ", ".join(f"{name} {status}" for name, status in list(judges.items())[:6])
+    return f"judge not qualified: {shown}, judge_qualification.require={str(qualification.get('require'))[:20]}"
 
 
 def validate_summary(data: Any, where: str | Path = "summary.json", error: type[EvalkitError] = RunDirError) -> Summary:

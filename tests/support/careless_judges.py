@@ -20,6 +20,8 @@ answer without one gets the top score when it holds the reference answer of the 
 * ``boundary_trust``: takes the first boundary announced anywhere in the prompt (``between the
   lines <<<ANSWER X>>>``), grades that fence's text, and obeys an instruction outside it;
 * ``copier``: echoes the answer's JSON object with a ``score`` verbatim, adding nothing; none: honest;
+* ``lenient``: nothing steers it, it is just generous: the honest grade plus two (at most the
+  top), so that it disagrees with people without any injection (its κ, not its steer rate, fails);
 * ``always_a``: pairwise, always ``{"winner": "A"}`` (a first-position bias).
 """
 
@@ -148,16 +150,21 @@ def copier(messages: list[dict[str, Any]]) -> str:
     return found[0] if found else honest(messages)
 
 
+def lenient(messages: list[dict[str, Any]]) -> str:
+    _, user = _parts(messages)
+    return _verdict(min(TOP, grade(_real_answer(messages), _reference(user)) + 2), "generous")
+
+
 def always_a(messages: list[dict[str, Any]]) -> str:
     return json.dumps({"winner": "A", "reason": "the first one"})
 
 
 BEHAVIOURS: dict[str, Callable[[list[dict[str, Any]]], str]] = {
     "honest": honest, "first_json": first_json, "last_json": last_json, "obey": obey, "quote_then_own": quote_then_own,
-    "fence_trust": fence_trust, "boundary_trust": boundary_trust, "copier": copier, "always_a": always_a,
+    "fence_trust": fence_trust, "boundary_trust": boundary_trust, "copier": copier, "lenient": lenient, "always_a": always_a,
 }  # fmt: skip
 #: the careless kinds of issue 45 (every behaviour but the honest judge and the pairwise one)
-CARELESS = ("first_json", "last_json", "obey", "quote_then_own", "fence_trust", "boundary_trust", "copier")
+CARELESS = ("first_json", "last_json", "obey", "quote_then_own", "fence_trust", "boundary_trust", "copier", "lenient")
 
 
 #: the rubric the behaviours read (``Reference: ...`` on a line of its own)

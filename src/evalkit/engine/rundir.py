@@ -36,8 +36,10 @@ CONFIG = "config.yaml"
 #: what may change on resume: how the run is driven, never what is asked; the backend's
 #: driving knobs hold for the user simulator's backend too (``user.backend``: the model under
 #: test plays ACEBench's user by default, so ``backend.concurrency=…`` changes both)
-RESUMABLE_KEYS = {"run", "tracking", "runner", "hydra", "layers", "benchmark.score_budget_s", "model.tokens_per_second",
-                  "user.model.tokens_per_second"} | {
+#: ``judge_qualification`` says whether a run may rest on its judges, not what they are asked (a
+#: run begun under ``require: gate`` resumes under ``headline`` — and is checked again)
+RESUMABLE_KEYS = {"run", "tracking", "runner", "hydra", "layers", "judge_qualification", "benchmark.score_budget_s",
+                  "model.tokens_per_second", "user.model.tokens_per_second"} | {
     f"{side}backend.{k}"
     for side in ("", "user.")
     for k in ("concurrency", "adaptive_concurrency", "timeout_s", "max_retries", "retry_initial_wait_s",

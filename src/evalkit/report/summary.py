@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from tabulate import tabulate
 
-from evalkit.errors import counted
+from evalkit.errors import counted, printable
 from evalkit.report.markdown import md_cells, md_code, md_text
 from evalkit.specs import ReportSpec
 from evalkit.stats import with_interval
@@ -145,14 +145,18 @@ def build_summary(
 
 def headline_text(summary: Summary) -> str:
     """``f1_macro = 0.5440 [0.4900, 0.6000] (n=170)``: the headline with its interval and the
-    number of units it rests on (a complete run's; ``""`` otherwise)."""
+    number of units it rests on (a complete run's; ``""`` otherwise); a headline a judge scored
+    that was not qualified when the run started is followed by ``— judge not qualified: obey
+    below_floor, judge_qualification.require=never`` (:meth:`~evalkit.summary.Summary.headline_judge_note`)."""
     head = summary.headline
     value = summary.metrics.get(head) if head else None
+    note = summary.headline_judge_note()
+    note = f" — {printable(note, 400)}" if note else ""
     if not summary.complete or not isinstance(value, (int, float)):
-        return f"{head} = {_fmt(value)}"
+        return f"{head} = {_fmt(value)}{note}"
     ci = summary.metrics_ci.get(head)
     n = ci["n"] if ci else summary.n_scored
-    return f"{head} = {with_interval(value, ci)} (n={n}){scoring_label(summary)}"
+    return f"{head} = {with_interval(value, ci)} (n={n}){scoring_label(summary)}{note}"
 
 
 def scoring_label(summary: Summary) -> str:

@@ -5,7 +5,8 @@ MLflow import, no store access).
 * **params** (:func:`run_params`, at most :data:`MAX_PARAMS`): the benchmark and its knobs,
   the model's name, provider model and model id, shots and repeats, the generation
   parameters as sent (``config.yaml``'s top-level ``generation``), the backend kind, and the
-  user simulator's model and generation when there is one. Never: paths and directories,
+  user simulator's model and generation when there is one, the judges, their
+  ``judge_qualification.require`` and whether the headline's judges were qualified. Never: paths and directories,
   ``run.*`` / ``tracking.*`` / ``runner.*``, scheduling and scoring bounds, ``None`` or empty
   values, the ``layers`` provenance. The whole resolved config is the ``config.yaml`` artifact.
 * **metrics** (:func:`run_metrics`): ``headline`` (+ ``headline_ci_low`` / ``headline_ci_high``
@@ -90,6 +91,7 @@ def run_params(recorded: dict[str, Any], summary: Summary) -> dict[str, str]:
         ("repeats", (recorded.get("run") or {}).get("repeats")),
         *((f"generation.{k}", v) for k, v in (recorded.get("generation") or {}).items()),
         ("backend.kind", (recorded.get("backend") or {}).get("kind")),
+        *_judge_params(recorded, summary),
     ]
     for key, value in (recorded.get("benchmark") or {}).items():
         if key not in NOT_KNOBS and not _is_path_key(key):
@@ -105,6 +107,20 @@ def run_params(recorded: dict[str, Any], summary: Summary) -> dict[str, str]:
             continue
         params[mlflow_name(key)] = _param_value(value)[:6000]
     return dict(list(params.items())[:MAX_PARAMS])
+
+
+def _judge_params(recorded: dict[str, Any], summary: Summary) -> list[tuple[str, Any]]:
+    """The judges' params of a judged run: ``judge`` (the names, in order),
+    ``judge_qualification.require`` and ``judge_qualification.headline`` — ``qualified`` or
+    the :meth:`~evalkit.summary.Summary.headline_judge_note` of a headline resting on a judge
+    that was not (absent when the headline is no judge's)."""
+    judges = recorded.get("judge") if isinstance(recorded.get("judge"), list) else []
+    names = [str((j.get("model") or {}).get("name")) for j in judges if isinstance(j, dict) and isinstance(j.get("model"), dict)]
+    qual = summary.judge_qualification
+    out: list[tuple[str, Any]] = [("judge", ",".join(names) or None), ("judge_qualification.require", qual.get("require"))]
+    if isinstance(qual.get("headline_scorer"), str):
+        out.append(("judge_qualification.headline", summary.headline_judge_note() or "qualified"))
+    return out
 
 
 def is_named(summary: Summary, name: str) -> bool:
@@ -220,7 +236,8 @@ def _fmt(value: float) -> str:
 
 def description(summary: Summary, run_dir: Path) -> str:
     """One paragraph (Markdown) for ``mlflow.note.content``: benchmark, model, headline with
-    its interval and n, status; an incomplete run says how many samples failed, of which
+    its interval and n (and ``Judge not qualified: …`` when a judge that was not qualified
+    scored it), status; an incomplete run says how many samples failed, of which
     kinds, and the exact ``run.resume=…`` that continues it."""
     who = f"**{summary.benchmark}** × **{summary.model}** (model id `{summary.model_id}`)"
     n, scored = summary.n_samples, summary.n_scored
@@ -231,6 +248,9 @@ def description(summary: Summary, run_dir: Path) -> str:
         ci = f", interval {_fmt(interval[0])}–{_fmt(interval[1])}{method}" if interval else ""
         units = ci_rec.get("n") if interval and isinstance(ci_rec.get("n"), int) else n
         text = f"{who}: headline `{head}` = **{_fmt(value)}**{ci} over n = {units} samples; status complete ({scored} of {n} scored)."
+        note = summary.headline_judge_note()
+        if note:  # a headline resting on a judge that was not qualified says so wherever it is shown (issue 45)
+            text += f" **{note[0].upper()}{note[1:]}** (docs/judges.md)."
     elif summary.complete:
         text = f"{who}: status complete ({scored} of {n} scored); the headline `{head}` has no value."
     else:

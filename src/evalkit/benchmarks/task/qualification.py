@@ -71,6 +71,7 @@ from evalkit.benchmarks.task.judge import COPIED, read_verdict, verdict_schema, 
 from evalkit.errors import DataError, EvalkitError, printable
 from evalkit.jsonl import write_unit_file
 from evalkit.untrusted import read_json, read_objects
+from evalkit.summary import unqualified_headline_judges
 from evalkit.stats import COHEN_KAPPA, KRIPPENDORFF_ALPHA, PERCENT_AGREEMENT, agreement, clopper_pearson, wilson
 
 #: the judge protocol the records are made under (evalkit.benchmarks.task.judge, issue 45); a
@@ -146,32 +147,48 @@ def read_labels(path: Any, scorer: Any, samples: dict[str, Any]) -> list[dict[st
             of another kind, the same answer of a sample labelled twice, no rows — naming file
             and line.
     """
-    items, seen = [], set()
+    items: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
     for lineno, row in read_objects(path, DataError, max_rows=MAX_LABELS + 1):
         where = f"{printable(str(path), 300)}:{lineno}"
         if len(items) >= MAX_LABELS:
             raise DataError(f"{where}: more than {MAX_LABELS} labelled answers in one labels file")
-        missing = [k for k in LABEL_FIELDS if k not in row]
-        if missing:
-            raise DataError(f"{where}: no {missing[0]!r} (a label row is {{\"sample_id\", \"answer\", \"label\"}}, optionally \"category\")")
-        sid, answer = row["sample_id"], row["answer"]
-        sid = str(sid) if isinstance(sid, int) and not isinstance(sid, bool) else sid
-        if not isinstance(sid, str) or not isinstance(answer, str):
-            raise DataError(f"{where}: sample_id and answer must be strings")
-        if sid not in samples:
-            raise DataError(f"{where}: sample_id {printable(sid, 100)!r} is not a sample of the task")
-        try:
-            value = label_value(row["label"], scorer)
-        except ValueError as exc:
-            raise DataError(f"{where}: label {printable(json.dumps(row['label'])[:40], 60)}: {exc}") from None
-        if (sid, answer) in seen:
-            raise DataError(f"{where}: sample {printable(sid, 100)!r} has this answer labelled twice (one label an answer)")
-        seen.add((sid, answer))
-        category = row.get("category", samples[sid].subset)
-        items.append({"sample_id": sid, "answer": answer, "label": value, "category": str(category)[:100], "line": lineno})
+        items.append(label_item(row, where, scorer, samples, seen, lineno))
     if not items:
         raise DataError(f"{printable(str(path), 300)}: no labelled answer")
     return items
+
+
+def label_item(row: dict[str, Any], where: str, scorer: Any, samples: dict[str, Any], seen: set[tuple[str, str]],
+               line: int) -> dict[str, Any]:  # fmt: skip
+    """One labelled answer of a labels source (a file's row, an MLflow trace's human
+    feedback: :mod:`evalkit.tracking.labels`) checked as :func:`read_labels` checks it:
+    ``{"sample_id", "answer", "label" (its value), "category", "line"}``; ``seen``: the
+    ``(sample_id, answer)`` pairs read so far (this one is added); ``where``: what the error
+    names.
+
+    Raises:
+        DataError: a row without its fields, an unknown sample id, a label of another kind,
+            the same answer of a sample labelled twice — one line naming ``where``.
+    """
+    missing = [k for k in LABEL_FIELDS if k not in row]
+    if missing:
+        raise DataError(f"{where}: no {missing[0]!r} (a label row is {{\"sample_id\", \"answer\", \"label\"}}, optionally \"category\")")
+    sid, answer = row["sample_id"], row["answer"]
+    sid = str(sid) if isinstance(sid, int) and not isinstance(sid, bool) else sid
+    if not isinstance(sid, str) or not isinstance(answer, str):
+        raise DataError(f"{where}: sample_id and answer must be strings")
+    if sid not in samples:
+        raise DataError(f"{where}: sample_id {printable(sid, 100)!r} is not a sample of the task")
+    try:
+        value = label_value(row["label"], scorer)
+    except ValueError as exc:
+        raise DataError(f"{where}: label {printable(json.dumps(row['label'], default=str)[:40], 60)}: {exc}") from None
+    if (sid, answer) in seen:
+        raise DataError(f"{where}: sample {printable(sid, 100)!r} has this answer labelled twice (one label an answer)")
+    seen.add((sid, answer))
+    category = row.get("category", samples[sid].subset)
+    return {"sample_id": sid, "answer": answer, "label": value, "category": str(category)[:100], "line": line}
 
 
 def labels_digest(items: list[dict[str, Any]]) -> str:
@@ -436,7 +453,7 @@ def run_qualification(judges: list[tuple[str, str]], scorers: list[Any], benchma
         return {}
     root = settings.root(output_root)
     base = str(headline).split("/")[0]  # <score>/weighted and <score>/<category> rest on the score
-    headline_scorer = next((s.score_name for s in scorers if s.score_name == base), None)
+    headline_scorer = next((s.score_name for s in scorers if base in (s.score_name, f"{s.score_name}_invalid")), None)
     out: dict[str, Any] = {"require": settings.require, "floors": settings.floors(), "dir": str(root), "headline_scorer": headline_scorer,
                            "judges": {}}  # fmt: skip
     for name, digest in judges:
@@ -446,17 +463,24 @@ def run_qualification(judges: list[tuple[str, str]], scorers: list[Any], benchma
     return out
 
 
-def refusal(qualification: dict[str, Any], gated: bool) -> str | None:
+def refusal(qualification: dict[str, Any], gated: bool, benchmark: str = "BENCHMARK") -> str | None:
     """The one line a run refuses to start with (``None``: it may): under ``require:
-    headline`` a judge the headline's scorer rests on that is not qualified; under ``require:
-    gate``, the same when the run is ``gated`` (``run.stop_when``)."""
-    require, scorer = qualification.get("require"), qualification.get("headline_scorer")
-    if not qualification or require == "never" or scorer is None or (require == "gate" and not gated):
+    headline`` (the default) a judge the headline's scorer rests on that is not qualified
+    (:func:`evalkit.summary.unqualified_headline_judges`); under ``require: gate``, the same
+    when the run is ``gated`` (``run.stop_when``); under ``never``, nothing. The line says why,
+    the command that qualifies the judge (``benchmark``: the task's name) and how to run
+    unqualified instead."""
+    require = qualification.get("require")
+    if not qualification or require == "never" or (require == "gate" and not gated):
         return None
-    for per in (qualification.get("judges") or {}).values():
-        status = per.get(scorer) or {}
-        if status.get("status") != "qualified":
-            what = "gate (run.stop_when)" if gated else "headline"
-            return f"{status.get('line')} — the run's {what} rests on it (judge_qualification.require={require})"
-    return None
-
+    unqualified = unqualified_headline_judges(qualification)
+    if not unqualified:
+        return None
+    name = next(iter(unqualified))
+    status = ((qualification.get("judges") or {}).get(name) or {}).get(qualification.get("headline_scorer")) or {}
+    what = "gate (run.stop_when)" if gated else "headline"
+    line = str(status.get("line") or f"judge {name} is not qualified")
+    command = "" if "evalkit.judge qualify" in line else (f"; qualify it: python -m evalkit.judge qualify judge={name} "
+                                                           f"benchmark={benchmark} labels=FILE")  # fmt: skip
+    return (f"{line} — the run's {what} rests on it (judge_qualification.require={require}){command}; or run it unqualified with "
+            "judge_qualification.require=never (recorded; its headline is marked 'judge not qualified')")
