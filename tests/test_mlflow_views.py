@@ -1,0 +1,154 @@
+"""What evalkit writes for MLflow 3.18's own views (issue 47 item 6; docs/tracking-mlflow-views.md):
+the baseline tag a comparison sets (on the comparison run, the candidate run and the
+experiment), a gate's verdict as the quality-criteria record whose rules are the gate's
+interval test, the comparison's figures named as ``mlflow.genai.compare_evaluations`` names
+them (with evalkit's interval and adjusted p), and each sample's cost where MLflow's cost
+views read it.
+
+The in-process tests use a recording stand-in for ``MlflowClient`` (a SQLite store's
+migrations take 25 s on a loaded host); the slow test checks the same records in a real
+``mlflow server`` 3.18 and its evaluation pages in headless chromium, keeping screenshots.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import json
+import os
+import re
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from evalkit import stats
+from evalkit.summary import Summary
+from evalkit.tracking import curate, mlflow_tracking
+from evalkit.tracking.samples import Outcome
+from evalkit.tracking.traces import build_trace
+
+BASE, NEW = "b" * 8 + "0" * 24, "c" * 8 + "1" * 24
+#: a paired headline comparison: NEW lost 0.3 of overall, 95% interval [−0.52, −0.08]
+WORSE = {"a": 1.0, "b": 0.7, "delta": -0.3, "low": -0.52, "high": -0.08, "p": 0.004, "p_holm": 0.008, "p_bh": 0.006, "mde": 0.2,
+         "n": 10, "test": "tango"}  # fmt: skip
+
+
+def _holds(rule: dict, metrics: dict[str, float]) -> bool:
+    """A quality-criteria rule read as MLflow's record defines it (GTE / LTE the threshold)."""
+    value = metrics[rule["metricKey"]]
+    return value >= rule["threshold"] if rule["comparator"] == "GTE" else value <= rule["threshold"]
+
+
+@pytest.mark.parametrize("gate", ["noninferior:0.05", "superior", "equivalent:0.1"])
+def test_the_criteria_rules_are_the_gates_interval_test_not_a_point_threshold(gate):
+    """Over a grid of intervals (none on a margin), the rules pass exactly when evalkit's
+    gate says PASS — and a point estimate inside the margin with a wide interval does not pass."""
+    kind, _, margin = gate.partition(":")
+    rules = curate.gate_rules(gate, BASE, "overall")
+    assert {r["metricKey"] for r in rules} <= {f"compare/{BASE[:8]}/overall/ci_low", f"compare/{BASE[:8]}/overall/ci_high"}
+    edges = [x / 100 + 0.003 for x in range(-40, 41, 7)]
+    for low, high in itertools.combinations(edges, 2):
+        verdict, _ = stats.gate_reading(kind, float(margin or 0), low, high)
+        logged = curate.baseline_metrics(BASE, "overall", {"delta": (low + high) / 2, "low": low, "high": high})
+        assert all(_holds(r, logged) for r in rules) == (verdict == "PASS"), (gate, low, high, verdict)
+    wide = curate.baseline_metrics(BASE, "overall", {"delta": 0.01, "low": -0.3, "high": 0.32})
+    assert not all(_holds(r, wide) for r in rules)
+
+
+class _Client:
+    """The ``MlflowClient`` calls :func:`~evalkit.tracking.mlflow_tracking.log_comparison`
+    makes, recorded: runs (tags, metrics), experiment tags."""
+
+    def __init__(self, runs: dict[str, str]):
+        self.runs = {rid: {"exp": exp, "tags": {}, "metrics": {}, "status": "RUNNING"} for rid, exp in runs.items()}
+        self.experiment_tags: dict[str, dict[str, str]] = {}
+
+    def create_run(self, exp_id, tags=None, start_time=None):
+        rid = f"{len(self.runs):032x}"
+        self.runs[rid] = {"exp": exp_id, "tags": dict(tags or {}), "metrics": {}, "status": "RUNNING"}
+        return SimpleNamespace(info=SimpleNamespace(run_id=rid))
+
+    def log_batch(self, run_id, metrics=(), params=(), tags=()):
+        self.runs[run_id]["metrics"].update({m.key: m.value for m in metrics})
+        self.runs[run_id]["tags"].update({t.key: t.value for t in tags})
+
+    def get_run(self, run_id):
+        return SimpleNamespace(data=SimpleNamespace(tags=dict(self.runs[run_id]["tags"])))
+
+    def log_table(self, run_id, data, artifact_file):
+        pass
+
+    def set_terminated(self, run_id, status="FINISHED", end_time=None):
+        self.runs[run_id]["status"] = status
+
+    def set_experiment_tag(self, exp_id, key, value):
+        self.experiment_tags.setdefault(exp_id, {})[key] = value
+
+
+def _ends(experiments=("1", "1")) -> tuple[dict, dict]:
+    return tuple({"dir": f"/runs/{label}", "mlflow_run_id": rid, "experiment_id": exp, "name": f"acebench × {label}", "label": label,
+                  "benchmark": "acebench", "judge_qualification": []}
+                 for rid, exp, label in zip((BASE, NEW), experiments, ("reference", "candidate")))  # fmt: skip
+
+
+def test_a_gated_comparison_marks_its_baseline_and_records_the_verdict_as_criteria(monkeypatch):
+    fake = _Client({BASE: "1", NEW: "1"})
+    monkeypatch.setattr(mlflow_tracking, "client", lambda uri: fake)
+    pair = {"primary": "overall", "level": 0.95, "metrics": {"overall": WORSE}}
+    verdict = stats.gate(WORSE, "noninferior", 0.05, 0.95, "overall")
+    assert verdict["verdict"] == "FAIL"  # the upper bound −0.08 is below −0.05
+    rid = mlflow_tracking.log_comparison("sqlite:///unused", pair, None, _ends(), verdict=verdict)
+
+    comparison, candidate, baseline = (fake.runs[r] for r in (rid, NEW, BASE))
+    assert comparison["status"] == "FINISHED"
+    for run in (comparison, candidate):
+        assert run["tags"][curate.BASELINE_TAG] == BASE
+        assert run["tags"]["evalkit.gate"] == verdict["line"]
+        record = json.loads(run["tags"][curate.QUALITY_CRITERIA_TAG])
+        assert record["schemaVersion"] == 1 and record["rules"] == [
+            {"metricKey": "compare/bbbbbbbb/overall/ci_low", "comparator": "GTE", "threshold": -0.05}]
+        own = record["evalkit"]
+        assert (own["gate"], own["verdict"], own["baseline_run_id"]) == ("noninferior:0.05", "FAIL", BASE)
+        assert (own["ci_low"], own["ci_high"], own["diff"], own["level"], own["n_paired"]) == (-0.52, -0.08, -0.3, 0.95, 10)
+        # MLflow's names, evalkit's figures: the interval and the adjusted p beside the test's
+        named = {k.rsplit("/", 1)[1]: v for k, v in run["metrics"].items() if k.startswith("compare/bbbbbbbb/overall/")}
+        assert named == {"diff": -0.3, "ci_low": -0.52, "ci_high": -0.08, "p_value": 0.004, "p_holm": 0.008, "p_bh": 0.006,
+                         "mde": 0.2, "n_paired": 10.0}  # fmt: skip
+        assert not all(_holds(r, run["metrics"]) for r in record["rules"])  # the record reads FAIL where it is shown
+    assert comparison["metrics"]["compare/delta"] == -0.3  # evalkit's own names stay
+    assert curate.BASELINE_TAG not in baseline["tags"] and not any(k.startswith("compare/") for k in baseline["metrics"])
+    assert fake.experiment_tags == {"1": {curate.BASELINE_TAG: BASE}}  # what the "Evaluation runs" page reads
+
+
+def test_an_ungated_or_sweep_comparison_sets_no_criteria_and_leaves_the_experiment_baseline(monkeypatch):
+    fake = _Client({BASE: "1", NEW: "1"})
+    monkeypatch.setattr(mlflow_tracking, "client", lambda uri: fake)
+    pair = {"primary": "overall", "level": 0.95, "metrics": {"overall": WORSE}}
+    rid = mlflow_tracking.log_comparison("sqlite:///unused", pair, None, _ends(), parent_run_id="f" * 32)
+    for run in (fake.runs[rid], fake.runs[NEW]):
+        assert run["tags"][curate.BASELINE_TAG] == BASE and curate.QUALITY_CRITERIA_TAG not in run["tags"]
+        assert run["metrics"]["compare/bbbbbbbb/overall/ci_high"] == -0.08
+    assert fake.experiment_tags == {}  # a sweep's pairs never move the experiment's baseline
+    other = _Client({BASE: "1", NEW: "2"})
+    monkeypatch.setattr(mlflow_tracking, "client", lambda uri: other)
+    mlflow_tracking.log_comparison("sqlite:///unused", pair, None, _ends(("1", "2")))
+    assert other.experiment_tags == {}  # the page reads a baseline of its own experiment only
+
+
+def test_a_priced_sample_carries_its_cost_where_mlflow_reads_it(tmp_path):
+    summary = Summary.model_construct(benchmark="acebench", headline="overall", model="gpt-small")
+    usage = {"prompt_tokens": 120, "completion_tokens": 30}
+    row = {"sample_id": "s1", "subset": "normal", "status": "ok", "output": "[]", "scores": {"accuracy": 1.0}, "usage": usage,
+           "latency_s": 0.5, "cost_usd": 0.00048}  # fmt: skip
+    info, spans = build_trace(Outcome("s1", "normal", row=row), tmp_path, "r" * 32, "1", summary, 1_800_000_000.0)
+    (span,) = spans
+    assert span.get_attribute("mlflow.llm.cost") == {"total_cost": 0.00048} and span.get_attribute("mlflow.llm.model") == "gpt-small"
+    assert span.get_attribute("mlflow.chat.tokenUsage") == {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}
+    assert json.loads(info.trace_metadata["mlflow.trace.cost"]) == {"total_cost": 0.00048}
+    assert json.loads(info.trace_metadata["mlflow.trace.tokenUsage"])["total_tokens"] == 150
+    # an unknown price: no cost anywhere (never 0), and no model name MLflow would price by its own map
+    info, (span,) = build_trace(Outcome("s1", "normal", row={**row, "cost_usd": None}), tmp_path, "r" * 32, "1", summary, 1_800_000_000.0)
+    assert "mlflow.trace.cost" not in info.trace_metadata
+    assert span.get_attribute("mlflow.llm.cost") is None and span.get_attribute("mlflow.llm.model") is None
