@@ -105,7 +105,8 @@ def test_a_gated_comparison_marks_its_baseline_and_records_the_verdict_as_criter
     assert comparison["status"] == "FINISHED"
     for run in (comparison, candidate):
         assert run["tags"][curate.BASELINE_TAG] == BASE
-        assert run["tags"]["evalkit.gate"] == verdict["line"]
+        assert run["tags"]["evalkit.gate"] == "FAIL (noninferior:0.05) — " + verdict["line"].split(" — ", 1)[1]
+        assert run["tags"]["evalkit.gate"].startswith("FAIL (noninferior:0.05) — upper bound -0.0800 < −0.05; overall Δ -0.3000")
         record = json.loads(run["tags"][curate.QUALITY_CRITERIA_TAG])
         assert record["schemaVersion"] == 1 and record["rules"] == [
             {"metricKey": "compare/bbbbbbbb/overall/ci_low", "comparator": "GTE", "threshold": -0.05}]
@@ -152,3 +153,113 @@ def test_a_priced_sample_carries_its_cost_where_mlflow_reads_it(tmp_path):
     info, (span,) = build_trace(Outcome("s1", "normal", row={**row, "cost_usd": None}), tmp_path, "r" * 32, "1", summary, 1_800_000_000.0)
     assert "mlflow.trace.cost" not in info.trace_metadata
     assert span.get_attribute("mlflow.llm.cost") is None and span.get_attribute("mlflow.llm.model") is None
+
+
+# ------------------------------------------------------------------------------------------
+# MLflow 3.18's pages, in a real server and headless chromium
+# ------------------------------------------------------------------------------------------
+def _mlflow_version() -> tuple[int, ...]:
+    from importlib.metadata import version  # not `import mlflow`: collection stays cheap
+
+    return tuple(int(x) for x in re.findall(r"\d+", version("mlflow"))[:2])
+
+
+RUN_ARGS = ["tracking=mlflow", "benchmark.subsets=[normal_atom_bool]", "run.limit=6"]
+#: the candidate: a priced OpenAI-compatible model (the scripted server) that answers "[]"
+PRICED = ["model=openai_compatible", "model.provider_model=openai/fake", "+model.pricing.input_per_mtok=2",
+          "+model.pricing.output_per_mtok=8", "run.cache=false"]  # fmt: skip
+
+
+def _page_text(dom: str) -> str:
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", dom))).strip()
+
+
+def _render(url: str, tmp_path: Path, name: str, ready: str) -> str:
+    """The page's DOM (kept as ``<name>.html`` beside ``<name>.png``); a second, longer try
+    when ``ready`` is not in it yet (the app had not rendered its data)."""
+    from tests.support import chromium
+    from tests.support.host import time_limit
+
+    dom = ""
+    for attempt, budget in enumerate((15000, 30000)):
+        dom = chromium.render(url, profile_dir=tmp_path / f"profile-{name}-{attempt}", screenshot=tmp_path / f"{name}.png",
+                              window=(2200, 1300), budget_ms=budget, timeout=time_limit(120))  # fmt: skip
+        (tmp_path / f"{name}.html").write_text(dom, encoding="utf-8")
+        if ready in _page_text(dom):
+            break
+    print(f"{name}: {url}\n  screenshot {tmp_path / f'{name}.png'}\n  DOM {tmp_path / f'{name}.html'}")
+    return dom
+
+
+def _usd(x: float) -> str:
+    """``x`` as the page writes a cost (``Intl.NumberFormat`` en-US, USD, at most 6 decimals)."""
+    text = f"{x:,.6f}".rstrip("0")
+    whole, _, frac = text.partition(".")
+    return f"${whole}.{frac.ljust(2, '0')}"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_mlflow_version() < (3, 18), reason="MLflow 3.18's evaluation views need mlflow>=3.18 (constraints.txt pins 3.17.2)")
+def test_mlflow_318_pages_show_the_baseline_the_verdict_and_the_cost(run_eval, fake_openai, ray_address, tmp_path):
+    """A baseline run (the reference answers, free) and a priced candidate that answers "[]"
+    (every answer wrong), compared with ``compare --gate noninferior:0.05 --log`` (INCONCLUSIVE:
+    with 6 pairs the interval of Δ = −1 reaches +0.19), in
+    a real ``mlflow server``: its "Evaluation runs" page marks the baseline, the candidate's
+    page shows the verdict and the cost and tokens recomputed from its ``predictions.jsonl``,
+    and the comparison view shows both runs' cost against the baseline."""
+    from tests.support import chromium
+
+    if chromium.chromium_binary() is None:  # CI installs it (.ci/run): there a missing browser is a failure
+        missing = f"Debian's chromium is not installed (no `chromium` on PATH); {chromium.SETUP_HINT}"
+        (pytest.fail if os.environ.get("CI") == "true" else pytest.skip)(missing)
+    from mlflow.tracking import MlflowClient
+
+    from evalkit.compare import main as compare_main
+    from tests.support.mlflow_server import mlflow_server
+
+    root = tmp_path / "out"
+    store_uri = f"sqlite:///{root.resolve() / 'mlflow.db'}"
+    baseline = run_eval(["model=reference", *RUN_ARGS], output_root=root)
+    fake_openai.set_plan({"default": {"content": "[]"}})
+    candidate = run_eval([*PRICED, f"backend.api_base={fake_openai.api_base}", *RUN_ARGS], output_root=root)
+    rows = [json.loads(line) for line in (candidate.run_dir / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and all(isinstance(r["cost_usd"], float) and r["cost_usd"] > 0 for r in rows)
+    cost, tokens = sum(r["cost_usd"] for r in rows), sum(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] for r in rows)
+    assert compare_main([str(baseline.run_dir), str(candidate.run_dir), "--gate", "noninferior:0.05", "--log"]) == 3  # INCONCLUSIVE
+
+    ids = [json.loads((r.run_dir / "tracking.json").read_text())["mlflow_run_id"] for r in (baseline, candidate)]
+    with mlflow_server(store_uri, root / "mlartifacts", tmp_path) as server:
+        url = server.wait_ready()
+        client = MlflowClient(url)
+        stored = client.get_run(ids[1])
+        exp_id = stored.info.experiment_id
+        assert client.get_experiment(exp_id).tags[curate.BASELINE_TAG] == ids[0]
+        assert stored.data.tags[curate.BASELINE_TAG] == ids[0]
+        record = json.loads(stored.data.tags[curate.QUALITY_CRITERIA_TAG])
+        assert record["evalkit"]["verdict"] == "INCONCLUSIVE" and record["rules"][0]["metricKey"] == f"compare/{ids[0][:8]}/overall/ci_low"
+        assert stored.data.metrics[f"compare/{ids[0][:8]}/overall/diff"] == pytest.approx(-1.0)
+        names = [client.get_run(i).data.tags["mlflow.runName"] for i in ids]
+
+        started = time.monotonic()
+        runs_page = _render(f"{url}/#/experiments/{exp_id}/evaluation-runs", tmp_path, "mlflow318_evaluation_runs", "BASELINE")
+        details = _render(f"{url}/#/experiments/{exp_id}/evaluation-runs/{ids[1]}/details", tmp_path, "mlflow318_candidate",
+                          "evalkit.gate")  # fmt: skip
+        compared = _render(f"{url}/#/experiments/{exp_id}/evaluation-runs/{ids[0]}/details?compare=true&compareRuns={ids[1]}",
+                           tmp_path, "mlflow318_compare", "Run information")  # fmt: skip
+        print(f"three pages rendered in {time.monotonic() - started:.1f} s")
+
+    # the baseline: one BASELINE mark, beside the baseline run's name
+    marked = re.findall(r'evaluation-runs/(\w+)/details">[^<]*</a><div[^>]*data-component-id="mlflow\.eval-runs\.baseline-tag"', runs_page)
+    assert marked == [ids[0]], f"the baseline mark is not on {names[0]}; see {tmp_path / 'mlflow318_evaluation_runs.png'}"
+    # the verdict and the cost on the candidate's page
+    text = _page_text(details)
+    assert "evalkit.gate: INCONCLUSIVE (noninferior:0.05) — the interval [-1.0000, +0.1864] holds −0.05" in text, f"no verdict; see {tmp_path / 'mlflow318_candidate.png'}"
+    stats_shown = re.search(r"Total tokens (\S+) Total cost (\S+) Errors", text)
+    assert stats_shown and stats_shown.groups() == (f"{tokens:,}", _usd(cost)), (stats_shown and stats_shown.groups(), tokens, cost)
+    # the comparison view: the baseline named, both runs' cost (the reference answers are free)
+    text = _page_text(compared)
+    shot = tmp_path / "mlflow318_compare.png"
+    assert re.search(rf"Run #\w+ {re.escape(names[0])} Baseline #\w+ {re.escape(names[1])} Dataset", text), f"no baseline; see {shot}"
+    # this table rounds to 4 decimals ("≈$0.0007"); "Lowest value" marks the cheaper run
+    assert re.search(rf"Total cost ≈\$0\.0000 (Lowest value )?≈\${cost:.4f} ", text), f"no cost row; see {shot}"
+    assert f"Total tokens — {tokens:,} " in text

@@ -797,16 +797,8 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
     ``tables/paired.json`` (every metric) and ``tables/flips.json`` (the flipped samples).
     ``parent_run_id``: a sweep's parent run, under which the comparison is nested.
 
-    MLflow 3.18's own views (:func:`_baseline_views`; docs/tracking-mlflow-views.md), when BASE
-    is an MLflow run: the comparison run and NEW's run get the tag
-    :data:`~evalkit.tracking.curate.BASELINE_TAG` (BASE's run id) and the figures named as
-    ``mlflow.genai.compare_evaluations`` names them (``compare/<base8>/<headline>/diff``,
-    ``ci_low``, ``ci_high``, ``p_value``, ``p_holm``, ``p_bh``, ``mde``, ``n_paired``); with a
-    gate, also :data:`~evalkit.tracking.curate.QUALITY_CRITERIA_TAG` (the gate's interval test
-    and its verdict, :func:`~evalkit.tracking.curate.quality_criteria`) and ``evalkit.gate``
-    (the verdict's line). Outside a sweep, BASE becomes the experiment's baseline (the same
-    tag on the experiment, which is what the "Evaluation runs" page reads) when NEW is in the
-    same experiment. Older MLflow versions store the same tags and metrics and show them as such.
+    The comparison run and NEW's run also get what MLflow 3.18's own views read
+    (:func:`_baseline_views`); outside a sweep BASE becomes the experiment's baseline.
     """
     mlflow_client = client(uri)
     base, new = runs
@@ -848,18 +840,35 @@ GATE_TAG_CHARS = 500
 
 def _baseline_views(base: dict[str, Any], head: str, m: dict[str, Any], level: float,
                     verdict: dict[str, Any] | None) -> tuple[dict[str, str], dict[str, float]]:  # fmt: skip
-    """``(tags, metrics)`` that MLflow 3.18's evaluation views read, for a comparison against
-    BASE (none when BASE is not an MLflow run): :data:`~evalkit.tracking.curate.BASELINE_TAG`,
-    the ``compare/<base8>/<head>/…`` figures and, with a gate's ``verdict``, the quality-criteria
-    record and ``evalkit.gate`` (see :func:`log_comparison`)."""
+    """``(tags, metrics)`` that MLflow 3.18's evaluation views read (docs/tracking-mlflow-views.md),
+    for the comparison run and NEW's run of a comparison against BASE; none when BASE is not an
+    MLflow run: the tag :data:`~evalkit.tracking.curate.BASELINE_TAG` (BASE's run id), the
+    figures named as ``mlflow.genai.compare_evaluations`` names them
+    (:func:`~evalkit.tracking.curate.baseline_metrics`: ``compare/<base8>/<head>/diff``,
+    ``ci_low``, ``ci_high``, ``p_value``, ``p_holm``, ``p_bh``, ``mde``, ``n_paired``) and, with
+    a gate's ``verdict``, :data:`~evalkit.tracking.curate.QUALITY_CRITERIA_TAG` (the gate's
+    interval test and its verdict, :func:`~evalkit.tracking.curate.quality_criteria`) and
+    ``evalkit.gate`` (the verdict's line). :func:`log_comparison` also sets the tag on the
+    experiment (:func:`_set_experiment_baseline`, what the "Evaluation runs" page reads) when
+    NEW is in BASE's experiment, outside a sweep. Older MLflow versions store the same tags
+    and metrics and show them as plain tags and metrics."""
     base_id = str(base.get("mlflow_run_id") or "")
     if not base_id:
         return {}, {}
     tags = {curate.BASELINE_TAG: base_id}
     if verdict:
         tags[curate.QUALITY_CRITERIA_TAG] = curate.quality_criteria(verdict, base_id, head, m, level)
-        tags["evalkit.gate"] = str(verdict.get("line") or verdict.get("verdict"))[:GATE_TAG_CHARS]
+        tags["evalkit.gate"] = gate_tag(verdict)
     return tags, curate.baseline_metrics(base_id, head, m)
+
+
+def gate_tag(verdict: dict[str, Any]) -> str:
+    """The ``evalkit.gate`` tag of a gate's ``verdict`` (``{"gate", "verdict", "line"}``): the
+    verdict first, as a tag chip cut short still shows it — ``FAIL (noninferior:0.05) — upper
+    bound −0.08 < −0.05; overall Δ …`` — at most :data:`GATE_TAG_CHARS` characters."""
+    name, said, line = str(verdict.get("gate")), str(verdict.get("verdict")), str(verdict.get("line") or "")
+    rest = line.removeprefix(f"gate {name}: {said} — ")
+    return f"{said} ({name}) — {rest}"[:GATE_TAG_CHARS] if rest else f"{said} ({name})"
 
 
 def _set_experiment_baseline(mlflow_client: Any, exp_id: str, base_run_id: str) -> None:
