@@ -566,7 +566,7 @@ def build_trace(outcome: Outcome, run_dir: Path, run_id: str, experiment_id: str
     if outcome.row is not None:
         row = _with_side_file(outcome.row, run_dir)
         tags["status"] = str(row.get("status"))
-        implied, judged = _scored_spans(spans, outcome.key, row, request_of(outcome, shown), start_s, str(summary.model or ""))
+        implied, judged = _scored_spans(spans, outcome.key, row, request_of(outcome, shown), start_s, str(getattr(summary, "model", None) or ""))
         metadata.update(implied)
         state, response = TraceState.OK, secrets.scrub(str(row.get("output") or ""))[:PREVIEW_CHARS]
     else:
