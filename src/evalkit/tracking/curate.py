@@ -22,14 +22,21 @@ MLflow import, no store access).
 * **comparisons** (:func:`comparison_name`, :func:`comparison_metrics`): a comparison run is
   named by what it compares and what it found; its metrics carry the prefix
   :data:`COMPARISON_PREFIX`, so they sort apart from the runs' own columns.
+* **MLflow 3.18's own views** (:func:`baseline_metrics`, :func:`quality_criteria`): the
+  comparison's figures named as ``mlflow.genai.compare_evaluations`` names them
+  (``compare/<baseline8>/<metric>/diff`` …, with evalkit's interval and adjusted p), and a
+  gate's verdict as the quality-criteria record (:data:`QUALITY_CRITERIA_TAG`) whose rules
+  are the gate's interval test, not a point threshold (docs/tracking-mlflow-views.md).
 * **names** (:func:`mlflow_name`): only what MLflow 3.17 accepts in a metric or param name
   (letters, digits, ``_ - . / :`` and space; no empty, ``.`` or ``..`` path segment).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +57,22 @@ NOT_KNOBS = frozenset({"name", "module", "request_timeout_s", "score_timeout_s",
 MAX_BREAKDOWN_METRICS = 10
 #: the prefix of a comparison run's metrics (``compare/delta``, ``compare/p``, …)
 COMPARISON_PREFIX = "compare/"
+#: the tag MLflow 3.18's evaluation views read the baseline run from: an experiment tag
+#: (the "Evaluation runs" page marks that run BASELINE and shows each run's change against it);
+#: evalkit also sets it on a comparison run and on the compared candidate run
+BASELINE_TAG = "mlflow.evaluation.baselineRunId"
+#: the run tag ``mlflow.genai.evaluate(quality_criteria=...)`` records the criteria an
+#: evaluation run must clear in (MLflow 3.18: ``{"schemaVersion": 1, "revision", "rules":
+#: [{"metricKey", "comparator": "GTE"|"LTE", "threshold"}]}``)
+QUALITY_CRITERIA_TAG = "mlflow.genaiEvaluate.qualityCriteria"
+#: characters of the baseline run id in MLflow's comparison metric names
+#: (``compare/<baseline_short_id>/<scorer>/<stat>``, ``mlflow.genai.compare_evaluations``)
+BASELINE_SHORT_ID = 8
+#: MLflow's name of each paired figure (``compare_evaluations``' ``diff``, ``ci_low``,
+#: ``ci_high``, ``p_value``, ``n_paired``), and evalkit's own beside them (the
+#: multiplicity-adjusted ``p_holm`` / ``p_bh`` and the ``mde``)
+BASELINE_STATS = {"delta": "diff", "low": "ci_low", "high": "ci_high", "p": "p_value", "p_holm": "p_holm", "p_bh": "p_bh",
+                  "mde": "mde", "n": "n_paired"}  # fmt: skip
 
 _BAD_NAME_CHARS = re.compile(r"[^\w.\- :/]")
 
@@ -362,3 +385,65 @@ def comparison_metrics(m: dict[str, Any]) -> dict[str, float]:
              "mde": "mde", "n": "n_paired"}  # fmt: skip
     return {COMPARISON_PREFIX + names[k]: float(m[k]) for k in names
             if isinstance(m.get(k), (int, float)) and not isinstance(m.get(k), bool)}  # fmt: skip
+
+
+def baseline_key(baseline_run_id: str, metric: str, stat: str) -> str:
+    """``compare/<first 8 characters of the baseline run id>/<metric>/<stat>``: the name
+    ``mlflow.genai.compare_evaluations(log_results=True)`` gives a comparison's figure (the
+    metric name made one MLflow accepts, :func:`mlflow_name`)."""
+    return mlflow_name(f"{COMPARISON_PREFIX}{baseline_run_id[:BASELINE_SHORT_ID]}/{metric}/{stat}")
+
+
+def baseline_metrics(baseline_run_id: str, metric: str, m: dict[str, Any]) -> dict[str, float]:
+    """A paired comparison's figures (``m``: one metric of :func:`evalkit.compare.paired_stats`,
+    Δ = NEW − BASE) against MLflow run ``baseline_run_id``, named as MLflow 3.18 names them
+    (:func:`baseline_key`, :data:`BASELINE_STATS`): ``diff``, ``ci_low`` / ``ci_high`` (evalkit's
+    interval at the comparison's level), ``p_value`` (the paired test's), ``p_holm`` / ``p_bh``
+    (adjusted over the comparison's family, when it has them), ``mde``, ``n_paired`` — those
+    that are numbers."""
+    return {baseline_key(baseline_run_id, metric, name): float(m[k]) for k, name in BASELINE_STATS.items()
+            if isinstance(m.get(k), (int, float)) and not isinstance(m.get(k), bool)}  # fmt: skip
+
+
+def gate_rules(gate: str, baseline_run_id: str, metric: str) -> list[dict[str, Any]]:
+    """The quality-criteria rules that are gate ``gate``'s interval test (``noninferior:δ``,
+    ``superior``, ``equivalent:δ``; :func:`evalkit.stats.gate_reading`) on the run's
+    :func:`baseline_metrics`: ``ci_low ≥ −δ`` (noninferior), ``ci_low ≥ 0`` (superior),
+    ``ci_low ≥ −δ`` and ``ci_high ≤ δ`` (equivalent). evalkit's test is strict (> and <, within
+    a relative tolerance); MLflow's comparators are ≥ and ≤, so a bound exactly on the margin
+    reads as passing there and INCONCLUSIVE in evalkit's verdict. Raises ``ValueError`` for
+    another gate."""
+    kind, _, margin = gate.partition(":")
+    low, high = (baseline_key(baseline_run_id, metric, s) for s in ("ci_low", "ci_high"))
+    if kind == "superior":
+        return [{"metricKey": low, "comparator": "GTE", "threshold": 0.0}]
+    if kind == "noninferior":
+        return [{"metricKey": low, "comparator": "GTE", "threshold": -float(margin)}]
+    if kind == "equivalent":
+        return [{"metricKey": low, "comparator": "GTE", "threshold": -float(margin)},
+                {"metricKey": high, "comparator": "LTE", "threshold": float(margin)}]  # fmt: skip
+    raise ValueError(f"unknown gate {gate!r}")
+
+
+#: characters of the verdict's line kept in the quality-criteria record
+CRITERIA_LINE_CHARS = 1000
+
+
+def quality_criteria(verdict: dict[str, Any], baseline_run_id: str, metric: str, m: dict[str, Any], level: float) -> str:
+    """The :data:`QUALITY_CRITERIA_TAG` value of a gated comparison (``verdict``:
+    :func:`evalkit.compare.gate_verdict`'s ``{"gate", "verdict", "line"}``; ``m``: the paired
+    figures of ``metric``), compact JSON: MLflow 3.18's record — ``schemaVersion`` 1, a
+    ``revision`` derived from the content (the same comparison writes the same record), the
+    :func:`gate_rules` — and ``evalkit``: the test's own reading, ``{"gate", "verdict"
+    (PASS / FAIL / INCONCLUSIVE / FUTILE: the rules cannot tell the last three apart), "metric",
+    "baseline_run_id", "diff", "ci_low", "ci_high", "level", "p_value", "n_paired", "line"}``."""
+    rules = gate_rules(str(verdict["gate"]), baseline_run_id, metric)
+    figures = {"diff": m.get("delta"), "ci_low": m.get("low"), "ci_high": m.get("high"), "level": level, "p_value": m.get("p"),
+               "n_paired": m.get("n")}  # fmt: skip
+    own = {"gate": str(verdict["gate"]), "verdict": str(verdict["verdict"]), "metric": metric, "baseline_run_id": baseline_run_id,
+           **{k: (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None) for k, v in figures.items()},
+           "line": str(verdict.get("line") or "")[:CRITERIA_LINE_CHARS]}  # fmt: skip
+    body = {"rules": rules, "evalkit": own}
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+    revision = str(uuid.UUID(digest[:32]))
+    return json.dumps({"schemaVersion": 1, "revision": revision, **body}, separators=(",", ":"), ensure_ascii=False)

@@ -904,6 +904,9 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
     the paired ``n`` — never ``headline``, so it does not mix into the runs' columns. Tables:
     ``tables/paired.json`` (every metric) and ``tables/flips.json`` (the flipped samples).
     ``parent_run_id``: a sweep's parent run, under which the comparison is nested.
+
+    The comparison run and NEW's run also get what MLflow 3.18's own views read
+    (:func:`_baseline_views`); outside a sweep BASE becomes the experiment's baseline.
     """
     mlflow_client = client(uri)
     base, new = runs
@@ -923,15 +926,69 @@ def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None,
             "mlflow.runName": name, "mlflow.note.content": _comparison_note(runs, exp_id, pair, said, verdict),
             **({"benchmark": bench} if bench else {}), **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})}  # fmt: skip
     tags.update({f"evalkit.{k}_run_id": str(r["mlflow_run_id"]) for k, r in (("base", base), ("new", new)) if r.get("mlflow_run_id")})
+    views_tags, views_metrics = _baseline_views(base, str(head), m, level, verdict)
+    tags.update(views_tags)
     run = mlflow_client.create_run(exp_id, tags=mlflow_obj(tags))
     rid = run.info.run_id
-    log_values(mlflow_client, rid, metrics=curate.comparison_metrics(m))
+    log_values(mlflow_client, rid, metrics={**curate.comparison_metrics(m), **views_metrics})
     _comparison_tables(mlflow_client, rid, pair, flips)
     for side, end in (("base", base), ("new", new)):
         if end.get("mlflow_run_id"):
-            _link_compared(mlflow_client, str(end["mlflow_run_id"]), rid, exp_id, name, side)
+            extra = (views_tags, views_metrics) if side == "new" else ({}, {})
+            _link_compared(mlflow_client, str(end["mlflow_run_id"]), rid, exp_id, name, side, *extra)
+    if parent_run_id is None and views_tags and new.get("mlflow_run_id") and base.get("experiment_id") == new.get("experiment_id"):
+        _set_experiment_baseline(mlflow_client, str(base.get("experiment_id") or exp_id), str(base["mlflow_run_id"]))
     mlflow_client.set_terminated(rid, status="FINISHED")
     return rid
+
+
+#: characters of a gate's verdict line in the ``evalkit.gate`` tag
+GATE_TAG_CHARS = 500
+
+
+def _baseline_views(base: dict[str, Any], head: str, m: dict[str, Any], level: float,
+                    verdict: dict[str, Any] | None) -> tuple[dict[str, str], dict[str, float]]:  # fmt: skip
+    """``(tags, metrics)`` that MLflow 3.18's evaluation views read (docs/tracking-mlflow-views.md),
+    for the comparison run and NEW's run of a comparison against BASE; none when BASE is not an
+    MLflow run: the tag :data:`~evalkit.tracking.curate.BASELINE_TAG` (BASE's run id), the
+    figures named as ``mlflow.genai.compare_evaluations`` names them
+    (:func:`~evalkit.tracking.curate.baseline_metrics`: ``compare/<base8>/<head>/diff``,
+    ``ci_low``, ``ci_high``, ``p_value``, ``p_holm``, ``p_bh``, ``mde``, ``n_paired``) and, with
+    a gate's ``verdict``, :data:`~evalkit.tracking.curate.QUALITY_CRITERIA_TAG` (the gate's
+    interval test and its verdict, :func:`~evalkit.tracking.curate.quality_criteria`) and
+    ``evalkit.gate`` (the verdict's line). :func:`log_comparison` also sets the tag on the
+    experiment (:func:`_set_experiment_baseline`, what the "Evaluation runs" page reads) when
+    NEW is in BASE's experiment, outside a sweep. Older MLflow versions store the same tags
+    and metrics and show them as plain tags and metrics."""
+    base_id = str(base.get("mlflow_run_id") or "")
+    if not base_id:
+        return {}, {}
+    tags = {curate.BASELINE_TAG: base_id}
+    if verdict:
+        tags[curate.QUALITY_CRITERIA_TAG] = curate.quality_criteria(verdict, base_id, head, m, level)
+        tags["evalkit.gate"] = gate_tag(verdict)
+    return tags, curate.baseline_metrics(base_id, head, m)
+
+
+def gate_tag(verdict: dict[str, Any]) -> str:
+    """The ``evalkit.gate`` tag of a gate's ``verdict`` (``{"gate", "verdict", "line"}``): the
+    verdict first, as a tag chip cut short still shows it — ``FAIL (noninferior:0.05) — upper
+    bound −0.08 < −0.05; overall Δ …`` — at most :data:`GATE_TAG_CHARS` characters."""
+    name, said, line = str(verdict.get("gate")), str(verdict.get("verdict")), str(verdict.get("line") or "")
+    rest = line.removeprefix(f"gate {name}: {said} — ")
+    return f"{said} ({name}) — {rest}"[:GATE_TAG_CHARS] if rest else f"{said} ({name})"
+
+
+def _set_experiment_baseline(mlflow_client: Any, exp_id: str, base_run_id: str) -> None:
+    """Make ``base_run_id`` the baseline of experiment ``exp_id`` in MLflow 3.18's "Evaluation
+    runs" page (the experiment tag :data:`~evalkit.tracking.curate.BASELINE_TAG`, as its "Set as
+    baseline" writes it). An experiment that cannot be tagged (no permission) is one warning:
+    the comparison stands."""
+    try:
+        mlflow_client.set_experiment_tag(exp_id, curate.BASELINE_TAG, base_run_id)
+    except Exception as exc:  # noqa: BLE001 - a courtesy to the UI, as _link_compared's
+        log.warning("experiment %s: could not mark run %s as its baseline (%s: %s)", exp_id, base_run_id, type(exc).__name__,
+                    first_line(exc))  # fmt: skip
 
 
 def _qualification_notes(base: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -954,10 +1011,12 @@ def _comparison_tables(mlflow_client: Any, rid: str, pair: dict[str, Any], flips
         mlflow_client.log_table(rid, data=pd.DataFrame(mlflow_obj(flipped), dtype=object), artifact_file="tables/flips.json")
 
 
-def _link_compared(mlflow_client: Any, run_id: str, comparison_id: str, exp_id: str, name: str, side: str) -> None:
+def _link_compared(mlflow_client: Any, run_id: str, comparison_id: str, exp_id: str, name: str, side: str,
+                   tags: dict[str, str] | None = None, metrics: dict[str, float] | None = None) -> None:  # fmt: skip
     """Tie a compared run to its comparison: the tags ``evalkit.compared_in`` (the latest) and
     ``evalkit.comparisons`` (every one, comma-separated) and a description line
-    ``Compared in [<name>](#/experiments/<exp>/runs/<id>) (as BASE|NEW).``. A run that cannot
+    ``Compared in [<name>](#/experiments/<exp>/runs/<id>) (as BASE|NEW).``, plus ``tags`` and
+    ``metrics`` (NEW's: :func:`_baseline_views`). A run that cannot
     be read or tagged (deleted, no permission) is one warning: the comparison stands."""
     try:
         data = mlflow_client.get_run(run_id).data
@@ -967,7 +1026,8 @@ def _link_compared(mlflow_client: Any, run_id: str, comparison_id: str, exp_id: 
         line = f"{COMPARED_LINE}[{text}](#/experiments/{exp_id}/runs/{comparison_id}) (as {side.upper()})."
         kept = compared_lines(note)[-(MAX_COMPARED_LINES - 1) :]
         own = [part for part in note.split("\n\n") if part and not part.startswith(COMPARED_LINE)]
-        log_values(mlflow_client, run_id, tags={
+        log_values(mlflow_client, run_id, metrics=metrics, tags={
+            **(tags or {}),
             "evalkit.compared_in": comparison_id,
             "evalkit.comparisons": ",".join([*known, comparison_id])[-5000:],
             "mlflow.note.content": "\n\n".join([*own, *kept, line]),

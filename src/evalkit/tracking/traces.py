@@ -40,6 +40,14 @@ verdict's ``reason``, source ``LLM_JUDGE`` with the judge's model config name as
 id, metadata ``actor``, ``judge``, ``order``. A failed sample whose failure record holds
 ``judgements`` (a ``judge_error``) gets the same spans and feedbacks under its error span.
 
+Tokens and cost, as MLflow's views read them (token and cost columns, "Total tokens" /
+"Total cost" of an evaluation run, the cost charts): each ``LLM`` span carries its call's
+tokens as ``mlflow.chat.tokenUsage`` and the trace the sample's as ``mlflow.trace.tokenUsage``;
+the row's ``cost_usd`` (evalkit's price of the calls this run sent) is the trace's
+``mlflow.trace.cost`` and the ``mlflow.llm.cost`` of the sample's one ``LLM`` span (with
+``mlflow.llm.model`` = the run's model) or of the root span (:func:`_scored_spans`). An unknown
+cost is absent, never 0.
+
 A failed sample's trace (state ``ERROR``): the request, no assessment, the root span in
 error with ``<error kind> (<actor>): <message>``, tags ``error_kind`` and ``actor``.
 
@@ -494,10 +502,28 @@ def judge_feedbacks(judged: list[tuple[dict[str, Any], str]], trace_id: str) -> 
     return out
 
 
-def _scored_spans(spans: _Spans, key: str, row: dict[str, Any], request: dict[str, Any], start_s: float) -> tuple[dict[str, str], list[tuple[dict[str, Any], str]]]:
+def _cost(row: dict[str, Any]) -> dict[str, float] | None:
+    """The row's ``cost_usd`` (what this run spent on the sample, every call priced by its
+    own model; :func:`evalkit.engine.records.spend`) as MLflow's cost record
+    ``{"total_cost": USD}``; ``None`` when unknown (never 0 for an unknown)."""
+    cost = row.get("cost_usd")
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost >= 0 and cost == cost:
+        return {"total_cost": float(cost)}
+    return None
+
+
+def _scored_spans(spans: _Spans, key: str, row: dict[str, Any], request: dict[str, Any], start_s: float,
+                  model: str = "") -> tuple[dict[str, str], list[tuple[dict[str, Any], str]]]:  # fmt: skip
     """The spans of a scored sample (one ``LLM`` span, or a rollout's tree; with judge
-    calls, those beside them); returns the trace metadata they imply (token usage) and the
-    judgements with their spans."""
+    calls, those beside them); returns the trace metadata they imply (token usage, cost) and
+    the judgements with their spans. ``model``: the run's model (its config name), the
+    ``mlflow.llm.model`` of a sample's one ``LLM`` span.
+
+    Cost (what MLflow's cost views read): the row's ``cost_usd`` is the trace's
+    ``mlflow.trace.cost`` and the ``mlflow.llm.cost`` of the span it is the cost of — the one
+    ``LLM`` span, else the root (the sum of the model's and the judges' or user simulator's
+    calls, which the row does not split). A span gets ``mlflow.llm.model`` only together with
+    evalkit's cost, so MLflow never prices evalkit's calls by its own price map."""
     output = secrets.scrub(cut(row.get("output") or "", OUTPUT_CHARS))
     began = row["started_at"] if isinstance(row.get("started_at"), (int, float)) else start_s
     ended = row["ended_at"] if isinstance(row.get("ended_at"), (int, float)) else began + float(row.get("latency_s") or 0.0)
@@ -505,11 +531,15 @@ def _scored_spans(spans: _Spans, key: str, row: dict[str, Any], request: dict[st
     usage = _usage(row.get("usage"))
     trajectory = row.get("trajectory") if isinstance(row.get("trajectory"), dict) else None
     judged_row = bool(judge_calls(row))
-    llm_attrs = {**attrs, **({"mlflow.chat.tokenUsage": usage} if usage else {})}
+    cost = _cost(row)
+    implied = {**({"mlflow.trace.tokenUsage": json.dumps(usage)} if usage else {}), **({"mlflow.trace.cost": json.dumps(cost)} if cost else {})}
+    priced = {"mlflow.llm.cost": cost, **({"mlflow.llm.model": model} if model else {})} if cost else {}
+    llm_attrs = {**attrs, **({"mlflow.chat.tokenUsage": usage} if usage else {}), **priced}
     if trajectory is None and not judged_row:
         spans.add(key, "LLM", began, ended, inputs=request, outputs=output, attributes=llm_attrs)
-        return ({"mlflow.trace.tokenUsage": json.dumps(usage)} if usage else {}), []
-    root = spans.add(key, "AGENT" if trajectory is not None else "CHAIN", began, ended, inputs=request, outputs=output, attributes=attrs)
+        return implied, []
+    root_attrs = {**attrs, **({"mlflow.llm.cost": cost} if cost else {})}
+    root = spans.add(key, "AGENT" if trajectory is not None else "CHAIN", began, ended, inputs=request, outputs=output, attributes=root_attrs)
     if trajectory is not None:
         rollout_spans(spans, root, secrets.scrub_obj(trajectory), began)
     else:
@@ -518,7 +548,7 @@ def _scored_spans(spans: _Spans, key: str, row: dict[str, Any], request: dict[st
         spans.add("model", "LLM", began, model_ended, root, inputs=request, outputs=output, attributes=model_attrs)
     judged = _judge_spans(spans, root, row, max(ended, began))
     spans.close_root()
-    return ({"mlflow.trace.tokenUsage": json.dumps(usage)} if usage else {}), judged
+    return implied, judged
 
 
 def _answer_call(row: dict[str, Any], began: float, ended: float) -> tuple[float, dict[str, int] | None]:
@@ -576,7 +606,7 @@ def build_trace(outcome: Outcome, run_dir: Path, run_id: str, experiment_id: str
     if outcome.row is not None:
         row = _with_side_file(outcome.row, run_dir)
         tags["status"] = str(row.get("status"))
-        implied, judged = _scored_spans(spans, outcome.key, row, request_of(outcome, shown), start_s)
+        implied, judged = _scored_spans(spans, outcome.key, row, request_of(outcome, shown), start_s, str(getattr(summary, "model", None) or ""))
         metadata.update(implied)
         state, response = TraceState.OK, secrets.scrub(str(row.get("output") or ""))[:PREVIEW_CHARS]
     else:
