@@ -169,7 +169,8 @@ def test_the_render_check_covers_every_row_of_the_data_whatever_the_selection(tm
     TaskBenchmark(settings).load()
     (jobs,) = seen
     per_row = Counter(j[3] for j in jobs)
-    assert set(per_row) == {f"r{i}" for i in range(50)} and len(set(per_row.values())) == 1  # each row alike
+    assert set(per_row) == {f"r{i}" for i in range(50)} and len({per_row[f"r{i}"] for i in range(1, 50)}) == 1  # each row alike
+    assert per_row["r0"] == per_row["r1"] + 1  # and the system prompt, which reads no variable, once (issue 46)
     assert CHECK_BASE_S + CHECK_PER_RENDER_S * len(jobs) < CHECK_BASE_S + 2  # the child's wall-clock bound for these renders
 
 
