@@ -91,6 +91,7 @@ from evalkit.rescore import Recount, check_summary, disagreement, load_benchmark
 from evalkit.summary import Summary, read_summary
 from evalkit.tracking.ledger import FILE as LEDGER_FILE
 from evalkit.tracking.ledger import read_file as read_ledger_file
+from evalkit.tracking.ledger import store_a_run_may_name
 from evalkit.tracking.store import add_http_bound_options, use_http_bound_options
 
 
@@ -795,10 +796,11 @@ def log_comparisons(result: dict[str, Any], tracking_uri: str | None = None) -> 
         CompareError: the runs were logged to different stores, or to none, and no
             ``tracking_uri`` is given (one line).
     """
-    from evalkit.tracking.mlflow_tracking import log_comparison
+    from evalkit.tracking.mlflow_tracking import log_comparison, preflight_store
 
     runs = result["runs"]
     lines = []
+    checked: set[tuple[str, str | None]] = set()
     for pair, flip in zip(result.get("paired") or [], result.get("flips") or []):
         a, b = runs[pair["ia"] - 1], runs[pair["ib"] - 1]
         la, lb = _ledger(Path(a["dir"])), _ledger(Path(b["dir"]))
@@ -811,6 +813,10 @@ def log_comparisons(result: dict[str, Any], tracking_uri: str | None = None) -> 
                       "judge_qualification": qualification_text(r.get("judge_qualification") or {}),
                       **({k: v for k, v in led.items() if k != "tracking_uri"} if led.get("tracking_uri") == uri else {})}
                      for r, led in ((a, la), (b, lb)))  # fmt: skip
+        store = (uri, next((e.get("experiment_id") for e in ends if e.get("experiment_id")), None))
+        if store not in checked:  # issue 47: credentials and write permission before the first write
+            preflight_store(uri, exp_id=store[1])
+            checked.add(store)
         rid = log_comparison(uri, pair, flip, ends, verdict=result.get("gate") if pair is result["paired"][0] else None)  # type: ignore[arg-type]
         lines.append(f"comparison [{pair['ia']}] → [{pair['ib']}] recorded in MLflow: run {rid} in {uri}")
     return lines
@@ -826,12 +832,8 @@ def _store_a_run_may_name(uri: str, run_dirs: tuple[Path, ...]) -> str:
     Raises:
         CompareError: any other store (one line naming it, and how to choose it).
     """
-    if uri == os.environ.get("MLFLOW_TRACKING_URI"):
+    if store_a_run_may_name(uri, run_dirs):
         return uri
-    if uri.startswith("sqlite:///"):
-        folder = Path(uri.removeprefix("sqlite:///")).parent.resolve()
-        if all(Path(d).resolve().is_relative_to(folder) for d in run_dirs):
-            return uri
     raise CompareError(f"--log: the runs' tracking.json names {printable(secrets.scrub(uri), 200)}; a run directory never chooses "
                        f"the store evalkit logs to (or sends credentials to): pass --tracking-uri to log there")  # fmt: skip
 

@@ -880,11 +880,15 @@ JUDGE_SELECTION = ("limit", "repeats", "seed", "sample_ids", "ci_level", "bootst
 JUDGE_ACCEPTED = ("judge", "judge_overrides", "judge_qualification", "run", "tracking", "backend")
 
 
-def judged_config(run: Path, recorded: dict[str, Any], overrides: Sequence[str]) -> EvalConfig:
+def judged_config(run: Path, recorded: dict[str, Any], overrides: Sequence[str],
+                  tracking: dict[str, str] | None = None) -> EvalConfig:  # fmt: skip
     """The validated config of the run judging RUN's answers (``python -m evalkit.judge``:
     see :mod:`evalkit.judge`): RUN's benchmark and selection (``recorded``: its
     ``config.yaml``, read by the caller without following a link), ``model=replay
     model.path=RUN``, the judges and the overrides of :data:`JUDGE_JUDGE_ACCEPTED`.
+    ``tracking``: ``tracking.*`` values the caller chose from RUN (:func:`evalkit.judge.judged_tracking`:
+    its experiment, its store when RUN may name it), set as values — never composed, so no
+    interpolation in them is resolved.
 
     Raises:
         RunDirError: the judged run's directory would be a link.
@@ -913,6 +917,8 @@ def judged_config(run: Path, recorded: dict[str, Any], overrides: Sequence[str])
     raw["judge"] = compose_judges(raw.pop("judge"), raw.pop("judge_overrides", None), written)
     names = [re.sub(r"[^A-Za-z0-9._-]", "_", str(j["model"].get("name"))) for j in raw["judge"]]  # a directory name's part
     raw["benchmark"], raw["shots"] = bench, recorded.get("shots") or raw.get("shots")
+    if tracking and isinstance(raw.get("tracking"), dict):
+        raw["tracking"].update(tracking)
     given = {ov.lstrip("+~").partition("=")[0] for ov in overrides}
     was = recorded.get("run") if isinstance(recorded.get("run"), dict) else {}
     raw["run"].update({k: was[k] for k in JUDGE_SELECTION if k in was and f"run.{k}" not in given})
