@@ -20,10 +20,19 @@ under test is never asked: a replay sends nothing.
 ``summary.json`` ``replayed_run`` = RUN. Called again with the same judges, the command
 resumes that directory (``run.resume``): only the answers not yet judged are judged.
 
+**In MLflow** (issue 47): the re-judge goes to RUN's experiment (its ``tracking.experiment``,
+unless ``tracking.experiment=`` is given) and to the store RUN was logged to (its
+``tracking.json``) when a run directory may name it — ``MLFLOW_TRACKING_URI``'s, or a SQLite
+file of RUN's own output root (:func:`judged_tracking`); any other store RUN names is not used
+(it would be sent your credentials): one note line names it and the ``tracking.tracking_uri=``
+that logs there. Its MLflow run is named ``<benchmark>-<RUN's model>-judged-by-<judge>`` and
+tagged ``model`` = RUN's model, ``evalkit.answers_source=replay``, ``evalkit.judged_run_dir``
+and ``evalkit.judged_run_id`` (RUN's MLflow run, when in the same store).
+
 **Input.** RUN is untrusted: it is read without following a symbolic link (RUN itself, its
-``config.yaml``, ``summary.json``, journal and side files), and no place it names is used:
-the judged run's response cache and MLflow store are the project default (``outputs/`` here)
-or what ``run.output_root``, ``run.cache_dir`` and ``tracking.*`` say, and a selection by
+``config.yaml``, ``summary.json``, journal and side files), and no place it names is used
+but as said above: the judged run's response cache is the project default (``outputs/`` here)
+or what ``run.output_root`` and ``run.cache_dir`` say, and a selection by
 ``run.sample_ids_file`` must be given again. Nothing is written into RUN: a ``run.dir``, ``run.resume``, output root,
 cache or local MLflow store that is RUN or inside it is refused. Only the overrides above are
 accepted: what was asked comes from RUN, except ``benchmark.module``: a run directory never
