@@ -31,7 +31,10 @@ A run is a run directory, or an MLflow run id (found through the run's ``run_dir
   choose it (:func:`log_comparisons`: ``MLFLOW_TRACKING_URI``'s, or their output root's SQLite
   file; never a server a run directory names alone), named by what it compares and what
   it found (``Δ overall acebench: reference → replay −0.28 (p 0.0003, worse)``), linked to
-  both, and both link back to it (tag ``evalkit.compared_in``, a description line). Each
+  both, and both link back to it (tag ``evalkit.compared_in``, a description line). Before
+  the first write to a tracking server, the preflight a run has (credentials and write
+  permission in the experiment: :func:`~evalkit.tracking.mlflow_tracking.preflight_store`;
+  a refusal is one line, exit 2). Each
   HTTP call to a tracking server ends within ``--request-deadline-s`` and reads at most
   ``--max-response-bytes`` of its answer (``tracking.request_deadline_s`` /
   ``tracking.max_response_bytes``' defaults): a server that trickles or floods is one error
