@@ -5,7 +5,7 @@
 # `headline` metric, n_scored + n_failed == n_samples (samples, with repeats too) and
 # n_scored_rows + n_failed_rows == n_requested (sample × epoch), the counts as
 # evalkit.summary.Summary defines them (a version-1 summary is read as version 2). Every sweep_summary.json
-# (a sweep's, see README: Sweeps) is checked against sweep_summary.schema.json, and its
+# (a sweep's, see docs/sweeps-and-suites.md) is checked against sweep_summary.schema.json, and its
 # jobs that left no run (status error / lost / interrupted) are FAILs of the sweep.
 # A run directory is one holding evalkit's config.yaml or a summary.json: one with config.yaml
 # but no summary.json (the run crashed, was killed or is still running) is a FAIL.

@@ -42,7 +42,10 @@ scores); no (sample, epoch) is missing from ``predictions.jsonl`` or journaled t
 and ``failed.jsonl`` is empty at the end; ``summary.json`` is complete (every sample
 scored, none failed); the MLflow store holds exactly one trace per journaled unit
 (``evalkit.key`` tag; sample × epoch) and one MLflow run; the trial's wall time is within
-``--cap-s``. A failing trial's directory is kept with its seed and the command that
+``--cap-s``. The time limits (``backend.timeout_s``, ``backend.retry_budget_s``, the cap) are
+the idle host's times the host's slowness measured at the start (``tests/support/host.py``;
+``--slowness`` sets it), so the undisturbed reference run holds on a loaded host (issue 46).
+A failing trial's directory is kept with its seed and the command that
 replays it. Prints a table and ``K/N identical``. Not a test: nothing is asserted
 (``tests/test_chaos_script.py`` runs 2 quick trials).
 """
@@ -71,6 +74,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # tests.support (the fake server, the test-only write seam)
 
 from tests.support.fake_openai import profile_latency  # noqa: E402
+from tests.support.host import slowness  # noqa: E402
 from tests.support.write_faults import ENV as WRITE_FAULT_ENV  # noqa: E402
 
 FAKE_FAULTS = ("worker_kill", "driver_kill", "storm_429", "burst_5xx", "resets", "stall", "server_restart", "write_fault")
@@ -97,6 +101,22 @@ class Settings:
     embedded_limit: int = 3
     cap_s: float = 300.0
     max_attempts: int = 10
+    #: the host's slowness the timeouts were scaled by (:meth:`calibrate`; 1: an idle host)
+    slowness: float = 1.0
+
+    def calibrate(self, factor: float) -> None:
+        """Scale the run's time limits to the host (issue 46 item 9): ``backend.timeout_s``,
+        ``backend.retry_budget_s`` and the trial's cap, each times ``factor`` (the host's
+        :func:`~tests.support.host.slowness`, at least 1). On an idle host they stay as
+        they are; at load 30 on 2 cores a worker's CPU work around a request stretches past
+        the idle host's 4 s timeout, and the undisturbed run ended incomplete. The server's
+        latencies are not scaled (its sleeps are not stretched by load), and the faults
+        drawn from these limits (a stall past ``timeout_s``, a storm past
+        ``retry_budget_s``) keep their meaning."""
+        self.slowness = max(1.0, factor)
+        self.timeout_s = round(type(self).timeout_s * self.slowness, 1)
+        self.retry_budget_s = round(type(self).retry_budget_s * self.slowness, 1)
+        self.cap_s = round(type(self).cap_s * self.slowness)
 
     def fake_args(self, api_base: str) -> list[str]:
         return [
@@ -579,7 +599,7 @@ def trials(chaos: Chaos, a: argparse.Namespace, s: Settings, flags: str) -> list
     for seed in range(a.seed, a.seed + a.trials):
         kind = ("embedded" if a.embedded_every and seed % a.embedded_every == a.embedded_every - 1
                 else "cluster" if a.cluster_every and seed % a.cluster_every == 0 else "fake")  # fmt: skip
-        s.cap_s = a.cap_s or (300.0 if kind == "fake" else 600.0)
+        s.cap_s = a.cap_s or round((300.0 if kind == "fake" else 600.0) * s.slowness)
         r = chaos.trial(seed, kind)
         results.append(r)
         o = r["outcome"]
@@ -602,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cluster-every", type=int, default=0,
                    help="a seed divisible by this (and not embedded) is a cluster trial (node_kill); 0: none")
     p.add_argument("--quick", action="store_true", help="one epoch, shorter latencies (the test's setting)")
+    p.add_argument("--slowness", type=float, default=None,
+                   help="scale the timeouts by this instead of the host's measured slowness (1: the idle host's limits)")
     p.add_argument("--keep-dir", type=Path, default=None, help="where trials run (default: a new temporary folder)")
     p.add_argument("--cap-s", type=float, default=None, help="a trial's wall-time cap (default 300 s; embedded and cluster 600 s)")
     p.add_argument("--concurrency", type=int, default=Settings.concurrency,
@@ -611,12 +633,14 @@ def main(argv: list[str] | None = None) -> int:
     s.concurrency = a.concurrency
     if a.quick:
         s.repeats, s.median_s, s.cap_latency_s = 1, 0.4, 1.5
+    s.calibrate(a.slowness if a.slowness is not None else slowness(tries=5))
     root = a.keep_dir or Path(tempfile.mkdtemp(prefix="evalkit-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
     flags = f"{' --quick' if a.quick else ''} --embedded-every {a.embedded_every} --cluster-every {a.cluster_every} --concurrency {a.concurrency}"
     print(f"chaos: {a.trials} trials from seed {a.seed} in {root}; fake trials {s.repeats} epoch(s) × 10 samples, "
           f"concurrency {s.concurrency}, {s.workers} workers, lognormal latency median {s.median_s} s σ {s.sigma}, "
-          f"timeout {s.timeout_s} s, retry budget {s.retry_budget_s} s", flush=True)  # fmt: skip
+          f"timeout {s.timeout_s} s, retry budget {s.retry_budget_s} s (the idle host's times slowness {s.slowness:.1f}, "
+          f"load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
     t0 = time.monotonic()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally below stops the server and Ray
     chaos = Chaos(root, s, a.seed)

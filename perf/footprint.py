@@ -22,6 +22,14 @@ server's log), with the tree's totals.
 own Ray start) in a bare driver, two idle actors that import litellm, sampled for
 ``--bare-s`` seconds once they are up.
 
+``floor`` mode (issue 46 item 7): the floor of ``perf/startup.py --floor``, Ray's defaults:
+a bare driver's ``ray.init(include_dashboard=False)`` and one idle actor that imported
+litellm, sampled the same way. With ``--mode run floor`` the run's tree peak is printed
+over the floor's (target: at most 2×).
+
+Each table is followed by what each process holds at that sample (``--per-process``, on by
+default): pid, group, name, RSS and PSS, largest PSS first.
+
 MiB = 2**20 bytes. The server's process is not counted. Not a test: nothing is asserted.
 """
 
@@ -79,6 +87,24 @@ time.sleep(float(sys.argv[1]))
 ray.shutdown()
 """
 
+FLOOR_CHILD = """
+import os, sys, time, ray
+ray.init(include_dashboard=False, log_to_driver=False)
+
+@ray.remote(num_cpus=0)
+class Floor:
+    def ready(self):
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm  # what a model worker imports
+        return True
+
+actor = Floor.remote()
+ray.get(actor.ready.remote())
+print("READY", flush=True)
+time.sleep(float(sys.argv[1]))
+ray.shutdown()
+"""
+
 
 def group_of(p: psutil.Process, driver: int, parents: dict[int, int]) -> str:
     """The group of one process of the tree, by its name and command line (Ray 2.60's names)."""
@@ -113,6 +139,8 @@ class PssSampler(threading.Thread):
         super().__init__(daemon=True)
         self.exclude, self.every, self.driver = exclude, every, 0
         self.samples: list[tuple[float, dict[str, list[int]]]] = []
+        #: per sample (the same index): ``[(pid, group, name, rss, pss)]``
+        self.processes: list[list[tuple[int, str, str, int, int]]] = []
         self._done = threading.Event()
 
     def run(self) -> None:
@@ -125,10 +153,12 @@ class PssSampler(threading.Thread):
                 except psutil.Error:
                     pass
             groups: dict[str, list[int]] = {}
+            each = []
             for p in procs:
                 try:
                     mem = p.memory_full_info()
                     g = group_of(p, self.driver, parents)
+                    each.append((p.pid, g, p.name()[:40], mem.rss, mem.pss))
                 except psutil.Error:
                     continue
                 acc = groups.setdefault(g, [0, 0, 0])
@@ -137,6 +167,7 @@ class PssSampler(threading.Thread):
                 acc[2] += 1
             if groups:
                 self.samples.append((time.time(), groups))
+                self.processes.append(each)
             self._done.wait(self.every)
 
     def stop(self) -> None:
@@ -155,6 +186,15 @@ def table(title: str, groups: dict[str, list[int]]) -> str:
             rss, pss, n = groups[g]
             rows.append(f"  {g:<18} {n:>5} {rss / 2**20:>9.0f} {pss / 2**20:>9.0f}")
     rows.append(f"  {'tree':<18} {total(groups, 2):>5} {total(groups, 0) / 2**20:>9.0f} {total(groups, 1) / 2**20:>9.0f}")
+    return "\n".join(rows)
+
+
+def per_process(sampler: PssSampler, sample: tuple[float, dict[str, list[int]]]) -> str:
+    """What each process held at ``sample`` (one of ``sampler.samples``), largest PSS first."""
+    each = sampler.processes[sampler.samples.index(sample)]
+    rows = [f"    {'pid':>7} {'group':<18} {'name':<40} {'RSS MiB':>8} {'PSS MiB':>8}"]
+    for pid, g, name, rss, pss in sorted(each, key=lambda e: -e[4]):
+        rows.append(f"    {pid:>7} {g:<18} {name:<40} {rss / 2**20:>8.0f} {pss / 2**20:>8.0f}")
     return "\n".join(rows)
 
 
@@ -217,6 +257,8 @@ def run_mode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     print(f"run: {what}, C={args.concurrency}, N={args.n}{size}, runner.num_workers={args.workers}; "
           f"{len(sampler.samples)} samples every {args.every} s")  # fmt: skip
     print(table(f"at the tree's PSS peak (t = {peak[0] - sampler.samples[0][0]:.1f} s after launch):", peak[1]))
+    if args.per_process:
+        print(per_process(sampler, peak))
     print(table(f"at the end of the request phase (sample {end - at_end[0]:.1f} s before the last answer):", at_end[1]))
     driver_peak = [max(smp[1].get("driver", [0, 0])[i] for smp in sampler.samples) / 2**20 for i in (0, 1)]
     print(f"the driver's own peak: {driver_peak[0]:.0f} MiB RSS, {driver_peak[1]:.0f} MiB PSS")
@@ -224,10 +266,10 @@ def run_mode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "samples": len(sampler.samples), "peak": as_mib(peak[1]), "end_of_requests": as_mib(at_end[1])}  # fmt: skip
 
 
-def bare_mode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def bare_mode(args: argparse.Namespace, work: Path, floor: bool = False) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EVALKIT_ROOT), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    log = work / "bare.txt"
-    proc, sampler = start([sys.executable, "-c", BARE_CHILD, str(args.bare_s)], env, log, set(), args.every)
+    log = work / ("floor.txt" if floor else "bare.txt")
+    proc, sampler = start([sys.executable, "-c", FLOOR_CHILD if floor else BARE_CHILD, str(args.bare_s)], env, log, set(), args.every)
     t_ready = None
     while proc.poll() is None:
         if t_ready is None and "READY" in log.read_text(errors="replace"):
@@ -239,15 +281,20 @@ def bare_mode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         raise SystemExit(f"the bare driver failed: exit {proc.returncode} ({log.read_text(errors='replace')[-300:]})")
     idle = [s for s in sampler.samples if s[0] >= t_ready] or sampler.samples[-1:]
     peak = max(idle, key=lambda s: total(s[1], 1))
-    print(f"bare: evalkit's ensure_ray + 2 idle actors that imported litellm + a bare driver; "
-          f"{len(idle)} samples over {args.bare_s:.0f} s once up")  # fmt: skip
+    what = ("floor: ray.init(include_dashboard=False) + 1 idle actor that imported litellm + a bare driver" if floor
+            else "bare: evalkit's ensure_ray + 2 idle actors that imported litellm + a bare driver")  # fmt: skip
+    print(f"{what}; {len(idle)} samples over {args.bare_s:.0f} s once up")
     print(table("at the largest PSS while idle:", peak[1]))
-    return {"mode": "bare", "samples": len(idle), "peak": as_mib(peak[1])}
+    if args.per_process:
+        print(per_process(sampler, peak))
+    return {"mode": "floor" if floor else "bare", "samples": len(idle), "peak": as_mib(peak[1])}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--mode", nargs="+", choices=("run", "bare"), default=["run", "bare"])
+    parser.add_argument("--mode", nargs="+", choices=("run", "bare", "floor"), default=["run", "bare"])
+    parser.add_argument("--per-process", action=argparse.BooleanOptionalAction, default=True,
+                        help="print what each process holds at each table's sample")
     parser.add_argument("--profile", choices=("fixed", "lognormal"), default="fixed")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("-n", type=int, default=400, help="samples (prompts) of the run")
@@ -262,12 +309,17 @@ def main() -> None:
     become_subreaper()
     work = Path(tempfile.mkdtemp(prefix="footprint-"))
     print(f"{machine()}; load {os.getloadavg()[0]:.1f}; {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC", flush=True)
+    peaks: dict[str, float] = {}
     for mode in args.mode:
-        rec = (run_mode if mode == "run" else bare_mode)(args, work)
+        rec = run_mode(args, work) if mode == "run" else bare_mode(args, work, floor=mode == "floor")
+        peaks[mode] = rec["peak"]["tree"]["pss_mib"]
         if args.results:
             rec.update(date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), load1=os.getloadavg()[0])
             with args.results.open("a") as fh:
                 fh.write(json.dumps(rec) + "\n")
+    if "run" in peaks and "floor" in peaks:
+        print(f"tree PSS peak: the run {peaks['run']:.0f} MiB, the floor {peaks['floor']:.0f} MiB: "
+              f"{peaks['run'] / peaks['floor']:.2f}x (target at most 2x)")
 
 
 if __name__ == "__main__":

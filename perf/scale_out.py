@@ -25,6 +25,18 @@ Printed per shape:
 Every node runs on this machine's cores (``os.cpu_count()`` printed), so more nodes add
 processes, not cores: on one machine the figures show what the cluster's machinery costs,
 not what more machines would give.
+
+``--node-loss`` (issue 46 item 5): instead, rounds of two runs on a cluster of their own each
+(a head and 2 worker nodes, ``runner.num_workers=2``, the two model workers spread over
+them; ``--n`` prompts, ``--latency`` seconds per answer, ``--concurrency``): an undisturbed
+run, then one whose worker node 1 has its raylet SIGKILLed ``--kill-at`` seconds after the
+server's first request (the model worker there dies with it; Ray restarts it on a node
+left once the GCS has declared the node dead). Printed per round, from the server's log:
+each request phase (first request to last answer), the disturbed one over the undisturbed
+one (target: at most 1.25, plus Ray's restart), the requests in flight at the server each
+second from the kill on, the longest stretch after the kill with fewer than half the
+window in flight, and the engine's ``delivery`` figures. ``--baseline-src DIR``: the same
+rounds with another evalkit tree first on the path (the driver's and the cluster's nodes').
 """
 
 from __future__ import annotations
@@ -168,6 +180,89 @@ def one_shape(nodes: int, workers: int, args: argparse.Namespace, work: Path, ap
             "cpu_ms_per_request": cpu_s / args.n * 1e3, "units_per_node": [n["units"] for n in engine.get("nodes", [])]}  # fmt: skip
 
 
+def server_log(api_base: str) -> list[dict]:
+    return json.loads(urllib.request.urlopen(f"{api_base.removesuffix('/v1')}/_log", timeout=60).read())
+
+
+def node_loss_run(src: Path, args: argparse.Namespace, work: Path, api_base: str, data: Path, kill: bool) -> dict:
+    """One run on a cluster of its own; ``kill``: SIGKILL worker node 1's raylet ``args.kill_at``
+    seconds after the server's first request."""
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(src / "src"), str(src)])  # the cluster's nodes inherit it
+    try:
+        cluster = LocalCluster(worker_nodes=2, cpus=1)
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+    killed_at = None
+    try:
+        cluster.start()
+        set_plan(api_base, args.latency)
+        out = work / f"run-{time.time_ns()}.json"
+        cmd = [sys.executable, str(REPO / "perf" / "run_evalkit.py"), str(data), str(out), "runner=cluster",
+               f"runner.address={cluster.address}", "runner.num_workers=2", "model=openai_compatible",
+               "model.provider_model=openai/fake", f"backend.api_base={api_base}", f"backend.concurrency={args.concurrency}",
+               "run.cache=false", "tracking=none", "run.progress=false", f"run.output_root={work / 'out'}"]  # fmt: skip
+        proc = subprocess.Popen(cmd, cwd=src, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if kill:
+            while proc.poll() is None:
+                log = server_log(api_base)
+                if log and time.time() - min(e["t"] for e in log) >= args.kill_at:
+                    cluster.kill_raylet(1)
+                    killed_at = time.time()
+                    break
+                time.sleep(0.2)
+        output, _ = proc.communicate(timeout=3600)
+        if proc.returncode != 0:
+            raise SystemExit(f"the run failed (exit {proc.returncode}): {output[-2000:]}")
+        engine = json.loads(out.read_text())["engine"]
+        log = server_log(api_base)
+    finally:
+        cluster.remove()
+    first, last = min(e["t"] for e in log), max(e.get("done", e["t"]) for e in log)
+    rec = {"requests_s": last - first, "asked": len(log), "delivery": engine.get("delivery", {}), "killed_at": killed_at}
+    if killed_at is not None:
+        per_s, low, stretch = [], 0.0, 0.0
+        t = killed_at
+        while t < last:
+            in_flight = sum(1 for e in log if e["t"] <= t < e.get("done", e["t"]))
+            per_s.append(in_flight)
+            stretch = stretch + 0.1 if in_flight < args.concurrency / 2 else 0.0
+            low = max(low, stretch)
+            t += 0.1
+        rec.update(in_flight_per_s=per_s[::10], longest_below_half_s=round(low, 1), kill_to_end_s=last - killed_at)
+    return rec
+
+
+def node_loss(args: argparse.Namespace) -> None:
+    """``--node-loss``: rounds of an undisturbed run and a run that loses worker node 1."""
+    trees = {"baseline": args.baseline_src.resolve(), "this tree": REPO} if args.baseline_src else {"this tree": REPO}
+    with tempfile.TemporaryDirectory(prefix="node-loss-") as tmp:
+        work = Path(tmp)
+        server, api_base = start_server(work, args.latency)
+        try:
+            data = prompts(work, args.n)
+            print(f"N={args.n}, backend.concurrency={args.concurrency}, latency {args.latency:g} s, 2 worker nodes x 1 CPU, "
+                  f"kill at {args.kill_at:g} s; {os.cpu_count()} cores", flush=True)  # fmt: skip
+            for r in range(args.repeat):
+                for name, src in trees.items():
+                    load = os.getloadavg()[0]
+                    calm = node_loss_run(src, args, work, api_base, data, kill=False)
+                    lost = node_loss_run(src, args, work, api_base, data, kill=True)
+                    d = lost["delivery"]
+                    print(f"round {r + 1} {name} (load {load:.1f}): undisturbed {calm['requests_s']:.1f} s, node lost "
+                          f"{lost['requests_s']:.1f} s: {lost['requests_s'] / calm['requests_s']:.2f}x; after the kill "
+                          f"{lost.get('kill_to_end_s', 0):.1f} s, below half the window for {lost.get('longest_below_half_s')} s "
+                          f"at most; resent {d.get('resent')}, restarted {d.get('workers_restarted')}, left out "
+                          f"{d.get('workers_lost')}, worker_died {d.get('lost')}", flush=True)  # fmt: skip
+                    print(f"    in flight each second from the kill: {lost.get('in_flight_per_s')}", flush=True)
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", default=["1x1", "2x2", "2x4"], help="NODESxWORKERS (worker nodes x model workers)")
@@ -175,7 +270,14 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--latency", type=float, default=0.05, help="seconds the server takes per answer")
     parser.add_argument("--cpus", type=int, default=1, help="CPUs each node offers Ray")
+    parser.add_argument("--node-loss", action="store_true", help="instead: runs that lose a node, against undisturbed ones")
+    parser.add_argument("--kill-at", type=float, default=3.0, help="with --node-loss: seconds after the server's first request")
+    parser.add_argument("--repeat", type=int, default=1, help="with --node-loss: rounds")
+    parser.add_argument("--baseline-src", type=Path, default=None, help="with --node-loss: another evalkit tree, measured too")
     args = parser.parse_args()
+    if args.node_loss:
+        node_loss(args)
+        return
     with tempfile.TemporaryDirectory(prefix="scale-out-") as tmp:
         work = Path(tmp)
         server, api_base = start_server(work, args.latency)

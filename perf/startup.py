@@ -27,6 +27,17 @@ this tree's alternating (baseline first in odd pairs, this tree first in even on
 printed with the host's load average (1 min) at its launch; then the medians. On a shared
 host compare the pairs, not figures taken at different times.
 
+With ``--prompts``, ``--floor`` (issue 46 item 6) adds a third run to each round, the floor
+under any Ray-based evaluator: a bare driver (``ray.init(include_dashboard=False)``) that
+starts one actor importing litellm (``LITELLM_LOCAL_MODEL_COST_MAP=True``, as evalkit's
+workers run) and sends the one request from it. Its breakdown is printed beside
+evalkit's with the same names: ``ray_start_s`` (the floor's: launch to ``ray.init``
+returned; evalkit's: its ``ray.init`` alone), ``workers_ready_s`` (the actor created to its
+first answer; evalkit's: its workers created to the first one's answer) and ``first
+request`` (launch to the first request the server sees, for both; evalkit's own
+``to_first_request_s`` counts from its compose).
+Then evalkit's excess over the floor (target: at most 1.0 s).
+
 Then a sweep (``--skip-sweep`` to skip): 6 jobs (2 model names × 3 settings, ``--n``
 samples each, concurrency 16) against the server with a fixed ``--sweep-latency``, timed
 against the sum of its jobs' request phases plus one start-up.
@@ -143,6 +154,54 @@ def sweep(base: str, n: int, latency: float) -> None:
     print(f"  worker processes per job: {[e.get('worker_pids') for e in engines]}")
 
 
+FLOOR_CHILD = """
+import json, os, sys, time
+import ray
+ray.init(include_dashboard=False, log_to_driver=False)
+ray_up = time.time()
+
+@ray.remote(num_cpus=0)
+class Floor:
+    def __init__(self):
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm  # what a model worker imports
+
+    def ready(self):
+        return os.getpid()
+
+    async def ask(self, api_base):
+        import litellm
+
+        reply = await litellm.acompletion(model="openai/fake", api_base=api_base, api_key="unused",
+                                          messages=[{"role": "user", "content": "sample 0"}])
+        return reply.choices[0].message.content
+
+created = time.time()
+actor = Floor.remote()
+ray.get(actor.ready.remote())
+ready = time.time()
+ray.get(actor.ask.remote(sys.argv[1]))
+print(json.dumps({"ray_up": ray_up, "created": created, "ready": ready}))
+ray.shutdown()
+"""
+
+
+def floor_run(base: str) -> tuple[float, float | None, dict, float]:
+    """One floor run (``FLOOR_CHILD``): (wall seconds from launch to exit, launch to the server's
+    first request, its phases under evalkit's names, load average at launch)."""
+    post(f"{base}/_plan", {"default": {"content": "ok"}})
+    load = os.getloadavg()[0]
+    launched = time.time()
+    proc = subprocess.run([sys.executable, "-c", FLOOR_CHILD, f"{base}/v1"], capture_output=True, text=True)
+    wall = time.time() - launched
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    first = first_request_time(base)
+    phases = {"ray_start_s": round(got["ray_up"] - launched, 3), "workers_ready_s": round(got["ready"] - got["created"], 3)}
+    return wall, (first - launched) if first else None, phases, load
+
+
 def prompts_run(src: Path, data: Path, base: str, concurrency: int) -> tuple[float, float | None, dict, float]:
     """One ``perf/run_evalkit.py`` run of ``data`` with ``src`` first on the path: (wall seconds
     from launch to exit, launch to the server's first request, engine.phases, load average at launch)."""
@@ -164,17 +223,20 @@ def prompts_run(src: Path, data: Path, base: str, concurrency: int) -> tuple[flo
     return wall, (first - launched) if first else None, {**engine.get("phases", {}), "resent": engine.get("delivery", {}).get("resent")}, load
 
 
-def paired_prompts(baseline: Path | None, n: int, concurrency: int, repeat: int, base: str) -> None:
+def paired_prompts(baseline: Path | None, n: int, concurrency: int, repeat: int, base: str, floor: bool = False) -> None:
     data = Path(tempfile.mkdtemp()) / "prompts.jsonl"
     data.write_text("".join(json.dumps({"i": i, "text": f"sample {i}"}) + "\n" for i in range(n)))
-    trees = {"baseline": baseline.resolve(), "this tree": REPO} if baseline else {"this tree": REPO}
+    trees: dict[str, Path | None] = {"baseline": baseline.resolve(), "this tree": REPO} if baseline else {"this tree": REPO}
+    if floor:
+        trees = {"floor": None, **trees}
     got: dict[str, list[tuple[float, float | None, dict, float]]] = {name: [] for name in trees}
     keys = ("ray_start_s", "data_load_s", "workers_ready_s", "to_first_request_s", "requests_s", "resent")
     print(f"\n== {n} prompts, concurrency {concurrency}, 2 workers: launch to the server's first request")
     for pair in range(repeat):
         order = list(trees) if pair % 2 == 0 else list(reversed(trees))
         for name in order:
-            r = prompts_run(trees[name], data, base, concurrency)
+            tree = trees[name]
+            r = floor_run(base) if tree is None else prompts_run(tree, data, base, concurrency)
             got[name].append(r)
             wall, first, phases, load = r
             first_text = f"{first:.2f}" if first is not None else "?"
@@ -186,6 +248,12 @@ def paired_prompts(baseline: Path | None, n: int, concurrency: int, repeat: int,
                if any(isinstance(r[2].get(k), (int, float)) for r in results)}  # fmt: skip
         print(f"  median {name}: first request {statistics.median(firsts):.2f} s (load {statistics.median(r[3] for r in results):.2f}); "
               + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
+    if floor:
+        print("  launch to the server's first request, per round (evalkit − floor):")
+        floors = [r[1] for r in got["floor"]]
+        for name in (k for k in trees if k != "floor"):
+            excess = [r[1] - f for r, f in zip(got[name], floors) if r[1] is not None and f is not None]
+            print(f"    {name}: " + ", ".join(f"{e:+.2f}" for e in excess) + f" s; median {statistics.median(excess):+.2f} s (target at most +1.00 s)")
 
 
 def main() -> None:
@@ -197,11 +265,12 @@ def main() -> None:
     parser.add_argument("--skip-sweep", action="store_true")
     parser.add_argument("--prompts", type=int, default=None, help="N one-message prompts, runs paired (see above)")
     parser.add_argument("--concurrency", type=int, default=64, help="with --prompts")
+    parser.add_argument("--floor", action="store_true", help="with --prompts: the floor's run in each round too (see above)")
     args = parser.parse_args()
     server, base = start_server()
     try:
         if args.prompts:
-            paired_prompts(args.baseline_src, args.prompts, args.concurrency, args.repeat, base)
+            paired_prompts(args.baseline_src, args.prompts, args.concurrency, args.repeat, base, args.floor)
             return
         if args.baseline_src:
             report("baseline", args.baseline_src.resolve(), base, args.n, args.repeat)

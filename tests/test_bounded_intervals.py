@@ -162,7 +162,8 @@ def test_the_docstrings_figures_are_the_codes():
     """Issue 44: a docstring said ±0.149 where the code gives ±0.1637. Every "±0.xxx at
     n = N" of the statistics' docstrings is the no-discordance interval the code gives."""
     texts = [stats.__doc__, stats._paired_binary.__doc__, stats.gate.__doc__, sequential.__doc__,
-             (REPO_ROOT / "docs" / "performance.md").read_text(), (REPO_ROOT / "README.md").read_text()]  # fmt: skip
+             (REPO_ROOT / "docs" / "performance.md").read_text(), (REPO_ROOT / "README.md").read_text(),
+             *(p.read_text() for p in sorted((REPO_ROOT / "docs").glob("*.md")))]  # fmt: skip
     found = [(float(w), int(n)) for t in texts for w, n in re.findall(r"±(0\.\d+) at n = (\d+)", t or "")]
     assert len(found) >= 2
     for width, n in found:

@@ -128,3 +128,16 @@ def test_cost_is_unknown_for_a_model_without_a_price_also_when_every_answer_came
     assert cost(0.0, {"agent": None}) is None and cost(None, {"agent": None}) is None
     assert cost(0.0, {"agent": "litellm openai/gpt-4o", "judge:j": None}) is None
     assert cost(0.0, {"agent": "offline"}) == 0.0 and cost(0.25, {"agent": "litellm openai/gpt-4o"}) == 0.25
+
+
+def test_console_counts_say_1_request_not_1_requests(tmp_path):
+    """The dry run said "1 requests"; the summary line "1 samples × 1 epochs"."""
+    from evalkit.compose import compose, resolve
+    from evalkit.errors import counted
+    from evalkit.job import dry_run
+    assert (counted(1, "request"), counted(0, "request"), counted(2, "epoch"), counted(1, "bootstrap resample")) == (
+        "1 request", "0 requests", "2 epochs", "1 bootstrap resample")  # fmt: skip
+    _, cfg = resolve(compose([f"run.output_root={tmp_path}", "tracking=none", "model=reference", "benchmark=arith_mini", "run.limit=1",
+                              "run.dry_run=true"]))  # fmt: skip
+    lines = dry_run(cfg).lines
+    assert lines[0].startswith("evalkit: dry run: arith_mini × reference: 1 request answered offline")

@@ -82,9 +82,18 @@ def _traces(url: str, run_id: str, spans: bool = False) -> list:
     """Every trace the server links to ``run_id`` (MLflow's own paging, not evalkit's)."""
     import mlflow
 
+    # mlflow.set_tracking_uri also exports MLFLOW_TRACKING_URI to the process's environment,
+    # which would then count as "the address given" for evalkit commands later in a test
+    before = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(url)
-    exp = _client(url).get_run(run_id).info.experiment_id
-    return mlflow.search_traces(locations=[exp], run_id=run_id, return_type="list", max_results=None, include_spans=spans)
+    try:
+        exp = _client(url).get_run(run_id).info.experiment_id
+        return mlflow.search_traces(locations=[exp], run_id=run_id, return_type="list", max_results=None, include_spans=spans)
+    finally:
+        if before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = before
 
 
 def _rows(path: Path) -> list[dict]:

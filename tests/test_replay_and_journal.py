@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from evalkit.engine.journal import latest_by_sample, read_jsonl
+from evalkit.errors import DataError
 from tests.conftest import REPO_ROOT, evalkit_cmd
 
 
@@ -122,3 +123,15 @@ def test_a_torn_last_line_alone_is_said_too(run_eval, caplog):
     again = run_eval(["model=reference", "benchmark.subsets=[normal_atom_bool]", "run.limit=3", f"run.resume={first.run_dir}"])
     assert again.summary["status"] == "complete"
     assert "a torn last line 4 skipped" in (first.run_dir / "evalkit.log").read_text()
+
+
+def test_a_replay_file_with_integer_sample_ids_is_read(tmp_path):
+    """SOBHard's ids are integers in its data; run.sample_ids=[1] took them, a replay file refused them."""
+    from evalkit.models.offline import load_replay_file
+
+    path = tmp_path / "outputs.jsonl"
+    path.write_text(json.dumps({"sample_id": 1, "output": "a"}) + "\n" + json.dumps({"sample_id": "2", "output": "b"}) + "\n")
+    assert load_replay_file(path) == {"1": "a", "2": "b"}
+    path.write_text(json.dumps({"sample_id": True, "output": "a"}) + "\n")
+    with pytest.raises(DataError, match=r":1: expected an object with fields sample_id \(text or integer\)"):
+        load_replay_file(path)

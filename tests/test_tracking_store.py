@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import re
 import subprocess
@@ -38,3 +40,11 @@ def test_sqlite_path_names_the_database_file_of_sqlite_uris_only():
     assert sqlite_path("sqlite:///out/mlflow.db") == Path("out/mlflow.db")
     assert sqlite_path("sqlite://") is None and sqlite_path("sqlite:///:memory:") is None
     assert sqlite_path("http://127.0.0.1:5000") is None and sqlite_path("postgresql://u@h/db") is None
+
+
+def test_track_with_a_sqlite_store_elsewhere_keeps_artifacts_beside_it(tmp_path: Path):
+    from evalkit.track import beside_store
+
+    assert beside_store(f"sqlite:///{tmp_path}/t.db", "file:///x") == (tmp_path / "mlartifacts").as_uri()
+    assert beside_store("http://127.0.0.1:5000", "file:///x") == "file:///x"
+    json.dumps(beside_store("sqlite:///rel.db", "d"))

@@ -295,3 +295,75 @@ def test_a_defaults_entry_puts_a_config_only_at_its_own_place(conf):
     assert line == (f"{conf / 'model' / 'm.yaml'}: defaults.0 (/benchmark@_global_.run: x): @_global_.run: a config file puts "
                     "a benchmark config only at its own place (@_global_.benchmark), never into another group's keys "
                     "(README, Trust)")  # fmt: skip
+
+
+# ---- a config-dir file that is not a regular file is named, not skipped --------------
+def _make(kind: str, path: Path, tmp_path: Path) -> None:
+    import os
+
+    if kind == "link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "huge":
+        with open(path, "wb") as fh:
+            fh.truncate(300 * 1024 * 1024)  # sparse: no disk used
+
+
+@pytest.mark.parametrize(("kind", "why"), [
+    ("link to /dev/zero", "not a regular file (a symbolic link to /dev/zero, a character device)"),
+    ("fifo", "not a regular file (a FIFO)"),
+    ("directory", "not a regular file (a directory)"),
+    ("huge", "314,572,800 bytes, over the 1,048,576 a YAML file may have"),
+])  # fmt: skip
+def test_a_config_dir_yaml_that_is_not_a_regular_file_is_named_not_unknown(tmp_path, monkeypatch, kind, why):
+    """A benchmark YAML in EVALKIT_CONFIG_DIR that was a link to /dev/zero, a FIFO or a
+    directory was skipped (Hydra too), then reported as "unknown benchmark"; a FIFO's open
+    would wait for a writer. Now one line names the file and why, before anything reads it."""
+    from evalkit.compose import compose
+    from evalkit.errors import ConfigError
+
+    (tmp_path / "benchmark").mkdir()
+    path = tmp_path / "benchmark" / "x.yaml"
+    _make(kind, path, tmp_path)
+    monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(tmp_path))
+    with pytest.raises(ConfigError) as err:
+        compose(["benchmark=x", "model=reference"])
+    assert str(err.value).startswith(f"{path}: {why}") and "unknown" not in str(err.value)
+
+
+def test_a_config_dir_yaml_linked_to_a_regular_file_is_read_through_the_link(tmp_path, monkeypatch):
+    """A team may link a shared YAML into its config directory: Hydra reads it through the
+    link, and so does the bounded check (it said "Too many levels of symbolic links")."""
+    from evalkit.compose import compose
+
+    (tmp_path / "benchmark").mkdir()
+    (tmp_path / "shared.yaml").write_text("name: arith_mini\n", encoding="utf-8")
+    (tmp_path / "benchmark" / "linked.yaml").symlink_to(tmp_path / "shared.yaml")
+    monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(tmp_path))
+    assert compose(["benchmark=linked", "model=reference"]).benchmark.name == "arith_mini"
+
+
+# ---- an option defined twice is refused, naming both files ------------------------------
+def test_a_config_dir_option_with_a_shipped_name_is_refused_naming_both_files(tmp_path, monkeypatch):
+    """A team's ``benchmark/arith_mini.yaml`` (or ``model/reference.yaml``, as a judge too) was
+    silently hidden by the shipped one (Hydra's search path takes ``conf/`` first). Choosing it
+    is now one line naming both files; a shipped default that the run does not choose (the
+    default benchmark, overridden) is no conflict."""
+    from evalkit.compose import CONF_DIR, compose
+    from evalkit.errors import ConfigError
+
+    for group, name, text in (("benchmark", "arith_mini", "name: arith_mini\n"), ("benchmark", "acebench", "name: acebench\n"),
+                              ("model", "reference", "name: reference\nkind: reference\n")):  # fmt: skip
+        (tmp_path / group).mkdir(exist_ok=True)
+        (tmp_path / group / f"{name}.yaml").write_text(text, encoding="utf-8")
+    monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(tmp_path))
+    with pytest.raises(ConfigError) as err:
+        compose(["benchmark=arith_mini", "model=smollm2"])
+    assert str(err.value).startswith(f"benchmark=arith_mini: defined twice, in {CONF_DIR / 'benchmark' / 'arith_mini.yaml'} "
+                                      f"and in {tmp_path / 'benchmark' / 'arith_mini.yaml'}")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^model=reference: defined twice"):
+        compose(["benchmark=mc_mini", "model=smollm2", "judge=reference"])
+    assert compose(["benchmark=mc_mini", "model=smollm2"]).benchmark.name == "mc_mini"  # acebench.yaml: not chosen

@@ -243,6 +243,8 @@ def test_with_every_worker_dead_for_good_the_rest_fail():
 
 
 def test_a_silent_worker_is_left_out_when_its_ping_does_not_answer():
+    """The hung worker's ping never answers: it gets no unit after its loss, and is left out
+    once the ping's timeout (0.5 s) has passed (the other worker's units last longer than that)."""
     units = _units(6)
     hung = FakeWorker(latency=lambda key: 0.01, kills={units[0].key}, restarts=10)
 
@@ -251,9 +253,72 @@ def test_a_silent_worker_is_left_out_when_its_ping_does_not_answer():
         return 0
 
     hung.ping = _Method(never)
-    got, handed, d = _run([hung, FakeWorker()], units, concurrency=4)
-    assert set(handed.values()) == {1} and d.live == [False, True]
+    got, handed, d = _run([hung, FakeWorker(latency=lambda key: 0.4)], units, concurrency=4)
+    assert set(handed.values()) == {1} and d.live == [False, True] and d.stats["workers_lost"] == 1
     assert all(t.failure is None for t in got.values())  # the killer too, on the other worker
+    assert sum(hung.runs.values()) == 2  # the two units in flight there when it died; none after
+
+
+def test_units_of_a_lost_node_go_to_the_surviving_worker_without_waiting_for_its_restart():
+    """Issue 46, item 5: two workers, a window of 8 (4 on each). Worker 1's node is lost with
+    its 4 units in flight, and Ray's restart of it takes until the test releases it: only
+    once every unit has been answered. The 4 lost units are sent again at once to worker 0,
+    which then has the whole window in flight (8), and every unit is answered before the
+    restart; worker 1 gets no unit while it is being restarted. Before, each lost unit kept
+    its slot until the dead worker's ping answered (the run would hang here)."""
+    units = _units(24)
+    survivor, lost = FakeWorker(latency=lambda key: 0.05), FakeWorker(latency=lambda key: 0.05)
+    events: list[tuple[str, Any]] = []
+    restart = asyncio.Event | None
+    solve = lost._solve
+
+    async def lost_node(job: str, holder: list, budget: Any, unit: WorkItem) -> Any:
+        if lost.process == 1000:  # the node: gone while its first units are in flight
+            await asyncio.sleep(0.02)
+            if len(lost.runs) < 4:
+                lost.runs[unit.key] += 1
+                if len(lost.runs) == 4:
+                    lost.process = 1001  # Ray will start it again elsewhere
+                else:
+                    while lost.process == 1000:
+                        await asyncio.sleep(0.001)
+                events.append(("lost", unit.key))
+                raise Unreachable("the actor is temporarily unavailable")
+        events.append(("sent to the restarted worker", unit.key))
+        return await solve(job, holder, budget, unit)
+
+    async def restarted() -> tuple[int, str]:
+        await restart.wait()
+        events.append(("restarted", None))
+        return lost.process, "node"
+
+    lost.solve, lost.ping = _Method(lost_node), _Method(restarted)
+    got: dict = {}
+
+    async def on_result(unit: WorkItem, trajectory: Trajectory) -> None:
+        got[unit.key] = trajectory
+        events.append(("answered", unit.key))
+        if len(got) == len(units):
+            restart.set()
+
+    async def main() -> Delivery:
+        nonlocal restart
+        restart = asyncio.Event()
+        d = Delivery([survivor, lost], ("job", [], None), lost=(WorkerDied, Unreachable), ping_timeout_s=60)
+        await asyncio.wait_for(run_units(d, units, 8, on_result), timeout=15)
+        await asyncio.wait_for(restart.wait(), timeout=30)
+        await asyncio.sleep(0.01)  # the ping's answer
+        return d
+
+    d = asyncio.run(main())
+    lost_keys = [k for what, k in events if what == "lost"]
+    assert len(lost_keys) == 4 and len(got) == 24 and all(t.failure is None for t in got.values())
+    assert [what for what, _ in events].index("restarted") == len(events) - 1  # every unit answered before the restart
+    assert not any(what == "sent to the restarted worker" for what, _ in events)
+    assert all(survivor.runs[k] == 1 for k in lost_keys)  # each lost unit answered by the survivor
+    assert survivor.peak_running == 8  # the whole window in flight on the survivor while the other restarts
+    assert d.stats["resent"] == 4 and d.stats["lost"] == 0 and d.live == [True, True]
+    assert d.where[1] == (1001, "node")  # back in the rotation, from its new process
 
 
 def test_a_result_that_will_not_pickle_fails_its_own_unit_alone():
@@ -339,3 +404,43 @@ def test_nothing_is_resent_when_nothing_is_lost(n):
     got, handed, d = _run([FakeWorker(), FakeWorker(), FakeWorker()], _units(n), concurrency=64)
     assert len(got) == n and set(handed.values()) == {1}
     assert d.stats["resent"] == d.stats["lost"] == 0 and d.stats["calls"] == n
+
+
+def test_a_worker_still_starting_joins_the_rotation_when_its_start_answers():
+    """Issue 46, item 6: the run starts with the first worker up; the second, still starting
+    (its start released by the test once 8 units are answered), gets no unit before, and
+    its share of the window after; a third whose start fails is left out."""
+    units = _units(32)
+    first, second, broken = FakeWorker(latency=lambda key: 0.01), FakeWorker(latency=lambda key: 0.01), FakeWorker()
+    got: dict = {}
+    second_runs_at_start: list[int] = []
+
+    async def main() -> Delivery:
+        started = asyncio.Event()
+
+        async def start() -> tuple[int, str]:
+            await started.wait()
+            second_runs_at_start.append(sum(second.runs.values()))
+            return 2000, "node"
+
+        async def failed_start() -> tuple[int, str]:
+            raise WorkerDied("the actor's constructor raised")
+
+        async def on_result(unit: WorkItem, trajectory: Trajectory) -> None:
+            got[unit.key] = trajectory
+            if len(got) == 8:
+                started.set()
+
+        d = Delivery([first], ("job", [], None), lost=(WorkerDied,), ping_timeout_s=60)
+        d.seen(0, (1000, "node"))
+        d.add(second, start())
+        d.add(broken, failed_start())
+        await asyncio.wait_for(run_units(d, units, 4, on_result), timeout=15)
+        return d
+
+    d = asyncio.run(main())
+    assert len(got) == 32 and all(t.failure is None for t in got.values())
+    assert second_runs_at_start == [0] and sum(first.runs.values()) >= 8  # nothing sent to it before its start answered
+    assert sum(second.runs.values()) > 0 and sum(broken.runs.values()) == 0  # the second took its share once up
+    assert d.live == [True, True, False] and d.first_where == [(1000, "node"), (2000, "node"), None]
+    assert d.stats["workers_lost"] == 1 and d.stats["resent"] == 0

@@ -195,6 +195,10 @@ def _worker_class() -> Any:
 #: the workers run there and the head keeps the driver
 WORKER_RESOURCE = "evalkit_worker"
 
+#: at the end of a run, how long :attr:`RayExecutor.pids` waits for a worker still starting (seconds;
+#: before issue 46 a run waited for every worker's start, unbounded, before its first unit)
+START_WAIT_S = 600.0
+
 #: a dead actor is restarted this many times in its life (a run's, or a sweep's while it is
 #: kept warm); a unit lost with its worker ``UNIT_MAX_TRIES`` times is a ``worker_died`` failure
 ACTOR_MAX_RESTARTS = 3
@@ -210,7 +214,8 @@ class RayExecutor(ExecutorBase):
     """
 
     def __init__(self, agents_factory: Callable[[], Any], cache_dir: str | Path | None, num_workers: int, concurrency: int,
-                 warm: dict[str, list[Any]] | None = None, limits: dict[str, tuple[int, bool]] | None = None):  # fmt: skip
+                 warm: dict[str, list[Any]] | None = None, limits: dict[str, tuple[int, bool]] | None = None,
+                 one_first: bool = False):  # fmt: skip
         import ray  # deferred: offline runs never import Ray
 
         self._ray, self.started, self.ready_s = ray, time.perf_counter(), None
@@ -220,10 +225,11 @@ class RayExecutor(ExecutorBase):
         key = sha256_hex(pickle.dumps((agents_factory, cache, n, -(-concurrency // n))))
         self.warm, self._key = warm, key
         self.reused = warm is not None and key in warm
-        self.workers = warm[key] if self.reused else self._start(agents_factory, cache, n, concurrency)  # type: ignore[index]
+        self._later: Callable[[], Any] | None = None  # starts one more worker (the ones after the first, locally)
+        self.workers = warm[key] if self.reused else self._start(agents_factory, cache, n, concurrency, one_first)  # type: ignore[index]
         if warm is not None:
             warm[key] = self.workers
-        self.registration, self._holder, self.pids = uuid.uuid4().hex, [], []
+        self.registration, self._holder, self._told = uuid.uuid4().hex, [], False
         self._ready = [w.ping.remote() for w in self.workers]
         self.delivery = Delivery(self.workers, (self.registration, self._holder, None), cancel=ray.cancel,
                                  lost=(ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError))  # fmt: skip
@@ -232,8 +238,14 @@ class RayExecutor(ExecutorBase):
         if limits:
             self.limits_actor = shared_limits()  # made here first: on the driver's node
 
-    @staticmethod
-    def _start(agents_factory: Callable[[], Any], cache: str | None, n: int, concurrency: int) -> list[Any]:
+    def _start(self, agents_factory: Callable[[], Any], cache: str | None, n: int, concurrency: int, one_first: bool) -> list[Any]:
+        """The workers started now: all ``n``, or with ``one_first`` (a Ray instance the run
+        started, on this machine's cores) and no worker nodes (``WORKER_RESOURCE``) the first
+        alone, the others once it has answered (:meth:`wait_ready`), so that the first does
+        not share the host's cores with the others' start-up (litellm's import) while the
+        driver loads the data (issue 46 item 6: on 2 cores, two workers starting together
+        were ready seconds after one alone). A run that joins a Ray instance (a cluster, a
+        sweep's or a test session's) starts them all at once."""
         import ray
 
         worker_cls = _worker_class()
@@ -244,7 +256,9 @@ class RayExecutor(ExecutorBase):
         # solve made while Ray restarts the actor wait for it; SPREAD: one actor per node first on a cluster
         options = {"max_concurrency": concurrency + 16, "max_restarts": ACTOR_MAX_RESTARTS, "max_task_retries": -1,
                    "scheduling_strategy": "SPREAD", "resources": {WORKER_RESOURCE: 1} if placed else None}  # fmt: skip
-        return [worker_cls.options(**options).remote(agents_factory, cache) for _ in range(n)]
+        start = worker_cls.options(**options)
+        self._later, self._n_later = (lambda: start.remote(agents_factory, cache)), (n - 1 if one_first and not placed else 0)
+        return [start.remote(agents_factory, cache) for _ in range(n - self._n_later)]
 
     def register(self, solver: Any, agent_params: dict[str, Any], user_params: dict[str, Any]) -> None:
         """Give the workers this run's solver, parameters and shared endpoint limits (through
@@ -252,14 +266,49 @@ class RayExecutor(ExecutorBase):
         self._holder.append(self._ray.put((solver, agent_params, user_params, self.limits)))
 
     def wait_ready(self) -> None:
-        """Wait until every worker has started (idempotent); ``pids`` are then the workers'
-        process ids and ``ready_s`` the seconds from the executor's creation."""
-        if not self.pids:
-            self.delivery.where = list(self._ray.get(self._ready))
-            self.pids = [pid for pid, _ in self.delivery.where]
-            self.ready_s = round(time.perf_counter() - self.started, 4)
-            log.info("%d model workers ready (process ids %s%s) %.2f s after they were started", len(self.pids),
-                     ", ".join(map(str, self.pids)), "; kept warm from an earlier run" if self.reused else "", self.ready_s)
+        """Wait until the first worker has started (idempotent); ``ready_s`` is then the
+        seconds from the executor's creation. The others join the rotation as each answers
+        (:meth:`Delivery.join <evalkit.engine.delivery.Delivery.join>`); the ones still to
+        start (:meth:`_start`) are started now."""
+        if self.ready_s is not None:
+            return
+        (first,), _ = self._ray.wait(self._ready, num_returns=1)
+        i = self._ready.index(first)
+        self.delivery.seen(i, self._ray.get(first))
+        self.ready_s = round(time.perf_counter() - self.started, 4)
+        for j, ready in enumerate(self._ready):
+            if j != i:
+                self.delivery.join(j, ready)
+        for _ in range(self._n_later if self._later is not None else 0):
+            worker = self._later()  # type: ignore[misc]
+            self.workers.append(worker)  # the warm pool's list too
+            self._ready.append(worker.ping.remote())
+            self.delivery.add(worker, self._ready[-1])
+        log.info("model worker %d ready (process id %s%s) %.2f s after it was started; %d more joining as they start", i,
+                 self.delivery.where[i][0], "; kept warm from an earlier run" if self.reused else "", self.ready_s,
+                 len(self.workers) - 1)  # fmt: skip
+
+    @property
+    def pids(self) -> list[int]:
+        """The process ids the workers started as, waiting up to ``START_WAIT_S`` for the
+        ones still starting (``[]`` before :meth:`wait_ready`)."""
+        if self.ready_s is None:
+            return []
+        waiting = [j for j, where in enumerate(self.delivery.first_where) if where is None and self.delivery.live[j]]
+        if waiting:
+            done, _ = self._ray.wait([self._ready[j] for j in waiting], num_returns=len(waiting), timeout=START_WAIT_S)
+            for j in waiting:
+                if self._ready[j] in done:
+                    try:
+                        self.delivery.seen(j, self._ray.get(self._ready[j]))
+                    except Exception:  # noqa: BLE001 - a worker that did not start: no process id
+                        pass
+        pids = [where[0] for where in self.delivery.first_where if where is not None]
+        if not self._told:
+            self._told = True
+            log.info("%d model workers ready (process ids %s) by the end of the run; the first %.2f s after it was started", len(pids),
+                     ", ".join(map(str, pids)), self.ready_s)  # fmt: skip
+        return pids
 
     def figures(self) -> dict[str, Any]:
         """``summary.json`` → ``engine``'s Ray part: ``nodes`` (per node the workers ran on:
@@ -293,8 +342,10 @@ class RayExecutor(ExecutorBase):
         return {k: v for k, v in zip(keys, stats) if v is not None}
 
     def litellm_price(self, provider_model: str) -> Any:
-        """litellm's price of ``provider_model``, asked of a worker (waits for its start)."""
-        return self._ray.get(self.workers[0].price.remote(provider_model))
+        """litellm's price of ``provider_model``, asked of the first worker up (waits for its start)."""
+        self.wait_ready()
+        i = next(j for j, where in enumerate(self.delivery.where) if where is not None)
+        return self._ray.get(self.workers[i].price.remote(provider_model))
 
     def bound_images(self, max_bytes: int) -> None:
         """Hold at most ``max_bytes`` of the run's images in Ray's object store at once."""

@@ -4,7 +4,8 @@ Phases (seconds; the first two measured before the engine starts, by whoever com
 config): ``compose_validate_s`` (Hydra compose + pydantic), ``data_load_s`` (the benchmark's
 data, the selection, the requests, the models planned, the data fingerprint),
 ``ray_start_s`` (connecting to or starting Ray; concurrent with the data load),
-``workers_ready_s`` (model workers started until every one answered), ``to_first_request_s``
+``workers_ready_s`` (model workers started until the first one answered; the others join as
+they answer), ``to_first_request_s``
 (from the start of the run — the compose — to the first request sent: the start-up a user
 waits through), ``requests_s`` (first request sent to last answer), ``scoring_s`` (the
 driver's waits for verdicts, summed over samples: they overlap requests in flight),

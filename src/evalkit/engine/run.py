@@ -183,7 +183,7 @@ def start(specs: RunSpecs, stack: ExitStack, phases: Phases, shared: Session | N
             shared.ray_started = True
         elif started:
             stack.callback(shutdown_ray)
-        early = _early_workers(specs, endpoints, stack, shared)
+        early = _early_workers(specs, endpoints, stack, shared, one_first=started and not execution.address)
     with phases.timed("data_load_s"):
         plan = prepare(specs, priced=early is None, endpoints=endpoints)
     if execution.batch:
@@ -196,18 +196,22 @@ def start(specs: RunSpecs, stack: ExitStack, phases: Phases, shared: Session | N
     return plan, early
 
 
-def _early_workers(specs: RunSpecs, endpoints: Endpoints, stack: ExitStack, shared: Session | None) -> RayExecutor | None:
+def _early_workers(specs: RunSpecs, endpoints: Endpoints, stack: ExitStack, shared: Session | None,
+                   one_first: bool = False) -> RayExecutor | None:  # fmt: skip
     """The Ray workers of a network model whose endpoints need no server of evalkit's,
-    started at once (their start-up, litellm's import included, overlaps the data load)."""
+    started at once (their start-up, litellm's import included, overlaps the data load);
+    ``one_first``: the Ray instance was started by this run, on this machine's cores: the
+    first worker starts alone, the others once it has answered (:class:`RayExecutor`)."""
     factory = serverless_agents(specs.models, endpoints)
     if factory is None:
         return None
-    executor = _ray_executor(specs.execution, factory, shared)
+    executor = _ray_executor(specs.execution, factory, shared, one_first)
     stack.callback(executor.close)
     return executor
 
 
-def _ray_executor(execution: ExecutionSpec, agents_factory: Callable[[], Any], shared: Session | None) -> RayExecutor:
+def _ray_executor(execution: ExecutionSpec, agents_factory: Callable[[], Any], shared: Session | None,
+                  one_first: bool = False) -> RayExecutor:  # fmt: skip
     """The one place a run's Ray workers are made: ``backend.concurrency`` per run over
     ``runner.num_workers`` workers sharing the response cache; in a sweep's session, the
     warm workers of an earlier run with the same endpoints and cache are reused. A
@@ -215,7 +219,7 @@ def _ray_executor(execution: ExecutionSpec, agents_factory: Callable[[], Any], s
     on the cluster (``execution.limits``, :mod:`evalkit.engine.ratelimit`); ``runner=local``
     has none (the run is its endpoints' only caller: the driver's window suffices)."""
     return RayExecutor(agents_factory, execution.cache_dir, execution.num_workers, execution.concurrency,
-                       warm=shared.workers if shared else None, limits=execution.limits)  # fmt: skip
+                       warm=shared.workers if shared else None, limits=execution.limits, one_first=one_first)  # fmt: skip
 
 
 def execute(plan: RunPlan, state: RunState, phases: Phases, early: Executor | None = None,

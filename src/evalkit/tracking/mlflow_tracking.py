@@ -171,7 +171,15 @@ def client(uri: str) -> Any:
     SQLite store is created or migrated by one process at a time (:func:`open_client`)."""
     import mlflow  # deferred: MLflow's import is heavy and tracking=none never needs it
 
+    # MLflow also exports the URI as MLFLOW_TRACKING_URI, to this process and every child it
+    # starts later; evalkit reads that variable as the user's own choice of store (compare
+    # --log lets a run directory name it), so the environment is left as the user set it
+    before = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(uri)
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
     return open_client(uri)
 
 

@@ -1,10 +1,9 @@
-"""Cases an adversarial probe of round four found from the README alone (task files, data,
-messages): each was a traceback, minutes of CPU, a run that could never finish, or a lost
-headline, and is now one line before the run. In-process: the task's own checks."""
+"""Checks before the run: task files, data, sample ids and settings that were a traceback,
+minutes of CPU, a run that could never finish, or a lost headline (found by an adversarial
+pass over the guide) are now one line before the run. In-process: the task's own checks."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -114,14 +113,6 @@ def test_a_negative_shots_count_names_its_key():
     from evalkit.compose import quote_numeric_groups
 
     assert quote_numeric_groups(["shots=-1"]) == ["shots.n=-1"]
-
-
-def test_track_with_a_sqlite_store_elsewhere_keeps_artifacts_beside_it(tmp_path: Path):
-    from evalkit.track import beside_store
-
-    assert beside_store(f"sqlite:///{tmp_path}/t.db", "file:///x") == (tmp_path / "mlartifacts").as_uri()
-    assert beside_store("http://127.0.0.1:5000", "file:///x") == "file:///x"
-    json.dumps(beside_store("sqlite:///rel.db", "d"))
 
 
 def test_a_plugin_whose_data_file_is_missing_is_one_data_line_not_a_crash():

@@ -1,7 +1,10 @@
-"""Config defects found following the README as a new user (issue 26 items 1, 3, 4, 6, 7):
-each is one line before anything starts, or runs as written."""
+"""Config validation: what a new user following the guide writes (issue 26 items 1, 3, 4, 6,
+7, 11; issue 35 item 12) is one line naming the key before anything starts, or runs as
+written: user simulators, server addresses, API keys, provider parameters, the output root."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -107,3 +110,36 @@ def test_extra_body_of_provider_fields_is_sent_and_recorded():
     cfg = _cfg("model=openai_compatible", SERVER, "+model.extra_body={top_k: 3, repetition_penalty: 1.1}")
     assert cfg.sent_params()["extra_body"] == {"top_k": 3, "repetition_penalty": 1.1}
     assert cfg.record()["model"]["extra_body"] == {"top_k": 3, "repetition_penalty": 1.1}
+
+
+@pytest.mark.parametrize("base", ["http://HOST:PORT/v1", "HOST:8000/v1", "http://:8000/v1", "http://127.0.0.1:0/v1"])
+def test_the_readme_s_host_port_placeholder_is_refused_at_validation(base):
+    """``backend.api_base=http://HOST:PORT/v1`` (the README's placeholder) was accepted; the
+    run started Ray and failed 76 s in. Now validation refuses it in one line."""
+    line = _error("model=openai_compatible", "model.provider_model=openai/served", f"backend.api_base={base}")
+    assert line.startswith("backend.api_base:") and "not a server address" in line and "HOST:PORT" in line
+
+
+def test_an_output_root_below_a_file_is_not_blamed_on_the_mlflow_store(tmp_path):
+    """``run.output_root`` below a file (or in /proc: root passes ``os.access``) failed as
+    "cannot open the MLflow store". Now validation names run.output_root."""
+    (tmp_path / "afile").write_text("x")
+    line = _error("model=reference", f"run.output_root={tmp_path / 'afile' / 'out'}")
+    assert line.startswith("run.output_root:") and "is not a folder" in line and "MLflow" not in line
+    line = _error("model=reference", "run.output_root=/proc/evalkit-out")
+    assert line.startswith("run.output_root:") and "not writable" in line
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere: the folder cannot be made unwritable")
+def test_an_unwritable_output_folder_is_named_as_such(acebench_dir, tmp_path):
+    """It was blamed on "cannot open the MLflow store"."""
+    from evalkit.compose import compose, resolve
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        with pytest.raises(ConfigError, match=r"^run.output_root: .*/locked/out cannot be written \(its parent .*/locked is not writable\)"):
+            resolve(compose([f"benchmark.data_dir={acebench_dir}", "model=reference", f"run.output_root={locked / 'out'}"]))
+    finally:
+        locked.chmod(0o755)
