@@ -902,7 +902,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             result["logged"] = log_comparisons(result, args.tracking_uri)
         except EvalkitError as exc:
-            print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
+            if exc.exit_code == 1:  # the preflight met a server down, trickling or flooding: as any failed logging
+                print(f"evalkit: error: --log: MLflow failed ({printable(str(exc).removeprefix('tracking: '))})", file=sys.stderr)
+            else:
+                print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
             return 2
         except Exception as exc:  # noqa: BLE001 - a store that fails is one line; the comparison is still printed
             from evalkit.tracking.mlflow_tracking import bound_hit  # MLflow's module, as log_comparisons'
