@@ -43,9 +43,10 @@ def team_server(tmp_path_factory):
                        admin_password=ADMIN_PW) as srv:  # fmt: skip
         srv.wait_ready()
         _post(srv.url, "/api/2.0/mlflow/users/create", {"username": READER, "password": READER_PW})
-        admin = _as_admin(srv.url)
-        for name in ("team", "evalkit"):
-            admin.create_experiment(name)
+        with pytest.MonkeyPatch.context() as env:
+            admin = _as_admin(srv.url, env)
+            for name in ("team", "evalkit"):
+                admin.create_experiment(name)
         yield srv
 
 
@@ -57,10 +58,12 @@ def _post(url: str, path: str, body: dict) -> dict:
         return json.loads(resp.read() or b"{}")
 
 
-def _as_admin(url: str):
+def _as_admin(url: str, env: pytest.MonkeyPatch):
+    """An MlflowClient of ``url`` as the admin (the credentials set through ``env``, undone after the test)."""
     from mlflow.tracking import MlflowClient
 
-    os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"] = "admin", ADMIN_PW
+    env.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+    env.setenv("MLFLOW_TRACKING_PASSWORD", ADMIN_PW)
     return MlflowClient(url)
 
 
@@ -130,7 +133,7 @@ def test_a_read_only_user_and_a_wrong_password_are_refused_before_anything_start
 
     # the member's own experiment: created (the creator may manage it), checked, no probe tag left
     MlflowObserver(url, "reader-own", "").check()
-    admin = _as_admin(url)
+    admin = _as_admin(url, monkeypatch)
     assert not [k for k in admin.get_experiment_by_name("reader-own").tags if k.startswith(PROBE_TAG)]
     for name in ("team", "evalkit"):
         exp = admin.get_experiment_by_name(name)
@@ -138,7 +141,7 @@ def test_a_read_only_user_and_a_wrong_password_are_refused_before_anything_start
     assert not (first.run_dir / "tracking.json").exists()
 
 
-def test_a_sweep_against_a_server_slow_to_tell_its_version_tracks_every_job(team_server, tmp_path):
+def test_a_sweep_against_a_server_slow_to_tell_its_version_tracks_every_job(team_server, tmp_path, monkeypatch):
     """MLflow asks ``/version`` with a 3 s timeout; this server answers it in 5 s. Both jobs of
     the sweep still log their traces with their spans, end FINISHED, and the sweep says all
     jobs complete, exit 0."""
@@ -154,7 +157,8 @@ def test_a_sweep_against_a_server_slow_to_tell_its_version_tracks_every_job(team
     assert done.stdout.strip().splitlines()[-1].startswith("evalkit: sweep ") and " all 2 jobs complete → " in done.stdout
     import mlflow
 
-    admin = _as_admin(team_server.url)
+    admin = _as_admin(team_server.url, monkeypatch)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", team_server.url)  # set_tracking_uri exports it: undone after the test
     mlflow.set_tracking_uri(team_server.url)
     summary = json.loads(next(root.rglob("sweep_summary.json")).read_text())
     assert [j["status"] for j in summary["jobs"]] == ["complete", "complete"]
