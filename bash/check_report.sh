@@ -94,7 +94,7 @@ def sweep_problems(sweep):
     n_complete = sum(j["status"] == "complete" for j in jobs)
     if (sweep["n_jobs"], sweep["n_complete_jobs"], sweep["n_failed_jobs"]) != (len(jobs), n_complete, len(jobs) - n_complete):
         return f"n_jobs: the counts do not match the {len(jobs)} jobs listed", []
-    lost = [j for j in jobs if j["status"] not in ("complete", "incomplete")]
+    lost = [j for j in jobs if j["status"] not in ("complete", "incomplete", "untracked")]
     return None, lost
 
 

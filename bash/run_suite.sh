@@ -7,8 +7,14 @@
 #
 # Each entry runs as
 #   ${VENV:-.venv}/bin/python -m evalkit benchmark=B [model=M] [benchmark.subsets=[...]] <entry overrides> <extra overrides>
-# from the repository root (relative paths are relative to it). SUITE is a name in
-# suites/ or a path to a suite YAML. --dry-run prints the commands and runs nothing.
+# SUITE is a name in suites/ or a path to a suite YAML. Where relative paths resolve (a
+# dataset.path, run.output_root, EVALKIT_CONFIG_DIR, the suite file itself):
+#   - a suite named by path (team.yaml, ./suites/team.yaml, /abs/team.yaml): against the
+#     directory you run this script from — its entries run there (a team's own files);
+#   - a suite named by name (smoke): against the repository root — its entries run there
+#     (the project's suites read ../shared beside the checkout).
+# A missing file's error line says which of the two applies. VENV (default .venv) is relative
+# to the repository root. --dry-run prints the commands and runs nothing.
 # Every entry is composed and validated first (an unknown model, a bad override, missing
 # data: one line, exit 2, nothing runs; also with --dry-run).
 # Every run gets EVALKIT_SUITE=<suite name> in its environment (config key run.suite: the
@@ -27,9 +33,11 @@ usage() {
   exit 2
 }
 
+invoked=$PWD
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 py="${VENV:-.venv}/bin/python"
+[[ $py == /* ]] || py="$root/$py"  # the entries may run from the invoking directory
 
 suite=""
 model=""
@@ -52,7 +60,14 @@ if [[ ! -x $py ]]; then
   echo "evalkit: error: $py not found (run bash/setup.sh or set VENV)" >&2
   exit 2
 fi
-if [[ $suite == *.yaml || $suite == */* ]]; then suite_file=$suite; else suite_file="suites/$suite.yaml"; fi
+if [[ $suite == *.yaml || $suite == */* ]]; then
+  suite_file=$suite  # the team's own suite: it and its entries' relative paths resolve where the script was run
+  base=$invoked
+else
+  suite_file="suites/$suite.yaml"  # the project's: relative to the repository root, as its ../shared data paths
+  base=$root
+fi
+cd "$base"
 suite_name=$(basename "$suite_file" .yaml)
 export EVALKIT_SUITE=$suite_name
 stamp=$(date +%Y%m%d-%H%M%S)
@@ -61,7 +76,7 @@ stamp=$(date +%Y%m%d-%H%M%S)
 # name, display command, argument count and the arguments.
 plan=$(mktemp)
 trap 'rm -f "$plan"' EXIT
-"$py" - "$suite_file" "$model" "$py" "$stamp" "${extra[@]}" >"$plan" <<'PY' || exit 2
+"$py" - "$root" "$base" "$suite_file" "$model" "$py" "$stamp" "${extra[@]}" >"$plan" <<'PY' || exit 2
 import os
 import re
 import shlex
@@ -70,7 +85,9 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, "src")
+root, base = Path(sys.argv[1]), Path(sys.argv[2])
+del sys.argv[1:3]
+sys.path.insert(0, str(root / "src"))
 from evalkit.compose import compose, option_file, quote_numeric_groups, register_entry_points, resolve  # noqa: E402
 from evalkit.errors import EvalkitError  # noqa: E402
 from evalkit.sweep import redact_overrides  # noqa: E402
@@ -84,7 +101,7 @@ def fail(msg):
 
 
 if not suite_file.is_file():
-    names = sorted(p.stem for p in Path("suites").glob("*.yaml"))
+    names = sorted(p.stem for p in (root / "suites").glob("*.yaml"))
     fail(f"{suite_file}: no such suite (available: {', '.join(names) or 'none'})")
 try:
     entries = yaml.safe_load(suite_file.read_text(encoding="utf-8"))
@@ -140,8 +157,12 @@ for where, name, args in plans:
         resolve(compose(overrides))
     except EvalkitError as exc:
         hint = ""
-        if "does not exist" in str(exc) and "EVALKIT_SHARED_DIR" not in os.environ:
-            hint = " (the suites read ../shared/data beside the repository; set EVALKIT_SHARED_DIR=/path/to/shared)"
+        if "does not exist" in str(exc) and base != root:  # a team's suite: its paths are the invoking directory's
+            hint = (f" (relative paths — in {suite_file}, its tasks and the command line — resolve against the directory "
+                    f"bash/run_suite.sh is run from, here {base}: run it from the directory they are relative to, "
+                    "or make them absolute)")
+        elif "does not exist" in str(exc) and "EVALKIT_SHARED_DIR" not in os.environ:
+            hint = " (the project's suites read ../shared/data beside the repository; set EVALKIT_SHARED_DIR=/path/to/shared)"
         fail(f"{where} ({name}): {exc}{hint}")
 out = [" ".join(sorted(suite_dirs))] + out  # first token: the suite's directory (if one)
 sys.stdout.write("".join(tok + "\0" for tok in out))

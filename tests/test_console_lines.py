@@ -86,6 +86,51 @@ def test_the_interval_line_names_the_methods_the_run_used(cis, line):
     assert interval_line(summary, 2000) == line
 
 
+@pytest.mark.parametrize(
+    "group, edit, line",
+    [
+        ("backend", lambda d: d.update(concurency=4), "backend.concurency: unknown key; did you mean backend.concurrency?"),
+        ("benchmark", lambda d: d.update(scorer=d.pop("scorers")), "benchmark.scorer: unknown key; did you mean benchmark.scorers?"),
+        ("benchmark", lambda d: d["scorers"][0].update(abs_tool=d["scorers"][0].pop("abs_tol")),
+         "benchmark.scorers.0.abs_tool: unknown key; did you mean benchmark.scorers.0.abs_tol?"),
+    ],
+)  # fmt: skip
+def test_a_mistyped_key_in_a_config_file_names_the_key_it_resembles_and_the_file(tmp_path, monkeypatch, group, edit, line):
+    """Issue 47: in a team's backend file it said ``backend.concurency: unknown key`` (no
+    suggestion, no file); a task's ``scorer:`` for ``scorers:`` said only ``benchmark.scorers:
+    Field required``."""
+    import yaml
+
+    from evalkit.compose import resolve
+
+    (tmp_path / "backend").mkdir()
+    (tmp_path / "benchmark").mkdir()
+    backend = {"kind": "api", "api_base": "http://127.0.0.1:9/v1"}
+    task = yaml.safe_load((REPO_ROOT / "conf" / "benchmark" / "arith_mini.yaml").read_text(encoding="utf-8")) | {"name": "team_task"}
+    edit(backend if group == "backend" else task)
+    path = tmp_path / group / ("team_api.yaml" if group == "backend" else "team_task.yaml")
+    path.write_text(yaml.safe_dump(backend if group == "backend" else task), encoding="utf-8")
+    (tmp_path / "backend" / "team_other.yaml").write_text(yaml.safe_dump({"kind": "api"}), encoding="utf-8")
+    monkeypatch.setenv("EVALKIT_CONFIG_DIR", str(tmp_path))
+    chosen = ["benchmark=team_task", "model=reference"] if group == "benchmark" else ["benchmark=arith_mini", "model=openai_compatible", "backend=team_api"]
+    with pytest.raises(ConfigError) as info:
+        resolve(compose(chosen))
+    assert str(info.value) == f"{line} (file {path})"
+
+
+def test_cost_is_unknown_for_a_model_without_a_price_also_when_every_answer_came_from_the_cache():
+    """Issue 47: the same unpriced model showed ``cost unknown`` when it sent requests and
+    ``cost $0.0000`` when every answer came from the cache; a priced or offline one keeps $0."""
+    from evalkit.report.summary import spend_fields
+
+    def cost(spent, prices):
+        return spend_fields(records=[], spent=(spent, 0), prices=prices, limits={}, not_sent=0, rule="", strip_prefix=False)["cost_usd"]
+
+    assert cost(0.0, {"agent": None}) is None and cost(None, {"agent": None}) is None
+    assert cost(0.0, {"agent": "litellm openai/gpt-4o", "judge:j": None}) is None
+    assert cost(0.0, {"agent": "offline"}) == 0.0 and cost(0.25, {"agent": "litellm openai/gpt-4o"}) == 0.25
+
+
 def test_console_counts_say_1_request_not_1_requests(tmp_path):
     """The dry run said "1 requests"; the summary line "1 samples × 1 epochs"."""
     from evalkit.compose import compose, resolve

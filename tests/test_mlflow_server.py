@@ -287,8 +287,12 @@ def test_evalkit_judge_logs_the_judged_run_and_its_comparison_to_a_server(server
     assert first.exit_code == 0 and first.summary["metrics"]["quality"] == 1.0
 
     fake_openai.set_plan({"default": {"content": '{"score": 2}'}})
+    # issue 47: no tracking override — the team's server (MLFLOW_TRACKING_URI, which the judged run's
+    # tracking.json names) and the judged run's experiment are the re-judge's
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", srv.url)
     assert judge([str(first.run_dir), "judge=judge_a", f"judge_overrides=['backend.api_base={fake_openai.api_base}']",
-                  f"run.output_root={tmp_path / 'judged'}", "judge_qualification.require=never", *track]) == 0  # fmt: skip
+                  f"run.output_root={tmp_path / 'judged'}", "run.progress=false", "judge_qualification.require=never"]) == 0  # fmt: skip
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
     judged = first.run_dir.parent / f"{first.run_dir.name}.judged-judge_a"
     summary = json.loads((judged / "summary.json").read_text())
     assert summary["metrics"]["quality"] == pytest.approx(0.25)
@@ -296,6 +300,11 @@ def test_evalkit_judge_logs_the_judged_run_and_its_comparison_to_a_server(server
     client = _client(srv.url)
     rid = _run_id(judged)
     assert client.get_run(rid).info.status == "FINISHED" and client.get_run(rid).data.metrics["headline"] == pytest.approx(0.25)
+    rejudged = client.get_run(rid)
+    assert rejudged.info.experiment_id == client.get_experiment_by_name("judged").experiment_id
+    assert rejudged.info.run_name == "judged-reference-judged-by-judge_a"
+    tags = rejudged.data.tags
+    assert (tags["model"], tags["evalkit.answers_source"], tags["evalkit.judged_run_id"]) == ("reference", "replay", _run_id(first.run_dir))
     traces = _traces(srv.url, rid)
     assert sorted(t.info.tags["sample_id"] for t in traces) == ["q1", "q2", "q3", "q4"]
     for trace in traces:
@@ -438,7 +447,8 @@ def test_credentials_from_mlflow_variables_reach_a_basic_auth_server_and_nothing
                          env={**env, "MLFLOW_TRACKING_PASSWORD": "not-the-password-1234"})  # fmt: skip
         assert wrong.returncode == 2 and "not-the-password-1234" not in wrong.stderr
         (line,) = [x for x in wrong.stderr.splitlines() if x.startswith("evalkit: error:")]
-        assert f"cannot open the MLflow store {srv.url}" in line and "401" in line
+        assert line.startswith(f"evalkit: error: tracking: the MLflow server {srv.url} did not accept the credentials of user "
+                               "'admin' (401 when reading the experiment: wrong user name or password)")  # fmt: skip
         assert not (tmp_path / "wrong" / "runs").exists()
     leaked = [p for p in [*root.rglob("*"), *(work / "artifacts").rglob("*")] if p.is_file() and SERVER_SECRET.encode() in p.read_bytes()]
     assert leaked == []

@@ -31,7 +31,10 @@ A run is a run directory, or an MLflow run id (found through the run's ``run_dir
   choose it (:func:`log_comparisons`: ``MLFLOW_TRACKING_URI``'s, or their output root's SQLite
   file; never a server a run directory names alone), named by what it compares and what
   it found (``Δ overall acebench: reference → replay −0.28 (p 0.0003, worse)``), linked to
-  both, and both link back to it (tag ``evalkit.compared_in``, a description line). Each
+  both, and both link back to it (tag ``evalkit.compared_in``, a description line). Before
+  the first write to a tracking server, the preflight a run has (credentials and write
+  permission in the experiment: :func:`~evalkit.tracking.mlflow_tracking.preflight_store`;
+  a refusal is one line, exit 2). Each
   HTTP call to a tracking server ends within ``--request-deadline-s`` and reads at most
   ``--max-response-bytes`` of its answer (``tracking.request_deadline_s`` /
   ``tracking.max_response_bytes``' defaults): a server that trickles or floods is one error
@@ -91,6 +94,7 @@ from evalkit.rescore import Recount, check_summary, disagreement, load_benchmark
 from evalkit.summary import Summary, read_summary
 from evalkit.tracking.ledger import FILE as LEDGER_FILE
 from evalkit.tracking.ledger import read_file as read_ledger_file
+from evalkit.tracking.ledger import store_a_run_may_name
 from evalkit.tracking.store import add_http_bound_options, use_http_bound_options
 
 
@@ -796,10 +800,11 @@ def log_comparisons(result: dict[str, Any], tracking_uri: str | None = None) -> 
         CompareError: the runs were logged to different stores, or to none, and no
             ``tracking_uri`` is given (one line).
     """
-    from evalkit.tracking.mlflow_tracking import log_comparison
+    from evalkit.tracking.mlflow_tracking import log_comparison, preflight_store
 
     runs = result["runs"]
     lines = []
+    checked: set[tuple[str, str | None]] = set()
     for pair, flip in zip(result.get("paired") or [], result.get("flips") or []):
         a, b = runs[pair["ia"] - 1], runs[pair["ib"] - 1]
         la, lb = _ledger(Path(a["dir"])), _ledger(Path(b["dir"]))
@@ -812,6 +817,10 @@ def log_comparisons(result: dict[str, Any], tracking_uri: str | None = None) -> 
                       "judge_qualification": qualification_text(r.get("judge_qualification") or {}),
                       **({k: v for k, v in led.items() if k != "tracking_uri"} if led.get("tracking_uri") == uri else {})}
                      for r, led in ((a, la), (b, lb)))  # fmt: skip
+        store = (uri, next((e.get("experiment_id") for e in ends if e.get("experiment_id")), None))
+        if store not in checked:  # issue 47: credentials and write permission before the first write
+            preflight_store(uri, exp_id=store[1])
+            checked.add(store)
         rid = log_comparison(uri, pair, flip, ends, verdict=result.get("gate") if pair is result["paired"][0] else None)  # type: ignore[arg-type]
         lines.append(f"comparison [{pair['ia']}] → [{pair['ib']}] recorded in MLflow: run {rid} in {uri}")
     return lines
@@ -827,12 +836,8 @@ def _store_a_run_may_name(uri: str, run_dirs: tuple[Path, ...]) -> str:
     Raises:
         CompareError: any other store (one line naming it, and how to choose it).
     """
-    if uri == os.environ.get("MLFLOW_TRACKING_URI"):
+    if store_a_run_may_name(uri, run_dirs):
         return uri
-    if uri.startswith("sqlite:///"):
-        folder = Path(uri.removeprefix("sqlite:///")).parent.resolve()
-        if all(Path(d).resolve().is_relative_to(folder) for d in run_dirs):
-            return uri
     raise CompareError(f"--log: the runs' tracking.json names {printable(secrets.scrub(uri), 200)}; a run directory never chooses "
                        f"the store evalkit logs to (or sends credentials to): pass --tracking-uri to log there")  # fmt: skip
 
@@ -898,7 +903,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             result["logged"] = log_comparisons(result, args.tracking_uri)
         except EvalkitError as exc:
-            print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
+            if exc.exit_code == 1:  # the preflight met a server down, trickling or flooding: as any failed logging
+                print(f"evalkit: error: --log: MLflow failed ({printable(str(exc).removeprefix('tracking: '))})", file=sys.stderr)
+            else:
+                print(f"evalkit: error: {printable(exc)}", file=sys.stderr)
             return 2
         except Exception as exc:  # noqa: BLE001 - a store that fails is one line; the comparison is still printed
             from evalkit.tracking.mlflow_tracking import bound_hit  # MLflow's module, as log_comparisons'

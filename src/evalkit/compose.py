@@ -396,6 +396,8 @@ def source_file(raw: dict[str, Any], key: str) -> Path | None:
     parts = key.split(".")
     if parts[0] == "benchmark":
         return benchmark_file(raw)
+    if parts[0] == "backend" and len(parts) == 2:
+        return backend_file(parts[1])
     node: Any = None
     if parts[0] == "model":
         node = raw.get("model")
@@ -406,6 +408,31 @@ def source_file(raw: dict[str, Any], key: str) -> Path | None:
         node = judges[int(parts[1])].get("model") if int(parts[1]) < len(judges) and isinstance(judges[int(parts[1])], dict) else None
     name = node.get("name") if isinstance(node, dict) else None
     return option_file("model", str(name)) if isinstance(name, str) and name else None
+
+
+def backend_file(key: str) -> Path | None:
+    """The YAML file of the ``backend`` option that holds ``key`` at its top level (issue 47:
+    ``backend.concurency: unknown key`` named no file): the option Hydra chose inside the
+    running app, else the one backend file of ``conf/`` and :data:`CONFIG_DIR_ENV` that holds
+    it (``None`` when none or several do: the key came from the command line or a model's
+    config). Files are read as data (:func:`~evalkit.untrusted.load_yaml`), never executed."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        chosen = HydraConfig.get().runtime.choices.get("backend") if HydraConfig.initialized() else None
+    except Exception:  # noqa: BLE001 - no running app
+        chosen = None
+    candidates = [option_file("backend", str(chosen))] if chosen else [
+        p for d in (CONF_DIR, *config_dirs()) for p in sorted((d / "backend").glob("*.yaml"))]  # fmt: skip
+    holding = []
+    for path in (p for p in candidates if p is not None):
+        try:
+            doc = load_yaml(read_bytes(path, MAX_YAML_BYTES, what="a backend config", error=ConfigError), str(path), ConfigError)
+        except ConfigError:
+            continue
+        if isinstance(doc, dict) and key in doc:
+            holding.append(path)
+    return holding[0] if len(holding) == 1 else None
 
 
 def in_file(exc: ConfigError, path: Path | None) -> ConfigError:
@@ -882,11 +909,15 @@ JUDGE_SELECTION = ("limit", "repeats", "seed", "sample_ids", "ci_level", "bootst
 JUDGE_ACCEPTED = ("judge", "judge_overrides", "judge_qualification", "run", "tracking", "backend")
 
 
-def judged_config(run: Path, recorded: dict[str, Any], overrides: Sequence[str]) -> EvalConfig:
+def judged_config(run: Path, recorded: dict[str, Any], overrides: Sequence[str],
+                  tracking: dict[str, str] | None = None) -> EvalConfig:  # fmt: skip
     """The validated config of the run judging RUN's answers (``python -m evalkit.judge``:
     see :mod:`evalkit.judge`): RUN's benchmark and selection (``recorded``: its
     ``config.yaml``, read by the caller without following a link), ``model=replay
     model.path=RUN``, the judges and the overrides of :data:`JUDGE_JUDGE_ACCEPTED`.
+    ``tracking``: ``tracking.*`` values the caller chose from RUN (:func:`evalkit.judge.judged_tracking`:
+    its experiment, its store when RUN may name it), set as values — never composed, so no
+    interpolation in them is resolved.
 
     Raises:
         RunDirError: the judged run's directory would be a link.
@@ -915,6 +946,8 @@ def judged_config(run: Path, recorded: dict[str, Any], overrides: Sequence[str])
     raw["judge"] = compose_judges(raw.pop("judge"), raw.pop("judge_overrides", None), written)
     names = [re.sub(r"[^A-Za-z0-9._-]", "_", str(j["model"].get("name"))) for j in raw["judge"]]  # a directory name's part
     raw["benchmark"], raw["shots"] = bench, recorded.get("shots") or raw.get("shots")
+    if tracking and isinstance(raw.get("tracking"), dict):
+        raw["tracking"].update(tracking)
     given = {ov.lstrip("+~").partition("=")[0] for ov in overrides}
     was = recorded.get("run") if isinstance(recorded.get("run"), dict) else {}
     raw["run"].update({k: was[k] for k in JUDGE_SELECTION if k in was and f"run.{k}" not in given})

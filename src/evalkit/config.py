@@ -706,19 +706,40 @@ def near_field(model: type[BaseModel] | None, loc: list[str]) -> str | None:
     whole path with that leaf, or ``None`` when none is close."""
     import difflib
 
-    cls = model
+    cls, options, path = model, [model] if model is not None else [], []
     for part in loc[:-1]:
+        tagged = [c for c in options if _kind_of(c) == part]
+        if len(options) > 1 and tagged:  # a union's discriminator tag (backend.api.x): that member, not a key
+            cls, options = tagged[0], tagged
+            continue
+        path.append(part)
         if cls is None:
             return None
         if part.isdigit():
             continue  # an item of a list of models: the model is already unwrapped
         field = cls.model_fields.get(part)
-        cls = _model_in(field.annotation) if field is not None else None
+        options = _models_in(field.annotation) if field is not None else []
+        cls = options[0] if options else None
     if cls is None or not loc:
         return None
     known = sorted({n for n, f in cls.model_fields.items()} | {f.alias for f in cls.model_fields.values() if f.alias})
     near = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.7)
-    return ".".join([*loc[:-1], near[0]]) if near else None
+    return ".".join([*path, near[0]]) if near else None
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """Every pydantic model inside an annotation (a union's members in order; see :func:`_model_in`)."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _kind_of(cls: type[BaseModel]) -> Any:
+    """The default of a model's ``kind`` field (a union member's discriminator tag), or ``None``."""
+    field = cls.model_fields.get("kind")
+    return field.default if field is not None else None
 
 
 def _first_error_line(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
@@ -733,6 +754,9 @@ def _first_error_line(exc: ValidationError, prefix: str = "", model: type[BaseMo
             break
     key = prefix + ".".join(loc) if loc else prefix.rstrip(".")
     msg = err["msg"]
+    given = _misspelled_as(err)
+    if given is not None:  # issue 47: `scorer:` for `scorers:` said only "benchmark.scorers: Field required"
+        return f"{prefix}{'.'.join([*loc[:-1], given])}: unknown key; did you mean {key}?"
     if err["type"] == "extra_forbidden":
         near = near_field(model, [str(p) for p in err["loc"]])
         msg = f"unknown key; did you mean {prefix}{near}?" if near else "unknown key"
@@ -745,6 +769,19 @@ def _first_error_line(exc: ValidationError, prefix: str = "", model: type[BaseMo
     secret = bool(loc) and secrets.is_secret_key(loc[-1])  # a credential of the wrong type is never echoed
     shown = "" if err["type"] in hidden or secret or isinstance(inp, (dict, list)) else f" (got {inp!r})"
     return f"{key}: {msg}{shown}"
+
+
+def _misspelled_as(err: Any) -> str | None:
+    """For a missing required field, the key given in its place when one is close to it
+    (:func:`difflib.get_close_matches`, cutoff 0.7: ``scorer`` for ``scorers``), else ``None``."""
+    import difflib
+
+    if err.get("type") != "missing" or not err.get("loc") or not isinstance(err.get("input"), dict):
+        return None
+    wanted = str(err["loc"][-1])
+    keys = [str(k) for k in err["input"] if k != wanted]
+    near = difflib.get_close_matches(wanted, keys, n=1, cutoff=0.7)
+    return near[0] if near else None
 
 
 def _with_extra_body(params: dict[str, Any], extra_body: dict[str, Any]) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from omegaconf import DictConfig, open_dict
 from evalkit import secrets
 from evalkit.compare import flips, load_run, paired_stats
 from evalkit.engine import session
-from evalkit.errors import DataError, EvalkitError, counted, first_line, printable, resume_arg
+from evalkit.errors import DataError, EvalkitError, counted, first_line, printable, resume_arg, shell_line
 from evalkit.report.markdown import md_code, md_text
 from evalkit.specs import tracking_of
 from evalkit.stats import adjust, with_interval
@@ -56,6 +56,9 @@ SWEEP_FILE = "sweep.json"
 JOBS_DIR = "jobs"
 SWEEP_SUMMARY = "sweep_summary.json"
 SWEEP_REPORT = "sweep_report.md"
+#: a job's status when its run completed but its MLflow logging failed (issue 47): not complete;
+#: its line names the ``python -m evalkit.track`` command that logs it later
+UNTRACKED = "untracked"
 #: above this many points the pre-check composes the first point and each distinct value only
 PRECHECK_ALL_UP_TO = 64
 
@@ -206,6 +209,11 @@ def _record_result(record: dict[str, Any], result: Any) -> None:
     )
     if not s.complete:
         record["error"] = f"{s.count_line()}; resume with {resume_arg(result.run_dir)}"
+    failure = getattr(result, "tracking_failure", None)
+    if failure:  # issue 47: a job whose tracking failed is never reported complete
+        record["tracking_error"] = secrets.scrub(failure.removeprefix("evalkit: warning: tracking: "))
+        if s.complete:
+            record.update(status=UNTRACKED, error=record["tracking_error"])
 
 
 def run_job(cfg: DictConfig) -> None:
@@ -320,8 +328,20 @@ class SweepCallback(Callback):
 def sweep_outcome_line(summary: dict[str, Any], n_failed: int, path: Path) -> str:
     """The sweep's last console line: ``2 of 4 jobs failed → PATH`` (``n_failed`` of the
     summary's ``n_jobs``), else ``all 4 jobs complete → PATH`` (``1 job complete`` for one);
-    nouns in the number English gives them (:func:`evalkit.errors.counted`)."""
+    nouns in the number English gives them (:func:`evalkit.errors.counted`). Jobs whose run
+    completed but whose MLflow logging failed (:data:`UNTRACKED`, among the ``n_failed``) are
+    said apart, with the one command that logs them all:
+    ``1 of 4 jobs failed; 2 ran to the end but are NOT TRACKED in MLflow (log them with: …)``."""
     n_jobs = summary["n_jobs"]
+    untracked = [j for j in summary.get("jobs") or [] if j.get("status") == UNTRACKED]
+    if untracked:
+        failed = n_failed - len(untracked)
+        head = f"{failed} of {counted(n_jobs, 'job')} failed; {len(untracked)}" if failed else f"{len(untracked)} of {counted(n_jobs, 'job')}"
+        dirs = [str(j["run_dir"]) for j in untracked if j.get("run_dir")]
+        uri = summary.get("tracking_uri")
+        how = (f"log them with: {shell_line('python', '-m', 'evalkit.track', '--tracking-uri', secrets.scrub(str(uri)), *dirs)}"
+               if uri and dirs else "each job's line above names the command that logs it")  # fmt: skip
+        return f"evalkit: sweep {summary['sweep_id']}: {head} ran to the end but NOT TRACKED in MLflow ({how}) → {path}"
     if n_failed:
         return f"evalkit: sweep {summary['sweep_id']}: {n_failed} of {counted(n_jobs, 'job')} failed → {path}"
     return f"evalkit: sweep {summary['sweep_id']}: {'all ' if n_jobs != 1 else ''}{counted(n_jobs, 'job')} complete → {path}"
@@ -433,7 +453,7 @@ def paired_headlines(jobs: list[dict[str, Any]], swept: set[str]) -> list[dict[s
     job that differs only in that key, at the key's first value: ``{"key", "base", "job",
     "headline", "delta", "low", "high", "p", "test"}`` (:func:`evalkit.compare.paired_stats`)."""
     out: list[dict[str, Any]] = []
-    done = [j for j in jobs if j.get("status") == "complete" and j.get("run_dir")]
+    done = [j for j in jobs if j.get("status") in ("complete", UNTRACKED) and j.get("run_dir")]
     firsts = {key: next((_point(j)[key] for j in jobs if key in _point(j)), None) for key in swept}
     plans: dict[Path, Any] = {}
     for job in done:

@@ -37,10 +37,13 @@ values): :mod:`evalkit.tracking.http_bounds`.
 Output: one line per run (``evalkit: tracked <dir> → MLflow run <id> (<store>)``) or one
 error line; when the logging failed or the server cannot be reached (down, or a bound hit:
 one that trickles or floods), the line ends with the command that logs the run later,
-shell-quoted. Exit code: 0 every run logged, 1 some run's logging failed (or its tracking server
+shell-quoted. Before a run is logged to a tracking server, the preflight a run has
+(:meth:`~evalkit.tracking.MlflowObserver.check`: credentials, the experiment, the user's write
+permission, :mod:`evalkit.tracking.permissions`). Exit code: 0 every run logged, 1 some run's logging failed (or its tracking server
 cannot be reached, or a bound was hit), 2 a directory that
 is not a finished run (no ``config.yaml`` or ``summary.json``), a bad ``tracking.json`` or ``sweep.json``, an
-MLflow run of another directory, or a bad store.
+MLflow run of another directory, a bad store, or a server that refused the user (a wrong
+password, no write permission in the experiment: no "later" command, trying again would not help).
 """
 
 from __future__ import annotations

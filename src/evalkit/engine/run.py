@@ -2,7 +2,9 @@
 
     start → prepare → open → execute → finalize
 
-* **start**: Ray reached (network models only) and, when no server of evalkit's must start
+* **start**: first the observer's :meth:`~evalkit.tracking.base.Observer.preflight` (a tracking
+  server's credentials and the user's write permission, issue 47: a refusal is one line
+  before Ray or any worker starts); then Ray reached (network models only) and, when no server of evalkit's must start
   first, the model workers started, warming up in their own processes during what follows;
 * **prepare** (:mod:`evalkit.engine.plan`): data loaded and selected, one request per
   sample, models planned — nothing written; the observer is told (a tracker checks its
@@ -80,6 +82,9 @@ class RunResult:
     run_dir: Path
     summary: dict[str, Any]
     typed: Summary | None = None
+    #: the observer's line when tracking the finished run failed (the run keeps its exit
+    #: code; a sweep reports the job as not tracked), else ``None``
+    tracking_failure: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -108,9 +113,11 @@ def run_evaluation(specs: RunSpecs, observer: Observer | None = None, phases: Ph
         run_dir, resumed = choose_run_dir(specs.run_dir)
         if resumed and not specs.execution.batch:  # before Ray starts
             BatchExecutor.refuse_live_resume(run_dir)  # a batch still running would answer what a live run buys again
+        info = RunInfo(run_dir, resumed, specs.report)
+        observer.preflight(info)  # a tracking server's credentials and write permission, before Ray or a worker starts
         ray_stack = stack.enter_context(ExitStack())  # Ray started for this run and its early workers
         plan, early = start(specs, ray_stack, phases, shared)
-        observer.run_started(RunInfo(run_dir, resumed, specs.report))
+        observer.run_started(info)
         refused: list[bool] = []
         stack.callback(_remove_refused, run_dir, _existing(run_dir), refused)  # after open_run has closed its log
         state = stack.enter_context(open_run(specs.run_dir, run_dir, resumed))
@@ -126,7 +133,7 @@ def run_evaluation(specs: RunSpecs, observer: Observer | None = None, phases: Ph
         ray_stack.close()  # the model workers and this run's Ray are stopped before the summary, not held through it
         sequential.narrow(plan, run_dir)  # run.stop_when: a decided run's selection is what it dispatched
         summary = finalize(plan, state, engine, observer, phases)
-    return RunResult(run_dir, summary.record(), summary)
+    return RunResult(run_dir, summary.record(), summary, observer.failure)
 
 
 def _existing(path: Path) -> Path:

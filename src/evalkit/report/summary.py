@@ -412,7 +412,8 @@ def spend_fields(
     judged answers): ``{actor: {<usage key>: tokens summed over the scored answers}}`` —
     ``judge`` holds the judges' tokens; ``cost_usd`` (USD) and ``spent_tokens`` (prompt + completion):
     what the run spent across its attempts, read back from its journal (``spent``), ``null``
-    when unknown; ``prices``: each model's price (``null``: none known); ``budget`` (when
+    when unknown — a model taking part has no price (whether its answers were sent or all came
+    from the response cache), or an answer's usage was not reported; ``prices``: each model's price (``null``: none known); ``budget`` (when
     ``run.max_cost_usd`` / ``run.max_total_tokens`` is set): the limits, whether the spend
     reached one or a request was kept back for want of room, and ``not_sent`` (samples failed as ``budget_exceeded``); ``reasoning``:
     the rule the scored outputs went through, whether ``benchmark.strip_reasoning_prefix``
@@ -432,6 +433,8 @@ def spend_fields(
             totals = by_actor.setdefault(str(actor), Counter())
             totals.update({k: int(v) for k, v in (usage or {}).items() if isinstance(v, int)} if isinstance(usage, dict) else {})
     cost, tokens = spent
+    if cost is not None and any(v is None for v in prices.values()):
+        cost = None  # issue 47: a model without a price costs "unknown", also when every answer came from the cache ($0 spent)
     out: dict[str, Any] = {
         "usage_by_subset": {
             sub: {"n": counted[sub], **{k: round(v / counted[sub], 2) for k, v in sorted(sums.items())}}

@@ -1,6 +1,7 @@
 """The observer protocol: what the engine and the sweep announce, and a tracker hears.
 
-The engine calls, for one run: :meth:`Observer.run_started` (the run is about to write its
+The engine calls, for one run: :meth:`Observer.preflight` (before Ray or any worker starts),
+:meth:`Observer.run_started` (the run is about to write its
 directory: a tracker checks its store here, and raising :class:`~evalkit.errors.TrackingError`
 stops the run before anything is written) and :meth:`Observer.run_finished` with the summary
 (a tracker reads the rows from the journal then; a per-row hook had no implementer and was
@@ -42,7 +43,19 @@ class RunInfo:
 
 
 class Observer:
-    """Base observer: every hook does nothing (subclass and override what you need)."""
+    """Base observer: every hook does nothing (subclass and override what you need).
+
+    ``failure``: after :meth:`run_finished`, the one line of a tracking failure that did not
+    fail the run (its results are in the run directory; the line names the command that logs
+    them later), else ``None`` — a sweep reports such a job as not tracked, never complete.
+    """
+
+    failure: str | None = None
+
+    def preflight(self, run: RunInfo) -> None:
+        """Before anything starts (Ray, model workers, servers): what can be checked of the
+        tracker at once — a tracking server's credentials and write permission. May raise
+        ``TrackingError`` (one line)."""
 
     def run_started(self, run: RunInfo) -> None:
         """Before the run writes anything. May raise ``TrackingError`` (one line)."""

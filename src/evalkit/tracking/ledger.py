@@ -117,6 +117,21 @@ def read_file(path: Path) -> LedgerFile | None:
         raise RunDirError(f"{path}: not JSON ({type(exc).__name__})") from None
 
 
+def store_a_run_may_name(uri: str, run_dirs: tuple[Path, ...]) -> bool:
+    """Whether ``uri``, a store that run directories' ``tracking.json`` name, may be used
+    because they name it: it is the one ``MLFLOW_TRACKING_URI`` names, or a SQLite file in a
+    folder holding every one of ``run_dirs`` (their own output root,
+    ``sqlite:///<run.output_root>/mlflow.db``). A run directory is untrusted: it never picks
+    the server evalkit sends the user's MLflow credentials to, nor where a new SQLite file is
+    written (issue 43); ``compare --log`` and ``evalkit.judge`` (issue 47) follow this rule."""
+    if uri == os.environ.get("MLFLOW_TRACKING_URI"):
+        return True
+    if uri.startswith("sqlite:///"):
+        folder = Path(uri.removeprefix("sqlite:///")).parent.resolve()
+        return all(Path(d).resolve().is_relative_to(folder) for d in run_dirs)
+    return False
+
+
 def key_digest(run_key: str) -> str:
     """The sha256 (hex) of a ``run_key``: what the MLflow run's :data:`RUN_KEY_TAG` holds (the
     key itself stays in the directory, so reading the store does not give it away)."""

@@ -69,13 +69,14 @@ from evalkit.config import TRACES_PER_CATEGORY, traces_policy
 from evalkit.errors import EvalkitError, RunDirError, TrackingError, first_line, printable, shell_line
 from evalkit.images import image_facts
 from evalkit.untrusted import read_run_text, read_run_yaml
-from evalkit.summary import Summary
+from evalkit.summary import Summary, read_summary_record
 import evalkit.tracking.curate as curate
 from evalkit.specs import TrackingSpec
 from evalkit.tracking.base import Observer, RunInfo
 from evalkit.tracking.ledger import FILE as LEDGER_FILE
 from evalkit.tracking.ledger import RUN_KEY_TAG, Ledger, checked_traces, key_digest, owner_problem
 from evalkit.tracking.ledger import read_file as read_ledger_file
+from evalkit.tracking.permissions import prove_write, refusal
 from evalkit.tracking.samples import Outcome, flipped_keys, outcomes, primary_score
 from evalkit.tracking.store import current_http_bounds, open_client, register_credentials, use_http_bounds
 from evalkit.tracking.traces import (build_trace, cut, mlflow_obj, mlflow_text, policy_sample, trace_id_of, traced_sample,
@@ -415,6 +416,7 @@ class MlflowObserver(Observer):
         self.baseline = baseline
         self.max_traces = max_traces
         self.seed = seed
+        self._checked = False  # the store checked (run_started, or preflight for a server)
 
     @classmethod
     def from_spec(cls, spec: TrackingSpec, sweep: dict[str, Any] | None = None) -> "MlflowObserver":
@@ -423,28 +425,46 @@ class MlflowObserver(Observer):
                    spec.seed, spec.request_deadline_s, spec.max_response_bytes, spec.traces_per_category, spec.baseline)  # fmt: skip
 
     # ---- runs ---------------------------------------------------------------------------
+    def preflight(self, run: RunInfo) -> None:
+        """A tracking server is checked (:meth:`check`: credentials, the experiment, the
+        user's write permission) before Ray or any worker starts; a database store is checked
+        by :meth:`run_started`, once the run's data is known to load (issue 47)."""
+        if is_server(self.uri):
+            self.run_started(run)
+
     def run_started(self, run: RunInfo) -> None:
-        """Check the store (:meth:`check`) before the run writes anything. A server that
+        """Check the store (:meth:`check`) before the run writes anything (once: a server
+        checked by :meth:`preflight` is not asked again). A server that
         cannot be reached does not stop the run: its results go to the run directory as
         always, and :meth:`run_finished` tries the server again (then prints its one line
         if it is still down)."""
+        if self._checked:
+            return
         try:
             self.check()
         except StoreUnreachable:
             pass
+        self._checked = True
 
     def check(self) -> None:
         """Open the store, check that the experiment's artifact location (a local one) can
-        be written, create the experiment when it is new — so that a bad ``tracking.*``
-        setting is one line before anything runs.
+        be written, create the experiment when it is new, and — for a tracking server — prove
+        that this user may write to it (:mod:`~evalkit.tracking.permissions`: one experiment
+        tag set and deleted) — so that a bad ``tracking.*`` setting, a wrong password or a
+        missing permission is one line before anything runs (exit 2).
 
         Raises:
+            PermissionRefused: the server refused the user (401) or a permission (403).
+            StoreUnreachable: the server cannot be reached (a run goes on; ``track`` exits 1).
             TrackingError: naming the setting and the cause (one line).
         """
         try:
             mlflow_client = client(self.uri)
             exp = mlflow_client.get_experiment_by_name(self.experiment)
         except Exception as exc:  # noqa: BLE001 - any store error becomes one line
+            refused = refusal(exc, self.uri, "reading the experiment", "READ", self.experiment)
+            if refused is not None:  # a wrong password, or no READ: before anything starts (issue 47)
+                raise refused from None
             bound = bound_hit(exc)
             if bound:  # a server that trickles or floods: as one that cannot be reached (try again later)
                 raise StoreUnreachable(f"tracking: {secrets.scrub(bound)}") from None
@@ -468,11 +488,34 @@ class MlflowObserver(Observer):
                         f"created), which cannot be written ({why}); use another tracking.experiment"
                     ) from None
                 raise TrackingError(f"tracking.artifact_root: {path} cannot be written ({why})") from None
+        exp_id = exp.experiment_id if exp else None
         if exp is None:
             try:
-                experiment_id(mlflow_client, self.experiment, location)
+                exp_id = experiment_id(mlflow_client, self.experiment, location)
             except Exception as exc:  # noqa: BLE001
+                refused = refusal(exc, self.uri, "creating it", "create-experiment", self.experiment)
+                if refused is not None:
+                    raise refused from None
                 raise TrackingError(f"tracking.experiment: cannot create {self.experiment!r} ({first_line(exc)})") from None
+        if is_server(self.uri):
+            self._prove_write(mlflow_client, str(exp_id))
+
+    def _prove_write(self, mlflow_client: Any, exp_id: str) -> None:
+        """A tracking server's proof that this user may write to the experiment
+        (:func:`~evalkit.tracking.permissions.prove_write`), before anything starts.
+
+        Raises:
+            PermissionRefused: 401 or 403 (exit 2).
+            StoreUnreachable: the server went away (or hit a bound) meanwhile.
+        """
+        try:
+            prove_write(mlflow_client, self.uri, exp_id, self.experiment)
+        except TrackingError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any other store error becomes one line
+            why = bound_hit(exc) or f"{type(exc).__name__}: {first_line(exc)}"
+            cls = StoreUnreachable if is_unreachable(exc) else TrackingError
+            raise cls(f"tracking: the MLflow server {secrets.scrub(self.uri)} failed the write check ({secrets.scrub(why)})") from None
 
     def run_finished(self, run: RunInfo, summary: Summary) -> None:
         """Log the finished run (:meth:`log_run`). A failure does not fail the run (its
@@ -485,6 +528,19 @@ class MlflowObserver(Observer):
             line = retry_line(run.run_dir, exc, self.uri)
             log.info("%s", line)
             print(line, file=sys.stderr)
+            self.failure = line
+            self._end_unfinished(run.run_dir)
+
+    def _end_unfinished(self, run_dir: Path) -> None:
+        """The MLflow run a failed logging left RUNNING (its id in ``tracking.json``) is ended
+        FAILED, so that no run stays RUNNING (issue 47); ``python -m evalkit.track`` completes it
+        later and ends it FINISHED. A server that cannot be told is left as it is (one debug line)."""
+        try:
+            ledger = Ledger.load(Path(run_dir), self.uri)
+            if ledger.run_id is not None:
+                client(self.uri).set_terminated(ledger.run_id, status="FAILED")
+        except Exception as exc:  # noqa: BLE001 - the failure's line is printed already
+            log.debug("MLflow run of %s not ended (%s: %s)", run_dir, type(exc).__name__, first_line(exc))
 
     def sweep_tags(self) -> dict[str, str]:
         """Tags that put a sweep's job under the sweep's parent run (none outside a sweep).
@@ -566,6 +622,7 @@ class MlflowObserver(Observer):
             "evalkit.kind": "run",
             **({"suite": str(self.suite)} if self.suite else {}),
             **self.sweep_tags(),
+            **rejudge_tags(summary, self.uri),
         }
 
     def log_run(self, run_dir: Path, summary: Summary, requests: list[Any] | None = None,
@@ -801,6 +858,38 @@ class MlflowObserver(Observer):
             log_comparison(uri, compared, pair.get("flips") or None, ends, experiment=self.experiment, parent_run_id=parent_run_id)
 
 
+#: the ``evalkit.answers_source`` tag of a re-judge (``python -m evalkit.judge``): its answers are RUN's, replayed
+REPLAY_SOURCE = "replay"
+
+
+def rejudge_tags(summary: Summary, uri: str) -> dict[str, str]:
+    """The tags of a re-judge's MLflow run (its summary's ``replayed_run`` = RUN; ``{}`` for
+    any other run; issue 47): ``model`` = RUN's model (read from RUN's ``summary.json``, no
+    link followed, bounded; cut to 200 characters), ``evalkit.answers_source`` =
+    :data:`REPLAY_SOURCE`, ``evalkit.judged_run_dir`` = RUN, ``evalkit.judged_run_id`` = RUN's
+    MLflow run when its ``tracking.json`` names one in this store ``uri``, and the name
+    ``<benchmark>-<RUN's model>-judged-by-<judge>[+<judge>…]``. An unreadable RUN keeps the
+    re-judge's own model and name (one debug line in the run's log)."""
+    replayed = getattr(summary, "replayed_run", None)
+    if not replayed:
+        return {}
+    tags = {"evalkit.answers_source": REPLAY_SOURCE, "evalkit.judged_run_dir": str(replayed)}
+    judges = [str(j.get("name")) for j in ((summary.instrument or {}).get("judge") or {}).get("judges") or [] if isinstance(j, dict)]
+    try:
+        original = read_summary_record(Path(str(replayed)) / "summary.json")
+        state = read_ledger_file(Path(str(replayed)) / LEDGER_FILE)
+    except (RunDirError, OSError) as exc:
+        log.debug("the judged run %s cannot be read (%s); its model is not tagged", replayed, first_line(exc))
+        return tags
+    model = original.get("model") if isinstance(original, dict) else None
+    if isinstance(model, str) and model:
+        tags["model"] = printable(cut(model, 200))
+        tags["mlflow.runName"] = f"{summary.benchmark}-{tags['model']}-judged-by-{'+'.join(judges) or 'judges'}"
+    if state is not None and state.mlflow_run_id and state.tracking_uri == uri:
+        tags["evalkit.judged_run_id"] = state.mlflow_run_id
+    return tags
+
+
 def _sweep_end(job: dict[str, Any]) -> dict[str, Any]:
     """A sweep job as one end of a comparison: its directory, its point as the name, and the
     MLflow run its ``tracking.json`` names (none when it was not logged)."""
@@ -882,6 +971,35 @@ def _comparison_note(runs: tuple[dict[str, Any], dict[str, Any]], exp_id: str, p
                     f"({m['test']}, n = {m['n']}); verdict: {said}" + (f" — {verdict['line']}" if verdict else ""))  # fmt: skip
     text += [f"Note: {n}" for n in pair.get("notes") or []] + _qualification_notes(base, new)
     return "\n\n".join(text)
+
+
+def preflight_store(uri: str, experiment: str = "evalkit", exp_id: str | None = None) -> None:
+    """``compare --log``'s preflight, the one a run has (:meth:`MlflowObserver.check`), before
+    anything is logged to a tracking server ``uri``: the experiment ``exp_id`` (the compared
+    runs', when known) or ``experiment`` (created if absent and allowed), and the user's write
+    permission in it. Nothing for a database store (its check is opening it).
+
+    Raises:
+        PermissionRefused: 401 or 403 (one line naming the server, the user and the permission).
+        TrackingError: the server cannot be used (one line).
+    """
+    if not is_server(uri):
+        return
+    observer = MlflowObserver(uri, experiment, "")
+    if exp_id is None:
+        observer.check()
+        return
+    try:
+        mlflow_client = client(uri)
+        observer.experiment = str(mlflow_client.get_experiment(exp_id).name)
+    except Exception as exc:  # noqa: BLE001 - any store error becomes one line
+        refused = refusal(exc, uri, "reading the experiment", "READ", f"id {exp_id}")
+        if refused is not None:
+            raise refused from None
+        why = bound_hit(exc) or f"{type(exc).__name__}: {first_line(exc)}"
+        raise TrackingError(f"tracking: the MLflow server {secrets.scrub(uri)} cannot give experiment {exp_id} "
+                            f"({secrets.scrub(why)})") from None  # fmt: skip
+    observer._prove_write(mlflow_client, exp_id)
 
 
 def log_comparison(uri: str, pair: dict[str, Any], flips: dict[str, Any] | None, runs: tuple[dict[str, Any], dict[str, Any]],

@@ -87,6 +87,72 @@ def use_http_bound_options(args: Any) -> None:
     use_http_bounds(args.request_deadline_s, args.max_response_bytes)
 
 
+def patient_version_check() -> None:
+    """Make MLflow's check of a tracking server's version survive one slow answer (issue 47).
+
+    ``RestStore._get_server_version`` (MLflow 3.x; ``log_spans`` needs it) asks ``/version``
+    with a 3 s timeout and no retry, and caches its answer for the process with
+    ``functools.lru_cache`` — a failure too: one slow answer (a loaded server) made every later
+    ``log_spans`` of the process fail with "could not identify MLflow server version", so
+    both jobs of a sweep lost their spans. Wrapped here (once per process): a success is
+    cached as before; a failure is not cached, and is asked again at once through MLflow's
+    HTTP client under evalkit's bounds (:data:`HTTP_BOUNDS`: the deadline of
+    ``tracking.request_deadline_s`` in place of 3 s, at most ``tracking.max_response_bytes``
+    read). The answer is parsed as a version only (``packaging``); anything else is no
+    version, as in MLflow. Nothing is done when this MLflow has no such method.
+    """
+    try:
+        from mlflow.store.tracking.rest_store import RestStore
+    except ImportError:  # an MLflow without the REST store's layout: nothing to wrap
+        return
+    original = RestStore.__dict__.get("_get_server_version")
+    probe = getattr(original, "__func__", None)
+    if probe is None or getattr(probe, "evalkit_patient", False) or not hasattr(probe, "cache_clear"):
+        return
+    known: dict[Any, Any] = {}
+
+    def patient(host_creds: Any) -> Any:
+        key = _creds_key(host_creds)
+        if key in known:
+            return known[key]
+        version = probe(host_creds)
+        if version is None:
+            probe.cache_clear()  # MLflow's cached failure is dropped: the next call asks again
+            version = _ask_version(host_creds)
+        if version is not None:
+            known[key] = version
+        return version
+
+    patient.evalkit_patient = True  # type: ignore[attr-defined]
+    patient.cache_clear = probe.cache_clear  # type: ignore[attr-defined]  # MLflow's own callers and tests clear it
+    RestStore._get_server_version = staticmethod(patient)
+
+
+def _creds_key(host_creds: Any) -> Any:
+    """A hashable key of MLflow's ``MlflowHostCreds`` (the server and who asks)."""
+    try:
+        hash(host_creds)
+        return host_creds
+    except TypeError:
+        return repr(host_creds)
+
+
+def _ask_version(host_creds: Any) -> Any:
+    """The server's ``/version`` as a ``packaging`` ``Version``, asked once more under
+    evalkit's bounds (:data:`HTTP_BOUNDS`); ``None`` when it cannot be had."""
+    from mlflow.utils.rest_utils import http_request
+    from packaging.version import Version
+
+    deadline, _ = current_http_bounds()
+    try:
+        response = http_request(host_creds=host_creds, endpoint="/version", method="GET", timeout=deadline,
+                                max_retries=1, backoff_factor=1, raise_on_status=True)  # fmt: skip
+        return Version(response.text.strip()[:64])
+    except Exception:  # noqa: BLE001 - as MLflow (an unparsable answer: InvalidVersion): no version, its caller says so
+        logging.getLogger(__name__).debug("the MLflow server's version could not be had", exc_info=True)
+        return None
+
+
 #: seconds to wait for another process's store creation or migration (a fresh store takes
 #: about a second; a long wait means a stuck process holding the lock)
 LOCK_TIMEOUT_S = 120.0
@@ -152,6 +218,7 @@ def open_client(uri: str) -> Any:
             from evalkit.tracking.http_bounds import HttpBounds, install  # deferred: requests and urllib3, for a server only
 
             install(HttpBounds(*current_http_bounds()))
+            patient_version_check()
             # urllib3 warns once per retry ("Retrying (Retry(total=1…)) after connection broken"):
             # the failure is evalkit's one line, the retries are not the user's business
             logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
