@@ -48,9 +48,6 @@ NOT_RUN = {
     "docs/team-recipes.md": 1,
     "docs/tracking.md": 2,
 }
-#: pages other changes of issue 48 add (the guide links them); until they are merged the
-#: strict build may name only these as missing
-PENDING_PAGES = ("teams.md", "tracking-mlflow-views.md")
 FENCE = re.compile(r"^(?:<!-- (not-run|journey): ?(.*?) -->\n)?```(bash|console)\n(.*?)^```$", re.S | re.M)
 
 
@@ -102,19 +99,14 @@ def test_the_readme_fits_on_a_few_screens_and_its_links_lead_to_files():
     targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
     local = [t for t in targets if "://" not in t]
     assert len(local) >= 10
-    missing = [t for t in local if not (REPO_ROOT / t).exists() and Path(t).name not in PENDING_PAGES]
+    missing = [t for t in local if not (REPO_ROOT / t).exists()]
     assert not missing, missing
 
 
 def test_the_guide_builds_strictly(tmp_path):
     pytest.importorskip("mkdocs", reason="mkdocs is not installed here: bash bash/setup.sh installs it (CI runs bash/docs.sh)")
-    pending = [p for p in PENDING_PAGES if not (DOCS / p).exists()]
-    cmd = [sys.executable, "-m", "mkdocs", "build", "--site-dir", str(tmp_path / "site")]
-    done = subprocess.run([*cmd, "--strict"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
-    if pending and done.returncode != 0:  # only the missing pages may be what fails
-        done = subprocess.run([*cmd, "--no-strict"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
-        warnings = [ln for ln in done.stderr.splitlines() if ln.startswith("WARNING")]
-        assert warnings and all(any(p in ln for p in pending) for ln in warnings), warnings
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--site-dir", str(tmp_path / "site"), "--strict"]
+    done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "site" / "quickstart" / "index.html").is_file()
 
