@@ -296,8 +296,10 @@ class RayExecutor(ExecutorBase):
             self._ready.append(worker.ping.remote())
             self.delivery.add(worker, self._ready[-1])
         if not self.reused:
-            status.info("%s in %.1f s%s", "worker ready" if len(self.workers) == 1 else "first worker ready", self.ready_s,
-                        f"; {len(self.workers) - 1} more joining as they start" if len(self.workers) > 1 else "")
+            if len(self.workers) == 1:
+                status.info("1 worker ready in %.1f s", self.ready_s)
+            else:  # the run starts with the first (issue 46); the others join the rotation as each answers
+                status.info("first of %d workers ready in %.1f s; the others join as they start", len(self.workers), self.ready_s)
         log.info("model worker %d ready (process id %s%s) %.2f s after it was started; %d more joining as they start", i,
                  self.delivery.where[i][0], "; kept warm from an earlier run" if self.reused else "", self.ready_s,
                  len(self.workers) - 1)  # fmt: skip
