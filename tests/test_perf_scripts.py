@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ def test_every_perf_script_has_a_test_here():
     tested = {"ci_speed.py", "scoring_speed.py", "tracking_speed.py", "startup.py", "throughput.py", "engine_cpu.py",
               "frameworks.py", "run_evalkit.py", "run_inspect.py", "coverage.py", "summary_size.py",
               "score_budget.py", "footprint.py", "agreement_coverage.py", "chaos.py", "rate_limit_cost.py",
-              "scale_out.py", "import_graph.py", "qualification_coverage.py", "qualify_speed.py",
+              "scale_out.py", "import_graph.py", "qualification_coverage.py", "qualification_coverage_cell.py", "qualify_speed.py",
               "sequential.py", "scale.py"}  # fmt: skip  (sequential.py: tests/test_sequential.py runs it, smallest and reduced)
     assert {p.name for p in PERF.glob("*.py")} == tested
 
@@ -157,6 +158,14 @@ def test_agreement_coverage():
     out = _run("agreement_coverage.py", "--sims=5", "--resamples=50")
     lines = [line.split() for line in out.splitlines()[1:-1]]
     assert len(lines) == 12 and {line[0] for line in lines} == {"2", "3"} and all(0 <= float(line[4]) <= 1 for line in lines), out
+
+
+def test_qualification_coverage_cell():
+    out = _run("qualification_coverage_cell.py", "7", "3", "0.9")
+    m = re.fullmatch(r"binary p=0\.5 kappa 0\.9: cover (\d\.\d{3}) of (\d) \(truth below interval (\d), above (\d)\); \d+ s\n", out)
+    assert m, out
+    cover, done, below, above = float(m[1]), int(m[2]), int(m[3]), int(m[4])
+    assert 1 <= done <= 3 and round(cover * done) + below + above == done, out
 
 
 def test_qualification_coverage():
