@@ -37,13 +37,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from throughput import post, start_server  # noqa: E402  (one way to start the fake server)
 MARK = 10_000  # a line printed per this many journaled rows (--every)
 
 TASK_YAML = """\
@@ -146,22 +147,10 @@ def run_one(config_dir: Path, overrides: list[str], run_dir: Path, label: str, q
 
 
 def start_fake() -> tuple[subprocess.Popen[bytes], str]:
-    port_file = Path(tempfile.mkdtemp()) / "port"
-    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "support" / "fake_openai.py"), str(port_file)], cwd=REPO)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if port_file.exists() and port_file.read_text().strip():
-            base = f"http://127.0.0.1:{port_file.read_text().strip()}"
-            try:
-                urllib.request.urlopen(f"{base}/v1/models", timeout=1)
-                body = json.dumps({"default": {"content": "42", "latency_s": 0.0}}).encode()
-                urllib.request.urlopen(urllib.request.Request(f"{base}/_plan", data=body, headers={"Content-Type": "application/json"}), timeout=10)
-                return proc, base
-            except OSError:
-                pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the fake server did not start")
+    """The fake server of perf/throughput.py, answering "42" at once to every request."""
+    proc, base = start_server(wait_s=60)
+    post(f"{base}/_plan", {"default": {"content": "42", "latency_s": 0.0}})
+    return proc, base
 
 
 def ladder(work: Path, sizes: list[int], args: argparse.Namespace, base: str | None) -> None:

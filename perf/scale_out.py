@@ -42,6 +42,7 @@ rounds with another evalkit tree first on the path (the driver's and the cluster
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -50,6 +51,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -125,6 +127,17 @@ def start_server(work: Path, latency: float) -> tuple[subprocess.Popen, str]:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def serving(work: Path, latency: float) -> Iterator[str]:
+    """:func:`start_server` for the ``with`` block: its base URL; the server stopped after."""
+    server, api_base = start_server(work, latency)
+    try:
+        yield api_base
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
 
 
 def set_plan(api_base: str, latency: float) -> None:
@@ -241,8 +254,7 @@ def node_loss(args: argparse.Namespace) -> None:
     trees = {"baseline": args.baseline_src.resolve(), "this tree": REPO} if args.baseline_src else {"this tree": REPO}
     with tempfile.TemporaryDirectory(prefix="node-loss-") as tmp:
         work = Path(tmp)
-        server, api_base = start_server(work, args.latency)
-        try:
+        with serving(work, args.latency) as api_base:
             data = prompts(work, args.n)
             print(f"N={args.n}, backend.concurrency={args.concurrency}, latency {args.latency:g} s, 2 worker nodes x 1 CPU, "
                   f"kill at {args.kill_at:g} s; {os.cpu_count()} cores", flush=True)  # fmt: skip
@@ -258,9 +270,6 @@ def node_loss(args: argparse.Namespace) -> None:
                           f"at most; resent {d.get('resent')}, restarted {d.get('workers_restarted')}, left out "
                           f"{d.get('workers_lost')}, worker_died {d.get('lost')}", flush=True)  # fmt: skip
                     print(f"    in flight each second from the kill: {lost.get('in_flight_per_s')}", flush=True)
-        finally:
-            server.terminate()
-            server.wait(timeout=10)
 
 
 def main() -> None:
@@ -280,8 +289,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="scale-out-") as tmp:
         work = Path(tmp)
-        server, api_base = start_server(work, args.latency)
-        try:
+        with serving(work, args.latency) as api_base:
             data = prompts(work, args.n)
             print(f"N={args.n} prompts, backend.concurrency={args.concurrency}, server latency {args.latency:g} s; "
                   f"this machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")  # fmt: skip
@@ -291,9 +299,6 @@ def main() -> None:
                 r = one_shape(nodes, workers, args, work, api_base, data)
                 print(f"{shape:>16} {r['requests_per_s']:>11.1f} {r['cpu_s']:>7.1f} {r['per_cpu_s']:>15.1f} "
                       f"{r['cpu_ms_per_request']:>15.2f}  {r['units_per_node']}", flush=True)  # fmt: skip
-        finally:
-            server.terminate()
-            server.wait(timeout=10)
 
 
 if __name__ == "__main__":

@@ -77,10 +77,11 @@ class Synthetic(Benchmark):
         return "ok"
 
 
-def start_server() -> tuple[subprocess.Popen[bytes], str]:
+def start_server(wait_s: float = 30.0) -> tuple[subprocess.Popen[bytes], str]:
+    """tests/support/fake_openai.py started and answering (``wait_s`` at most): ``(process, base URL)``."""
     port_file = Path(tempfile.mkdtemp()) / "port"
     proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "support" / "fake_openai.py"), str(port_file)], cwd=REPO)
-    deadline = time.time() + 30
+    deadline = time.time() + wait_s
     while time.time() < deadline:
         if port_file.exists() and port_file.read_text().strip():
             base = f"http://127.0.0.1:{port_file.read_text().strip()}"
