@@ -83,3 +83,23 @@ def test_a_stated_rate_is_refused_unless_positive_and_its_key_is_named_when_set_
     with pytest.raises(ConfigError) as info:  # once "unknown key; did you mean model.tokens_per_second?"
         compose([*API, "model.tokens_per_second=3"])
     assert str(info.value) == "model.tokens_per_second: not set by this config's YAML; add it with +model.tokens_per_second=..."
+
+
+def test_requests_beyond_the_concurrency_take_whole_rounds(tmp_path):
+    """10 requests 8 at a time are two rounds, not 10/8 of one (a review found the upper end
+    37 % low)."""
+    dry = _dry(tmp_path, "model.provider_model=openai/smollm2", "+model.tokens_per_second=2", "backend.concurrency=8",
+               "benchmark.generation.max_tokens=50")  # fmt: skip
+    least, most = dry.prompt_tokens / 10 / 2 * 2, (dry.prompt_tokens + 50 * 10) / 10 / 2 * 2
+    assert dry.requests == 10 and dry.lines[1].startswith(
+        f"evalkit: dry run: time {duration(least)} (prompt tokens only) to {duration(most)} (every answer at max_tokens=50) ")
+
+
+@pytest.mark.parametrize(("value", "why"), [("true", "not true/false"), ("inf", "finite number"),
+                                            ("1e308", "less than or equal to 1000000"), ("5e-324", "greater than or equal to 0.001")])  # fmt: skip
+def test_a_rate_that_is_not_a_rate_is_refused_in_one_line(tmp_path, value, why):
+    from evalkit.errors import EvalkitError
+
+    with pytest.raises(EvalkitError) as refused:
+        _dry(tmp_path, "model.provider_model=openai/smollm2", f"+model.tokens_per_second={value}")
+    assert str(refused.value).startswith("model.tokens_per_second: ") and why in str(refused.value), str(refused.value)

@@ -111,12 +111,20 @@ class ModelConfig(_Strict):
     #: tokens (prompt and completion together) one request gets through per second, for the
     #: dry run's time estimate (``run.dry_run=true``; unset: the rate measured by the newest
     #: earlier run of the model in ``run.output_root``, :mod:`evalkit.engine.estimate`); never sent
-    tokens_per_second: float | None = Field(default=None, gt=0)
+    tokens_per_second: float | None = Field(default=None, ge=0.001, le=1_000_000, allow_inf_nan=False)
 
     @field_validator("name")
     @classmethod
     def _plain_name(cls, v: str) -> str:
         return plain_name(v, "model.name")
+
+    @field_validator("tokens_per_second", mode="before")
+    @classmethod
+    def _a_rate_not_a_flag(cls, v: Any) -> Any:
+        """``+model.tokens_per_second=true`` was read as 1 tok/s."""
+        if isinstance(v, bool):
+            raise ValueError("must be a number of tokens per second, not true/false")
+        return v
 
     @field_validator("extra_body")
     @classmethod

@@ -5,7 +5,7 @@ A throughput is a rate per request — tokens (prompt and completion together) o
 gets through per second, as its latency measures it (waits in the server's queue included)
 — and a run's requests go ``backend.concurrency`` at a time, so::
 
-    time ≈ (prompt tokens + completion tokens) / rate / concurrency
+    time ≈ (prompt tokens + completion tokens) / requests / rate × ⌈requests / concurrency⌉
 
 Where the rate comes from, in this order (the estimate says which, and when it was measured):
 
@@ -130,8 +130,10 @@ def time_line(prompt_tokens: int, requests: int, max_tokens: int | None, concurr
     at_once = f"{counted(concurrency, 'request')} at a time"
     bound = "; rollouts counted by their first turn: a lower bound" if rollouts else ""
 
-    def seconds(tokens: float) -> float:
-        return tokens / rate.tokens_per_second / concurrency
+    rounds = -(-requests // max(concurrency, 1))  # requests go concurrency at a time: whole rounds
+
+    def seconds(tokens: float) -> float:  # each round as long as the mean request
+        return tokens / max(requests, 1) / rate.tokens_per_second * rounds
 
     if rate.completion_tokens is not None:
         expected = seconds(prompt_tokens + rate.completion_tokens * requests)
