@@ -17,6 +17,7 @@ import pytest
 
 from evalkit.engine.journal import read_jsonl
 from tests.conftest import REPO_ROOT, base_overrides, evalkit_cmd
+from tests.support.host import time_limit
 
 SINGLE = ["en/normal_atom_bool_0", "en/normal_atom_bool_1", "en/normal_atom_bool_2", "en/normal_atom_bool_3",
           "en/special_irrelevant_0", "en/special_irrelevant_1"]  # fmt: skip
@@ -287,14 +288,14 @@ def test_tracking_failure_is_one_line_naming_the_retry_and_the_exit_code_says_co
                       f"runner.address={ray_address}", "run.cache=false", "run.limit=4", f"run.dir={run_dir}")  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + time_limit(120)  # scaled by the host's measured slowness
         while not (run_dir / "config.yaml").exists():  # the store was checked before the directory was made
             assert proc.poll() is None and time.time() < deadline, proc.communicate()
             time.sleep(0.05)
         artifacts = root / "mlartifacts"
         artifacts.rename(root / "mlartifacts.away")
         artifacts.write_text("not a directory")
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=time_limit(120))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
