@@ -140,7 +140,8 @@ class Scorer:
         self.pool = ProcessPool(
             max_workers=WORKERS, context=context, initializer=_init_worker, initargs=(pickle.dumps(bench), self.memory_mb)
         )
-        self.pool.schedule(os.getpid)  # starts the workers now, while the run starts, not at its first answer
+        # starts the workers now, while the run starts, not at its first answer
+        self._started = self.pool.schedule(os.getpid)
 
     def _schedule(self, sample: Sample, trajectory: Trajectory) -> concurrent.futures.Future:
         return self.pool.schedule(_score_in_worker, args=(sample, trajectory), timeout=self.timeout_s)
@@ -238,7 +239,11 @@ class Scorer:
         return self._verdict(sample, self._outcome(future))
 
     def close(self) -> None:
-        """Stop the workers (every verdict asked for has been awaited by then)."""
+        """Stop the workers (every verdict asked for has been awaited by then). A run that ends
+        within moments of its start (a few cached answers) first waits, at most 10 s, for the
+        workers it started to come up: a worker stopped while it still unpickles its start-up
+        arguments outlives the pool's semaphores and prints a ``SemLock`` traceback."""
+        concurrent.futures.wait([self._started], timeout=10)
         self.pool.stop()
         self.pool.join(timeout=10)
 
