@@ -31,8 +31,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     decide which worker runs a test: a file's tests stay in one worker, so its module-scoped
     fixtures (clusters, servers, whole runs) are built once; and every test of the embedded
     model (marked ``llm`` or using ``llama_api_base``) runs in one worker, so one llama.cpp
-    server serves them and two never share the cores. Without xdist this adds nothing."""
-    if not config.pluginmanager.hasplugin("xdist") or config.getoption("dist", "no") != "loadgroup":
+    server serves them and two never share the cores. Without xdist this adds nothing.
+
+    The items are collected in the workers, where pytest-xdist has set ``dist`` to ``no`` and
+    ``loadgroup`` to True (``xdist.remote.setup_config``): reading ``dist`` alone made no group
+    at all, so every test was scheduled on its own and a file's module fixtures were built in
+    both workers (the careless-judge file's 100 s fixture twice). pytest-xdist 3.8 applies a
+    group by rewriting ``item._nodeid``, which pytest 9.2 no longer reads (its ids became
+    ``NodeId`` objects): pyproject.toml keeps pytest below 9.2 until xdist follows."""
+    if not config.pluginmanager.hasplugin("xdist") or not getattr(config.option, "loadgroup", False):
         return
     for item in items:
         embedded = item.get_closest_marker("llm") is not None or "llama_api_base" in getattr(item, "fixturenames", ())
