@@ -490,3 +490,36 @@ def test_a_pairwise_judge_that_always_picks_the_first_answer_shows_its_position_
     assert record["confusion"]["verdicts"] == [0.5] and record["agreement"]["percent_agreement"]["value"] == 0.0
     assert record["calls"]["n"] == 2 * (12 + len(S.BATTERY)) and code == 1  # both orders of each answer
     assert all(f["rate"] == 0.0 for f in record["steering"]["kinds"].values())  # it says A whatever the answer holds
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["refused", "errors"])
+def test_a_judge_that_could_not_be_asked_is_one_line_and_no_record(careless, tmp_path, fake_openai, capsys, monkeypatch, how):
+    """A judge whose server refuses the connection, or that answers an error to every call, was
+    not measured: one line naming the judge and its endpoint, exit 2, no record written."""
+    from evalkit.judge import main
+    from tests.support.careless_judges import judges_plan
+
+    _, _, _, common = careless
+    monkeypatch.setenv("QUALIFY_TEST_KEY", "sk-qualify-secret")
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(json.dumps({"sample_id": f"q{i}", "answer": f"[grade=1] Answer {i}.", "label": 1}) + "\n" for i in range(3)))
+    base = f"http://127.0.0.1:{_free_port()}/v1" if how == "refused" else fake_openai.api_base
+    plan = judges_plan()
+    plan["rules"] = [{"match": "JUDGE", "model": "honest", "always_status": 500}]
+    fake_openai.set_plan(plan)
+    args = ["qualify", "judge=honest", "benchmark=careless", "tracking=none", f"labels={path}", "steer_items=1", common[1],
+            f"judge_overrides=['backend.api_base={base}','backend.max_retries=0','+model.api_key_env=QUALIFY_TEST_KEY']"]
+    code = main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("evalkit: error: judge honest (openai/honest at http://127.0.0.1:"), err
+    assert "could not be asked" in err[-1] and "no qualification recorded" in err[-1] and "sk-qualify-secret" not in err[-1]
+    assert not Q.record_folder(tmp_path / "out" / "qualifications", "honest", "careless", "quality").exists(), "no record"
