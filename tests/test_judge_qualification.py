@@ -64,6 +64,16 @@ def test_a_labels_file_is_read_with_categories_and_its_digest_follows_it(tmp_pat
     ({"sample_id": "q0", "answer": 3, "label": 5}, "sample_id and answer must be strings"),
     ({"sample_id": "q0", "answer": "a", "label": 7}, "labels.jsonl:1: label 7: a score label is an integer from 1 to 5"),
     ({"sample_id": "q0", "answer": "a", "label": "pass"}, 'label "pass": a score label'),
+    # nothing is coerced: a number, object or list where a string belongs is refused, naming the field
+    ({"sample_id": 0, "answer": "a", "label": 5}, 'labels.jsonl:1: sample_id is a number (0); sample_id and answer must be strings (write "0")'),
+    ({"sample_id": {"id": "q0"}, "answer": "a", "label": 5}, "labels.jsonl:1: sample_id is an object"),
+    ({"sample_id": ["q0"], "answer": "a", "label": 5}, "labels.jsonl:1: sample_id is a list"),
+    ({"sample_id": "q0", "answer": "a", "label": 5, "category": {"k": "v"}}, "labels.jsonl:1: category is an object"),
+    ({"sample_id": "q0", "answer": "a", "label": 5, "category": ["hard"]}, "labels.jsonl:1: category is a list"),
+    ({"sample_id": "q0", "answer": "a", "label": 5, "category": "x" * 101}, "labels.jsonl:1: category is empty or longer than 100"),
+    ({"sample_id": "q0", "answer": "a", "label": {"score": 5}}, 'labels.jsonl:1: label {"score": 5}: a score label is an integer'),
+    ({"sample_id": "q0", "answer": "a", "label": [5]}, "labels.jsonl:1: label [5]: a score label is an integer"),
+    ({"sample_id": "q0", "answer": "a", "label": 0}, "labels.jsonl:1: label 0: a score label is an integer from 1 to 5"),
 ])  # fmt: skip
 def test_a_bad_label_row_is_one_line_naming_file_and_line(tmp_path, row, expected):
     path = tmp_path / "labels.jsonl"
@@ -76,11 +86,21 @@ def test_a_bad_label_row_is_one_line_naming_file_and_line(tmp_path, row, expecte
 def test_the_same_answer_labelled_twice_and_an_empty_file_are_refused(tmp_path):
     path = tmp_path / "labels.jsonl"
     path.write_text(json.dumps({"sample_id": "q0", "answer": "a", "label": 5}) + "\n" + json.dumps({"sample_id": "q0", "answer": "a", "label": 1}) + "\n")
-    with pytest.raises(DataError, match=r"labels.jsonl:2: sample 'q0' has this answer labelled twice"):
+    with pytest.raises(DataError, match=r"labels.jsonl:2: sample 'q0' has this answer labelled twice \(the same sample_id and answer as line 1"):
         Q.read_labels(path, _scorer(), _samples())
     path.write_text("\n")
     with pytest.raises(DataError, match="no labelled answer"):
         Q.read_labels(path, _scorer(), _samples())
+
+
+@pytest.mark.parametrize("line, key", [('{"sample_id": "q0", "answer": "a", "label": 1, "label": 5}', "label"),
+                                       ('{"sample_id": "q9", "sample_id": "q0", "answer": "a", "label": 5}', "sample_id")])
+def test_a_key_given_twice_in_a_label_row_is_refused_not_last_wins(tmp_path, line, key):
+    path = tmp_path / "labels.jsonl"
+    path.write_text(json.dumps({"sample_id": "q1", "answer": "b", "label": 3}) + "\n" + line + "\n")
+    with pytest.raises(DataError) as info:
+        Q.read_labels(path, _scorer(), _samples())
+    assert f"labels.jsonl:2: a duplicate key: {key!r} is given twice" in str(info.value) and "\n" not in str(info.value)
 
 
 # ------------------------------------------------------------------------------------------

@@ -242,7 +242,7 @@ def mlflow_items(spec: QualifySpec, labels: str, scorer: Any, samples: dict[str,
     order = {sid: k for k, sid in enumerate(samples)}  # the task's order, whatever order the store answered in
     rows.sort(key=lambda r: (order.get(r["sample_id"], len(order)), r["answer"]))
     items: list[dict[str, Any]] = []
-    seen: set[tuple[str, str]] = set()
+    seen: dict[tuple[str, str], int] = {}
     other = 0
     for row in rows:
         if row["sample_id"] not in samples:
