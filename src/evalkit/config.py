@@ -376,7 +376,8 @@ class RunSettings(_Strict):
     """``run.*``: selection, directories, resume and cache.
 
     ``limit``: the first N samples of the selection. ``sample_ids`` / ``sample_ids_file``:
-    select samples by id (an unknown id is an error). ``dir``: an explicit run directory
+    select samples by id (an unknown id is an error), in the order given (``sample_ids``,
+    then the file's lines; a repeated id once); ``limit`` then keeps the first N of those. ``dir``: an explicit run directory
     (refused if it exists). ``resume``: a previous run directory to continue. ``suite``: the
     suite the run belongs to (``bash/run_suite.sh`` sets ``EVALKIT_SUITE``), an MLflow tag.
     ``sweep_dir``: set by evalkit for the jobs of a sweep (``-m``): the sweep the run joins.
