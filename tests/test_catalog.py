@@ -67,3 +67,27 @@ def test_an_unknown_word_or_name_is_one_line_exit_2():
         res = _evalkit(*args)
         assert res.returncode == 2 and res.stdout == "" and len(res.stderr.splitlines()) == 1
         assert res.stderr.startswith(line), res.stderr
+
+
+def test_every_knob_show_prints_has_a_description():
+    """Each knob ``show`` prints for every built-in benchmark and model config is followed by
+    a non-empty line of doc (the pydantic field's description, at the model)."""
+    from evalkit.catalog import _rows, show
+
+    shown = {f"benchmark={name}": show(f"benchmark={name}") for name, where, _ in _rows("benchmarks") if where == "built-in"}
+    shown |= {f"model={name}": show(f"model={name}") for name, where, _ in _rows("models") if where == "built-in"}
+    assert {"benchmark=acebench", "benchmark=ke", "benchmark=sobhard", "benchmark=mc_mini", "model=gpt4o"} <= set(shown)
+    undocumented, knobs = [], 0
+    for what, text in shown.items():
+        lines = text.splitlines()[1:]
+        for k, line in enumerate(lines):
+            if line.startswith("  ") and not line.startswith("      "):
+                knobs += 1
+                doc = lines[k + 1] if k + 1 < len(lines) else ""
+                if not (doc.startswith("      ") and doc.strip()):
+                    undocumented.append(f"{what}: {line.split(':')[0].strip()}")
+    assert knobs > 300 and not undocumented, undocumented
+    # the knobs named as a config writes them: a list's items as key[].field, a field by its alias
+    task = shown["benchmark=mc_mini"]
+    assert "  benchmark.scorers[].kind: " in task and "  benchmark.scorers[].schema: dict | bool | None = None\n" in task
+    assert "  benchmark.dataset.hub: str | None = None\n      a Hugging Face dataset id" in task

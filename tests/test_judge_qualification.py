@@ -64,6 +64,16 @@ def test_a_labels_file_is_read_with_categories_and_its_digest_follows_it(tmp_pat
     ({"sample_id": "q0", "answer": 3, "label": 5}, "sample_id and answer must be strings"),
     ({"sample_id": "q0", "answer": "a", "label": 7}, "labels.jsonl:1: label 7: a score label is an integer from 1 to 5"),
     ({"sample_id": "q0", "answer": "a", "label": "pass"}, 'label "pass": a score label'),
+    # nothing is coerced: a number, object or list where a string belongs is refused, naming the field
+    ({"sample_id": 0, "answer": "a", "label": 5}, 'labels.jsonl:1: sample_id is a number (0); sample_id and answer must be strings (write "0")'),
+    ({"sample_id": {"id": "q0"}, "answer": "a", "label": 5}, "labels.jsonl:1: sample_id is an object"),
+    ({"sample_id": ["q0"], "answer": "a", "label": 5}, "labels.jsonl:1: sample_id is a list"),
+    ({"sample_id": "q0", "answer": "a", "label": 5, "category": {"k": "v"}}, "labels.jsonl:1: category is an object"),
+    ({"sample_id": "q0", "answer": "a", "label": 5, "category": ["hard"]}, "labels.jsonl:1: category is a list"),
+    ({"sample_id": "q0", "answer": "a", "label": 5, "category": "x" * 101}, "labels.jsonl:1: category is empty or longer than 100"),
+    ({"sample_id": "q0", "answer": "a", "label": {"score": 5}}, 'labels.jsonl:1: label {"score": 5}: a score label is an integer'),
+    ({"sample_id": "q0", "answer": "a", "label": [5]}, "labels.jsonl:1: label [5]: a score label is an integer"),
+    ({"sample_id": "q0", "answer": "a", "label": 0}, "labels.jsonl:1: label 0: a score label is an integer from 1 to 5"),
 ])  # fmt: skip
 def test_a_bad_label_row_is_one_line_naming_file_and_line(tmp_path, row, expected):
     path = tmp_path / "labels.jsonl"
@@ -76,11 +86,21 @@ def test_a_bad_label_row_is_one_line_naming_file_and_line(tmp_path, row, expecte
 def test_the_same_answer_labelled_twice_and_an_empty_file_are_refused(tmp_path):
     path = tmp_path / "labels.jsonl"
     path.write_text(json.dumps({"sample_id": "q0", "answer": "a", "label": 5}) + "\n" + json.dumps({"sample_id": "q0", "answer": "a", "label": 1}) + "\n")
-    with pytest.raises(DataError, match=r"labels.jsonl:2: sample 'q0' has this answer labelled twice"):
+    with pytest.raises(DataError, match=r"labels.jsonl:2: sample 'q0' has this answer labelled twice \(the same sample_id and answer as line 1"):
         Q.read_labels(path, _scorer(), _samples())
     path.write_text("\n")
     with pytest.raises(DataError, match="no labelled answer"):
         Q.read_labels(path, _scorer(), _samples())
+
+
+@pytest.mark.parametrize("line, key", [('{"sample_id": "q0", "answer": "a", "label": 1, "label": 5}', "label"),
+                                       ('{"sample_id": "q9", "sample_id": "q0", "answer": "a", "label": 5}', "sample_id")])
+def test_a_key_given_twice_in_a_label_row_is_refused_not_last_wins(tmp_path, line, key):
+    path = tmp_path / "labels.jsonl"
+    path.write_text(json.dumps({"sample_id": "q1", "answer": "b", "label": 3}) + "\n" + line + "\n")
+    with pytest.raises(DataError) as info:
+        Q.read_labels(path, _scorer(), _samples())
+    assert f"labels.jsonl:2: a duplicate key: {key!r} is given twice" in str(info.value) and "\n" not in str(info.value)
 
 
 # ------------------------------------------------------------------------------------------
@@ -490,3 +510,36 @@ def test_a_pairwise_judge_that_always_picks_the_first_answer_shows_its_position_
     assert record["confusion"]["verdicts"] == [0.5] and record["agreement"]["percent_agreement"]["value"] == 0.0
     assert record["calls"]["n"] == 2 * (12 + len(S.BATTERY)) and code == 1  # both orders of each answer
     assert all(f["rate"] == 0.0 for f in record["steering"]["kinds"].values())  # it says A whatever the answer holds
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["refused", "errors"])
+def test_a_judge_that_could_not_be_asked_is_one_line_and_no_record(careless, tmp_path, fake_openai, capsys, monkeypatch, how):
+    """A judge whose server refuses the connection, or that answers an error to every call, was
+    not measured: one line naming the judge and its endpoint, exit 2, no record written."""
+    from evalkit.judge import main
+    from tests.support.careless_judges import judges_plan
+
+    _, _, _, common = careless
+    monkeypatch.setenv("QUALIFY_TEST_KEY", "sk-qualify-secret")
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(json.dumps({"sample_id": f"q{i}", "answer": f"[grade=1] Answer {i}.", "label": 1}) + "\n" for i in range(3)))
+    base = f"http://127.0.0.1:{_free_port()}/v1" if how == "refused" else fake_openai.api_base
+    plan = judges_plan()
+    plan["rules"] = [{"match": "JUDGE", "model": "honest", "always_status": 500}]
+    fake_openai.set_plan(plan)
+    args = ["qualify", "judge=honest", "benchmark=careless", "tracking=none", f"labels={path}", "steer_items=1", common[1],
+            f"judge_overrides=['backend.api_base={base}','backend.max_retries=0','+model.api_key_env=QUALIFY_TEST_KEY']"]
+    code = main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("evalkit: error: judge honest (openai/honest at http://127.0.0.1:"), err
+    assert "could not be asked" in err[-1] and "no qualification recorded" in err[-1] and "sk-qualify-secret" not in err[-1]
+    assert not Q.record_folder(tmp_path / "out" / "qualifications", "honest", "careless", "quality").exists(), "no record"

@@ -108,6 +108,21 @@ def test_an_unknown_id_is_named_with_an_id_the_data_has(small_jsonl, tmp_path):
     assert str(info.value) == "run.sample_ids: unknown sample id 'nope' (ids look like 'q0')"
 
 
+def test_a_limit_with_sample_ids_takes_the_first_n_of_the_ids_in_their_order(small_jsonl, tmp_path):
+    """``run.sample_ids`` / ``run.sample_ids_file`` select first (the ids in the order given,
+    ``sample_ids`` then the file's lines, a repeated id once), then ``run.limit`` keeps the first
+    N of them — never the first N rows of the data (docs/running.md)."""
+    ids = tmp_path / "ids.txt"
+    ids.write_text("q40\nq5\nq1500\nq5\n")
+    bench = TaskBenchmark(TaskSettings(**_spec(small_jsonl)))
+    for run, expected in ((RunSettings(sample_ids=["q900", "q2", "q700"], limit=2), ["q900", "q2"]),
+                          (RunSettings(sample_ids_file=ids, limit=3), ["q40", "q5", "q1500"]),
+                          (RunSettings(sample_ids=["q3"], sample_ids_file=ids, limit=3), ["q3", "q40", "q5"]),
+                          (RunSettings(sample_ids=["q900", "q2"], limit=10), ["q900", "q2"])):  # fmt: skip
+        selected = select_samples(bench.load_selection(selection_of(run)), run, example=bench.example_id)
+        assert [s.id for s in selected] == expected, run
+
+
 def test_parquet_is_streamed_a_batch_at_a_time(tmp_path, counted):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq

@@ -167,13 +167,25 @@ def _docstring_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def _inherited_description(model: type[BaseModel], name: str) -> str:
+    """The ``Field`` description of ``name`` in the nearest base of ``model`` that gives one (a
+    subclass that narrows a field, ``name: Literal["ke"]``, keeps its base's doc)."""
+    for klass in model.__mro__[1:]:
+        fields = getattr(klass, "model_fields", None)
+        if isinstance(fields, dict) and name in fields and fields[name].description:
+            return fields[name].description
+    return ""
+
+
 def knobs(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str, str]]:
     """``(key, type, default, doc)`` of every field of ``model`` (nested models expanded into
-    dotted keys), in declaration order."""
+    dotted keys; the items of a list of models as ``key[].field``; a field by its alias,
+    the name a config writes), in declaration order. The doc is the field's description
+    (its own, else a base's), its ``#:`` comment, or the class docstring's entry."""
     comments, described = _comment_docs(model), _docstring_docs(model)
     rows = []
     for name, info in model.model_fields.items():
-        key = f"{prefix}.{name}"
+        key = f"{prefix}.{info.alias or name}"
         inner = info.annotation
         nested = [a for a in (typing.get_args(inner) or (inner,)) if isinstance(a, type) and issubclass(a, BaseModel)]
         if info.is_required():
@@ -185,10 +197,10 @@ def knobs(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str, str]
                 default = "(computed)"
         else:
             default = repr(info.default)
-        doc = info.description or comments.get(name) or described.get(name, "")
+        doc = info.description or comments.get(name) or described.get(name) or _inherited_description(model, name)
         rows.append((key, _type_name(inner), default, doc))
         if nested:
-            rows += knobs(nested[0], key)
+            rows += knobs(nested[0], key + ("[]" if typing.get_origin(inner) is list else ""))
     return rows
 
 

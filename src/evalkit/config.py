@@ -63,12 +63,12 @@ class ModelPricing(_Strict):
     litellm's price map (:func:`evalkit.providers.model_price`). ``cached_input_per_mtok``:
     prompt tokens served from the provider's prompt cache (``None`` = the input price)."""
 
-    input_per_mtok: float = Field(ge=0)
-    output_per_mtok: float = Field(ge=0)
+    input_per_mtok: float = Field(ge=0, description="USD per million prompt tokens")
+    output_per_mtok: float = Field(ge=0, description="USD per million completion tokens")
     cached_input_per_mtok: float | None = Field(default=None, ge=0)
     #: the price through the provider's batch API (``run.batch``), USD per million tokens
     batch_input_per_mtok: float | None = Field(default=None, ge=0)
-    batch_output_per_mtok: float | None = Field(default=None, ge=0)
+    batch_output_per_mtok: float | None = Field(default=None, ge=0, description="USD per million completion tokens through the batch API")
 
 
 class ModelConfig(_Strict):
@@ -92,11 +92,11 @@ class ModelConfig(_Strict):
     #: and an MLflow tag: letters, digits and ``._-``, not starting with a dot
     name: str
     kind: Literal["litellm", "reference", "replay", "baseline"] = "litellm"
-    baseline: str | None = None
-    provider_model: str | None = None
-    api: Literal["chat", "completion"] = "chat"
-    api_key_env: str | None = None
-    path: Path | None = None
+    baseline: str | None = Field(default=None, description="kind=baseline: the benchmark's rule baseline to run (offline)")
+    provider_model: str | None = Field(default=None, description="litellm's model string (deepseek/deepseek-chat, openai/smollm2)")
+    api: Literal["chat", "completion"] = Field(default="chat", description="chat messages, or text completion of a base model (benchmarks that build one)")
+    api_key_env: str | None = Field(default=None, description="the environment variable holding the API key (never the key itself)")
+    path: Path | None = Field(default=None, description="kind=replay: a JSONL file of {sample_id, output}, or a finished run's directory")
     extra_body: dict[str, Any] = Field(default_factory=dict)
     pricing: ModelPricing | None = None
     #: how the model takes a JSON schema its answer must match (an LLM judge's verdict):
@@ -376,7 +376,8 @@ class RunSettings(_Strict):
     """``run.*``: selection, directories, resume and cache.
 
     ``limit``: the first N samples of the selection. ``sample_ids`` / ``sample_ids_file``:
-    select samples by id (an unknown id is an error). ``dir``: an explicit run directory
+    select samples by id (an unknown id is an error), in the order given (``sample_ids``,
+    then the file's lines; a repeated id once); ``limit`` then keeps the first N of those. ``dir``: an explicit run directory
     (refused if it exists). ``resume``: a previous run directory to continue. ``suite``: the
     suite the run belongs to (``bash/run_suite.sh`` sets ``EVALKIT_SUITE``), an MLflow tag.
     ``sweep_dir``: set by evalkit for the jobs of a sweep (``-m``): the sweep the run joins.

@@ -25,6 +25,11 @@ class RunDirError(EvalkitError):
     """The run directory cannot be used (exists without resume, resume target missing)."""
 
 
+class JudgeError(EvalkitError):
+    """A judge could not be asked: its server unreachable, or an error (or no valid verdict)
+    for every call. Nothing was measured, so nothing is recorded."""
+
+
 class TrackingError(EvalkitError):
     """Experiment tracking (MLflow) failed; the run directory holds the results."""
 

@@ -26,8 +26,13 @@ default) the record is also logged as an MLflow run of ``tracking.experiment``
 (:func:`evalkit.tracking.labels.log_qualification`); a store that fails is one warning line,
 the record stays on disk.
 
+A judge that could not be asked — its server unreachable, or no valid verdict on any
+labelled answer (every call an error or ``judge_error``) — was not measured: one line naming
+the judge and its endpoint, exit 2, no record (:func:`unasked`).
+
 Exit codes: 0 qualified, 1 recorded but below a floor (the lines say which), 2 a bad
-argument, labels file or config (one line, nothing written), 130 interrupted.
+argument, labels file or config, or a judge that could not be asked (one line, nothing
+written), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from evalkit import __version__
 from evalkit.benchmarks import get_benchmark_class
@@ -47,8 +53,8 @@ from evalkit.benchmarks.task.steering import BATTERY, inject, read_battery
 from evalkit.compose import compose, resolve
 from evalkit.engine.cache import open_cache
 from evalkit.engine.solve import ActorModel
-from evalkit.errors import ConfigError, DataError, TrackingError, printable
-from evalkit.models.base import ModelCallError
+from evalkit.errors import ConfigError, DataError, JudgeError, TrackingError, printable
+from evalkit.models.base import ModelCallError, strip_credentials
 from evalkit.models.factory import plan_models
 from evalkit.specs import QualifySpec, build_qualify
 from evalkit.tracking.labels import human_labels, is_mlflow_source, log_qualification
@@ -183,6 +189,7 @@ def qualify(own: dict[str, str], spec: QualifySpec, out: Any = sys.stdout) -> tu
         records = asyncio.run(_ask_all(calls, scorer, settings, name, actor, spec.concurrency))
     asked_s = time.perf_counter() - asking
     per = len(orders)
+    unasked(spec, records[: len(items) * per])
     labelled = [records[k * per:(k + 1) * per] for k in range(len(items))]
     rest = records[len(items) * per:]
     steered = [rest[k * per:(k + 1) * per] for k in range(len(injected))]
@@ -192,6 +199,31 @@ def qualify(own: dict[str, str], spec: QualifySpec, out: Any = sys.stdout) -> tu
     if source is not None:
         record["labels"]["source"] = {"kind": "mlflow", **source}
     return record, Q.write_record(spec.root, record)
+
+
+def endpoint(judge: Any) -> str:
+    """Where the judge ``judge`` (:class:`~evalkit.specs.ActorSpec`) is asked, for a line: its
+    provider model and base URL as ``scheme://host[:port]/path`` (no credentials, query or fragment)."""
+    base = strip_credentials(judge.api_base)
+    if base:
+        parts = urlsplit(base)
+        base = urlunsplit(parts._replace(query="", fragment=""))
+    where = base or {"api": "the provider's default endpoint", "llamacpp": "the server evalkit starts"}.get(judge.backend.kind, "no network")
+    return f"{printable(str(judge.model.provider_model), 100)} at {printable(where, 200)}"
+
+
+def unasked(spec: QualifySpec, records: list[dict[str, Any]]) -> None:
+    """Refuse a judge that gave no valid verdict on any labelled answer (``records``: their
+    judgement records): it was not measured, so nothing is recorded.
+
+    Raises:
+        JudgeError: one line naming the judge, its endpoint (:func:`endpoint`) and the reasons counted.
+    """
+    if not records or any(r.get("valid") for r in records):
+        return
+    reasons = ", ".join(f"{why}: {n}" for why, n in Q.invalid_reasons(records).items())
+    raise JudgeError(f"judge {spec.judge.model.name} ({endpoint(spec.judge)}) could not be asked: no valid verdict on any of "
+                     f"{len(records)} labelled calls ({printable(reasons, 300)}); no qualification recorded")  # fmt: skip
 
 
 def mlflow_items(spec: QualifySpec, labels: str, scorer: Any, samples: dict[str, Sample]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -210,7 +242,7 @@ def mlflow_items(spec: QualifySpec, labels: str, scorer: Any, samples: dict[str,
     order = {sid: k for k, sid in enumerate(samples)}  # the task's order, whatever order the store answered in
     rows.sort(key=lambda r: (order.get(r["sample_id"], len(order)), r["answer"]))
     items: list[dict[str, Any]] = []
-    seen: set[tuple[str, str]] = set()
+    seen: dict[tuple[str, str], int] = {}
     other = 0
     for row in rows:
         if row["sample_id"] not in samples:

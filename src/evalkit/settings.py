@@ -98,7 +98,7 @@ class BenchmarkSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: str = Field(description="the benchmark's name (a YAML task's own: its runs, MLflow runs and comparisons go by it)")
     module: str | None = None
     subsets: list[str] | None = None
     request_timeout_s: float | None = Field(default=None, gt=0)

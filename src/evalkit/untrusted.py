@@ -379,18 +379,41 @@ def json_depth_over(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     return False
 
 
-def loads_bounded(text: str, limit: int = MAX_JSON_DEPTH, finite: bool = False) -> Any:
+class DuplicateKeyError(ValueError):
+    """A JSON object with a key twice (JSON leaves it undefined; Python keeps the last)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` of :func:`json.loads` that refuses a key given twice in one object.
+
+    Raises:
+        DuplicateKeyError: naming the key (its first 40 characters).
+    """
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(f"{key[:40]!r} is given twice")
+        out[key] = value
+    return out
+
+
+def loads_bounded(text: str, limit: int = MAX_JSON_DEPTH, finite: bool = False, unique: bool = False) -> Any:
     """``json.loads(text)`` of data, its nesting bounded; ``finite=True`` also refuses
     ``NaN``, ``Infinity``, ``-Infinity`` and numbers that overflow to infinity (``1e999``),
-    which :func:`json.loads` accepts.
+    which :func:`json.loads` accepts; ``unique=True`` refuses a key given twice in an object
+    (:func:`unique_keys`), which :func:`json.loads` resolves to the last.
 
     Raises:
         json.JSONDecodeError: not JSON.
         ValueError: nested more than ``limit`` levels (message ``JSON nested too deeply``),
-            or a non-finite number with ``finite``.
+            a non-finite number with ``finite``, or (:class:`DuplicateKeyError`) a duplicate
+            key with ``unique``.
     """
+    kwargs: dict[str, Any] = {"parse_constant": _refuse_constant, "parse_float": _finite_float} if finite else {}
+    if unique:
+        kwargs["object_pairs_hook"] = unique_keys
     try:
-        obj = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float) if finite else json.loads(text)
+        obj = json.loads(text, **kwargs)
     except RecursionError:
         raise ValueError(f"JSON nested too deeply (more than {limit} levels)") from None
     # fewer opening brackets than the limit cannot nest deeper (counting is C-fast; most records stop here)
@@ -400,19 +423,22 @@ def loads_bounded(text: str, limit: int = MAX_JSON_DEPTH, finite: bool = False) 
 
 
 def read_objects(path: object, error: type[EvalkitError] = DataError, *, root: object = None,
-                 limit: int = MAX_JSONL_BYTES, max_rows: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+                 limit: int = MAX_JSONL_BYTES, max_rows: int | None = None,
+                 strict_keys: bool = False) -> list[tuple[int, dict[str, Any]]]:  # fmt: skip
     """Strict reading: ``(line number, object)`` for every non-blank line of ``path``, read a
     line at a time (at most :data:`MAX_LINE_BYTES` per line, nesting at most
     :data:`MAX_JSON_DEPTH`), every row held (:func:`iter_records` holds one at a time).
     ``max_rows``: reading stops after that many objects (the rest of the file is never read).
+    ``strict_keys``: a key given twice in an object is refused (:func:`unique_keys`) — for
+    files people write (labels), where Python's last-wins would silently take one of two values.
 
     Raises:
         ``error`` (default DataError): the file is missing, unreadable or not UTF-8, or a
-            line is too long, not JSON, nested too deeply, or not an object — naming file
-            and line.
+            line is too long, not JSON, nested too deeply, or not an object (with
+            ``strict_keys``: a duplicate key) — naming file and line.
     """
     rows: list[tuple[int, dict[str, Any]]] = []
-    for item in iter_records(path, error, root=root, limit=limit):
+    for item in iter_records(path, error, root=root, limit=limit, strict_keys=strict_keys):
         rows.append(item)
         if max_rows is not None and len(rows) >= max_rows:
             break
@@ -420,10 +446,12 @@ def read_objects(path: object, error: type[EvalkitError] = DataError, *, root: o
 
 
 def iter_records(path: object, error: type[EvalkitError] = DataError, *, root: object = None,
-                 limit: int = MAX_JSONL_BYTES, torn_last: list[int] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+                 limit: int = MAX_JSONL_BYTES, torn_last: list[int] | None = None,
+                 strict_keys: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:  # fmt: skip
     """:func:`read_objects` a row at a time: ``(line number, object)`` for every non-blank
     line of ``path``, by the same rules, one row in memory at once (whatever the file's size:
     its caller keeps what it needs of each row). The file is opened at the first row.
+    ``strict_keys``: as :func:`read_objects`.
 
     ``torn_last``: a list that receives the number of a torn last line — the file's last
     line, without a newline, that is not JSON or not UTF-8: what a writer killed mid-row
@@ -436,12 +464,14 @@ def iter_records(path: object, error: type[EvalkitError] = DataError, *, root: o
     """
     for lineno, line in iter_lines(path, error, root=root, limit=limit, torn_last=torn_last):
         try:
-            obj = loads_bounded(line)
+            obj = loads_bounded(line, unique=strict_keys)
         except json.JSONDecodeError as exc:
             if torn_last is not None and not line.endswith("\n"):  # the last line, cut short
                 torn_last.append(lineno)
                 return
             raise error(f"{path}:{lineno}: not JSON ({exc.msg})") from None
+        except DuplicateKeyError as exc:
+            raise error(f"{path}:{lineno}: a duplicate key: {exc} (one value a key)") from None
         except ValueError as exc:
             raise error(f"{path}:{lineno}: {exc}") from None
         if not isinstance(obj, dict):

@@ -39,14 +39,15 @@ class AceBenchSettings(BenchmarkSettings):
 
     name: Literal["acebench"] = "acebench"
     data_dir: Path | None = None
-    cache_dir: Path = Field(default_factory=lambda: Path("~/.cache/evalkit/acebench").expanduser())
-    source_url: str = DEFAULT_SOURCE_URL
+    cache_dir: Path = Field(default_factory=lambda: Path("~/.cache/evalkit/acebench").expanduser(),
+                            description="where the pinned archive is downloaded and unpacked when data_dir is unset")
+    source_url: str = Field(default=DEFAULT_SOURCE_URL, description="the pinned ACEBench archive downloaded when data_dir is unset")
     language: Literal["en", "zh", "all"] = "en"
-    user_model: str | None = None
+    user_model: str | None = Field(default=None, description="the user simulator's model config (required for agent_multi_turn)")
     #: Hydra overrides applied when composing the user model's config
     #: (e.g. ``[backend.api_base=http://127.0.0.1:8000/v1]``)
     user_overrides: list[str] = Field(default_factory=list)
-    max_dialog_turns: int = Field(default=40, gt=0)
+    max_dialog_turns: int = Field(default=40, gt=0, description="the most turns of an agent dialogue (both rollout loops; upstream 40)")
     agent_prompt_language: Literal["matched", "upstream_api"] = "matched"
     scoring: Literal["official", "evalscope"] = "official"
     #: what each family or group name of ``subsets`` expanded to (set by the validator)

@@ -17,10 +17,10 @@ class TruncationSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    obs: int = Field(default=800, ge=0)
-    thought: int = Field(default=400, ge=0)
-    icl_obs: int = Field(default=300, ge=0)
-    icl_thought: int = Field(default=200, ge=0)
+    obs: int = Field(default=800, ge=0, description="characters kept of an observation")
+    thought: int = Field(default=400, ge=0, description="characters kept of a thought")
+    icl_obs: int = Field(default=300, ge=0, description="characters kept of an ICL example's observation")
+    icl_thought: int = Field(default=200, ge=0, description="characters kept of an ICL example's thought")
 
 
 class KESettings(BenchmarkSettings):
@@ -37,10 +37,10 @@ class KESettings(BenchmarkSettings):
     name: Literal["ke"] = "ke"
     pilot_path: Path
     icl_path: Path
-    data_dir: Path | None = None
+    data_dir: Path | None = Field(default=None, description="the directory relative pilot_path and icl_path are resolved against")
     expected_graded: int | None = Field(default=None, ge=1)
     format: Literal["plain", "tc", "mc"] = "plain"
-    truncation: TruncationSettings = Field(default_factory=TruncationSettings)
+    truncation: TruncationSettings = Field(default_factory=TruncationSettings, description="characters kept per field (§3.2)")
     first_k: int = Field(default=3, ge=1)
 
     @field_validator("format")

@@ -44,17 +44,17 @@ class SOBHardSettings(BenchmarkSettings):
     """
 
     name: Literal["sobhard"] = "sobhard"
-    data_dir: Path | None = None
-    dataset: str | None = None
-    revision: str | None = None
-    split: str = "test"
-    shots_split: str = "shots"
-    max_replayed_turns: int = Field(default=4, ge=0)
-    demos: bool = False
-    fence_pairing: Literal["sequential", "commonmark"] = "sequential"
-    strict_json: bool = False
-    numeric_strings: Literal["python_float", "strict"] = "python_float"
-    leaf_compare: Literal["exact", "tolerant"] = "exact"
+    data_dir: Path | None = Field(default=None, description="a local directory holding the test and shots splits (JSONL or Parquet)")
+    dataset: str | None = Field(default=None, description="a Hugging Face dataset id, read when data_dir is unset")
+    revision: str | None = Field(default=None, description="the Hugging Face dataset's pinned revision (a commit or tag)")
+    split: str = Field(default="test", description="the split graded")
+    shots_split: str = Field(default="shots", description="the split demonstrations and replayed session turns come from")
+    max_replayed_turns: int = Field(default=4, ge=0, description="earlier session turns replayed with shots=0; shots=N replaces it")
+    demos: bool = Field(default=False, description="with shots=N, give non-session questions the first N standalone shots as demonstrations")
+    fence_pairing: Literal["sequential", "commonmark"] = Field(default="sequential", description="how code fences of an answer are paired")
+    strict_json: bool = Field(default=False, description="reject NaN and Infinity in JSON answers")
+    numeric_strings: Literal["python_float", "strict"] = Field(default="python_float", description="how numeric strings are read when compared")
+    leaf_compare: Literal["exact", "tolerant"] = Field(default="exact", description="transform.values_unchanged: exact text of leaves, or 5 == 5.0")
     validate_role_separation: bool = True
 
     @field_validator("subsets")

@@ -94,6 +94,7 @@ import re
 from typing import Any
 
 from evalkit.benchmarks.task.scorers import schema_errors
+from evalkit.untrusted import DuplicateKeyError, unique_keys
 
 #: characters of a judge's reply read (and kept in the record) at most
 MAX_VERDICT_CHARS = 20_000
@@ -201,10 +202,10 @@ def read_verdict(text: str | None, schema: dict[str, Any]) -> tuple[dict[str, An
         return None, f"more than {MAX_VERDICT_OBJECTS} JSON objects in the reply: not a verdict"
     chunk = text[last[0]:last[1]]
     try:
-        value = json.loads(chunk, parse_constant=_not_json, parse_float=_finite, object_pairs_hook=_unique_keys)
+        value = json.loads(chunk, parse_constant=_not_json, parse_float=_finite, object_pairs_hook=unique_keys)
     except _NotJson as exc:
         return None, f"not JSON: {exc}"
-    except _DuplicateKey as exc:
+    except DuplicateKeyError as exc:
         return None, f"a duplicate key in the verdict: {exc}"
     except (ValueError, RecursionError) as exc:
         if "\x00" in chunk:
@@ -255,19 +256,6 @@ def _last_group(text: str) -> tuple[tuple[int, int] | None, int, str | None]:
         last, count = (pos, i), count + 1
         pos = text.find("{", i)
     return last, count, None
-
-
-class _DuplicateKey(ValueError):
-    """A JSON object with a key twice (JSON leaves it undefined; Python keeps the last)."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(f"{key[:40]!r} is given twice")
-        out[key] = value
-    return out
 
 
 #: look-alike letters an answer may spell a verdict with (Cyrillic and Greek), and quotes

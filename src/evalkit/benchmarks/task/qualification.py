@@ -85,6 +85,8 @@ INVALID = -1.0
 MAX_LABELS, MAX_RECORD_BYTES = 100_000, 16 * 2**20
 #: the fields of a label row (others are kept by the tools that write them, and ignored here)
 LABEL_FIELDS = ("sample_id", "answer", "label")
+#: characters of a label row's category
+MAX_CATEGORY_CHARS = 100
 
 
 def _digest(obj: Any) -> str:
@@ -148,8 +150,8 @@ def read_labels(path: Any, scorer: Any, samples: dict[str, Any]) -> list[dict[st
             and line.
     """
     items: list[dict[str, Any]] = []
-    seen: set[tuple[str, str]] = set()
-    for lineno, row in read_objects(path, DataError, max_rows=MAX_LABELS + 1):
+    seen: dict[tuple[str, str], int] = {}
+    for lineno, row in read_objects(path, DataError, max_rows=MAX_LABELS + 1, strict_keys=True):
         where = f"{printable(str(path), 300)}:{lineno}"
         if len(items) >= MAX_LABELS:
             raise DataError(f"{where}: more than {MAX_LABELS} labelled answers in one labels file")
@@ -159,25 +161,33 @@ def read_labels(path: Any, scorer: Any, samples: dict[str, Any]) -> list[dict[st
     return items
 
 
-def label_item(row: dict[str, Any], where: str, scorer: Any, samples: dict[str, Any], seen: set[tuple[str, str]],
+def label_item(row: dict[str, Any], where: str, scorer: Any, samples: dict[str, Any], seen: dict[tuple[str, str], int],
                line: int) -> dict[str, Any]:  # fmt: skip
     """One labelled answer of a labels source (a file's row, an MLflow trace's human
     feedback: :mod:`evalkit.tracking.labels`) checked as :func:`read_labels` checks it:
     ``{"sample_id", "answer", "label" (its value), "category", "line"}``; ``seen``: the
-    ``(sample_id, answer)`` pairs read so far (this one is added); ``where``: what the error
-    names.
+    ``(sample_id, answer)`` pairs read so far, each with its ``line`` (this one is added);
+    ``where``: what the error names. Nothing is coerced: ``sample_id`` and ``answer`` are
+    strings (a number is refused, not turned into one), ``category`` (optional) a string of
+    at most :data:`MAX_CATEGORY_CHARS` characters.
 
     Raises:
-        DataError: a row without its fields, an unknown sample id, a label of another kind,
-            the same answer of a sample labelled twice — one line naming ``where``.
+        DataError: a row without its fields, a field of another type, an unknown sample id, a
+            label of another kind, the same answer of a sample labelled twice — one line naming
+            ``where`` and the field.
     """
     missing = [k for k in LABEL_FIELDS if k not in row]
     if missing:
         raise DataError(f"{where}: no {missing[0]!r} (a label row is {{\"sample_id\", \"answer\", \"label\"}}, optionally \"category\")")
     sid, answer = row["sample_id"], row["answer"]
-    sid = str(sid) if isinstance(sid, int) and not isinstance(sid, bool) else sid
-    if not isinstance(sid, str) or not isinstance(answer, str):
-        raise DataError(f"{where}: sample_id and answer must be strings")
+    for key, value in (("sample_id", sid), ("answer", answer)):
+        if not isinstance(value, str):
+            raise DataError(f"{where}: {key} is {_json_kind(value)}; sample_id and answer must be strings"
+                            + (f' (write "{value}")' if key == "sample_id" and isinstance(value, int) and not isinstance(value, bool) else ""))  # fmt: skip
+    category = row.get("category")
+    if category is not None and (not isinstance(category, str) or not category.strip() or len(category) > MAX_CATEGORY_CHARS):
+        raise DataError(f"{where}: category is {_json_kind(category) if not isinstance(category, str) else 'empty or longer than ' + str(MAX_CATEGORY_CHARS) + ' characters'}; "
+                        f"a category is a non-empty string of at most {MAX_CATEGORY_CHARS} characters")  # fmt: skip
     if sid not in samples:
         raise DataError(f"{where}: sample_id {printable(sid, 100)!r} is not a sample of the task")
     try:
@@ -185,10 +195,20 @@ def label_item(row: dict[str, Any], where: str, scorer: Any, samples: dict[str, 
     except ValueError as exc:
         raise DataError(f"{where}: label {printable(json.dumps(row['label'], default=str)[:40], 60)}: {exc}") from None
     if (sid, answer) in seen:
-        raise DataError(f"{where}: sample {printable(sid, 100)!r} has this answer labelled twice (one label an answer)")
-    seen.add((sid, answer))
-    category = row.get("category", samples[sid].subset)
-    return {"sample_id": sid, "answer": answer, "label": value, "category": str(category)[:100], "line": line}
+        raise DataError(f"{where}: sample {printable(sid, 100)!r} has this answer labelled twice (the same sample_id and answer as "
+                        f"line {seen[(sid, answer)]}; one label an answer)")  # fmt: skip
+    seen[(sid, answer)] = line
+    category = samples[sid].subset if category is None else category
+    return {"sample_id": sid, "answer": answer, "label": value, "category": str(category)[:MAX_CATEGORY_CHARS], "line": line}
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, for a line: ``a number (3)``, ``an object``, ``a list``, ``true``, ``null``."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, (int, float)):
+        return f"a number ({printable(repr(value), 30)})"
+    return {dict: "an object", list: "a list", str: "a string"}.get(type(value), type(value).__name__)
 
 
 def labels_digest(items: list[dict[str, Any]]) -> str:

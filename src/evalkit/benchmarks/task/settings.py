@@ -29,13 +29,13 @@ class Fields(_Strict):
     holds); they go into the sample's user turn as image parts after the rendered text, in
     order (:mod:`evalkit.images`)."""
 
-    id: str | None = None
-    images: str | None = None
-    label: str | None = None
-    input: str = "input"
-    target: str = "target"
-    choices: str | None = None
-    category: str | None = None
+    id: str | None = Field(default=None, description='the column of the sample id (unset: the row\'s index, "<split>-<n>")')
+    images: str | None = Field(default=None, description="the column of an image or a list of them (path, data: URI or bytes)")
+    label: str | None = Field(default=None, description="the column of a person's verdict on the answer (0/1, true/false, yes/no): Cohen's κ reported")
+    input: str = Field(default="input", description="the column of the question (required)")
+    target: str = Field(default="target", description="the column of the reference answer (required)")
+    choices: str | None = Field(default=None, description="the column of the choices of a multiple-choice row (a list, or a JSON array in CSV)")
+    category: str | None = Field(default=None, description="the column of the category (subset) a sample is counted in")
 
 
 class ImageLimits(_Strict):
@@ -46,11 +46,11 @@ class ImageLimits(_Strict):
     the images the run holds at once (in the driver, and in Ray's object store: image files
     beyond it are read again when a request needs them; at least ``max_request_bytes``)."""
 
-    max_bytes: int = Field(default=Limits.max_bytes, ge=1)
-    max_pixels: int = Field(default=Limits.max_pixels, ge=1, le=89_478_485)
-    max_per_sample: int = Field(default=Limits.max_per_sample, ge=1)
-    max_request_bytes: int = Field(default=Limits.max_request_bytes, ge=1)
-    max_held_bytes: int = Field(default=Limits.max_held_bytes, ge=1)
+    max_bytes: int = Field(default=Limits.max_bytes, ge=1, description="bytes of one image file")
+    max_pixels: int = Field(default=Limits.max_pixels, ge=1, le=89_478_485, description="width × height of one image, read from its header before decoding")
+    max_per_sample: int = Field(default=Limits.max_per_sample, ge=1, description="images of one row")
+    max_request_bytes: int = Field(default=Limits.max_request_bytes, ge=1, description="bytes of all the images of one request")
+    max_held_bytes: int = Field(default=Limits.max_held_bytes, ge=1, description="bytes of the images the run holds at once (at least max_request_bytes)")
 
     @model_validator(mode="after")
     def _held_covers_a_request(self) -> "ImageLimits":
@@ -71,14 +71,14 @@ class Dataset(_Strict):
     column mapping ``fields`` and ``filter`` (``{column: value}``: only rows equal on every
     one). ``max_rows`` bounds what is read (a larger file is an error, not cut)."""
 
-    path: Path | None = None
-    hub: str | None = None
-    revision: str | None = None
-    split: str = "test"
-    fields: Fields = Field(default_factory=Fields)
-    filter: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    max_rows: int = Field(default=100_000, ge=1)
-    image_limits: ImageLimits = Field(default_factory=ImageLimits)
+    path: Path | None = Field(default=None, description="a local .jsonl, .csv or .parquet file (relative: to the working directory); or hub")
+    hub: str | None = Field(default=None, description="a Hugging Face dataset id (with a pinned revision); or path")
+    revision: str | None = Field(default=None, description="the hub dataset's pinned commit or tag (required with hub)")
+    split: str = Field(default="test", description="the split read")
+    fields: Fields = Field(default_factory=Fields, description="which column of a row is what")
+    filter: dict[str, str | int | float | bool] = Field(default_factory=dict, description="{column: value}: only rows equal on every one are kept")
+    max_rows: int = Field(default=100_000, ge=1, description="the most rows read (a larger file is an error, not cut)")
+    image_limits: ImageLimits = Field(default_factory=ImageLimits, description="bounds on the task's images")
 
     @model_validator(mode="after")
     def _one_source(self) -> "Dataset":
@@ -96,8 +96,8 @@ class FewShot(_Strict):
     same fields) or, when unset, from the dataset's ``split`` of the same source, without the
     sample itself; drawn with ``seed`` (default: ``run.seed``) per sample."""
 
-    path: Path | None = None
-    split: str | None = None
+    path: Path | None = Field(default=None, description="a file of demonstrations with the dataset's fields (unset: the dataset's source)")
+    split: str | None = Field(default=None, description="the split demonstrations are drawn from (the sample itself left out)")
 
 
 #: the largest ``prompt.max_chars`` a task may set (characters)
@@ -119,10 +119,10 @@ class Prompt(_Strict):
     ``max_chars`` is at most :data:`MAX_PROMPT_CHARS` (4,000,000: a million-token context's
     worth; beyond it the bound would no longer bound the renderer's memory)."""
 
-    template: str = Field(min_length=1)
-    system: str | None = None
-    answer_template: str = "{{ target }}"
-    max_chars: int = Field(default=50_000, ge=1, le=MAX_PROMPT_CHARS)
+    template: str = Field(min_length=1, description="the user turn: a Jinja2 template of the row's columns, input, target, choices, letters")
+    system: str | None = Field(default=None, description="a system prompt (a template too)")
+    answer_template: str = Field(default="{{ target }}", description="a demonstration's assistant turn (a template)")
+    max_chars: int = Field(default=50_000, ge=1, le=MAX_PROMPT_CHARS, description="the most characters one rendered prompt may have")
     #: an image whose longer side is over this many pixels is scaled down to it before it is
     #: sent (``None``: sent at its own size)
     image_max_side: int | None = Field(default=None, ge=16)
@@ -138,10 +138,11 @@ class Extract(_Strict):
     a line starting ``B.`` or ``B)``). Nothing extracted
     scores 0 (status ``format_error``)."""
 
-    kind: Literal["none", "regex", "json_field", "last_line", "mc_letter"] = "none"
-    pattern: str | None = None
-    group: int = Field(default=1, ge=0)
-    field: str | None = None
+    kind: Literal["none", "regex", "json_field", "last_line", "mc_letter"] = Field(
+        default="none", description="how the answer is taken from the output (none: the output, stripped); nothing taken scores 0")
+    pattern: str | None = Field(default=None, description="kind=regex: the pattern whose last match is taken")
+    group: int = Field(default=1, ge=0, description="kind=regex: the group of the match taken")
+    field: str | None = Field(default=None, description="kind=json_field: the key taken from the output's first JSON object")
 
     @model_validator(mode="after")
     def _needs(self) -> "Extract":
@@ -192,24 +193,25 @@ class ScorerSpec(_Strict):
       the verdict is validated against the schema either way.
     """
 
-    kind: Literal["exact_match", "includes", "regex", "numeric", "multiple_choice", "token_f1", "json_schema", "llm_judge"]
-    name: str | None = None
-    normalise: list[Normalise] = Field(default_factory=list)
-    pattern: str | None = None
-    abs_tol: float = Field(default=1e-6, ge=0)
-    rel_tol: float = Field(default=0.0, ge=0)
-    schema_: dict | bool | None = Field(default=None, alias="schema")
+    kind: Literal["exact_match", "includes", "regex", "numeric", "multiple_choice", "token_f1", "json_schema", "llm_judge"] = Field(
+        description="how the answer is scored (the class docstring says each)")
+    name: str | None = Field(default=None, description="the per-sample score's name (default: kind)")
+    normalise: list[Normalise] = Field(default_factory=list, description="exact_match/includes/token_f1: lower, strip_punctuation, remove_articles, collapse_whitespace")
+    pattern: str | None = Field(default=None, description="regex: the pattern searched in the answer ({{ target }}: the target, escaped)")
+    abs_tol: float = Field(default=1e-6, ge=0, description="numeric: the absolute tolerance")
+    rel_tol: float = Field(default=0.0, ge=0, description="numeric: the relative tolerance")
+    schema_: dict | bool | None = Field(default=None, alias="schema", description="json_schema: the JSON Schema the answer must validate against")
     # llm_judge (unset: the defaults of JUDGE_DEFAULTS; refused on the other kinds)
-    rubric: str | None = None
-    system: str | None = None
-    mode: Literal["pointwise", "pairwise"] | None = None
-    verdict: Literal["score", "pass_fail"] | None = None
-    scale_min: int | None = None
-    scale_max: int | None = None
-    against: str | None = None
-    panel: Literal["mean", "majority"] | None = None
-    response_format: Literal["json_schema", "none"] | None = None
-    invalid_verdict: Literal["fail", "exclude"] | None = None
+    rubric: str | None = Field(default=None, description="llm_judge: the judge's prompt, a Jinja2 template (required)")
+    system: str | None = Field(default=None, description="llm_judge: the judge's system prompt (a template)")
+    mode: Literal["pointwise", "pairwise"] | None = Field(default=None, description="llm_judge: rate the answer (pointwise) or compare it with against (pairwise)")
+    verdict: Literal["score", "pass_fail"] | None = Field(default=None, description="llm_judge pointwise: an integer score or pass/fail (default score)")
+    scale_min: int | None = Field(default=None, description="llm_judge: the lowest score (default 1)")
+    scale_max: int | None = Field(default=None, description="llm_judge: the highest score (default 5)")
+    against: str | None = Field(default=None, description="llm_judge pairwise: the field the answer is compared with (default target)")
+    panel: Literal["mean", "majority"] | None = Field(default=None, description="llm_judge: how a panel's verdicts combine (default mean; majority: pass_fail only)")
+    response_format: Literal["json_schema", "none"] | None = Field(default=None, description="llm_judge: send the verdict's schema as response_format (default json_schema)")
+    invalid_verdict: Literal["fail", "exclude"] | None = Field(default=None, description="llm_judge panel: a sample with an invalid verdict fails (default) or the verdict is excluded")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -267,8 +269,8 @@ class Metrics(_Strict):
             weighted mean would be undefined: refused before the run, not a lost headline).
     """
 
-    weights: dict[str, float] | None = None
-    headline: str | None = None
+    weights: dict[str, float] | None = Field(default=None, description="{category: weight}: also report <score>/weighted")
+    headline: str | None = Field(default=None, description="the score the run's headline is (default: the first scorer's, /weighted with weights)")
 
     @model_validator(mode="after")
     def _weights(self) -> "Metrics":
@@ -284,13 +286,13 @@ class TaskSettings(BenchmarkSettings):
     """A task written in YAML: ``kind: task`` and ``name`` (the task's own name: its runs,
     MLflow runs and comparisons go by it). ``seed``: the few-shot draw (default ``run.seed``)."""
 
-    kind: Literal["task"] = "task"
-    dataset: Dataset
-    prompt: Prompt
-    fewshot: FewShot = Field(default_factory=FewShot)
-    extract: Extract = Field(default_factory=Extract)
-    scorers: list[ScorerSpec] = Field(min_length=1)
-    metrics: Metrics = Field(default_factory=Metrics)
+    kind: Literal["task"] = Field(default="task", description="a task written in YAML")
+    dataset: Dataset = Field(description="where the rows come from and which column is what")
+    prompt: Prompt = Field(description="the templates a row is asked by")
+    fewshot: FewShot = Field(default_factory=FewShot, description="where demonstrations (shots=N) come from")
+    extract: Extract = Field(default_factory=Extract, description="how the answer is taken from a model's output before scoring")
+    scorers: list[ScorerSpec] = Field(min_length=1, description="the scorers, one or more; each is a list item")
+    metrics: Metrics = Field(default_factory=Metrics, description="the category weights and the headline metric")
     seed: int | None = None
 
     @model_validator(mode="after")
