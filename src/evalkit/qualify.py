@@ -26,9 +26,10 @@ default) the record is also logged as an MLflow run of ``tracking.experiment``
 (:func:`evalkit.tracking.labels.log_qualification`); a store that fails is one warning line,
 the record stays on disk.
 
-A judge that could not be asked — its server unreachable, or no valid verdict on any
-labelled answer (every call an error or ``judge_error``) — was not measured: one line naming
-the judge and its endpoint, exit 2, no record (:func:`unasked`).
+A judge that could not be asked — every labelled call failed after its retries (server
+unreachable, an HTTP error to each call) — was not measured: one line naming the judge and
+its endpoint, exit 2, no record (:func:`unasked`). A judge that replied, even with no valid
+verdict, was measured: its record says NOT qualified and why.
 
 Exit codes: 0 qualified, 1 recorded but below a floor (the lines say which), 2 a bad
 argument, labels file or config, or a judge that could not be asked (one line, nothing
@@ -127,6 +128,10 @@ def judge_scorer(settings: Any, name: str | None) -> Any:
     return scorers[0]
 
 
+#: how a judgement record of a call that failed after its retries begins (no reply was read)
+CALL_FAILED = "the judge's call failed"
+
+
 async def _ask_all(calls: list[tuple[Sample, str, str | None]], scorer: Any, settings: Any, name: str, judge: ActorModel,
                    concurrency: int) -> list[dict[str, Any]]:  # fmt: skip
     """The judgement record of each call ``(sample, answer, order)``, in order; a call that
@@ -143,7 +148,7 @@ async def _ask_all(calls: list[tuple[Sample, str, str | None]], scorer: Any, set
                 completion = await judge.generate(request, accept=accepted(scorer, answers))
             except ModelCallError as exc:
                 failure = exc.failure
-                return judgement(name, scorer, order, None, error=f"the judge's call failed ({failure.error_kind}): {failure.message}"[:500])
+                return judgement(name, scorer, order, None, error=f"{CALL_FAILED} ({failure.error_kind}): {failure.message}"[:500])
         return {**judgement(name, scorer, order, completion.text, cached=bool(completion.cached), answers=answers),
                 "cached": bool(completion.cached)}
 
@@ -213,17 +218,19 @@ def endpoint(judge: Any) -> str:
 
 
 def unasked(spec: QualifySpec, records: list[dict[str, Any]]) -> None:
-    """Refuse a judge that gave no valid verdict on any labelled answer (``records``: their
-    judgement records): it was not measured, so nothing is recorded.
+    """Refuse a judge none of whose calls on the labelled answers got a reply (``records``:
+    their judgement records, each a call that failed after its retries): it was not measured,
+    so nothing is recorded. A judge that replied without a valid verdict was measured (its
+    record is NOT qualified, with the reasons).
 
     Raises:
         JudgeError: one line naming the judge, its endpoint (:func:`endpoint`) and the reasons counted.
     """
-    if not records or any(r.get("valid") for r in records):
+    if not records or not all(str(r.get("error") or "").startswith(CALL_FAILED) for r in records):
         return
     reasons = ", ".join(f"{why}: {n}" for why, n in Q.invalid_reasons(records).items())
-    raise JudgeError(f"judge {spec.judge.model.name} ({endpoint(spec.judge)}) could not be asked: no valid verdict on any of "
-                     f"{len(records)} labelled calls ({printable(reasons, 300)}); no qualification recorded")  # fmt: skip
+    raise JudgeError(f"judge {spec.judge.model.name} ({endpoint(spec.judge)}) could not be asked: every one of its "
+                     f"{len(records)} labelled calls failed ({printable(reasons, 300)}); no qualification recorded")  # fmt: skip
 
 
 def mlflow_items(spec: QualifySpec, labels: str, scorer: Any, samples: dict[str, Sample]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
