@@ -47,7 +47,7 @@ the idle host's times the host's slowness measured at the start (``tests/support
 ``--slowness`` sets it), so the undisturbed reference run holds on a loaded host (issue 46).
 A failing trial's directory is kept with its seed and the command that
 replays it. Prints a table and ``K/N identical``. Not a test: nothing is asserted
-(``tests/test_chaos_script.py`` runs 2 quick trials).
+(``tests/test_perf_scripts.py`` runs one quick trial, seed 22).
 """
 
 from __future__ import annotations

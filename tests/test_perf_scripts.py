@@ -191,17 +191,18 @@ def test_score_budget(shared_data_dir, tmp_path):
     assert "5 answers, benchmark.score_budget_s=1e-06:" in out and "failed_by_kind {'score_budget_exceeded': 4}" in out, out
 
 
-def test_chaos_two_seeded_trials(tmp_path):
-    """Two quick trials whose seeds draw a SIGKILLed driver (seed 22: the run resumed), then
-    a SIGKILLed model worker and the run directory failing writes (seed 23): both identical
-    to the undisturbed run (predictions, journal, summary, one MLflow trace per unit)."""
+def test_chaos_a_seeded_trial(tmp_path):
+    """One quick trial whose seed draws a SIGKILLed driver (seed 22: the run resumed),
+    identical to the undisturbed run (predictions, journal, summary, one MLflow trace per
+    unit). A killed model worker and failing writes, which seed 23 draws, have tests of their
+    own (tests/engine/test_crash_resume.py, tests/test_write_fault_seam.py); a second trial
+    here cost CI about a minute."""
     pytest.importorskip("psutil", reason="perf/chaos.py finds the embedded server's process with psutil")
-    out = _run("chaos.py", "--trials", "2", "--seed", "22", "--quick", "--embedded-every", "0",
+    out = _run("chaos.py", "--trials", "1", "--seed", "22", "--quick", "--embedded-every", "0",
                "--keep-dir", str(tmp_path / "chaos"), timeout=900)  # fmt: skip
     lines = out.splitlines()
-    assert lines[-1] == "2/2 identical", out
+    assert lines[-1] == "1/1 identical", out
     assert any("driver_kill@" in ln and "drivers 2" in ln for ln in lines), out
-    assert any("write_fault@" in ln and "worker_kill@" in ln for ln in lines), out
 
 
 def test_rate_limit_cost():
