@@ -128,10 +128,6 @@ def judge_scorer(settings: Any, name: str | None) -> Any:
     return scorers[0]
 
 
-#: how a judgement record of a call that failed after its retries begins (no reply was read)
-CALL_FAILED = "the judge's call failed"
-
-
 async def _ask_all(calls: list[tuple[Sample, str, str | None]], scorer: Any, settings: Any, name: str, judge: ActorModel,
                    concurrency: int) -> list[dict[str, Any]]:  # fmt: skip
     """The judgement record of each call ``(sample, answer, order)``, in order; a call that
@@ -148,7 +144,7 @@ async def _ask_all(calls: list[tuple[Sample, str, str | None]], scorer: Any, set
                 completion = await judge.generate(request, accept=accepted(scorer, answers))
             except ModelCallError as exc:
                 failure = exc.failure
-                return judgement(name, scorer, order, None, error=f"{CALL_FAILED} ({failure.error_kind}): {failure.message}"[:500])
+                return judgement(name, scorer, order, None, error=f"the judge's call failed ({failure.error_kind}): {failure.message}"[:500])
         return {**judgement(name, scorer, order, completion.text, cached=bool(completion.cached), answers=answers),
                 "cached": bool(completion.cached)}
 
@@ -226,7 +222,7 @@ def unasked(spec: QualifySpec, records: list[dict[str, Any]]) -> None:
     Raises:
         JudgeError: one line naming the judge, its endpoint (:func:`endpoint`) and the reasons counted.
     """
-    if not records or not all(str(r.get("error") or "").startswith(CALL_FAILED) for r in records):
+    if not records or any(r["text"] is not None for r in records):  # a failed call's record has no text (judge.judgement)
         return
     reasons = ", ".join(f"{why}: {n}" for why, n in Q.invalid_reasons(records).items())
     raise JudgeError(f"judge {spec.judge.model.name} ({endpoint(spec.judge)}) could not be asked: every one of its "
