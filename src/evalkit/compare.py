@@ -760,7 +760,7 @@ def _verdict_lines(pair: dict[str, Any]) -> list[str]:
     level = pair.get("level", 0.95)
     mde = m.get("mde")
     power = f"this comparison could detect |Δ| ≥ {mde:.4f} (80% power, two-sided α = {1 - level:.2g})" if mde else \
-        "its minimum detectable effect cannot be estimated (the runs never disagree)"  # fmt: skip
+        "its minimum detectable effect cannot be estimated (the paired differences do not vary)"  # fmt: skip
     if pair.get("instrument_changed"):
         lines = [f"  {head}: Δ {m['delta']:+.4f} (p = {m['p']:.3g}) is not a model difference: the instrument changed "
                  f"({pair['instrument_changed']})"]  # fmt: skip
