@@ -42,11 +42,14 @@ existed (``docs/architecture.md``); issue 26 item 13 made them the only ones.
 from __future__ import annotations
 
 import logging
+import marshal
 import math
 import sys
+from array import array
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, overload
 
 from evalkit.errors import RunDirError, printable
 from evalkit.untrusted import TolerantRead, iter_objects, iter_tolerant, with_side_file
@@ -141,16 +144,25 @@ class Journal:
     def run_dir(self) -> Path:
         return self.path.parent
 
-    def epochs(self, samples: list[Any], repeats: int) -> list[list[dict[str, Any]]]:
-        """The rows of ``samples``, one list per epoch ``0 .. repeats-1``, in selection order.
-        Linear in the rows and ``repeats`` (not their product: ``repeats`` may come from a
-        run directory's summary)."""
-        order = {s.id: i for i, s in enumerate(samples)}
-        placed: list[list[tuple[int, dict[str, Any]]]] = [[] for _ in range(repeats)]
+    def epochs(self, samples: Sequence[Any], repeats: int) -> list[Sequence[dict[str, Any]]]:
+        """The rows of ``samples`` (samples, or their ids), one sequence per epoch ``0 ..
+        repeats-1``, in selection order. Linear in the rows and ``repeats`` (not their
+        product: ``repeats`` may come from a run directory's summary). Rows read packed
+        (:func:`packed_summary_view`) come as :class:`PackedRows`, each unpacked when read;
+        others as lists."""
+        shared = getattr(samples, "id_positions", None)  # a packed selection's own index
+        order = shared() if shared is not None else {s if isinstance(s, str) else s.id: i for i, s in enumerate(samples)}
+        placed: list[list[tuple[int, Any]]] = [[] for _ in range(repeats)]
         for (sid, epoch), row in self.rows.items():
             if epoch < repeats and sid in order:
                 placed[epoch].append((order[sid], row))
-        return [[row for _, row in sorted(rows, key=lambda p: p[0])] for rows in placed]
+        out: list[Sequence[dict[str, Any]]] = []
+        for rows in placed:
+            rows.sort(key=lambda p: p[0])
+            kept = [row for _, row in rows]
+            rows.clear()
+            out.append(PackedRows(kept) if kept and isinstance(kept[0], PackedRow) else kept)
+        return out
 
     def uncounted(self) -> list[int]:
         """The lines a reader without the requests must skip to count as this read did: the
@@ -238,7 +250,7 @@ def _numbers(lines: list[int]) -> str:
 
 
 def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_lines: Iterable[int] = (),
-                 view: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Journal:  # fmt: skip
+                 view: Callable[[dict[str, Any]], Any] | None = None) -> Journal:  # fmt: skip
     """The journal at ``path`` as :class:`Journal`, by the rules of the module docstring,
     read a line at a time (:func:`evalkit.untrusted.iter_tolerant`).
 
@@ -254,13 +266,16 @@ def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_
     rows = iter_tolerant(path, read)
     journal = Journal(Path(path), unreadable=read.unreadable)
     skip = set(skip_lines) if request_hashes is None else set()
-    first_line: dict[Key, int] = {}
+    first_line: MutableMapping[Key, int] = {}
+    if view is not None and hasattr(request_hashes, "slot"):  # finalize: rows placed by the plan's slots
+        journal.rows, first_line = SlotRows(request_hashes), SlotRows(request_hashes, lines=True)
+    canonical = getattr(request_hashes, "canonical_id", None)  # the plan's own id strings, one per sample
     for lineno, row in rows:
         why = row_problem(row)
         if why is not None:
             journal.invalid.append((lineno, why))
             continue
-        key: Key = (row["sample_id"], row.get("epoch", 0))
+        key: Key = (row["sample_id"] if canonical is None else canonical(row["sample_id"]), row.get("epoch", 0))
         if request_hashes is not None and key not in request_hashes:
             journal.unselected.append(lineno)
             continue
@@ -275,7 +290,7 @@ def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_
             continue
         journal.rows[key] = row if view is None else view(row)
         first_line[key] = lineno
-    journal.lines = first_line
+    journal.lines = first_line  # type: ignore[assignment]
     journal.torn_last = read.torn_last
     return journal
 
@@ -319,6 +334,129 @@ def summary_view(row: dict[str, Any]) -> dict[str, Any]:
 #: the fields of a row whose text takes few values over a run (a handful of statuses and
 #: subsets): :func:`summary_view` keeps one string per value, not one per row
 _FEW_VALUES = frozenset({"status", "subset"})
+
+
+class SlotRows(MutableMapping[Key, Any]):
+    """``{(sample_id, epoch): value}`` for the keys of a run's work items only, held in a list
+    by each key's slot (``slots``: the plan's :class:`~evalkit.engine.plan.RequestHashes`:
+    ``slot(key)``, ``key_at(slot)``, ``len``) instead of a dict of tuples: 8 bytes a key
+    against about 0.15 KB (issue 46 item 3). Iterates in slot order (epoch by epoch, each in
+    selection order), not in the order set. ``lines``: integer values (line numbers), held
+    as an ``array`` of int64.
+
+    Raises:
+        KeyError: setting a key that is not a work item's."""
+
+    def __init__(self, slots: Any, lines: bool = False):
+        self._slots, self._lines = slots, lines
+        self._values: Any = array("q", [-1]) * len(slots) if lines else [None] * len(slots)
+        self._n = 0
+
+    def _filled(self, value: Any) -> bool:
+        return value != -1 if self._lines else value is not None
+
+    def _slot(self, key: Any) -> int | None:
+        """The slot of ``key`` when it holds a value, else ``None``."""
+        slot = self._slots.slot(key)
+        return slot if slot is not None and self._filled(self._values[slot]) else None
+
+    def __getitem__(self, key: Key) -> Any:
+        slot = self._slot(key)
+        if slot is None:
+            raise KeyError(key)
+        return self._values[slot]
+
+    def __setitem__(self, key: Key, value: Any) -> None:
+        slot = self._slots.slot(key)
+        if slot is None:
+            raise KeyError(key)
+        self._n += not self._filled(self._values[slot])
+        self._values[slot] = value
+
+    def __delitem__(self, key: Key) -> None:
+        slot = self._slot(key)
+        if slot is None:
+            raise KeyError(key)
+        self._values[slot] = -1 if self._lines else None
+        self._n -= 1
+
+    def __contains__(self, key: object) -> bool:
+        return self._slot(key) is not None
+
+    def __iter__(self) -> Iterator[Key]:
+        for slot, value in enumerate(self._values):
+            if self._filled(value):
+                yield self._slots.key_at(slot)
+
+    def items(self) -> Iterator[tuple[Key, Any]]:  # type: ignore[override]
+        """``(key, value)`` in slot order (one pass, no lookup per key)."""
+        for slot, value in enumerate(self._values):
+            if self._filled(value):
+                yield self._slots.key_at(slot), value
+
+    def __len__(self) -> int:
+        return self._n
+
+
+class PackedRow(bytes):
+    """A row's summary view held packed (:mod:`marshal` bytes, exact for JSON values, about
+    a third of the dict it reads back as): what finalize keeps per sample and epoch (issue 46
+    item 3). :meth:`unpack` gives a new dict each time; :meth:`get` reads one field of it.
+    Only bytes this process packed are unpacked."""
+
+    __slots__ = ()
+
+    def unpack(self) -> dict[str, Any]:
+        return marshal.loads(self)  # type: ignore[no-any-return]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.unpack().get(name, default)
+
+
+def packed_summary_view(row: dict[str, Any]) -> PackedRow:
+    """:func:`summary_view` of ``row``, packed (:class:`PackedRow`)."""
+    return PackedRow(marshal.dumps(summary_view(row)))
+
+
+class PackedRows(Sequence[dict[str, Any]]):
+    """Rows held packed (:class:`PackedRow`), read as dicts: ``len``, an index, a slice (a
+    :class:`PackedRows`) and passes, each unpacking the rows again (a change made to a row
+    read is not kept; a reader holds the rows it keeps). ``rows + other`` is a list of
+    dicts (every row unpacked: for short sequences)."""
+
+    def __init__(self, packed: list[PackedRow]):
+        self.packed = packed
+
+    def __len__(self) -> int:
+        return len(self.packed)
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> "PackedRows": ...
+
+    def __getitem__(self, i: int | slice) -> "dict[str, Any] | PackedRows":
+        if isinstance(i, slice):
+            return PackedRows(self.packed[i])
+        return self.packed[i].unpack()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for row in self.packed:
+            yield row.unpack()
+
+    def __add__(self, other: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [*self, *other]
+
+    def __radd__(self, other: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [*other, *self]
+
+    @staticmethod
+    def chained(epochs: list[Sequence[dict[str, Any]]]) -> "Sequence[dict[str, Any]]":
+        """The rows of every epoch (:meth:`Journal.epochs`) in one sequence, packed when they are."""
+        if epochs and all(isinstance(rows, PackedRows) for rows in epochs):
+            return PackedRows([row for rows in epochs for row in rows.packed])  # type: ignore[attr-defined]
+        return [row for rows in epochs for row in rows]
 
 
 def read_run_journal(run_dir: Path, stale_lines: Iterable[int] = (), request_hashes: dict[Key, str] | None = None) -> Journal:

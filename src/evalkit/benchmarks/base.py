@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 from evalkit.errors import ConfigError
 from evalkit.settings import BenchmarkSettings
 from evalkit.stats import BINARY, GRADED, Column, StatPlan, with_interval
-from evalkit.types import Generator, Request, Sample, SampleScore, Trajectory
+from evalkit.types import Generator, Request, Sample, SampleScore, Trajectory, id_positions, sample_keys
 from evalkit.untrusted import read_text
 
 
@@ -314,10 +314,10 @@ class Benchmark(ABC):
         (requested but not scored: failed or never ran). Default: by ``sample.subset``."""
         counts: dict[str, dict[str, int]] = {}
         scored = {r.get("sample_id") for r in records}
-        for s in samples:
-            c = counts.setdefault(s.subset, {"n_requested": 0, "n_scored": 0, "n_failed": 0})
+        for sid, subset in zip(*sample_keys(samples)):  # ids and subsets only: a packed selection is not unpacked
+            c = counts.setdefault(subset, {"n_requested": 0, "n_scored": 0, "n_failed": 0})
             c["n_requested"] += 1
-            c["n_scored" if s.id in scored else "n_failed"] += 1
+            c["n_scored" if sid in scored else "n_failed"] += 1
         return counts
 
     def report_tables(self, metrics: dict[str, float], ci: dict[str, Any] | None = None,
@@ -374,26 +374,38 @@ def score_means_plan(samples: list[Sample], epochs: list[list[dict[str, Any]]]) 
     A column is :data:`~evalkit.stats.BINARY` when every value is 0 or 1."""
     import numpy as np
 
-    subset = {s.id: s.subset for s in samples}
-    scored = {r["sample_id"] for rows in epochs for r in rows if r.get("sample_id") in subset}
-    ids = [s.id for s in samples if s.id in scored]
-    pos = {sid: i for i, sid in enumerate(ids)}
-    keys = sorted({subset[sid] for sid in ids})
-    split = len({s.subset for s in samples}) > 1
+    # the selection's ids and subsets and one index by id (a packed selection's own: no
+    # sample unpacked, no dict per call; issue 46 item 3)
+    all_ids, all_subsets = sample_keys(samples)
+    index = id_positions(samples)
+    scored = np.zeros(len(all_ids), dtype=bool)
+    for rows in epochs:
+        for r in rows:
+            i = index.get(r.get("sample_id"))  # type: ignore[arg-type]
+            if i is not None:
+                scored[i] = True
+    chosen = np.flatnonzero(scored)
+    unit = np.full(len(all_ids), -1, dtype=np.int64)  # a sample's unit position, -1 when never scored
+    unit[chosen] = np.arange(len(chosen))
+    ids = [all_ids[i] for i in chosen]
+    keys = sorted({all_subsets[i] for i in chosen})
+    split = len(set(all_subsets)) > 1
     n_e, n_u = max(len(epochs), 1), len(ids)
     columns: dict[str, Column] = {}
     for e, rows in enumerate(epochs):
         for r in rows:
-            i = pos.get(r.get("sample_id"))
+            i = index.get(r.get("sample_id"))  # type: ignore[arg-type]
             for name, value in (r.get("scores") or {}).items() if i is not None else ():
                 if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                     continue  # a NaN score is not scored (never read as 0)
-                for metric in (name, f"{name}/{subset[ids[i]]}") if split else (name,):
+                u = int(unit[i])  # type: ignore[index]
+                for metric in (name, f"{name}/{all_subsets[i]}") if split else (name,):  # type: ignore[index]
                     col = columns.setdefault(metric, Column(np.zeros((n_e, n_u)), np.zeros((n_e, n_u), dtype=bool)))
-                    col.values[e, i], col.mask[e, i] = float(value), True
+                    col.values[e, u], col.mask[e, u] = float(value), True
     for col in columns.values():
         col.kind = BINARY if np.all(np.isin(col.values[col.mask], (0.0, 1.0))) else GRADED
-    strata = np.array([keys.index(subset[sid]) for sid in ids], dtype=int)
+    stratum = {k: j for j, k in enumerate(keys)}
+    strata = np.fromiter((stratum[all_subsets[i]] for i in chosen), dtype=int, count=len(chosen))
     return StatPlan(ids, strata, columns, unit_label="samples", stratum_label="subset")
 
 

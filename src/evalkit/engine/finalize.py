@@ -10,7 +10,8 @@ import datetime as dt
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable
+import itertools
+from typing import Any, Callable, Sequence
 
 from evalkit import __version__, secrets
 from evalkit.benchmarks.task.agreement import invalid_verdicts, panel_agreement
@@ -22,7 +23,7 @@ from evalkit.engine.records import reasoning_rule
 from evalkit.engine.rundir import FAILED, PREDICTIONS, SUMMARY, RunState
 from evalkit.errors import counted
 from evalkit.images import EXTENSIONS, media_type_of
-from evalkit.journal import read_failures, read_journal, summary_view
+from evalkit.journal import PackedRows, packed_summary_view, read_failures, read_journal
 from evalkit.jsonl import write_unit_file
 from evalkit.report.figures import aggregation, category_counts, epoch_mean, plan_figures, worst_case_bounds
 from evalkit.report.summary import build_summary, interval_methods, spend_fields, write_report
@@ -65,20 +66,21 @@ def code_version() -> str:
 
 
 def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None,
-              view: Callable[[dict[str, Any]], dict[str, Any]] | None = summary_view) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+              view: Callable[[dict[str, Any]], Any] | None = packed_summary_view) -> tuple[dict[str, Any], Sequence[dict[str, Any]]]:  # fmt: skip
     """The run's summary (secrets scrubbed) and its scored records, from the journal: the
     metrics of each epoch by the benchmark's rules, averaged; intervals on them (``partial_*``
     ones when incomplete), counts per category, aggregation rules and repeat figures.
     ``wall_s`` is the interval from ``started_at`` to ``finished_at`` (milliseconds).
 
     The journal is read a line at a time and of each row only ``view`` is kept
-    (:func:`evalkit.journal.summary_view`: no model texts; ``None``: whole rows, the same
-    summary), so the driver holds the scores of every sample and epoch, not their answers."""
+    (:func:`evalkit.journal.packed_summary_view`: no model texts, packed, each row unpacked
+    when read; ``None``: whole rows, the same summary), so the driver holds the scores of
+    every sample and epoch, not their answers (issue 46 item 3)."""
     report, bench, samples = plan.specs.report, plan.bench, plan.samples
     hashes = plan.request_hashes()
     journal = read_journal(state.run_dir / PREDICTIONS, hashes, view=view)
     epochs = journal.epochs(samples, report.repeats)
-    records = [r for rows in epochs for r in rows]
+    records = PackedRows.chained(epochs)
     failures = read_failures(state.run_dir / FAILED, [k for k in hashes if k not in journal.rows])
     missing = [key for key in plan.units.keys() if key not in journal.rows]
     metrics = epoch_mean([bench.aggregate(samples, rows) for rows in epochs])
@@ -106,7 +108,7 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None,
     agreement = panel_agreement(records, [j.name for j in report.judges], report.ci_level, report.bootstrap_resamples, report.seed)
     if agreement:
         summary["judge_agreement"] = agreement
-    judged_rows = records + [f for f in failures.values() if isinstance(f.get("judgements"), list)]
+    judged_rows = itertools.chain(records, (f for f in failures.values() if isinstance(f.get("judgements"), list)))
     invalid = invalid_verdicts(judged_rows, list(report.judge_scorers), [j.name for j in report.judges])
     if invalid:
         summary["judge_invalid"] = invalid
@@ -122,7 +124,7 @@ def summarize(plan: RunPlan, state: RunState, engine: dict[str, Any] | None,
     return secrets.scrub_obj(summary), records
 
 
-def _spend(plan: RunPlan, state: RunState, records: list[dict[str, Any]], failures: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _spend(plan: RunPlan, state: RunState, records: Sequence[dict[str, Any]], failures: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The summary's reasoning, token, cost and budget fields (:func:`spend_fields`)."""
     report, settings = plan.specs.report, plan.specs.benchmark
     return spend_fields(

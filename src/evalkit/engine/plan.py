@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Callable, Iterable
 
 from evalkit import secrets
@@ -28,7 +29,7 @@ from evalkit.journal import MAX_SAMPLE_ID_CHARS
 from evalkit.models.factory import Endpoints, ModelPlan, plan_models
 from evalkit.providers import Price, model_price
 from evalkit.specs import ModelsSpec, PromptSpec, RunSpecs
-from evalkit.types import Request, Sample, canonical_json
+from evalkit.types import Request, Sample, canonical_json, id_positions, sample_keys
 
 log = logging.getLogger("evalkit")
 
@@ -43,11 +44,13 @@ class RunPlan:
 
     specs: RunSpecs
     bench: Benchmark
-    samples: list[Sample]
+    #: the selection, in order (a :class:`~evalkit.types.PackedSamples` for a YAML task's rows)
+    samples: Sequence[Sample]
     units: WorkList
     models: ModelPlan
-    #: ``{(sample id, epoch): request hash}`` of every work item (what resume finds rows by)
-    hashes: dict[tuple[str, int], str]
+    #: ``{(sample id, epoch): request hash}`` of every work item (what resume finds rows by;
+    #: :class:`RequestHashes`, or a dict once a gate has cut the selection)
+    hashes: Mapping[tuple[str, int], str]
     #: :meth:`prompt_hash`'s value: SHA-256 over the samples' ids and prompt hashes
     prompts_sha256: str
     #: ``{"agent": price, "user": price, "judge:<name>": price}`` (the user only when a user
@@ -63,7 +66,7 @@ class RunPlan:
     #: :func:`evalkit.engine.finalize.store_images`, one at a time)
     images: dict[str, Any] = field(default_factory=dict)
 
-    def request_hashes(self) -> dict[tuple[str, int], str]:
+    def request_hashes(self) -> Mapping[tuple[str, int], str]:
         """``{(sample id, epoch): request hash}``: what identifies each result (resume)."""
         return self.hashes
 
@@ -129,27 +132,94 @@ def prepare(specs: RunSpecs, priced: bool = True, endpoints: Endpoints | None = 
     return RunPlan(specs, bench, samples, units, planned, hashes, prompts_sha256, prices, with_user, gate, images)
 
 
-def identify(samples: list[Sample], build: Callable[[Sample], Request], repeats: int,
-             model_id: str, images: dict[str, Any] | None = None) -> tuple[dict[tuple[str, int], str], str]:  # fmt: skip
+def identify(samples: Sequence[Sample], build: Callable[[Sample], Request], repeats: int,
+             model_id: str, images: dict[str, Any] | None = None) -> tuple["RequestHashes", str]:  # fmt: skip
     """Each sample's request built once (a sample the benchmark cannot build fails here,
-    before anything is written) and dropped: ``({(sample id, epoch): request hash}`` epoch by
-    epoch in selection order, ``SHA-256 over each sample's id and prompt hash)``; the
-    requests' images are added to ``images`` when given: ``{sha256: bytes}``, or a call that
-    gives them for an image held in a bounded store (:func:`evalkit.images.image_loaders`:
-    nothing is read here)."""
-    per_sample: list[list[str]] = []
+    before anything is written) and dropped: ``(``:class:`RequestHashes` ``{(sample id,
+    epoch): request hash}`` epoch by epoch in selection order, ``SHA-256 over each sample's
+    id and prompt hash)``; the requests' images are added to ``images`` when given:
+    ``{sha256: bytes}``, or a call that gives them for an image held in a bounded store
+    (:func:`evalkit.images.image_loaders`: nothing is read here)."""
+    hashes = RequestHashes(sample_keys(samples)[0], repeats, id_positions(samples))
     prompts = hashlib.sha256()
-    for sample in samples:
+    for i, sample in enumerate(samples):
         request = build(sample)
         if images is not None:
             images.update(image_loaders(request.images))
         prompts.update(f"{sample.id}\0{request.prompt_hash()}\n".encode("utf-8", errors="surrogatepass"))
-        per_sample.append([])
         for epoch in range(repeats):
             request.epoch = epoch
-            per_sample[-1].append(request.request_hash(model_id))
-    hashes = {(s.id, epoch): h[epoch] for epoch in range(repeats) for s, h in zip(samples, per_sample)}
+            hashes.set(i, epoch, request.request_hash(model_id))
     return hashes, prompts.hexdigest()
+
+
+class RequestHashes(Mapping[tuple[str, int], str]):
+    """``{(sample id, epoch): request hash}`` of a run's work items, packed (issue 46 item 3:
+    32 bytes per item and an index by id, against about 0.3 KB per item as a dict of
+    tuples and hex strings). Iterates epoch by epoch, each epoch in selection order; a hash
+    reads as its 64 hex digits (the SHA-256 of :meth:`evalkit.types.Request.request_hash`).
+
+    ``ids``: the selection's sample ids, in order, each once; ``repeats``: epochs (≥ 1);
+    ``index``: ``{id: position in ids}`` when the caller holds it already (shared, not copied)."""
+
+    def __init__(self, ids: Sequence[str], repeats: int, index: dict[str, int] | None = None):
+        self.ids, self.repeats = ids, repeats
+        self._index = index if index is not None else {sid: i for i, sid in enumerate(ids)}
+        self._digests = bytearray(32 * len(ids) * repeats)
+
+    def canonical_id(self, sid: str) -> str:
+        """The selection's own string equal to ``sid`` (``sid`` itself when not selected): a
+        reader keying rows by it holds one string per sample (:func:`evalkit.journal.read_journal`)."""
+        position = self._index.get(sid)
+        return sid if position is None else self.ids[position]
+
+    def slot(self, key: tuple[str, int]) -> int | None:
+        """The place of ``key`` among the work items (``epoch × samples + position``: the
+        order :meth:`__iter__` gives), ``None`` when it is not one of them."""
+        try:
+            sid, epoch = key
+            position = self._index.get(sid)
+        except (TypeError, ValueError):
+            return None
+        if position is None or type(epoch) is not int or not 0 <= epoch < self.repeats:
+            return None
+        return epoch * len(self.ids) + position
+
+    def key_at(self, slot: int) -> tuple[str, int]:
+        """The key at ``slot`` (:meth:`slot`'s inverse)."""
+        epoch, position = divmod(slot, len(self.ids))
+        return self.ids[position], epoch
+
+    def set(self, position: int, epoch: int, digest: str) -> None:
+        """The hash (64 hex digits) of the sample at ``position``, in ``epoch``."""
+        at = 32 * (epoch * len(self.ids) + position)
+        self._digests[at : at + 32] = bytes.fromhex(digest)
+
+    def __getitem__(self, key: tuple[str, int]) -> str:
+        try:
+            sid, epoch = key
+            position = self._index[sid]
+        except (TypeError, ValueError, KeyError):
+            raise KeyError(key) from None
+        if type(epoch) is not int or not 0 <= epoch < self.repeats:
+            raise KeyError(key)
+        at = 32 * (epoch * len(self.ids) + position)
+        return self._digests[at : at + 32].hex()
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            sid, epoch = key  # type: ignore[misc]
+            return sid in self._index and type(epoch) is int and 0 <= epoch < self.repeats
+        except (TypeError, ValueError):
+            return False
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        for epoch in range(self.repeats):
+            for sid in self.ids:
+                yield sid, epoch
+
+    def __len__(self) -> int:
+        return len(self.ids) * self.repeats
 
 
 def run_prices(models: ModelsSpec, with_user: bool, lookup: Callable[[str], Price | None] | None = None,
@@ -246,7 +316,7 @@ def select_samples(samples: list[Sample], run: RunSettings, order: Callable[[lis
         samples = [by_id[sid] for sid in wanted if not (sid in seen or seen.add(sid))]
     if order is not None:
         samples = order(samples)
-    elif run.limit is not None:
+    elif run.limit is not None and run.limit < len(samples):
         samples = samples[: run.limit]
     if not samples:
         raise ConfigError("run: the selection is empty (check benchmark.subsets, run.sample_ids, run.limit)")

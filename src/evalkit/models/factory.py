@@ -244,7 +244,7 @@ def plan_models(models: ModelsSpec, bench: OfflineAnswers, samples: list[Sample]
             endpoints["user"] = strip_credentials(getattr(user.backend, "api_base", None))
         endpoints.update({f"judge:{name}": strip_credentials(getattr(e.backend, "api_base", None)) for name, e, _ in judges})
         return ModelPlan(model_id, False, endpoints, _agent=agent, _user=user, _judges=judges)
-    singles = [s for s in samples if not bench.is_rollout(s)]
+    singles = (s for s in samples if not bench.is_rollout(s))  # one at a time (a packed selection holds no Sample)
     if kind == "reference":
         outputs, source = {s.id: bench.reference_output(s) for s in singles}, "gold"
     elif kind == "baseline":

@@ -34,7 +34,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -79,23 +79,26 @@ def reason_kind(error: str) -> str:
     return re.sub(r" at character \d+", "", str(error).split(":", 1)[0]).strip()[:80] or "invalid"
 
 
-def invalid_verdicts(rows: list[dict[str, Any]], scorers: list[Any], judges: list[str]) -> dict[str, Any]:
+def invalid_verdicts(rows: Iterable[dict[str, Any]], scorers: list[Any], judges: list[str]) -> dict[str, Any]:
     """``judge_invalid`` of the module docstring, from the judged answers' rows (scored rows
-    and failed ones: each with its ``judgements``); ``{}`` without ``llm_judge`` scorers or judges."""
+    and failed ones: each with its ``judgements``; read once, a row at a time); ``{}``
+    without ``llm_judge`` scorers or judges."""
     if not scorers or not judges:
         return {}
-    out: dict[str, Any] = {}
-    for scorer in scorers:
-        name = scorer.score_name
-        tally = {j: Counter() for j in judges}
-        samples = Counter()
-        for row in rows:
-            calls = [c for c in row.get("judgements") or [] if isinstance(c, dict) and c.get("scorer") == name]
+    names = [scorer.score_name for scorer in scorers]
+    tally = {name: {j: Counter() for j in judges} for name in names}
+    samples = {name: Counter() for name in names}
+    for row in rows:
+        judgements = [c for c in row.get("judgements") or [] if isinstance(c, dict)]
+        for name in names:
+            calls = [c for c in judgements if c.get("scorer") == name]
             for judge in judges:
                 bad = [c for c in calls if c.get("judge") == judge and not c.get("valid")]
                 if bad:
-                    samples[judge] += 1
-                    tally.setdefault(judge, Counter())[reason_kind(str(bad[0].get("error") or "no verdict"))] += 1
+                    samples[name][judge] += 1
+                    tally[name][judge][reason_kind(str(bad[0].get("error") or "no verdict"))] += 1
+    out: dict[str, Any] = {}
+    for scorer, name in zip(scorers, names):
         out[name] = {"policy": scorer.judge_setting("invalid_verdict"),
-                     "judges": {j: {"samples": samples[j], "reasons": dict(tally[j].most_common())} for j in judges}}  # fmt: skip
+                     "judges": {j: {"samples": samples[name][j], "reasons": dict(tally[name][j].most_common())} for j in judges}}  # fmt: skip
     return out

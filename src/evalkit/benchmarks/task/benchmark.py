@@ -16,7 +16,7 @@ import logging
 import random
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from evalkit.benchmarks.base import Benchmark, Generate, Selection, Solver, score_means_plan
 from evalkit.benchmarks.bounds import safe_score
@@ -29,7 +29,7 @@ from evalkit.errors import ConfigError, DataError
 from evalkit.images import Image, ImageFacts, ImageStore, Limits, Text, load_image, message, read_source, text_of, undecoded
 from evalkit.untrusted import MAX_JSONL_BYTES, MAX_LINE_BYTES, iter_parquet, iter_records, open_file
 from evalkit.stats import BINARY, Column
-from evalkit.types import Request, Sample, SampleScore, Trajectory
+from evalkit.types import PackedSamples, Request, Sample, SampleScore, Trajectory
 
 log = logging.getLogger("evalkit")
 
@@ -166,7 +166,7 @@ class TaskBenchmark(Benchmark):
         reading.record(self._digests)
         return rows
 
-    def _select(self, selection: Selection | None, where: str, prefix: str = "") -> tuple[list[Sample], "_Reading"]:
+    def _select(self, selection: Selection | None, where: str, prefix: str = "") -> tuple[Sequence[Sample], "_Reading"]:
         """The samples of the dataset that ``selection`` keeps (every one for ``None``), read
         a row at a time: with ``selection.first`` and no ids, reading stops once that many are
         kept; rows left out are never held. Their images are not checked here (callers do).
@@ -182,7 +182,9 @@ class TaskBenchmark(Benchmark):
         reading = _Reading(str(ds.path) if ds.path is not None else f"{ds.hub}@{ds.revision}:{ds.split}")
         rows = self._stream(ds, ds.path, ds.split, reading)
         made = _iter_samples(rows, ds, ds.split, where, prefix)
-        kept: list[Sample] = []
+        # packed as read (issue 46: a million rows in about 0.2 KB each); a task with images
+        # keeps Sample objects (their checked digests are written into each sample's data)
+        kept: list[Sample] | PackedSamples = PackedSamples() if ds.fields.images is None else []
         try:
             for sample in made:
                 reading.subsets.add(sample.subset)
@@ -198,7 +200,7 @@ class TaskBenchmark(Benchmark):
         reading.record(self._digests)
         return kept, reading
 
-    def load_selection(self, selection: Selection | None = None) -> list[Sample]:
+    def load_selection(self, selection: Selection | None = None) -> Sequence[Sample]:
         """The samples ``selection`` keeps (:meth:`_select`), their images read and checked;
         their templates not yet rendered (:meth:`check_selection`, on what the run sends).
 
@@ -218,7 +220,7 @@ class TaskBenchmark(Benchmark):
             DataError: a template that fails or is over a bound on a sample."""
         self.check_templates(samples)
 
-    def load(self) -> list[Sample]:
+    def load(self) -> Sequence[Sample]:
         """The dataset's samples, each of whose prompts is first rendered once in the bounded
         child (:meth:`check_templates`).
 
@@ -266,10 +268,16 @@ class TaskBenchmark(Benchmark):
         33 µs a render, 3.3 s for 20,000 rows with a judge's rubric (100,000 renders) on a
         loaded 2-core host (issue 32) — so every sample sent is rendered, none sampled.
 
+        The samples go to the child :data:`CHECK_CHUNK` at a time, one child each (a render
+        job holds its sample's data: a million samples' jobs at once would hold a million
+        dicts; issue 46 item 3).
+
         Raises:
             DataError: one line naming the task (and the sample, for a failing render).
         """
-        check_renders(self.render_jobs(samples), f"task {self.name}")
+        read = iter(samples)
+        while chunk := list(itertools.islice(read, CHECK_CHUNK)):
+            check_renders(self.render_jobs(chunk), f"task {self.name}")
 
     def data_fingerprints(self) -> dict[str, str]:
         return dict(self._digests)
@@ -636,6 +644,11 @@ def _label(value: Any, at: str) -> float | None:
     if text in ("0", "false", "no", "0.0"):
         return 0.0
     raise DataError(f"{at}: label {str(value)[:40]!r} is not 0/1, true/false or yes/no")
+
+
+#: the samples whose renders one bounded child checks (:meth:`TaskBenchmark.check_templates`):
+#: a child's start-up (about 0.1–0.3 s) per chunk against about 1 KB per render job held
+CHECK_CHUNK = 20_000
 
 
 def _samples(rows: list[dict[str, Any]], ds: Dataset, split: str, where: str) -> list[Sample]:
