@@ -14,7 +14,8 @@ into a SQLite store of the run's own). While a run goes, its driver's resident s
 psutil) and its journal are read every 0.25 s; printed per 10,000 journaled rows (and at
 the end; ``--every``): seconds since launch, driver RSS (MiB), the journal's size (``predictions.jsonl``);
 at the end the driver's peak RSS (``VmHWM``), ``summary.json``'s and the store's size
-(the MLflow SQLite file and its artifacts; 0 without tracking), the run's phases, and the
+(the MLflow SQLite file and its artifacts; 0 without tracking), the driver's own CPU
+seconds (user + system of its threads, last seen 0.25 s before its exit; per row), the run's phases, and the
 RSS growth per sample between the first and the last 10k mark.
 
 **The selection** (``--selection K/M``, default ``2000/200000``; ``--selection 0`` skips
@@ -99,14 +100,14 @@ def _hwm_kib(pid: int) -> int:
 
 def run_one(config_dir: Path, overrides: list[str], run_dir: Path, label: str, quiet: bool = False) -> dict[str, Any]:
     """One ``python -m evalkit`` run, watched; prints a line per :data:`MARK` journaled rows.
-    Returns ``{wall_s, peak_rss_mib, marks: [(rows, s, rss_mib, journal_bytes)], summary}``."""
+    Returns ``{wall_s, peak_rss_mib, driver_cpu_s (its own, last seen), marks: [(rows, s, rss_mib, journal_bytes)], summary}``."""
     env = {**os.environ, "EVALKIT_CONFIG_DIR": str(config_dir), "PYTHONPATH": f"{REPO / 'src'}:{os.environ.get('PYTHONPATH', '')}"}
     cmd = [sys.executable, "-m", "evalkit", *overrides, f"run.dir={run_dir}", "run.progress=false"]
     started = time.perf_counter()
     with open(run_dir.parent / f"{run_dir.name}.log", "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     ps = psutil.Process(proc.pid)
-    journal, rows, seen, marks, hwm = run_dir / "predictions.jsonl", 0, 0, [], 0
+    journal, rows, seen, marks, hwm, cpu = run_dir / "predictions.jsonl", 0, 0, [], 0, 0.0
     if not quiet:
         print(f"  {label}: {'rows':>9} {'s':>8} {'RSS MiB':>8} {'journal MB':>11}", flush=True)
 
@@ -125,6 +126,8 @@ def run_one(config_dir: Path, overrides: list[str], run_dir: Path, label: str, q
         try:
             rss = ps.memory_info().rss
             hwm = max(hwm, _hwm_kib(proc.pid))
+            times = ps.cpu_times()
+            cpu = times.user + times.system  # the driver's own CPU (its threads; not its children)
         except psutil.Error:
             break
         before = rows
@@ -139,7 +142,7 @@ def run_one(config_dir: Path, overrides: list[str], run_dir: Path, label: str, q
     read_rows()
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    out = {"wall_s": wall, "peak_rss_mib": hwm / 1024, "marks": marks, "rows": rows, "journal_bytes": seen,
+    out = {"wall_s": wall, "peak_rss_mib": hwm / 1024, "driver_cpu_s": cpu, "marks": marks, "rows": rows, "journal_bytes": seen,
            "summary_bytes": _size(summary_path), "rc": proc.returncode, "summary": summary}  # fmt: skip
     if proc.returncode != 0:
         print(f"  {label}: exit {proc.returncode}; see {run_dir.parent / (run_dir.name + '.log')}", flush=True)
@@ -173,7 +176,8 @@ def ladder(work: Path, sizes: list[int], args: argparse.Namespace, base: str | N
             phases = (r["summary"].get("engine") or {}).get("phases") or {}
             print(f"  end: wall {r['wall_s']:.1f} s, rows {r['rows']:,}, status {r['summary'].get('status')}, driver peak RSS "
                   f"{r['peak_rss_mib']:.0f} MiB, journal {r['journal_bytes'] / 1e6:.1f} MB ({r['journal_bytes'] / max(r['rows'], 1):.0f} B/row), "
-                  f"summary.json {r['summary_bytes'] / 1e3:.1f} kB, store {_size(store) / 1e6:.1f} MB", flush=True)  # fmt: skip
+                  f"summary.json {r['summary_bytes'] / 1e3:.1f} kB, store {_size(store) / 1e6:.1f} MB, driver CPU {r['driver_cpu_s']:.1f} s "
+                  f"({1e3 * r['driver_cpu_s'] / max(r['rows'], 1):.2f} ms/row)", flush=True)  # fmt: skip
             print("  phases: " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items() if isinstance(v, (int, float))), flush=True)
             if len(r["marks"]) >= 2:
                 (n0, _, m0, _), (n1, _, m1, _) = r["marks"][0], r["marks"][-1]

@@ -14,6 +14,7 @@ import pytest
 from evalkit.engine.plan import RequestHashes
 from evalkit.journal import PackedRow, PackedRows, packed_summary_view, read_journal, summary_view
 from evalkit.types import PackedSamples, Sample, sample_keys, sha256_hex
+from tests.support.reachable import held
 
 
 def _samples(n: int) -> list[Sample]:
@@ -120,3 +121,22 @@ def test_finalize_reads_rows_into_the_plans_slots_with_the_rules_of_a_dict(tmp_p
         slotted.rows[("s9", 0)] = {}
     del slotted.rows[("s0", 0)]
     assert len(slotted.rows) == 2 and ("s0", 0) not in slotted.rows
+
+
+def test_a_yaml_tasks_plan_holds_no_sample_object_and_its_items_are_the_rows(tmp_path):
+    """The plan of a YAML task holds its selection packed: no :class:`Sample` object is
+    reachable from it (the offline model's table holds answers, not samples), and the work
+    items, hashes and fingerprint are those of the rows."""
+    from evalkit.compose import compose, resolve
+    from evalkit.engine.plan import data_fingerprint, prepare
+    from evalkit.specs import build
+
+    _, cfg = resolve(compose(["benchmark=arith_mini", "model=reference", "tracking=none", f"run.dir={tmp_path / 'run'}", "run.repeats=2"]))
+    plan = prepare(build(cfg))
+    assert isinstance(plan.samples, PackedSamples) and isinstance(plan.hashes, RequestHashes)
+    assert held(plan, Sample) == 0
+    items = list(plan.units)
+    assert [u.key for u in items] == list(plan.hashes) and len(items) == 2 * len(plan.samples)
+    assert {u.key: u.request.request_hash(plan.models.model_id) for u in items} == dict(plan.hashes)
+    assert [u.sample for u in items[: len(plan.samples)]] == list(plan.samples)
+    assert data_fingerprint(plan.samples) == data_fingerprint(list(plan.samples))

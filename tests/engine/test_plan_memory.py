@@ -4,29 +4,18 @@ at N = 20,000; figures in docs/performance.md, ``perf/footprint.py``)."""
 
 from __future__ import annotations
 
-import gc
-import types
-
 from evalkit.compose import compose, resolve
 from evalkit.engine.plan import data_fingerprint, prepare
 from evalkit.specs import build
 from evalkit.types import Request, canonical_json, sha256_hex
+from tests.support.reachable import held
 
 N, REPEATS = 80, 2
 
 
 def _requests_held(root: object) -> int:
-    """The Request objects reachable from ``root`` (through containers and instances; not
-    through classes, modules or functions, which hold no per-sample state)."""
-    seen, stack, found = set(), [root], 0
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen or isinstance(obj, (type, types.ModuleType, types.FunctionType, str, bytes, int, float)):
-            continue
-        seen.add(id(obj))
-        found += isinstance(obj, Request)
-        stack.extend(gc.get_referents(obj))
-    return found
+    """The Request objects reachable from ``root``."""
+    return held(root, Request)
 
 
 def _plan(acebench_dir):
