@@ -400,7 +400,9 @@ def score_means_plan(samples: list[Sample], epochs: list[list[dict[str, Any]]]) 
                     continue  # a NaN score is not scored (never read as 0)
                 u = int(unit[i])  # type: ignore[index]
                 for metric in (name, f"{name}/{all_subsets[i]}") if split else (name,):  # type: ignore[index]
-                    col = columns.setdefault(metric, Column(np.zeros((n_e, n_u)), np.zeros((n_e, n_u), dtype=bool)))
+                    col = columns.get(metric)
+                    if col is None:  # made once per metric (a default built per row cost two arrays of N each: quadratic)
+                        col = columns[metric] = Column(np.zeros((n_e, n_u)), np.zeros((n_e, n_u), dtype=bool))
                     col.values[e, u], col.mask[e, u] = float(value), True
     for col in columns.values():
         col.kind = BINARY if np.all(np.isin(col.values[col.mask], (0.0, 1.0))) else GRADED

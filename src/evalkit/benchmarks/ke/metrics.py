@@ -68,7 +68,9 @@ def stat_plan(epochs: list[list[tuple[str, str, dict[str, float]]]]) -> Any:
         for sid, diff, scores in rows:
             for k in SCORE_NAMES:
                 for name in (MACRO[k], f"{MACRO[k]}/{diff}"):
-                    col = columns.setdefault(name, Column(np.zeros((n_e, n_u)), np.zeros((n_e, n_u), dtype=bool), GRADED))
+                    col = columns.get(name)
+                    if col is None:  # once per metric, not a pair of arrays per row
+                        col = columns[name] = Column(np.zeros((n_e, n_u)), np.zeros((n_e, n_u), dtype=bool), GRADED)
                     col.values[e, pos[sid]], col.mask[e, pos[sid]] = float(scores[k]), True
     strata_keys = sorted(set(difficulty.values()))
     strata = np.array([strata_keys.index(difficulty[sid]) for sid in ids])
