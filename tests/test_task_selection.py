@@ -95,6 +95,29 @@ def test_sample_ids_keep_only_their_rows_and_check_only_what_is_sent(small_jsonl
         bench.check_selection(bad)  # the one prompt over the bound is sent, so it is refused
 
 
+def test_the_check_goes_to_its_child_a_chunk_at_a_time_and_still_names_the_bad_sample(small_jsonl, monkeypatch):
+    """Render jobs hold their sample's data, so a million samples go to the bounded child
+    ``CHECK_CHUNK`` at a time (issue 46 item 3): each sample is rendered once, in order, and
+    the over-bound prompt of row 100 (in the 4th chunk of 30) is refused by name."""
+    monkeypatch.setattr(task_module, "CHECK_CHUNK", 30)
+    calls: list[list[str]] = []
+    real = task_module.check_renders
+
+    def counting(jobs, where):
+        calls.append(list(dict.fromkeys(job[3] for job in jobs)))  # a sample's renders (template, answer template): its id once
+        return real(jobs, where)
+
+    monkeypatch.setattr(task_module, "check_renders", counting)
+    bench = TaskBenchmark(TaskSettings(**_spec(small_jsonl)))
+    samples = bench.load_selection(Selection(first=99))
+    bench.check_selection(samples)
+    assert [len(c) for c in calls] == [30, 30, 30, 9] and [sid for c in calls for sid in c] == [f"q{i}" for i in range(99)]
+    calls.clear()
+    with pytest.raises(DataError, match="q99"):
+        bench.check_selection(bench.load_selection(Selection(first=120)))
+    assert len(calls) == 4  # the fourth chunk holds row 100: refused there, nothing after it rendered
+
+
 def test_an_unknown_id_is_named_with_an_id_the_data_has(small_jsonl, tmp_path):
     ids = tmp_path / "ids.txt"
     ids.write_text("# wanted\nq7\nnope\n")
