@@ -121,7 +121,7 @@ def row_key(row: dict[str, Any]) -> Key | None:
 @dataclass
 class Journal:
     """One read of ``predictions.jsonl``: the row that counts per ``(sample_id, epoch)``
-    (``rows``, journal order), and what was skipped: ``unreadable`` line numbers,
+    (``rows``, journal order; finalize's read: the plan's order, :class:`SlotRows`), and what was skipped: ``unreadable`` line numbers,
     ``invalid`` ``(line, reason)``, ``stale`` line numbers (rule 3), ``unselected`` line
     numbers (a sample or epoch outside the run's requests, when they are given: a resume
     with a smaller selection; not counted, not warned of), every later row of a
