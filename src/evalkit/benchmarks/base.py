@@ -378,32 +378,29 @@ def score_means_plan(samples: list[Sample], epochs: list[list[dict[str, Any]]]) 
     # sample unpacked, no dict per call; issue 46 item 3)
     all_ids, all_subsets = sample_keys(samples)
     index = id_positions(samples)
-    scored = np.zeros(len(all_ids), dtype=bool)
-    for rows in epochs:
-        for r in rows:
-            i = index.get(r.get("sample_id"))  # type: ignore[arg-type]
-            if i is not None:
-                scored[i] = True
-    chosen = np.flatnonzero(scored)
-    unit = np.full(len(all_ids), -1, dtype=np.int64)  # a sample's unit position, -1 when never scored
-    unit[chosen] = np.arange(len(chosen))
-    ids = [all_ids[i] for i in chosen]
-    keys = sorted({all_subsets[i] for i in chosen})
     split = len(set(all_subsets)) > 1
-    n_e, n_u = max(len(epochs), 1), len(ids)
-    columns: dict[str, Column] = {}
+    n_e, n_all = max(len(epochs), 1), len(all_ids)
+    scored = np.zeros(n_all, dtype=bool)  # a sample with a row in some epoch is a unit
+    wide: dict[str, Column] = {}  # one column per metric over the whole selection, cut to the units below
     for e, rows in enumerate(epochs):
-        for r in rows:
+        for r in rows:  # one pass: a packed row is unpacked once
             i = index.get(r.get("sample_id"))  # type: ignore[arg-type]
-            for name, value in (r.get("scores") or {}).items() if i is not None else ():
+            if i is None:
+                continue
+            scored[i] = True
+            for name, value in (r.get("scores") or {}).items():
                 if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                     continue  # a NaN score is not scored (never read as 0)
-                u = int(unit[i])  # type: ignore[index]
-                for metric in (name, f"{name}/{all_subsets[i]}") if split else (name,):  # type: ignore[index]
-                    col = columns.get(metric)
+                for metric in (name, f"{name}/{all_subsets[i]}") if split else (name,):
+                    col = wide.get(metric)
                     if col is None:  # made once per metric (a default built per row cost two arrays of N each: quadratic)
-                        col = columns[metric] = Column(np.zeros((n_e, n_u)), np.zeros((n_e, n_u), dtype=bool))
-                    col.values[e, u], col.mask[e, u] = float(value), True
+                        col = wide[metric] = Column(np.zeros((n_e, n_all)), np.zeros((n_e, n_all), dtype=bool))
+                    col.values[e, i], col.mask[e, i] = float(value), True
+    chosen = np.flatnonzero(scored)
+    ids = [all_ids[i] for i in chosen]
+    keys = sorted({all_subsets[i] for i in chosen})
+    columns = {metric: Column(col.values[:, chosen], col.mask[:, chosen]) for metric, col in wide.items()}
+    del wide
     for col in columns.values():
         col.kind = BINARY if np.all(np.isin(col.values[col.mask], (0.0, 1.0))) else GRADED
     stratum = {k: j for j, k in enumerate(keys)}
