@@ -455,3 +455,10 @@ def test_the_config_scan_counts_a_stage_that_reads_the_config(tmp_path):
     out = _import_graph_scan()(tmp_path)
     assert out["readers"] == ["evalkit.engine.stage", "evalkit.engine.typed"] and out["importers"] == ["evalkit.engine.typed"]
     assert out["nodes"] == 3 and out["arrows"] == 1  # evalkit.config, evalkit.engine, evalkit.sweep; engine → config
+
+
+def test_every_deadline_is_awaited_through_within():
+    """``asyncio.wait_for`` (before Python 3.12) loses a cancellation that meets its answer:
+    a Ctrl-C did not end a batch run. Every deadline goes through ``errors.within``."""
+    users = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if "asyncio.wait_for(" in p.read_text(encoding="utf-8"))
+    assert users == ["errors.py"], users

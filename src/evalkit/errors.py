@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import re
 import shlex
+from typing import Any
 
 
 class EvalkitError(Exception):
@@ -182,3 +183,24 @@ def host_load(loadavg: tuple[float, float, float] | None = None, cores: int | No
     if load[0] / cores < LOADED_PER_CORE:
         return ""
     return f"the host's load is {load[0]:.1f} on {counted(cores, 'core')}"
+
+
+async def within(awaitable: Any, timeout_s: float | None) -> Any:
+    """``await awaitable`` with a deadline of ``timeout_s`` seconds (``None``: none).
+
+    Raises:
+        TimeoutError: (``asyncio.TimeoutError``) the deadline passed first; ``awaitable``
+            was cancelled and has ended.
+        asyncio.CancelledError: the caller was cancelled, always, even when ``awaitable``
+            ended at the same moment. ``asyncio.wait_for`` before Python 3.12 returns the
+            result then and the cancellation is lost: a batch run's poll loop went on after a
+            Ctrl-C, so the run never ended (CI, stop 52). ``asyncio.timeout`` (3.11) awaits
+            in the caller's own task and cannot lose it; Python 3.10 keeps ``wait_for``.
+    """
+    import asyncio
+
+    timeout = getattr(asyncio, "timeout", None)
+    if timeout is None:  # pragma: no cover - Python 3.10
+        return await asyncio.wait_for(awaitable, timeout_s)
+    async with timeout(timeout_s):
+        return await awaitable

@@ -4,6 +4,7 @@ refused, batch prices, the budget's reservation, the config's batch options."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from evalkit.config import ModelConfig
 from evalkit.engine.batch import BatchRecord, batch_limits, input_files, reserve
 from evalkit.engine.work import WorkItem
-from evalkit.errors import ConfigError, RunDirError
+from evalkit.errors import ConfigError, RunDirError, within
 from evalkit.models.litellm_batch import BATCH_EXPIRED, BATCH_FAILED, batch_refusal, parse_result
 from evalkit.providers import batch_price
 from evalkit.types import Completion, Failure, Request, Sample
@@ -234,3 +235,30 @@ def test_a_request_answered_twice_is_a_batch_failure_named_in_one_line(tmp_path:
     assert driver.answers["h2"].text == "step_002"
     named = [r.getMessage() for r in caplog.records if "more than once" in r.getMessage()]
     assert len(named) == 1 and "h1" in named[0] and "\n" not in named[0]
+
+
+def test_a_cancellation_that_meets_an_answer_is_never_lost() -> None:
+    """CI of stop 52: a Ctrl-C during a batch run's poll never ended the run. The poll was
+    ``asyncio.wait_for``, which (before Python 3.12) returns the answer when it arrives as
+    the caller is cancelled, so the poll loop went on. :func:`within` raises
+    ``CancelledError`` then, and still times out and answers as before."""
+
+    async def cancelled_as_answered() -> str:
+        answer = asyncio.get_running_loop().create_future()
+        poll = asyncio.ensure_future(within(answer, 10))
+        await asyncio.sleep(0)  # the poll waits on the answer
+        answer.set_result("in_progress")
+        poll.cancel()  # Ctrl-C's cancellation, in the same turn of the loop as the answer
+        try:
+            return await poll
+        except asyncio.CancelledError:
+            return "cancelled"
+
+    async def late() -> None:
+        await within(asyncio.sleep(5), 0.01)
+
+    assert asyncio.run(cancelled_as_answered()) == "cancelled"
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(late())
+    assert asyncio.run(within(asyncio.sleep(0, "done"), 1)) == "done"
+    assert asyncio.run(within(asyncio.sleep(0, "no deadline"), None)) == "no deadline"

@@ -71,7 +71,7 @@ from evalkit.engine.cache import cache_get, open_cache
 from evalkit.engine.protocol import Drained, ExecutorBase
 from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
-from evalkit.errors import ConfigError, EvalkitError, RunDirError, first_line, printable, resume_arg
+from evalkit.errors import ConfigError, EvalkitError, RunDirError, first_line, printable, resume_arg, within
 from evalkit.models.litellm_batch import (BATCH_CANCELLED, BATCH_EXPIRED, BATCH_FAILED, BatchAnswers, BatchClient, as_plain,
                                           batch_refusal, read_batch_files)
 from evalkit.providers import Price, batch_price, estimate_prompt_tokens
@@ -620,7 +620,7 @@ class BatchExecutor(ExecutorBase):
             BatchError: it failed or did not answer in time (one line naming the resume).
         """
         try:
-            return await asyncio.wait_for(call, self.client.timeout_s)
+            return await within(call, self.client.timeout_s)
         except asyncio.CancelledError:
             raise
         except asyncio.TimeoutError:
@@ -671,7 +671,7 @@ class BatchExecutor(ExecutorBase):
                 delay = min(delay * 1.5, run.batch_poll_max_s)
                 for entry in [e for e in self.record.entries if not e["collected"] and e["batch_id"]]:
                     try:
-                        got = await asyncio.wait_for(self.client.retrieve(entry["batch_id"]), self.client.timeout_s)
+                        got = await within(self.client.retrieve(entry["batch_id"]), self.client.timeout_s)
                     except asyncio.CancelledError:
                         raise
                     except Exception as exc:  # noqa: BLE001 - a poll that failed is tried again, up to a bound

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evalkit.errors import resume_arg
+from evalkit.errors import resume_arg, within
 from evalkit.config import RunSettings
 from evalkit.engine.solve import BUDGET_EXCEEDED
 from evalkit.engine.records import Prices, price_key, price_of, spend
@@ -140,7 +140,7 @@ class Budget:
                     self.refused = True
                     return None
                 try:
-                    await asyncio.wait_for(cond.wait(), left)
+                    await within(cond.wait(), left)
                 except asyncio.TimeoutError:
                     pass
             self.reserved_cost_usd += held[0]

@@ -40,6 +40,7 @@ import pickle
 from typing import Any, Callable
 
 from evalkit.engine.work import WorkItem
+from evalkit.errors import within
 from evalkit.types import Actor, Failure, Trajectory
 
 log = logging.getLogger("evalkit")
@@ -159,7 +160,7 @@ class Delivery:
     async def _ping(self, i: int, ready: Any = None) -> bool:
         """Whether worker ``i`` answered (``ready``, its start's answer, else a ping within ``ping_timeout_s``)."""
         try:
-            self.seen(i, await (ready if ready is not None else asyncio.wait_for(self.workers[i].ping.remote(), self.ping_timeout_s)))
+            self.seen(i, await (ready if ready is not None else within(self.workers[i].ping.remote(), self.ping_timeout_s)))
             return True
         except Exception as exc:  # noqa: BLE001 - dead for good (ActorDiedError), or silent past the timeout
             log.warning("model worker %d is left out of this run (%s: %s)", i, type(exc).__name__, str(exc)[:200])

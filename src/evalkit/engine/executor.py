@@ -35,7 +35,7 @@ from evalkit.engine.ratelimit import EndpointGate, endpoint_key, shared_limits
 from evalkit.engine.solve import solve_unit
 from evalkit.engine.work import WorkItem
 from evalkit.engine.protocol import Executor, ExecutorBase  # noqa: F401 - Executor: the protocol these implement
-from evalkit.errors import counted, host_load
+from evalkit.errors import counted, host_load, within
 from evalkit.images import ImageRefs, resolve_images
 from evalkit.types import Failure, Trajectory, sha256_hex
 
@@ -344,7 +344,7 @@ class RayExecutor(ExecutorBase):
         (:meth:`ModelWorker.in_flight`); ``None`` when none answers."""
         asked = [w.in_flight.remote() for w, up in zip(self.workers, self.delivery.live) if up]
         try:
-            answers = await asyncio.wait_for(asyncio.gather(*asked), timeout_s)
+            answers = await within(asyncio.gather(*asked), timeout_s)
         except Exception:  # noqa: BLE001 - a worker lost or slow: the bar keeps its last figures
             return None
         return sum(a[0] for a in answers), sum(a[1] for a in answers), max((a[2] for a in answers), default=0.0)

@@ -41,7 +41,7 @@ from tenacity import (  # noqa: E402
     wait_exponential_jitter,
 )
 
-from evalkit.errors import host_load  # noqa: E402
+from evalkit.errors import host_load, within  # noqa: E402
 from evalkit.images import sendable  # noqa: E402
 from evalkit.models.base import ModelCallError, endpoint_kwargs, endpoint_model_id  # noqa: E402
 from evalkit.providers import UNPRICED_MARK, usage_counts  # noqa: E402
@@ -195,7 +195,7 @@ class LiteLLMModel:
         attempt = Attempt(time.perf_counter())
         IN_FLIGHT.add(attempt)
         try:
-            return await asyncio.wait_for(self._streamed(request, attempt) if streamed else self._attempt(request), bound)
+            return await within(self._streamed(request, attempt) if streamed else self._attempt(request), bound)
         except StallError as exc:
             raise StallError(f"{exc}{_why_slow(attempt)}") from None
         except asyncio.TimeoutError:
@@ -227,7 +227,7 @@ class LiteLLMModel:
         while True:
             wait = first if not chunks else float(self.stall_s or 0)
             try:
-                chunks.append(await asyncio.wait_for(iterator.__anext__(), wait))
+                chunks.append(await within(iterator.__anext__(), wait))
                 if attempt is not None:
                     attempt.chunks += 1
             except StopAsyncIteration:
