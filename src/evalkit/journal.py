@@ -45,6 +45,7 @@ import logging
 import marshal
 import math
 import sys
+import zlib
 from array import array
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -148,8 +149,11 @@ class Journal:
         """The rows of ``samples`` (samples, or their ids), one sequence per epoch ``0 ..
         repeats-1``, in selection order. Linear in the rows and ``repeats`` (not their
         product: ``repeats`` may come from a run directory's summary). Rows read packed
-        (:func:`packed_summary_view`) come as :class:`PackedRows`, each unpacked when read;
-        others as lists."""
+        (:func:`packed_summary_view`) come as :class:`PackedRows`, each unpacked when read
+        (finalize's read, :class:`BlockRows`, in the slots' own order: each epoch a
+        :class:`SlotView`); others as lists."""
+        if isinstance(self.rows, BlockRows) and _in_slot_order(samples, self.rows.slots):
+            return [self.rows.epoch_rows(e) for e in range(repeats)]
         shared = getattr(samples, "id_positions", None)  # a packed selection's own index
         order = shared() if shared is not None else {s if isinstance(s, str) else s.id: i for i, s in enumerate(samples)}
         placed: list[list[tuple[int, Any]]] = [[] for _ in range(repeats)]
@@ -268,7 +272,8 @@ def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_
     skip = set(skip_lines) if request_hashes is None else set()
     first_line: MutableMapping[Key, int] = {}
     if view is not None and hasattr(request_hashes, "slot"):  # finalize: rows placed by the plan's slots
-        journal.rows, first_line = SlotRows(request_hashes), SlotRows(request_hashes, lines=True)
+        journal.rows = BlockRows(request_hashes) if view is packed_summary_view else SlotRows(request_hashes)
+        first_line = SlotRows(request_hashes, lines=True)
     canonical = getattr(request_hashes, "canonical_id", None)  # the plan's own id strings, one per sample
     for lineno, row in rows:
         why = row_problem(row)
@@ -292,6 +297,8 @@ def read_journal(path: Path, request_hashes: dict[Key, str] | None = None, skip_
         first_line[key] = lineno
     journal.lines = first_line  # type: ignore[assignment]
     journal.torn_last = read.torn_last
+    if isinstance(journal.rows, BlockRows):
+        journal.rows.seal()
     return journal
 
 
@@ -454,9 +461,201 @@ class PackedRows(Sequence[dict[str, Any]]):
     @staticmethod
     def chained(epochs: list[Sequence[dict[str, Any]]]) -> "Sequence[dict[str, Any]]":
         """The rows of every epoch (:meth:`Journal.epochs`) in one sequence, packed when they are."""
+        if epochs and all(isinstance(rows, SlotView) and rows.whole and rows.rows is epochs[0].rows for rows in epochs) \
+                and all(a.stop == b.start for a, b in zip(epochs, epochs[1:])):  # fmt: skip
+            return SlotView(epochs[0].rows, epochs[0].start, epochs[-1].stop)  # type: ignore[attr-defined]
         if epochs and all(isinstance(rows, PackedRows) for rows in epochs):
             return PackedRows([row for rows in epochs for row in rows.packed])  # type: ignore[attr-defined]
         return [row for rows in epochs for row in rows]
+
+
+#: slots per compressed block of :class:`BlockRows`
+ROWS_PER_BLOCK = 512
+
+
+class BlockRows(MutableMapping[Key, dict[str, Any]]):
+    """``{(sample_id, epoch): row}`` for the keys of a run's work items (``slots``: the plan's
+    :class:`~evalkit.engine.plan.RequestHashes`, as :class:`SlotRows`), each row held as
+    :mod:`marshal` bytes (:class:`PackedRow`; a dict set is packed) and every
+    :data:`ROWS_PER_BLOCK` consecutive slots, once each holds a row, compressed together
+    (zlib): a row's field names and repeated values are held once a block, not once a row
+    (issue 46 item 3: about 10 bytes a row for the summary's view, against 0.17 KB packed
+    alone). :meth:`seal` compresses the blocks still open (a journal read has ended).
+
+    A read gives a new dict each time (a change to it is not kept); iteration and
+    :meth:`items` are in slot order (epoch by epoch, each in selection order), each block
+    decompressed once a pass. :meth:`epoch_rows` are one epoch's rows as a sequence.
+
+    Raises:
+        KeyError: setting a key that is not a work item's, or reading one without a row."""
+
+    def __init__(self, slots: Any):
+        self._slots, n = slots, len(slots)
+        self._filled = bytearray(n)
+        self._loose: dict[int, bytes] = {}  # rows of blocks not compressed
+        self._sealed: dict[int, tuple[bytes, array]] = {}  # block → (zlib of its rows, each row's end)
+        self._n = 0
+        self._raw: tuple[int, bytes] = (-1, b"")  # the last block decompressed
+
+    @property
+    def slots(self) -> Any:
+        return self._slots
+
+    def _span(self, block: int) -> range:
+        return range(block * ROWS_PER_BLOCK, min(len(self._filled), (block + 1) * ROWS_PER_BLOCK))
+
+    def _seal_block(self, block: int) -> None:
+        ends, parts, at = array("I"), [], 0
+        for slot in self._span(block):
+            part = self._loose.pop(slot, b"")
+            parts.append(part)
+            at += len(part)
+            ends.append(at)
+        self._sealed[block] = (zlib.compress(b"".join(parts), 1), ends)
+
+    def _open_block(self, block: int) -> None:
+        """Its rows back among the loose ones (a block changed after it was compressed)."""
+        data, ends = self._sealed.pop(block)
+        raw, start = zlib.decompress(data), 0
+        for slot, end in zip(self._span(block), ends):
+            if self._filled[slot]:
+                self._loose[slot] = raw[start:end]
+            start = end
+        self._raw = (-1, b"")
+
+    def seal(self) -> None:
+        """Compress every block that holds loose rows."""
+        for block in sorted({slot // ROWS_PER_BLOCK for slot in self._loose}):
+            self._seal_block(block)
+
+    def packed(self, slot: int) -> bytes:
+        """The packed row at a filled ``slot``."""
+        loose = self._loose.get(slot)
+        if loose is not None:
+            return loose
+        block = slot // ROWS_PER_BLOCK
+        data, ends = self._sealed[block]
+        if self._raw[0] != block:
+            self._raw = (block, zlib.decompress(data))
+        i = slot - block * ROWS_PER_BLOCK
+        return self._raw[1][ends[i - 1] if i else 0 : ends[i]]
+
+    def filled(self, slot: int) -> bool:
+        return bool(self._filled[slot])
+
+    def _slot(self, key: Any) -> int | None:
+        slot = self._slots.slot(key)
+        return slot if slot is not None and self._filled[slot] else None
+
+    def __getitem__(self, key: Key) -> dict[str, Any]:
+        slot = self._slot(key)
+        if slot is None:
+            raise KeyError(key)
+        return marshal.loads(self.packed(slot))  # type: ignore[no-any-return]
+
+    def __setitem__(self, key: Key, value: Any) -> None:
+        slot = self._slots.slot(key)
+        if slot is None:
+            raise KeyError(key)
+        block = slot // ROWS_PER_BLOCK
+        if block in self._sealed:
+            self._open_block(block)
+        self._n += not self._filled[slot]
+        self._filled[slot] = 1
+        self._loose[slot] = bytes(value) if isinstance(value, PackedRow) else marshal.dumps(value)
+        span = self._span(block)
+        if self._filled.count(1, span.start, span.stop) == len(span):
+            self._seal_block(block)
+
+    def __delitem__(self, key: Key) -> None:
+        slot = self._slot(key)
+        if slot is None:
+            raise KeyError(key)
+        block = slot // ROWS_PER_BLOCK
+        if block in self._sealed:
+            self._open_block(block)
+        self._loose.pop(slot, None)
+        self._filled[slot] = 0
+        self._n -= 1
+
+    def __contains__(self, key: object) -> bool:
+        return self._slot(key) is not None
+
+    def __iter__(self) -> Iterator[Key]:
+        for slot in self._filled_slots(0, len(self._filled)):
+            yield self._slots.key_at(slot)
+
+    def items(self) -> Iterator[tuple[Key, dict[str, Any]]]:  # type: ignore[override]
+        for slot in self._filled_slots(0, len(self._filled)):
+            yield self._slots.key_at(slot), marshal.loads(self.packed(slot))
+
+    def _filled_slots(self, start: int, stop: int) -> Iterator[int]:
+        find, slot = self._filled.find, start
+        while True:
+            slot = find(1, slot, stop)
+            if slot < 0:
+                return
+            yield slot
+            slot += 1
+
+    def __len__(self) -> int:
+        return self._n
+
+    def epoch_rows(self, epoch: int) -> "SlotView":
+        """The rows of ``epoch``, in selection order (empty past the slots' epochs)."""
+        n = len(self._slots.ids)
+        start = min(epoch * n, len(self._filled))
+        return SlotView(self, start, min(start + n, len(self._filled)))
+
+
+class SlotView(Sequence[dict[str, Any]]):
+    """The rows of a :class:`BlockRows` in slots ``[start, stop)``, in slot order: ``len``, an
+    index, a slice and passes, each row unpacked anew (as :class:`PackedRows`); ``index``:
+    the filled slots when already known (a slice's)."""
+
+    def __init__(self, rows: BlockRows, start: int, stop: int, index: Sequence[int] | None = None):
+        self.rows, self.start, self.stop, self._index = rows, start, stop, index
+        self.whole = index is None  # every filled slot of the range (not a slice's)
+
+    def _slots(self) -> Sequence[int]:
+        if self._index is None:
+            self._index = array("q", self.rows._filled_slots(self.start, self.stop))
+        return self._index
+
+    def __len__(self) -> int:
+        if self._index is not None:
+            return len(self._index)
+        return self.rows._filled.count(1, self.start, self.stop)
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> "SlotView": ...
+
+    def __getitem__(self, i: int | slice) -> "dict[str, Any] | SlotView":
+        if isinstance(i, slice):
+            return SlotView(self.rows, self.start, self.stop, self._slots()[i])
+        return marshal.loads(self.rows.packed(self._slots()[i]))  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        slots = self._index if self._index is not None else self.rows._filled_slots(self.start, self.stop)
+        for slot in slots:
+            yield marshal.loads(self.rows.packed(slot))
+
+    def __add__(self, other: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [*self, *other]
+
+    def __radd__(self, other: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [*other, *self]
+
+
+def _in_slot_order(samples: Sequence[Any], slots: Any) -> bool:
+    """Whether ``samples`` (samples, or their ids) are the slots' own selection, in its order."""
+    ids = getattr(samples, "ids", None)
+    if ids is None:
+        ids = [s if isinstance(s, str) else s.id for s in samples]
+    return ids is slots.ids or (len(ids) == len(slots.ids) and all(a == b for a, b in zip(ids, slots.ids)))
 
 
 def read_run_journal(run_dir: Path, stale_lines: Iterable[int] = (), request_hashes: dict[Key, str] | None = None) -> Journal:

@@ -158,10 +158,15 @@ class StatPlan:
         if "matrices" not in self._cache:
             names = list(self.columns)
             out = []
+            shape = (len(self.units), len(names))
             for e in range(self.n_epochs):
-                mask = np.stack([_row(self.columns[n].scored(), e) for n in names], axis=1).astype(float)
-                values = np.stack([_row(self.columns[n].values, e) for n in names], axis=1)
-                out.append((np.nan_to_num(values) * mask, mask))
+                mask, values = np.empty(shape), np.empty(shape)  # filled a column at a time: no stacked copies
+                for j, n in enumerate(names):
+                    mask[:, j] = _row(self.columns[n].scored(), e)
+                    values[:, j] = _row(self.columns[n].values, e)
+                np.nan_to_num(values, copy=False)
+                values *= mask
+                out.append((values, mask))
             self._cache["matrices"] = out
         return self._cache["matrices"]
 

@@ -12,7 +12,8 @@ import json
 import pytest
 
 from evalkit.engine.plan import RequestHashes
-from evalkit.journal import PackedRow, PackedRows, packed_summary_view, read_journal, summary_view
+from evalkit import journal as journal_module
+from evalkit.journal import BlockRows, PackedRow, PackedRows, SlotView, packed_summary_view, read_journal, summary_view
 from evalkit.types import PackedSamples, Sample, sample_keys, sha256_hex
 from tests.support.reachable import held
 
@@ -36,6 +37,20 @@ def test_packed_samples_read_back_equal_in_order_with_one_string_per_subset():
         packed[50]
     ids, subsets = sample_keys(packed)
     assert ids == [s.id for s in samples] and len({id(s) for s in subsets}) == 4
+
+
+def test_packed_samples_across_compressed_blocks_read_back_in_any_order(monkeypatch):
+    """Blocks of 4 samples here: full blocks compressed, the last one open, samples marshal
+    cannot hold at a block's edge; reads in and out of order, backwards and sliced."""
+    monkeypatch.setattr(PackedSamples, "BLOCK", 4)
+    samples = _samples(23)
+    samples[3] = Sample("odd", "all", {"when": object()})
+    samples[8] = Sample("odd2", "all", {"when": object()})
+    packed = PackedSamples(samples)
+    assert len(packed._blocks) == 5 and list(packed) == samples and packed[3] is samples[3] and packed[8] is samples[8]
+    order = [22, 0, 13, 5, 21, 4, 12, 1, 20, 9, 9, 7, 16]
+    assert [packed[i] for i in order] == [samples[i] for i in order] and list(reversed(packed)) == samples[::-1]
+    assert list(packed[2:19:3]) == samples[2:19:3] and packed.nbytes() < sum(len(json.dumps(s.data)) for s in samples[9:])
 
 
 def test_a_packed_sample_is_a_new_object_each_time_and_its_changes_are_not_kept():
@@ -125,7 +140,7 @@ def test_finalize_reads_rows_into_the_plans_slots_with_the_rules_of_a_dict(tmp_p
 
 def test_a_yaml_tasks_plan_holds_no_sample_object_and_its_items_are_the_rows(tmp_path):
     """The plan of a YAML task holds its selection packed: no :class:`Sample` object is
-    reachable from it (the offline model's table holds answers, not samples), and the work
+    reachable from it (the offline model makes each answer from the packed selection when asked), and the work
     items, hashes and fingerprint are those of the rows."""
     from evalkit.compose import compose, resolve
     from evalkit.engine.plan import data_fingerprint, prepare
@@ -140,3 +155,49 @@ def test_a_yaml_tasks_plan_holds_no_sample_object_and_its_items_are_the_rows(tmp
     assert {u.key: u.request.request_hash(plan.models.model_id) for u in items} == dict(plan.hashes)
     assert [u.sample for u in items[: len(plan.samples)]] == list(plan.samples)
     assert data_fingerprint(plan.samples) == data_fingerprint(list(plan.samples))
+
+
+def test_finalize_rows_held_in_compressed_blocks_read_back_as_a_dict_read(tmp_path, monkeypatch):
+    """Finalize's read (the plan's hashes, the packed view) holds rows in compressed blocks of
+    slots (:class:`evalkit.journal.BlockRows`, 4 slots a block here): out of journal order, a
+    duplicate and a conflict, a row set and one deleted after their block was compressed, an
+    incomplete block and an epoch without rows: every row, epoch, slice and index read back
+    equal to a dict-keyed read, each a new dict."""
+    monkeypatch.setattr(journal_module, "ROWS_PER_BLOCK", 4)
+    ids = [f"s{i}" for i in range(10)]
+    hashes = RequestHashes(ids, 3)
+    for i in range(10):
+        for e in range(3):
+            hashes.set(i, e, sha256_hex(f"{i}/{e}"))
+
+    def row(i, e, acc, **extra):
+        return {"sample_id": f"s{i}", "epoch": e, "subset": "ab"[i % 2], "status": "ok", "scores": {"acc": acc, "f": i / 7},
+                "request_hash": sha256_hex(f"{i}/{e}"), "output": "text " * i, "usage": {"prompt_tokens": i}, **extra}  # fmt: skip
+
+    order = [(i, 0) for i in (3, 1, 0, 2, 7, 9, 4, 5, 6, 8)] + [(i, 1) for i in (0, 2, 1)]  # epoch 1 partly, epoch 2 none
+    lines = [row(i, e, (i + e) % 2) for i, e in order] + [row(1, 0, 0), row(2, 0, 0, note="函数\ud800")]
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    blocks = read_journal(path, hashes, view=packed_summary_view)
+    plain = read_journal(path, dict(hashes), view=summary_view)
+    assert isinstance(blocks.rows, BlockRows) and len(blocks.rows) == len(plain.rows) == 13
+    assert dict(blocks.rows) == plain.rows and list(blocks.rows) == sorted(plain.rows, key=lambda k: (k[1], ids.index(k[0])))
+    assert blocks.duplicates == plain.duplicates == [(("s1", 0), 14), (("s2", 0), 15)]
+    assert blocks.conflicts == plain.conflicts == [("s1", 2, 14, {"acc": 1, "f": 1 / 7}, {"acc": 0, "f": 1 / 7})]
+    epochs, want = blocks.epochs(ids, 3), plain.epochs(ids, 3)
+    assert all(isinstance(rows, SlotView) for rows in epochs) and [list(r) for r in epochs] == [list(r) for r in want]
+    assert [len(r) for r in epochs] == [10, 3, 0] and epochs[1][2] == want[1][2] and list(epochs[0][3:6]) == want[0][3:6]
+    assert epochs[0][0] is not epochs[0][0]  # unpacked anew: a reader's change is its own
+    chained = PackedRows.chained(epochs)
+    assert isinstance(chained, SlotView) and list(chained) == [*want[0], *want[1]] and chained[11] == want[1][1]
+    assert blocks.epochs(list(reversed(ids)), 2)[0] == list(reversed(want[0]))  # another order: read as lists
+    blocks.rows[("s9", 2)] = summary_view(row(9, 2, 1))  # into a block already compressed, and out again
+    del blocks.rows[("s3", 0)]
+    assert blocks.rows[("s9", 2)]["scores"] == {"acc": 1, "f": 9 / 7} and ("s3", 0) not in blocks.rows and len(blocks.rows) == 13
+    blocks.rows.seal()
+    assert blocks.rows[("s4", 0)] == plain.rows[("s4", 0)] and [len(r) for r in blocks.epochs(ids, 3)] == [9, 3, 1]
+    for bad in [("s9", 3), ("zz", 0), ("s3", 0)]:
+        with pytest.raises(KeyError):
+            blocks.rows[bad]  # noqa: B018
+    with pytest.raises(KeyError):
+        blocks.rows[("zz", 0)] = {}

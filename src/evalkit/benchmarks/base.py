@@ -399,7 +399,8 @@ def score_means_plan(samples: list[Sample], epochs: list[list[dict[str, Any]]]) 
     chosen = np.flatnonzero(scored)
     ids = [all_ids[i] for i in chosen]
     keys = sorted({all_subsets[i] for i in chosen})
-    columns = {metric: Column(col.values[:, chosen], col.mask[:, chosen]) for metric, col in wide.items()}
+    kept = slice(None) if len(chosen) == n_all else chosen  # every sample scored: the columns as made, not copies
+    columns = {metric: Column(col.values[:, kept], col.mask[:, kept]) for metric, col in wide.items()}
     del wide
     for col in columns.values():
         col.kind = BINARY if np.all(np.isin(col.values[col.mask], (0.0, 1.0))) else GRADED

@@ -23,9 +23,10 @@ from typing import Any, Callable, Iterator, Protocol
 
 from evalkit.backends.llamacpp import NOT_STARTED, ServerPool, served_weights_identity, starts_server
 from evalkit.models.base import endpoint_model_id, strip_credentials
-from evalkit.models.offline import ReferenceJudge, TableModel, file_digest, load_replay_file, load_run_outputs, table_digest
+from evalkit.models.offline import (ReferenceJudge, SampleAnswers, TableModel, file_digest, load_replay_file, load_run_outputs,
+                                    table_digest)
 from evalkit.specs import ActorSpec, ModelsSpec
-from evalkit.types import Sample
+from evalkit.types import PackedSamples, Sample
 
 
 class OfflineAnswers(Protocol):
@@ -245,7 +246,9 @@ def plan_models(models: ModelsSpec, bench: OfflineAnswers, samples: list[Sample]
         endpoints.update({f"judge:{name}": strip_credentials(getattr(e.backend, "api_base", None)) for name, e, _ in judges})
         return ModelPlan(model_id, False, endpoints, _agent=agent, _user=user, _judges=judges)
     singles = (s for s in samples if not bench.is_rollout(s))  # one at a time (a packed selection holds no Sample)
-    if kind == "reference":
+    if kind == "reference" and isinstance(samples, PackedSamples):  # each answer made when asked, not held
+        outputs, source = SampleAnswers(samples, bench.reference_output, bench.is_rollout), "gold"
+    elif kind == "reference":
         outputs, source = {s.id: bench.reference_output(s) for s in singles}, "gold"
     elif kind == "baseline":
         outputs = {s.id: bench.baseline_output(model.baseline, s) for s in singles}
