@@ -16,7 +16,9 @@ the end; ``--every``): seconds since launch, driver RSS (MiB), the journal's siz
 at the end the driver's peak RSS (``VmHWM``), ``summary.json``'s and the store's size
 (the MLflow SQLite file and its artifacts; 0 without tracking), the driver's own CPU
 seconds (user + system of its threads, last seen 0.25 s before its exit; per row), the run's phases, and the
-RSS growth per sample between the first and the last 10k mark.
+RSS growth per sample between the first and the last 10k mark (while the requests run).
+After the ladder, per mode, the driver's **peak** RSS growth per sample from the smallest N
+to the largest: issue 46's figure (target: at most 0.5 KB from 10k to 1M).
 
 **The selection** (``--selection K/M``, default ``2000/200000``; ``--selection 0`` skips
 it): ``run.limit=K`` on an M-row task against the whole K-row task (same rows, same
@@ -162,6 +164,7 @@ def ladder(work: Path, sizes: list[int], args: argparse.Namespace, base: str | N
         modes.append((f"fake C={args.concurrency}", [
             "model=openai_compatible", "model.provider_model=openai/fake", f"backend.api_base={base}/v1",
             f"backend.concurrency={args.concurrency}", "run.cache=false"]))  # fmt: skip
+    peaks: dict[str, list[tuple[int, float]]] = {}  # mode → [(N, driver peak MiB)]
     for n in sizes:
         config = write_task(work / f"conf{n}", f"arith_scale_{n}", n)
         for label, extra in modes:
@@ -173,6 +176,7 @@ def ladder(work: Path, sizes: list[int], args: argparse.Namespace, base: str | N
                 store.mkdir(parents=True, exist_ok=True)
             print(f"N={n:,} {label} (tracking={args.tracking})", flush=True)
             r = run_one(config, [f"benchmark=arith_scale_{n}", *extra, *tracking], run_dir, f"{n // 1000}k {label.split()[0]}")
+            peaks.setdefault(label, []).append((n, r["peak_rss_mib"]))
             phases = (r["summary"].get("engine") or {}).get("phases") or {}
             print(f"  end: wall {r['wall_s']:.1f} s, rows {r['rows']:,}, status {r['summary'].get('status')}, driver peak RSS "
                   f"{r['peak_rss_mib']:.0f} MiB, journal {r['journal_bytes'] / 1e6:.1f} MB ({r['journal_bytes'] / max(r['rows'], 1):.0f} B/row), "
@@ -185,6 +189,11 @@ def ladder(work: Path, sizes: list[int], args: argparse.Namespace, base: str | N
             if not args.keep:
                 shutil.rmtree(run_dir, ignore_errors=True)
                 shutil.rmtree(store, ignore_errors=True)
+    for label, points in peaks.items():  # issue 46's figure: the driver's peak, from the smallest N to the largest
+        (n0, m0), (n1, m1) = points[0], points[-1]
+        if n1 > n0:
+            print(f"{label}: driver peak RSS growth {n0:,}→{n1:,} samples: {(m1 - m0) * 1024 / (n1 - n0):.2f} KB/sample "
+                  f"({m0:.0f} → {m1:.0f} MiB; target at most 0.5)", flush=True)  # fmt: skip
 
 
 def selection(work: Path, k: int, m: int) -> None:

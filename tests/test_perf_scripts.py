@@ -43,8 +43,9 @@ def test_every_perf_script_has_a_test_here():
 
 @pytest.mark.slow
 def test_scale_for_a_few_samples():
-    out = _run("scale.py", "--sizes=40", "--selection=20/400", "--every=20")
+    out = _run("scale.py", "--sizes=20,40", "--selection=20/400", "--every=20")
     assert "ratio limit/whole: time " in out and "(target ≤ 1.5×)" in out, out
+    assert "reference: driver peak RSS growth 20→40 samples: " in out and " KB/sample (" in out, out
     assert "  end: wall " in out and "rows 40, status complete" in out and "driver peak RSS" in out and " ms/row)" in out, out
 
 

@@ -535,10 +535,12 @@ class BlockRows(MutableMapping[Key, dict[str, Any]]):
             return loose
         block = slot // ROWS_PER_BLOCK
         data, ends = self._sealed[block]
-        if self._raw[0] != block:
-            self._raw = (block, zlib.decompress(data))
+        cached, raw = self._raw
+        if cached != block:
+            raw = zlib.decompress(data)
+            self._raw = (block, raw)
         i = slot - block * ROWS_PER_BLOCK
-        return self._raw[1][ends[i - 1] if i else 0 : ends[i]]
+        return raw[ends[i - 1] if i else 0 : ends[i]]
 
     def filled(self, slot: int) -> bool:
         return bool(self._filled[slot])
@@ -557,12 +559,13 @@ class BlockRows(MutableMapping[Key, dict[str, Any]]):
         slot = self._slots.slot(key)
         if slot is None:
             raise KeyError(key)
+        packed = bytes(value) if isinstance(value, PackedRow) else marshal.dumps(value)  # before any change: it may raise
         block = slot // ROWS_PER_BLOCK
         if block in self._sealed:
             self._open_block(block)
         self._n += not self._filled[slot]
         self._filled[slot] = 1
-        self._loose[slot] = bytes(value) if isinstance(value, PackedRow) else marshal.dumps(value)
+        self._loose[slot] = packed
         span = self._span(block)
         if self._filled.count(1, span.start, span.stop) == len(span):
             self._seal_block(block)
@@ -611,7 +614,8 @@ class BlockRows(MutableMapping[Key, dict[str, Any]]):
 class SlotView(Sequence[dict[str, Any]]):
     """The rows of a :class:`BlockRows` in slots ``[start, stop)``, in slot order: ``len``, an
     index, a slice and passes, each row unpacked anew (as :class:`PackedRows`); ``index``:
-    the filled slots when already known (a slice's)."""
+    the filled slots when already known (a slice's). A view, not a copy: the rows must not
+    change while it is read (finalize reads them once the journal's read has ended)."""
 
     def __init__(self, rows: BlockRows, start: int, stop: int, index: Sequence[int] | None = None):
         self.rows, self.start, self.stop, self._index = rows, start, stop, index

@@ -120,7 +120,7 @@ class PackedSamples(Sequence[Sample]):
     compressed :attr:`BLOCK` samples at a time (zlib: the field names a row repeats are held
     once a block). About 0.1 KB per sample of an arith row (its id and the lists included)
     against 0.75 KB held as :class:`Sample` objects. A read decompresses its block (the last
-    one read is kept: reads in order cost one decompression a block).
+    :attr:`RAW_BLOCKS` read are kept: reads in order cost one decompression a block).
 
     ``samples[i]`` and iteration give a new :class:`Sample` each time (its ``data`` a new
     dict: a change to it is not kept — pack samples once they are final); a slice is a
@@ -129,6 +129,9 @@ class PackedSamples(Sequence[Sample]):
 
     #: samples per compressed block of the data buffer
     BLOCK = 512
+    #: blocks kept decompressed: readers a block apart (the dispatch ahead, the offline
+    #: model's answers behind it) do not decompress a block a read
+    RAW_BLOCKS = 4
 
     def __init__(self, samples: Iterable[Sample] = ()):
         self.ids: list[str] = []
@@ -137,7 +140,7 @@ class PackedSamples(Sequence[Sample]):
         self._blocks: list[bytes] = []  # zlib of every full block's marshal bytes
         self._open = bytearray()  # the last block's, not yet compressed
         self._ends = array("I")  # each sample's end within its block
-        self._raw: tuple[int, bytes] = (-1, b"")  # the last block decompressed
+        self._raws: tuple[tuple[int, bytes], ...] = ()  # the last blocks decompressed, newest first (replaced whole)
         self._kept: dict[int, Sample] = {}  # a sample whose data marshal cannot hold (or a subclass)
         self._positions: dict[str, int] | None = None
         for sample in samples:
@@ -184,15 +187,22 @@ class PackedSamples(Sequence[Sample]):
         if block == len(self._blocks):
             raw: bytes | bytearray = self._open
         else:
-            if self._raw[0] != block:
-                self._raw = (block, zlib.decompress(self._blocks[block]))
-            raw = self._raw[1]
+            raws = self._raws  # one snapshot: another thread may replace it meanwhile
+            raw = next((r for b, r in raws if b == block), None)  # type: ignore[assignment]
+            if raw is None:
+                raw = zlib.decompress(self._blocks[block])
+                self._raws = ((block, raw), *raws[: self.RAW_BLOCKS - 1])
         start = self._ends[i - 1] if i % self.BLOCK else 0
         return Sample(self.ids[i], self.subsets[i], marshal.loads(memoryview(raw)[start : self._ends[i]]))
 
     def __iter__(self) -> Iterator[Sample]:
         for i in range(len(self.ids)):
             yield self[i]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the caches (a worker's copy, a digest of what is sent: the same
+        bytes whatever was read before)."""
+        return {**self.__dict__, "_raws": (), "_positions": None}
 
     def id_positions(self) -> dict[str, int]:
         """``{sample id: position}``, built once and shared by every reader of the selection

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import pickle
 
 import pytest
 
@@ -51,6 +52,10 @@ def test_packed_samples_across_compressed_blocks_read_back_in_any_order(monkeypa
     order = [22, 0, 13, 5, 21, 4, 12, 1, 20, 9, 9, 7, 16]
     assert [packed[i] for i in order] == [samples[i] for i in order] and list(reversed(packed)) == samples[::-1]
     assert list(packed[2:19:3]) == samples[2:19:3] and packed.nbytes() < sum(len(json.dumps(s.data)) for s in samples[9:])
+    fresh = PackedSamples(samples[:3] + samples[4:8] + samples[9:])
+    before = pickle.dumps(fresh)
+    fresh[0], fresh[13], fresh.id_positions()  # noqa: B018 - reads fill its caches
+    assert pickle.dumps(fresh) == before and list(pickle.loads(before)) == list(fresh)  # a worker's copy, a digest: the same bytes
 
 
 def test_a_packed_sample_is_a_new_object_each_time_and_its_changes_are_not_kept():
@@ -201,3 +206,6 @@ def test_finalize_rows_held_in_compressed_blocks_read_back_as_a_dict_read(tmp_pa
             blocks.rows[bad]  # noqa: B018
     with pytest.raises(KeyError):
         blocks.rows[("zz", 0)] = {}
+    with pytest.raises(ValueError):  # a value marshal cannot hold: refused before anything changed
+        blocks.rows[("s9", 1)] = {"when": object()}
+    assert ("s9", 1) not in blocks.rows and len(blocks.rows) == 13
