@@ -505,7 +505,7 @@ class BlockRows(MutableMapping[Key, dict[str, Any]]):
         return range(block * ROWS_PER_BLOCK, min(len(self._filled), (block + 1) * ROWS_PER_BLOCK))
 
     def _seal_block(self, block: int) -> None:
-        ends, parts, at = array("I"), [], 0
+        ends, parts, at = array("Q"), [], 0
         for slot in self._span(block):
             part = self._loose.pop(slot, b"")
             parts.append(part)
@@ -541,9 +541,6 @@ class BlockRows(MutableMapping[Key, dict[str, Any]]):
             self._raw = (block, raw)
         i = slot - block * ROWS_PER_BLOCK
         return raw[ends[i - 1] if i else 0 : ends[i]]
-
-    def filled(self, slot: int) -> bool:
-        return bool(self._filled[slot])
 
     def _slot(self, key: Any) -> int | None:
         slot = self._slots.slot(key)

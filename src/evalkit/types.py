@@ -139,7 +139,7 @@ class PackedSamples(Sequence[Sample]):
         self._names: dict[str, str] = {}
         self._blocks: list[bytes] = []  # zlib of every full block's marshal bytes
         self._open = bytearray()  # the last block's, not yet compressed
-        self._ends = array("I")  # each sample's end within its block
+        self._ends = array("Q")  # each sample's end within its block (a block may pass 4 GiB)
         self._raws: tuple[tuple[int, bytes], ...] = ()  # the last blocks decompressed, newest first (replaced whole)
         self._kept: dict[int, Sample] = {}  # a sample whose data marshal cannot hold (or a subclass)
         self._positions: dict[str, int] | None = None
