@@ -425,7 +425,18 @@ def packed_summary_view(row: dict[str, Any]) -> PackedRow:
     return PackedRow(marshal.dumps(summary_view(row)))
 
 
-class PackedRows(Sequence[dict[str, Any]]):
+class _Rows(Sequence[dict[str, Any]]):
+    """Rows read as dicts from what holds them packed: ``rows + other`` (and ``other + rows``)
+    is a list of dicts, every row unpacked (for short sequences)."""
+
+    def __add__(self, other: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [*self, *other]
+
+    def __radd__(self, other: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [*other, *self]
+
+
+class PackedRows(_Rows):
     """Rows held packed (:class:`PackedRow`), read as dicts: ``len``, an index, a slice (a
     :class:`PackedRows`) and passes, each unpacking the rows again (a change made to a row
     read is not kept; a reader holds the rows it keeps). ``rows + other`` is a list of
@@ -452,11 +463,6 @@ class PackedRows(Sequence[dict[str, Any]]):
         for row in self.packed:
             yield row.unpack()
 
-    def __add__(self, other: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [*self, *other]
-
-    def __radd__(self, other: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [*other, *self]
 
     @staticmethod
     def chained(epochs: list[Sequence[dict[str, Any]]]) -> "Sequence[dict[str, Any]]":
@@ -608,7 +614,7 @@ class BlockRows(MutableMapping[Key, dict[str, Any]]):
         return SlotView(self, start, min(start + n, len(self._filled)))
 
 
-class SlotView(Sequence[dict[str, Any]]):
+class SlotView(_Rows):
     """The rows of a :class:`BlockRows` in slots ``[start, stop)``, in slot order: ``len``, an
     index, a slice and passes, each row unpacked anew (as :class:`PackedRows`); ``index``:
     the filled slots when already known (a slice's). A view, not a copy: the rows must not
@@ -644,11 +650,6 @@ class SlotView(Sequence[dict[str, Any]]):
         for slot in slots:
             yield marshal.loads(self.rows.packed(slot))
 
-    def __add__(self, other: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [*self, *other]
-
-    def __radd__(self, other: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [*other, *self]
 
 
 def _in_slot_order(samples: Sequence[Any], slots: Any) -> bool:
