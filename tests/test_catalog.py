@@ -50,9 +50,11 @@ def test_show_prints_every_knob_with_type_default_and_doc():
     assert "  benchmark.dataset.path: Path | None = None  [this config: 'examples/tasks/mc_mini.jsonl']\n" in out
     ace = _evalkit("show", "benchmark=acebench").stdout
     assert "  benchmark.language: 'en' | 'zh' | 'all' = 'en'\n" in ace
-    # a knob documented with another in the class docstring ("``a`` / ``b``: …") gets that doc
+    # each knob its own doc from the class docstring's entry (the two scoring bounds once shared one)
+    timeout = ace.split("  benchmark.score_timeout_s: float = 10.0\n")[1].splitlines()[0]
     memory = ace.split("  benchmark.score_memory_mb: int = 2048\n")[1].splitlines()[0]
-    assert memory.strip().startswith("the bound on scoring one sample")
+    assert timeout.strip().startswith("the bound on scoring one sample, in wall seconds;")
+    assert memory.strip().startswith("the bound on scoring one sample, in MiB of address space")
     model = _evalkit("show", "model=dsv4").stdout
     assert "  model.api_key_env: str | None = None  [this config: 'DEEPSEEK_API_KEY']\n" in model
 
@@ -91,3 +93,13 @@ def test_every_knob_show_prints_has_a_description():
     task = shown["benchmark=mc_mini"]
     assert "  benchmark.scorers[].kind: " in task and "  benchmark.scorers[].schema: dict | bool | None = None\n" in task
     assert "  benchmark.dataset.hub: str | None = None\n      a Hugging Face dataset id" in task
+
+
+def test_knobs_documented_together_in_a_docstring_share_the_entry():
+    """``a`` / ``b``: one docstring entry for two knobs gives both that doc."""
+    from evalkit.catalog import knobs
+    from evalkit.config import RunSettings
+
+    docs = {key: doc for key, _, _, doc in knobs(RunSettings, "run")}
+    assert docs["run.batch_poll_s"] == docs["run.batch_poll_max_s"]
+    assert docs["run.batch_poll_s"].startswith("the first and the longest wait between polls")

@@ -80,10 +80,11 @@ class BenchmarkSettings(BaseModel):
     ``module``: the module that registers a benchmark from outside evalkit (imported before
     the lookup; :mod:`evalkit.benchmarks`). ``subsets``: categories to evaluate (``None`` =
     the benchmark's default list). ``request_timeout_s``: per-request timeout when the benchmark needs long generations.
-    ``score_timeout_s`` / ``score_memory_mb``: the bound on scoring one sample, in wall
-    seconds and in MiB of address space above the scoring process's start-up size; a
-    sample over either is recorded with status ``scorer_limit`` and scored 0
-    (:mod:`evalkit.engine.scoring`). ``score_budget_s``: the run's scoring seconds in all
+    ``score_timeout_s``: the bound on scoring one sample, in wall seconds; a sample over it
+    is recorded with status ``scorer_limit`` and scored 0 (:mod:`evalkit.engine.scoring`).
+    ``score_memory_mb``: the bound on scoring one sample, in MiB of address space above the
+    scoring process's start-up size; a sample over it is recorded with status
+    ``scorer_limit`` and scored 0. ``score_budget_s``: the run's scoring seconds in all
     (measured in the scoring processes, default 1800, ``None`` unbounded): once spent, the
     answers not yet scored are failures of kind ``score_budget_exceeded`` (not zeros: they
     may be harmless), which a resume scores; it may change on resume. ``strip_reasoning_prefix``: before scoring, remove
