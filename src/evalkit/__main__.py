@@ -10,7 +10,8 @@ import contextlib
 import io
 import sys
 
-from evalkit import catalog, sweep
+from omegaconf import DictConfig
+
 from evalkit.cli import console_logging, hide_secret_overrides, precheck_sweep, report_crash, report_error, run_config
 from evalkit.compose import (CONF_DIR, CONFIG_DIR_ENV, benchmark_keys_addable, check_config_files, compose, help_additions,
                              help_text, quote_numeric_groups, register_entry_points, search_path_overrides)
@@ -25,10 +26,13 @@ _MULTIRUN_FLAGS = {"-m", "--multirun"}
 _ELSEWHERE_PREFIXES = ("--config", "--e", "-cd", "-cp", "-cn")
 
 
-def _precheck(argv: list[str]) -> None:
+def _precheck(argv: list[str]) -> DictConfig | None:
     """Compose once with the compose API so that a bad override is one line and exit 2
-    (Hydra itself would print a multi-line message and exit 1). A sweep (``-m``) has
-    every point composed and validated (see :func:`evalkit.cli.precheck_sweep`). With
+    (Hydra itself would print a multi-line message and exit 1); returns that config, with its
+    ``hydra`` node, for a single run that sets nothing of Hydra's (``hydra.*``): the run's own
+    (Hydra's main would compose it again: 0.1-0.4 s of start-up, issue 46), else ``None``.
+    A sweep (``-m``) has every point composed and validated (see
+    :func:`evalkit.cli.precheck_sweep`). With
     Hydra's other flags (``--help``, ``--cfg``, ``--info`` …) the files Hydra would read are
     still checked (:func:`evalkit.compose.check_config_files`: data, not code) before Hydra
     runs; a flag or ``hydra.searchpath`` that would read configs from elsewhere is refused."""
@@ -42,7 +46,7 @@ def _precheck(argv: list[str]) -> None:
     overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra.")]
     if any(a not in _MULTIRUN_FLAGS for a in flags):
         check_config_files(overrides)
-        return  # --help, --cfg, --info, -c ...: Hydra's own handling
+        return None  # --help, --cfg, --info, -c ...: Hydra's own handling
     for a in overrides:
         if a.lstrip("+~").partition("=")[0] == "suite":  # suites/ holds bash/run_suite.sh's lists
             raise ConfigError(
@@ -51,8 +55,9 @@ def _precheck(argv: list[str]) -> None:
             )
     if flags:
         precheck_sweep(overrides)
-    else:
-        compose(overrides)
+        return None
+    composed = compose(overrides, keep_hydra=True)
+    return composed if len(overrides) == len(argv) else None  # a hydra.* override: Hydra's main applies it
 
 
 def _exit_now(code: int) -> None:
@@ -75,24 +80,61 @@ def _exit_now(code: int) -> None:
         os._exit(code)
 
 
-def main() -> None:
-    import hydra
-    from omegaconf import DictConfig
+def _run_one(cfg: DictConfig) -> None:
+    """One run of a composed config (without its ``hydra`` node): its exit code, one line for
+    an error, 130 on Ctrl-C once it has said how to resume."""
+    try:
+        code = run_config(cfg)
+    except EvalkitError as exc:
+        code = report_error(exc)
+    except KeyboardInterrupt as exc:
+        print(interrupted_line(exc), file=sys.stderr)
+        _exit_now(130)
+    except Exception as exc:  # noqa: BLE001 - a bug: one line naming the log that holds the traceback
+        code = report_crash(exc)
+    if code:
+        sys.exit(code)
 
+
+def _run_composed(composed: DictConfig) -> None:
+    """A single run on the config :func:`_precheck` composed, as Hydra's main would run it:
+    :class:`~hydra.core.hydra_config.HydraConfig` set from its ``hydra`` node (the choices and
+    overrides the run records), the run given a copy without that node (``hydra.run.dir`` is
+    ``.``, ``hydra.output_subdir`` null and Hydra's logging ``none``: Hydra's main adds nothing else here)."""
+    import copy
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from evalkit.compose import without_hydra
+
+    HydraConfig.instance().set_config(composed)
+    _run_one(without_hydra(copy.deepcopy(composed)))
+
+
+def main() -> None:
     if sys.argv[1:2] in (["list"], ["show"]):  # what is there, and its knobs (evalkit.catalog)
+        from evalkit import catalog
+
         sys.exit(catalog.main(sys.argv[1:]))
     console_logging()
 
     sys.argv[1:] = hide_secret_overrides(quote_numeric_groups(sys.argv[1:]))
     try:
         register_entry_points()  # benchmark=<entry point> needs no YAML; --help lists them
-        _precheck(sys.argv[1:])
+        composed = _precheck(sys.argv[1:])
         # for Hydra's own composition, as compose() does: benchmark keys may be added, the user's config dirs
         sys.argv[1:] = benchmark_keys_addable(sys.argv[1:]) + search_path_overrides()
     except EvalkitError as exc:
         sys.exit(report_error(exc))
     except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback in a log file
         sys.exit(report_crash(exc))
+    if composed is not None:
+        _run_composed(composed)
+        return
+
+    import hydra
+
+    from evalkit import sweep
 
     @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
     def _app(cfg: DictConfig) -> None:
@@ -106,17 +148,7 @@ def main() -> None:
                 print(interrupted_line(exc), file=sys.stderr)
                 sys.exit(130)
             return
-        try:
-            code = run_config(cfg)
-        except EvalkitError as exc:
-            code = report_error(exc)
-        except KeyboardInterrupt as exc:
-            print(interrupted_line(exc), file=sys.stderr)
-            _exit_now(130)
-        except Exception as exc:  # noqa: BLE001 - a bug: one line naming the log that holds the traceback
-            code = report_crash(exc)
-        if code:
-            sys.exit(code)
+        _run_one(cfg)
 
     if any(a in ("--help", "-h") for a in sys.argv[1:]):
         hydra_help = io.StringIO()

@@ -589,8 +589,10 @@ def benchmark_keys_addable(args: Sequence[str]) -> list[str]:
     return [f"++{a}" if _BENCHMARK_KEY.match(a) else a for a in args]
 
 
-def compose(overrides: Sequence[str] = ()) -> DictConfig:
-    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra's compose API).
+def compose(overrides: Sequence[str] = (), keep_hydra: bool = False) -> DictConfig:
+    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra's compose API); ``keep_hydra``:
+    with its ``hydra`` node (``runtime.choices``, ``overrides.task``: what
+    :class:`hydra.core.hydra_config.HydraConfig` is set from for a run of the command line).
 
     Raises:
         ConfigError: any composition error, as one line.
@@ -606,7 +608,7 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
     except Exception as exc:  # noqa: BLE001 - hydra raises many types; all become one line
         raise ConfigError(composition_error(overrides, exc)) from None
     check_chosen(cfg)
-    return without_hydra(cfg)
+    return cfg if keep_hydra else without_hydra(cfg)
 
 
 def composition_error(overrides: Sequence[str], exc: BaseException) -> str:
