@@ -97,18 +97,31 @@ def _run_one(cfg: DictConfig) -> None:
 
 
 def _run_composed(composed: DictConfig) -> None:
-    """A single run on the config :func:`_precheck` composed, as Hydra's main would run it:
+    """A single run on the config :func:`_precheck` composed, as Hydra's main runs one:
     :class:`~hydra.core.hydra_config.HydraConfig` set from its ``hydra`` node (the choices and
-    overrides the run records), the run given a copy without that node (``hydra.run.dir`` is
-    ``.``, ``hydra.output_subdir`` null and Hydra's logging ``none``: Hydra's main adds nothing else here)."""
+    overrides the run records) with what Hydra's main and ``run_job`` add to it (``mode``,
+    ``job.name``, ``runtime.output_dir``: ``${hydra:...}`` in a value resolves as before), and
+    the run given a copy without that node inside an initialized Hydra, as in Hydra's app (a
+    judge or user simulator is composed in it: :func:`evalkit.compose._compose_in_context`).
+    Nothing else of ``run_job`` applies here: ``hydra.run.dir`` is ``.``, ``hydra.output_subdir``
+    null, Hydra's logging ``none``, no chdir, and its callbacks are a sweep's."""
     import copy
+    import os
 
+    from hydra import initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf, open_dict, read_write
 
     from evalkit.compose import without_hydra
 
+    with read_write(composed), open_dict(composed):
+        composed.hydra.mode = RunMode.RUN
+        composed.hydra.job.name = "__main__"  # Hydra's name for `python -m evalkit`
+        composed.hydra.runtime.output_dir = os.path.abspath(str(OmegaConf.select(composed, "hydra.run.dir")))
     HydraConfig.instance().set_config(composed)
-    _run_one(without_hydra(copy.deepcopy(composed)))
+    with initialize_config_dir(config_dir=str(CONF_DIR), job_name="__main__", version_base=None):
+        _run_one(without_hydra(copy.deepcopy(composed)))
 
 
 def main() -> None:
