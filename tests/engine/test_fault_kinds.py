@@ -20,12 +20,20 @@ from evalkit.engine.journal import read_jsonl
 from tests.support.host import slowness, time_limit
 from tests.engine.test_engine_faults import IDS, _api, _rules, gold  # noqa: F401 - gold is a fixture
 
-def _timeout() -> str:
-    """The per-attempt timeout of these runs: 2 s on an idle host, times the host's slowness
-    now (``tests/support/host.py``). A healthy answer of the fake takes milliseconds, the first
-    call of a fresh worker (litellm setting itself up) a few tenths of a second on an idle
-    host, and several seconds on a loaded one, where a fixed 2 s would time it out."""
-    return f"backend.timeout_s={time_limit(2)}"
+def _timeout(base_s: float = 2.0) -> str:
+    """The per-attempt timeout of these runs: ``base_s`` on an idle host, times the host's
+    slowness now (``tests/support/host.py``). A healthy answer of the fake takes milliseconds,
+    the first call of a fresh worker (litellm setting itself up) a few tenths of a second on an
+    idle host, and several seconds on a loaded one, where a fixed 2 s would time it out."""
+    return f"backend.timeout_s={time_limit(base_s)}"
+
+
+def _fault_timeout(name: str) -> str:
+    """A hang ends only at the timeout, so its runs keep it short (3 s idle, each hang waits it
+    out); every other fault answers at once and gets 20 s: the healthy samples' calls never
+    meet it however the load rises after the slowness was measured (under two CPU burners a
+    2 s limit timed them out and retried them, session 3)."""
+    return _timeout(3.0 if name == "hang" else 20.0)
 
 #: fault name -> (extra rule fields, error_kind of a sample it always hits)
 FAULTS = {
@@ -51,7 +59,7 @@ def test_transient_fault_is_retried_then_scored(fake_openai, ray_address, gold, 
     extra, _ = FAULTS[name]
     fault = _fault(name)
     fake_openai.set_plan({"rules": _rules(gold, **{sid0: {"statuses": [fault, fault], **extra}})})
-    res = run_eval(_api(fake_openai, ray_address, "run.cache=false", _timeout()))
+    res = run_eval(_api(fake_openai, ray_address, "run.cache=false", _fault_timeout(name)))
     assert res.summary["status"] == "complete" and res.exit_code == 0
     assert res.summary["metrics"]["overall"] == 1.0
     assert list(read_jsonl(res.run_dir / "failed.jsonl")) == []
@@ -69,7 +77,7 @@ def test_permanent_fault_goes_to_failed_with_its_kind(fake_openai, ray_address, 
     extra, kind = FAULTS[name]
     fault = _fault(name)
     fake_openai.set_plan({"rules": _rules(gold, **{sid0: {"always_status": fault, **extra}})})
-    res = run_eval(_api(fake_openai, ray_address, "run.cache=false", _timeout(), "backend.max_retries=2"))
+    res = run_eval(_api(fake_openai, ray_address, "run.cache=false", _fault_timeout(name), "backend.max_retries=2"))
     assert res.summary["status"] == "incomplete" and res.exit_code == 1
     assert res.summary["metrics"] == {}
     assert "partial_overall" in res.summary["partial_metrics"]
