@@ -18,12 +18,14 @@ HELD = IDS[0]
 
 
 def test_a_budgeted_runs_bar_counts_samples_while_one_is_held(fake_openai, ray_address, acebench_dir, run_eval, tmp_path, capsys):
-    """The first sample's answer is held by the server until 10 others were answered; under
+    """The first sample's answer is held by the server until the 11 others were answered; under
     run.max_total_tokens (so that every call reserves through the run's BudgetKeeper), the
     bar shows answers counted before the held one is even released, and the held sample's
-    row is journaled after at least 10 others."""
+    row is journaled after at least 10 others (the server counts an answer when it sends it:
+    the last one may still be on its way to the driver when the held one is released; held
+    until 10, a loaded host once journaled it 10th)."""
     gold = load_gold(acebench_dir, IDS)
-    rules = [{"match": gold[HELD][0], "content": gold[HELD][1], "hold_until_answered": 10, "hold_s": 120}]
+    rules = [{"match": gold[HELD][0], "content": gold[HELD][1], "hold_until_answered": 11, "hold_s": 120}]
     rules += [{"match": q, "content": a, "latency_s": 0.1} for sid, (q, a) in gold.items() if sid != HELD]
     fake_openai.set_plan({"rules": rules, "default": {"content": "[]", "usage": {"prompt_tokens": 300, "completion_tokens": 50}}})
     capsys.readouterr()
