@@ -12,9 +12,10 @@ import sys
 
 from omegaconf import DictConfig
 
+from evalkit import catalog, sweep
 from evalkit.cli import console_logging, hide_secret_overrides, precheck_sweep, report_crash, report_error, run_config
 from evalkit.compose import (CONF_DIR, CONFIG_DIR_ENV, benchmark_keys_addable, check_config_files, compose, help_additions,
-                             help_text, quote_numeric_groups, register_entry_points, search_path_overrides)
+                             help_text, quote_numeric_groups, register_entry_points, search_path_overrides, without_hydra)
 from evalkit.errors import ConfigError, EvalkitError, interrupted_line, printable, shell_line
 
 _MULTIRUN_FLAGS = {"-m", "--multirun"}
@@ -113,8 +114,6 @@ def _run_composed(composed: DictConfig) -> None:
     from hydra.types import RunMode
     from omegaconf import OmegaConf, open_dict, read_write
 
-    from evalkit.compose import without_hydra
-
     with read_write(composed), open_dict(composed):
         composed.hydra.mode = RunMode.RUN
         composed.hydra.job.name = "__main__"  # Hydra's name for `python -m evalkit`
@@ -126,8 +125,6 @@ def _run_composed(composed: DictConfig) -> None:
 
 def main() -> None:
     if sys.argv[1:2] in (["list"], ["show"]):  # what is there, and its knobs (evalkit.catalog)
-        from evalkit import catalog
-
         sys.exit(catalog.main(sys.argv[1:]))
     console_logging()
 
@@ -146,8 +143,6 @@ def main() -> None:
         return
 
     import hydra
-
-    from evalkit import sweep
 
     @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
     def _app(cfg: DictConfig) -> None:
