@@ -10,6 +10,7 @@ import pytest
 
 from evalkit.engine.journal import read_jsonl
 from tests.engine.test_engine_faults import load_gold
+from tests.support.host import time_limit
 
 pytestmark = pytest.mark.slow  # Ray model workers and the fake server through a whole run
 
@@ -21,11 +22,13 @@ def test_a_budgeted_runs_bar_counts_samples_while_one_is_held(fake_openai, ray_a
     """The first sample's answer is held by the server until the 11 others were answered; under
     run.max_total_tokens (so that every call reserves through the run's BudgetKeeper), the
     bar shows answers counted before the held one is even released, and the held sample's
-    row is journaled after at least 10 others (the server counts an answer when it sends it:
-    the last one may still be on its way to the driver when the held one is released; held
-    until 10, a loaded host once journaled it 10th)."""
+    row is journaled after at least 10 others. The server counts an answer when it sends it,
+    so it answers the held one 1 s (times the host's slowness) after the count: the answers
+    already sent are scored and journaled first (held until 10 and answered at once, a
+    loaded host journaled it 10th, twice)."""
     gold = load_gold(acebench_dir, IDS)
-    rules = [{"match": gold[HELD][0], "content": gold[HELD][1], "hold_until_answered": 11, "hold_s": 120}]
+    rules = [{"match": gold[HELD][0], "content": gold[HELD][1], "hold_until_answered": 11, "hold_s": 120,
+               "released_after_s": time_limit(1)}]
     rules += [{"match": q, "content": a, "latency_s": 0.1} for sid, (q, a) in gold.items() if sid != HELD]
     fake_openai.set_plan({"rules": rules, "default": {"content": "[]", "usage": {"prompt_tokens": 300, "completion_tokens": 50}}})
     capsys.readouterr()

@@ -27,6 +27,8 @@ Python (:meth:`FakeOpenAI.set_plan`):
                 "hold_s": 120,                   #   since the plan was set (at most hold_s
                                                  #   seconds); the log says "released_by":
                                                  #   "count" or "cap"
+                "released_after_s": 1.0,         #   then wait 1 s more (answers already sent
+                                                 #   reach the client first)
                 "hold_until_arrived": 8,         # answer only once 8 requests have arrived
                                                  #   since the plan was set (at most hold_s
                                                  #   seconds): a wave answered together
@@ -291,6 +293,7 @@ class FakeOpenAI:
                 while self.answered < target and time.monotonic() < deadline:
                     await asyncio.sleep(0.01)
                 entry["released_by"] = "count" if self.answered >= target else "cap"
+                await asyncio.sleep(float(rule.get("released_after_s", 0.0)))
             if rule.get("hold_until_arrived"):
                 target = int(rule["hold_until_arrived"])
                 deadline = time.monotonic() + float(rule.get("hold_s", 120))
