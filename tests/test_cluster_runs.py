@@ -113,6 +113,18 @@ def _node_states(cluster: LocalCluster) -> dict[str, bool]:
     return json.loads(res.stdout.splitlines()[-1])
 
 
+def _dead_nodes(cluster: LocalCluster) -> list[str]:
+    """The nodes the cluster's GCS reports dead, once it reports one (a raylet killed is
+    reported dead after the GCS's health checks fail: a run may finish before that), or
+    none within a minute (times the host's slowness)."""
+    deadline = time.monotonic() + time_limit(60)
+    while True:
+        dead = [node for node, alive in _node_states(cluster).items() if not alive]
+        if dead or time.monotonic() > deadline:
+            return dead
+        time.sleep(1.0)
+
+
 def _calls_the_server(session: int, api_base: str) -> bool:
     """Whether a process of the node whose session is ``session`` (its model worker) holds a
     connection to the server at ``api_base``: that node's worker has sent it a request."""
@@ -221,7 +233,7 @@ def test_node_loss_and_driver_loss_leave_predictions_identical(cluster, fake_ope
     # the node lost is one of the two the undisturbed run served on (not the driver's); it is
     # named in this run's nodes only if it delivered a unit before its loss (a race: its first
     # units may have been in flight), and every unit was delivered once, by one node or the other
-    dead = [node for node, alive in _node_states(cluster).items() if not alive]
+    dead = _dead_nodes(cluster)
     assert len(dead) == 1 and dead[0] in nodes
     assert sum(n["units"] for n in summary["engine"]["nodes"]) == N
 
