@@ -463,7 +463,6 @@ class PackedRows(_Rows):
         for row in self.packed:
             yield row.unpack()
 
-
     @staticmethod
     def chained(epochs: list[Sequence[dict[str, Any]]]) -> "Sequence[dict[str, Any]]":
         """The rows of every epoch (:meth:`Journal.epochs`) in one sequence, packed when they are."""
@@ -649,7 +648,6 @@ class SlotView(_Rows):
         slots = self._index if self._index is not None else self.rows._filled_slots(self.start, self.stop)
         for slot in slots:
             yield marshal.loads(self.rows.packed(slot))
-
 
 
 def _in_slot_order(samples: Sequence[Any], slots: Any) -> bool:
